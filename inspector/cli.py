@@ -1,0 +1,89 @@
+"""eagle-inspect {open, eval, doctor, demo}: argument parsing and dispatch only.
+
+Heavy imports (torch, textual) happen inside the command functions, so `--help` is instant and the
+app can paint before torch loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from inspector import __version__
+from inspector.errors import InputError
+
+
+def _add_model_args(p: argparse.ArgumentParser, *, samples_optional: bool = True) -> None:
+    nargs = "?" if samples_optional else None
+    p.add_argument("checkpoint", nargs=nargs, metavar="CKPT", help="draft checkpoint folder (default: the bundled demo)")
+    p.add_argument("samples", nargs="*" if samples_optional else "+", metavar="SAMPLES",
+                   help="sample folder(s), glob(s) or file(s) (default: the demo's samples/train)")
+    p.add_argument("--target", metavar="DIR", help="target model folder: embedding if the draft lacks one, norm + lm_head for verifier-match accuracy")
+    p.add_argument("--embed", metavar="FILE", help="safetensors file holding model.embed_tokens.weight")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
+    p.add_argument("--dtype", default="auto", help="auto (as stored) | float32 | bfloat16 | float16")
+    p.add_argument("--ttt-steps", type=int, default=1, metavar="K", help="teacher-forced TTT steps to run (default 1)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="eagle-inspect",
+        description="Inspect an EAGLE-3 draft: re-run it on saved samples, toggle the wiring of "
+        "captured hidden states into fc, and find train/serve mismatches.",
+    )
+    parser.add_argument("--version", action="version", version=f"eagle-inspect {__version__}")
+    sub = parser.add_subparsers(dest="command")
+
+    p_eval = sub.add_parser("eval", help="accuracy per wiring and TTT step, as a table or JSON")
+    _add_model_args(p_eval)
+    p_eval.add_argument("--wiring", action="append", metavar="W",
+                        help="train | serve | 0,1,2 | embed,L3,L31 (repeatable; default: train and serve)")
+    p_eval.add_argument("--limit", type=int, metavar="N", help="evaluate only the first N samples")
+    p_eval.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p_eval.add_argument("--positions", action="store_true", help="include every position in the JSON")
+    p_eval.add_argument("--per-sample", action="store_true", help="also print a per-sample table")
+
+    p_open = sub.add_parser("open", help="open the inspector app (default command)")
+    _add_model_args(p_open)
+    p_open.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json for decoding token ids")
+    p_open.add_argument("--wiring", metavar="W", help="initial wiring (default train)")
+    p_open.add_argument("--web", action="store_true", help="serve the app in a browser on localhost")
+    p_open.add_argument("--port", type=int, default=8000, help="port for --web (default 8000)")
+
+    p_demo = sub.add_parser("demo", help="the bundled demo")
+    demo_sub = p_demo.add_subparsers(dest="demo_command")
+    p_build = demo_sub.add_parser("build", help="rebuild the demo (trains a target and a draft)")
+    p_build.add_argument("--out", metavar="DIR", help="output folder (default assets/demo)")
+    p_build.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    command = args.command or "open"
+    try:
+        if command == "eval":
+            from inspector.commands.eval import run_eval
+
+            return run_eval(args)
+        if command == "open":
+            if args.command is None:  # bare `eagle-inspect`: the demo, all defaults
+                args = parser.parse_args(["open"])
+            from inspector.commands.open import run_open
+
+            return run_open(args)
+        if command == "demo":
+            if args.demo_command != "build":
+                parser.parse_args(["demo", "--help"])
+            from inspector.demo.build import main as build_main
+
+            return build_main(args)
+    except InputError as e:
+        print(f"eagle-inspect: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    parser.print_help()
+    return 2

@@ -1,0 +1,130 @@
+"""The canonical draft: one config and one set of tensor names, whatever layout it came from.
+
+Every checkpoint adapter in `inspector.formats` produces a `Draft`; the forward pass in
+`inspector.model` reads only this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    """Rotary embedding settings of the draft (not of the target: the draft keeps its own theta)."""
+
+    theta: float = 10000.0
+    # rope_type: "default", "linear", "llama3", "yarn", ...; the keys of the scaling dict as stored.
+    rope_type: str = "default"
+    scaling: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    hidden_size: int
+    target_hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rms_norm_eps: float
+    rope: RopeConfig
+    vocab_size: int  # target vocab V
+    draft_vocab_size: int  # D
+    num_layers: int = 1
+    num_fc_blocks: int = 3  # N: how many slots fc takes
+    norm_before_residual: bool = False
+    norm_before_fc: bool = False
+    fc_norm: bool = False
+    norm_output: bool = False
+    # HF hidden_states indices of the slots fc was configured for, when the config says so.
+    aux_layer_ids: tuple[int, ...] | None = None
+    aux_layer_convention: str | None = None  # "hf" | "sglang" | "speculators<=0.4" ...
+    source_format: str = "unknown"  # "speculators" | "specforge"
+    # Whether head_dim was written in config.json (a missing one is a known trap, see doctor).
+    head_dim_explicit: bool = True
+
+
+@dataclass
+class VocabMap:
+    """Draft <-> target vocabulary. d2t holds offsets: target_id = draft_id + d2t[draft_id]."""
+
+    d2t: torch.Tensor  # int64 [D]
+    t2d: torch.Tensor  # bool [V]
+
+    @classmethod
+    def identity(cls, vocab_size: int) -> VocabMap:
+        return cls(
+            d2t=torch.zeros(vocab_size, dtype=torch.long),
+            t2d=torch.ones(vocab_size, dtype=torch.bool),
+        )
+
+    @property
+    def draft_to_target(self) -> torch.Tensor:
+        """Absolute target id of every draft id, [D]."""
+        return torch.arange(self.d2t.numel(), device=self.d2t.device) + self.d2t
+
+    @property
+    def target_to_draft(self) -> torch.Tensor:
+        """Draft id of every target id, -1 where the token is outside the draft vocab, [V]."""
+        out = torch.full((self.t2d.numel(),), -1, dtype=torch.long, device=self.t2d.device)
+        out[self.draft_to_target] = torch.arange(self.d2t.numel(), device=self.d2t.device)
+        return out
+
+    def to(self, device: torch.device | str) -> VocabMap:
+        return VocabMap(d2t=self.d2t.to(device), t2d=self.t2d.to(device))
+
+
+@dataclass
+class Draft:
+    """Config + tensors under canonical names.
+
+    Canonical names: `fc.weight` [H, N*Ht]; `layers.{i}.self_attn.{q,k,v,o}_proj.weight`;
+    `layers.{i}.mlp.{gate,up,down}_proj.weight`; `layers.{i}.{input_layernorm,hidden_norm,
+    post_attention_layernorm}.weight`; `norm.weight`; `lm_head.weight` [D, H];
+    `embed_tokens.weight` [V, H]; optional `input_norm.weight`, `fc_norm.{i}.weight`,
+    `layers.{i}.self_attn.{q,k}_norm.weight`.
+    """
+
+    config: DraftConfig
+    weights: dict[str, torch.Tensor]
+    vocab: VocabMap
+    name: str = "draft"
+    path: str = ""
+    layout: str = "unknown"  # what the loader detected, e.g. "speculators", "specforge"
+    notes: list[str] = field(default_factory=list)  # non-fatal remarks from loading
+
+    @property
+    def device(self) -> torch.device:
+        return self.weights["fc.weight"].device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.weights["fc.weight"].dtype
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> Draft:
+        """A copy on another device / dtype. Integer and bool tensors keep their dtype."""
+
+        def move(t: torch.Tensor) -> torch.Tensor:
+            if dtype is not None and t.is_floating_point():
+                t = t.to(dtype)
+            return t.to(device) if device is not None else t
+
+        return replace(
+            self,
+            weights={k: move(v) for k, v in self.weights.items()},
+            vocab=self.vocab.to(device) if device is not None else self.vocab,
+        )
+
+    def fc_block(self, block: int) -> torch.Tensor:
+        """Columns of fc.weight that multiply slot `block` of the fc input, [H, Ht]."""
+        ht = self.config.target_hidden_size
+        return self.weights["fc.weight"][:, block * ht : (block + 1) * ht]
+
+    def fc_block_norms(self) -> list[float]:
+        """Frobenius norm of each fc column block (a fingerprint of which slot it was trained on)."""
+        return [
+            float(self.fc_block(b).float().norm()) for b in range(self.config.num_fc_blocks)
+        ]

@@ -1,0 +1,290 @@
+"""The EAGLE-3 draft forward pass in plain torch (research/formats.md §2.1-2.3).
+
+Row j of a sample combines the wired slots at position j with the embedding of x_{j+1} and
+predicts x_{j+2}. Teacher-forced TTT step k feeds the previous step's pre-norm output at the same
+row, the token x_{j+1+k}, and positions shifted by k; it attends causally to the step-0 keys and to
+its own row's keys of steps 1..k (the "diagonal").
+
+Everything here is differentiable and batch-agnostic ([T, ...] or [B, T, ...]), so the demo builder
+trains the draft with this very code. Norms and softmax run in float32 whatever the weights' dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from inspector.draft import Draft, DraftConfig, RopeConfig, VocabMap
+
+__all__ = [
+    "Draft",
+    "DraftConfig",
+    "RopeConfig",
+    "VocabMap",
+    "fc_input",
+    "fc_project",
+    "forward_steps",
+    "rms_norm",
+    "rope_inv_freq",
+]
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """HF LlamaRMSNorm: normalise in float32, cast back, then scale."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+def _yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def rope_inv_freq(
+    rope: RopeConfig, head_dim: int, max_position: int = 2048
+) -> tuple[torch.Tensor, float]:
+    """inv_freq [head_dim/2] and the attention scaling factor, from the explicit head_dim.
+
+    Mirrors transformers' rope init functions for the types a draft config can carry.
+    """
+    base = rope.theta
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    s = rope.scaling or {}
+    kind = rope.rope_type or "default"
+    attn_factor = 1.0
+    if kind == "linear":
+        inv_freq = inv_freq / float(s.get("factor", 1.0))
+    elif kind == "llama3":
+        factor = float(s["factor"])
+        low = float(s.get("low_freq_factor", 1.0))
+        high = float(s.get("high_freq_factor", 4.0))
+        old_ctx = float(s.get("original_max_position_embeddings", 8192))
+        low_wavelen = old_ctx / low
+        high_wavelen = old_ctx / high
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+        smooth = (old_ctx / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+        inv_freq = torch.where(medium, smoothed, scaled)
+    elif kind == "yarn":
+        factor = float(s["factor"])
+        old_ctx = float(s.get("original_max_position_embeddings", max_position))
+        beta_fast = float(s.get("beta_fast", 32.0))
+        beta_slow = float(s.get("beta_slow", 1.0))
+        mscale = s.get("mscale")
+        mscale_all_dim = s.get("mscale_all_dim")
+        if s.get("attention_factor") is not None:
+            attn_factor = float(s["attention_factor"])
+        elif mscale and mscale_all_dim:
+            attn_factor = _yarn_get_mscale(factor, float(mscale)) / _yarn_get_mscale(
+                factor, float(mscale_all_dim)
+            )
+        else:
+            attn_factor = _yarn_get_mscale(factor)
+
+        def correction_dim(num_rot: float) -> float:
+            return (head_dim * math.log(old_ctx / (num_rot * 2 * math.pi))) / (2 * math.log(base))
+
+        low = max(math.floor(correction_dim(beta_fast)), 0)
+        high = min(math.ceil(correction_dim(beta_slow)), head_dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = (torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)
+        extrapolation = 1 - ramp.clamp(0, 1)
+        pos_freqs = base ** (torch.arange(0, head_dim, 2).float() / head_dim)
+        inv_freq = (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (
+            1.0 / pos_freqs
+        ) * extrapolation
+    elif kind == "dynamic":
+        # Dynamic NTK only changes frequencies past max_position; below it equals default.
+        pass
+    elif kind != "default":
+        raise ValueError(f"unsupported rope_type {kind!r}")
+    return inv_freq, attn_factor
+
+
+def _rope_cos_sin(
+    cfg: DraftConfig, positions: torch.Tensor, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq, attn_factor = rope_inv_freq(cfg.rope, cfg.head_dim)
+    freqs = positions.to(device=device, dtype=torch.float32)[..., None] * inv_freq.to(device)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos() * attn_factor, emb.sin() * attn_factor
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x [B, h, T, hd]; cos/sin [T, hd] (float32) -> computed in float32, cast back.
+    return (x.float() * cos + _rotate_half(x.float()) * sin).to(x.dtype)
+
+
+def fc_input(draft: Draft, slots: list[torch.Tensor]) -> torch.Tensor:
+    """The fc input g for the given wired slots (in fc block order), with the optional norms."""
+    cfg = draft.config
+    w = draft.weights
+    if cfg.fc_norm:
+        slots = [
+            rms_norm(s, w[f"fc_norm.{i}.weight"], cfg.rms_norm_eps) for i, s in enumerate(slots)
+        ]
+    g = torch.cat(slots, dim=-1)
+    if cfg.norm_before_fc:
+        g = rms_norm(g, w["input_norm.weight"], cfg.rms_norm_eps)
+    return g
+
+
+def fc_project(draft: Draft, g: torch.Tensor) -> torch.Tensor:
+    """h = fc(g), [.., H]."""
+    h = g @ draft.weights["fc.weight"].T
+    if "fc.bias" in draft.weights:
+        h = h + draft.weights["fc.bias"]
+    return h
+
+
+def _mlp(x: torch.Tensor, w: dict[str, torch.Tensor], p: str) -> torch.Tensor:
+    gate = x @ w[p + "mlp.gate_proj.weight"].T
+    up = x @ w[p + "mlp.up_proj.weight"].T
+    return (F.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+
+
+def _project_qkv(
+    cfg: DraftConfig, w: dict[str, torch.Tensor], p: str, a: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    b, t, _ = a.shape
+    q = (a @ w[p + "self_attn.q_proj.weight"].T).view(b, t, cfg.num_heads, cfg.head_dim)
+    k = (a @ w[p + "self_attn.k_proj.weight"].T).view(b, t, cfg.num_kv_heads, cfg.head_dim)
+    v = (a @ w[p + "self_attn.v_proj.weight"].T).view(b, t, cfg.num_kv_heads, cfg.head_dim)
+    if p + "self_attn.q_proj.bias" in w:
+        q = q + w[p + "self_attn.q_proj.bias"].view(cfg.num_heads, cfg.head_dim)
+        k = k + w[p + "self_attn.k_proj.bias"].view(cfg.num_kv_heads, cfg.head_dim)
+        v = v + w[p + "self_attn.v_proj.bias"].view(cfg.num_kv_heads, cfg.head_dim)
+    if p + "self_attn.q_norm.weight" in w:  # Qwen3-style per-head norms
+        q = rms_norm(q, w[p + "self_attn.q_norm.weight"], cfg.rms_norm_eps)
+        k = rms_norm(k, w[p + "self_attn.k_norm.weight"], cfg.rms_norm_eps)
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+
+class _LayerCache:
+    """Keys/values of one layer for steps 0..k: step 0 is read causally, later steps diagonally."""
+
+    def __init__(self) -> None:
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+
+
+def _attention(
+    cfg: DraftConfig,
+    q: torch.Tensor,
+    cache: _LayerCache,
+) -> torch.Tensor:
+    """q [B, h, T, hd]; cache holds [B, kvh, T, hd] per step. Returns [B, h, T, hd]."""
+    rep = cfg.num_heads // cfg.num_kv_heads
+    # GQA: query head h reads kv head h // rep.
+    keys = [k.repeat_interleave(rep, dim=1) for k in cache.keys]
+    values = [v.repeat_interleave(rep, dim=1) for v in cache.values]
+    scale = 1.0 / math.sqrt(cfg.head_dim)
+    qf = q.float()
+    t = q.shape[2]
+    s0 = (qf @ keys[0].float().transpose(-1, -2)) * scale  # [B,h,T,T]
+    causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+    s0 = s0.masked_fill(~causal, float("-inf"))
+    diag = [((qf * k.float()).sum(-1, keepdim=True)) * scale for k in keys[1:]]  # [B,h,T,1]
+    probs = torch.softmax(torch.cat([s0, *diag], dim=-1), dim=-1)
+    out = probs[..., :t] @ values[0].float()
+    for m, v in enumerate(values[1:]):
+        out = out + probs[..., t + m : t + m + 1] * v.float()
+    return out.to(q.dtype)
+
+
+def _layer(
+    cfg: DraftConfig,
+    w: dict[str, torch.Tensor],
+    idx: int,
+    hidden: torch.Tensor,
+    embeds: torch.Tensor | None,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    cache: _LayerCache,
+) -> torch.Tensor:
+    p = f"layers.{idx}."
+    eps = cfg.rms_norm_eps
+    if idx == 0:
+        # EAGLE-3 first layer: embedding first, then the normed fc output.
+        normed_hidden = rms_norm(hidden, w[p + "hidden_norm.weight"], eps)
+        a = torch.cat([rms_norm(embeds, w[p + "input_layernorm.weight"], eps), normed_hidden], -1)
+        residual = normed_hidden if cfg.norm_before_residual else hidden
+    else:
+        a = rms_norm(hidden, w[p + "input_layernorm.weight"], eps)
+        residual = hidden
+    q, k, v = _project_qkv(cfg, w, p, a)
+    q = _apply_rope(q, cos, sin)
+    k = _apply_rope(k, cos, sin)
+    cache.keys.append(k)
+    cache.values.append(v)
+    o = _attention(cfg, q, cache)
+    b, _, t, _ = o.shape
+    o = o.transpose(1, 2).reshape(b, t, cfg.num_heads * cfg.head_dim) @ w[
+        p + "self_attn.o_proj.weight"
+    ].T
+    if p + "self_attn.o_proj.bias" in w:
+        o = o + w[p + "self_attn.o_proj.bias"]
+    u = residual + o
+    return u + _mlp(rms_norm(u, w[p + "post_attention_layernorm.weight"], eps), w, p)
+
+
+def forward_steps(
+    draft: Draft,
+    h: torch.Tensor,
+    tokens: torch.Tensor,
+    steps: int = 1,
+    position_offset: int = 1,
+    return_hidden: bool = False,
+) -> list[torch.Tensor] | tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Draft-vocab logits of TTT steps 0..steps-1.
+
+    h: fc output, [R, H] or [B, R, H], row j built from the slots at position j.
+    tokens: [R] or [B, R], the token x_{j+1} fed at row j.
+    position_offset: RoPE position of row 0 (speculators feeds position_ids[1:], i.e. 1;
+      SpecForge 0). Only q-k differences matter, so this moves the logits by float rounding only.
+    Returns logits [.., R-k, D] for k in range(steps): row j of step k predicts x_{j+2+k}.
+    With return_hidden, also the pre-norm outputs z per step.
+    """
+    cfg = draft.config
+    w = draft.weights
+    squeeze = h.dim() == 2
+    if squeeze:
+        h, tokens = h[None], tokens[None]
+    b, r, _ = h.shape
+    embed = w["embed_tokens.weight"]
+    base_pos = torch.arange(r, device=h.device) + position_offset
+    caches = [_LayerCache() for _ in range(cfg.num_layers)]
+    logits_out: list[torch.Tensor] = []
+    hidden_out: list[torch.Tensor] = []
+    hidden = h
+    for k in range(steps):
+        # Step k reads x_{j+1+k}; rows past the end get the padding id 0, as the peers do.
+        # Under causal + diagonal attention they cannot reach the kept rows.
+        tok_k = torch.zeros_like(tokens)
+        tok_k[:, : r - k] = tokens[:, k:]
+        embeds = F.embedding(tok_k, embed).to(hidden.dtype)
+        cos, sin = _rope_cos_sin(cfg, base_pos + k, h.device)
+        x = hidden
+        for i in range(cfg.num_layers):
+            x = _layer(cfg, w, i, x, embeds if i == 0 else None, cos, sin, caches[i])
+        normed = rms_norm(x, w["norm.weight"], cfg.rms_norm_eps)
+        logits = (normed @ w["lm_head.weight"].T).float()
+        logits_out.append(logits[:, : r - k])
+        hidden_out.append(x[:, : r - k])
+        hidden = normed if cfg.norm_output else x
+    if squeeze:
+        logits_out = [x[0] for x in logits_out]
+        hidden_out = [x[0] for x in hidden_out]
+    if return_hidden:
+        return logits_out, hidden_out
+    return logits_out

@@ -1,0 +1,103 @@
+"""Wiring: which captured slot feeds each fc column block, in order.
+
+Presets:
+- `train`: what the sample format's trainer feeds. speculators (v0/v1/v2) feed every slot but the
+  verifier's last state, in order; SpecForge `.ckpt` feeds its N aux slots in order.
+- `serve`: the last N slots that are not the target's post-norm final state: what an engine that
+  captures only decoder-layer outputs (in ascending order) feeds.
+Explicit forms: `0,1,2` (slot indices) or `embed,L3,L31` (slot labels, case-insensitive).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from inspector.errors import InputError
+from inspector.sample import SlotInfo
+
+PRESETS = ("train", "serve")
+
+
+@dataclass(frozen=True)
+class Wiring:
+    slots: tuple[int, ...]  # slot index feeding fc block 0..N-1
+
+    def label(self, infos: Sequence[SlotInfo]) -> str:
+        return "[" + ", ".join(infos[i].label if i < len(infos) else f"s{i}" for i in self.slots) + "]"
+
+    def key(self) -> str:
+        return ",".join(map(str, self.slots))
+
+    @property
+    def ascending(self) -> bool:
+        return all(a < b for a, b in zip(self.slots, self.slots[1:], strict=False))
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+
+def train_wiring(infos: Sequence[SlotInfo], n_blocks: int) -> Wiring:
+    candidates = [i for i, s in enumerate(infos) if not s.verifier]
+    if len(candidates) < n_blocks:
+        raise InputError(
+            None,
+            "wiring",
+            f"preset 'train' needs {n_blocks} non-verifier slots, the samples have {len(candidates)}",
+        )
+    return Wiring(tuple(candidates[:n_blocks]))
+
+
+def serve_wiring(infos: Sequence[SlotInfo], n_blocks: int) -> Wiring:
+    candidates = [i for i, s in enumerate(infos) if not s.post_norm]
+    if len(candidates) < n_blocks:
+        raise InputError(
+            None,
+            "wiring",
+            f"preset 'serve' needs {n_blocks} pre-norm slots, the samples have {len(candidates)}",
+        )
+    return Wiring(tuple(candidates[-n_blocks:]))
+
+
+def preset(name: str, infos: Sequence[SlotInfo], n_blocks: int) -> Wiring:
+    if name == "train":
+        return train_wiring(infos, n_blocks)
+    if name == "serve":
+        return serve_wiring(infos, n_blocks)
+    raise InputError(None, "wiring", f"unknown preset {name!r} (train, serve)")
+
+
+def parse_wiring(text: str | Sequence[int], infos: Sequence[SlotInfo], n_blocks: int) -> Wiring:
+    """A wiring from a preset name, `0,1,2`, `embed,L3,L31` or a sequence of ints; validated."""
+    if isinstance(text, str):
+        t = text.strip()
+        if t.lower() in PRESETS:
+            return preset(t.lower(), infos, n_blocks)
+        parts = [p.strip() for p in t.strip("[]").split(",") if p.strip()]
+        by_label = {s.label.lower(): i for i, s in enumerate(infos)}
+        slots: list[int] = []
+        for p in parts:
+            if p.lstrip("-").isdigit():
+                slots.append(int(p))
+            elif p.lower() in by_label:
+                slots.append(by_label[p.lower()])
+            else:
+                known = ", ".join(s.label for s in infos)
+                raise InputError(None, "wiring", f"{p!r} names no slot (slots: {known})")
+    else:
+        slots = [int(i) for i in text]
+    w = Wiring(tuple(slots))
+    validate(w, infos, n_blocks)
+    return w
+
+
+def validate(w: Wiring, infos: Sequence[SlotInfo], n_blocks: int) -> None:
+    if len(w.slots) != n_blocks:
+        raise InputError(
+            None, "wiring", f"{list(w.slots)} has {len(w.slots)} slots; fc takes {n_blocks}"
+        )
+    for i in w.slots:
+        if i < 0 or i >= len(infos):
+            raise InputError(
+                None, "wiring", f"slot {i} does not exist (the samples have slots 0..{len(infos) - 1})"
+            )
