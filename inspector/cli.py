@@ -16,14 +16,37 @@ from inspector.errors import InputError
 
 def _add_model_args(p: argparse.ArgumentParser, *, samples_optional: bool = True) -> None:
     nargs = "?" if samples_optional else None
-    p.add_argument("checkpoint", nargs=nargs, metavar="CKPT", help="draft checkpoint folder (default: the bundled demo)")
-    p.add_argument("samples", nargs="*" if samples_optional else "+", metavar="SAMPLES",
-                   help="sample folder(s), glob(s) or file(s) (default: the demo's samples/train)")
-    p.add_argument("--target", metavar="DIR", help="target model folder: embedding if the draft lacks one, norm + lm_head for verifier-match accuracy")
-    p.add_argument("--embed", metavar="FILE", help="safetensors file holding model.embed_tokens.weight")
+    p.add_argument(
+        "checkpoint",
+        nargs=nargs,
+        metavar="CKPT",
+        help="draft checkpoint folder (default: the bundled demo)",
+    )
+    p.add_argument(
+        "samples",
+        nargs="*" if samples_optional else "+",
+        metavar="SAMPLES",
+        help="sample folder(s), glob(s) or file(s) (default: the demo's samples/train)",
+    )
+    p.add_argument(
+        "--target",
+        metavar="DIR",
+        help="target model folder: embedding if the draft lacks one, norm + lm_head for verifier-match accuracy",
+    )
+    p.add_argument(
+        "--embed", metavar="FILE", help="safetensors file holding model.embed_tokens.weight"
+    )
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
-    p.add_argument("--dtype", default="auto", help="auto (as stored) | float32 | bfloat16 | float16")
-    p.add_argument("--ttt-steps", type=int, default=1, metavar="K", help="teacher-forced TTT steps to run (default 1)")
+    p.add_argument(
+        "--dtype", default="auto", help="auto (as stored) | float32 | bfloat16 | float16"
+    )
+    p.add_argument(
+        "--ttt-steps",
+        type=int,
+        default=1,
+        metavar="K",
+        help="teacher-forced TTT steps to run (default 1)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,18 +60,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_eval = sub.add_parser("eval", help="accuracy per wiring and TTT step, as a table or JSON")
     _add_model_args(p_eval)
-    p_eval.add_argument("--wiring", action="append", metavar="W",
-                        help="train | serve | 0,1,2 | embed,L3,L31 (repeatable; default: train and serve)")
+    p_eval.add_argument(
+        "--wiring",
+        action="append",
+        metavar="W",
+        help="train | serve | 0,1,2 | embed,L3,L31 (repeatable; default: train and serve)",
+    )
     p_eval.add_argument("--limit", type=int, metavar="N", help="evaluate only the first N samples")
     p_eval.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    p_eval.add_argument("--positions", action="store_true", help="include every position in the JSON")
+    p_eval.add_argument(
+        "--positions", action="store_true", help="include every position in the JSON"
+    )
     p_eval.add_argument("--per-sample", action="store_true", help="also print a per-sample table")
 
     p_open = sub.add_parser("open", help="open the inspector app (default command)")
     _add_model_args(p_open)
     p_open.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json for decoding token ids")
     p_open.add_argument("--wiring", metavar="W", help="initial wiring (default train)")
-    p_open.add_argument("--web", action="store_true", help="serve the app in a browser on localhost")
+    p_open.add_argument(
+        "--web", action="store_true", help="serve the app in a browser on localhost"
+    )
     p_open.add_argument("--port", type=int, default=8000, help="port for --web (default 8000)")
 
     p_demo = sub.add_parser("demo", help="the bundled demo")
@@ -85,5 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `eagle-inspect eval --json | head`
+        sys.stderr.close()
+        return 0
     parser.print_help()
     return 2

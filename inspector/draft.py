@@ -104,7 +104,9 @@ class Draft:
     def dtype(self) -> torch.dtype:
         return self.weights["fc.weight"].dtype
 
-    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> Draft:
+    def to(
+        self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    ) -> Draft:
         """A copy on another device / dtype. Integer and bool tensors keep their dtype."""
 
         def move(t: torch.Tensor) -> torch.Tensor:
@@ -125,6 +127,4 @@ class Draft:
 
     def fc_block_norms(self) -> list[float]:
         """Frobenius norm of each fc column block (a fingerprint of which slot it was trained on)."""
-        return [
-            float(self.fc_block(b).float().norm()) for b in range(self.config.num_fc_blocks)
-        ]
+        return [float(self.fc_block(b).float().norm()) for b in range(self.config.num_fc_blocks)]

@@ -75,7 +75,9 @@ class StepPredictions:
         sm = StepMetrics(
             self.step,
             all_tok=Counts(int((self.hit & m).sum()), int(m.sum())),
-            in_vocab=Counts(int((self.hit & m & self.in_vocab).sum()), int((m & self.in_vocab).sum())),
+            in_vocab=Counts(
+                int((self.hit & m & self.in_vocab).sum()), int((m & self.in_vocab).sum())
+            ),
             coverage=Counts(int((m & self.in_vocab).sum()), int(m.sum())),
             cond=Counts(int(chain.sum()), int(chain_in.sum())),
         )
@@ -182,7 +184,13 @@ class Report:
             "dtype": self.dtype,
             "ttt_steps": self.ttt_steps,
             "slots": [
-                {"index": i, "label": s.label, "hf_index": s.hf_index, "verifier": s.verifier, "post_norm": s.post_norm}
+                {
+                    "index": i,
+                    "label": s.label,
+                    "hf_index": s.hf_index,
+                    "verifier": s.verifier,
+                    "post_norm": s.post_norm,
+                }
                 for i, s in enumerate(self.slots)
             ],
             "wirings": [w.to_dict() for w in self.wirings],
@@ -222,7 +230,9 @@ class Evaluator:
         self._proj: OrderedDict[int, dict[tuple[int, int], torch.Tensor]] = OrderedDict()
         self._dev_slots: OrderedDict[int, list[torch.Tensor]] = OrderedDict()
         self._verifier: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
-        self._pred_cache: OrderedDict[tuple[int, tuple[int, ...], int], SamplePredictions] = OrderedDict()
+        self._pred_cache: OrderedDict[tuple[int, tuple[int, ...], int], SamplePredictions] = (
+            OrderedDict()
+        )
         self._pred_cache_size = prediction_cache
 
     # --- metadata -------------------------------------------------------------------------

@@ -229,9 +229,10 @@ def _layer(
     cache.values.append(v)
     o = _attention(cfg, q, cache)
     b, _, t, _ = o.shape
-    o = o.transpose(1, 2).reshape(b, t, cfg.num_heads * cfg.head_dim) @ w[
-        p + "self_attn.o_proj.weight"
-    ].T
+    o = (
+        o.transpose(1, 2).reshape(b, t, cfg.num_heads * cfg.head_dim)
+        @ w[p + "self_attn.o_proj.weight"].T
+    )
     if p + "self_attn.o_proj.bias" in w:
         o = o + w[p + "self_attn.o_proj.bias"]
     u = residual + o

@@ -14,7 +14,9 @@ class SlotInfo:
     label: str  # "embed", "L3", "s2", "final(post-norm)"
     hf_index: int | None = None  # index into HF output_hidden_states, when known
     post_norm: bool = False  # the target's final state after its norm (SpecForge hidden_state)
-    verifier: bool = False  # the verifier's last state (teacher source), not an fc input in training
+    verifier: bool = (
+        False  # the verifier's last state (teacher source), not an fc input in training
+    )
 
 
 @dataclass

@@ -112,12 +112,13 @@ def write_synthetic(out: Path, spec: SyntheticSpec | None = None) -> tuple[Path,
     for i in range(spec.n_samples):
         t = spec.seq_len
         ids = torch.randint(0, v, (t,), generator=g)
-        slots = [
-            (torch.randn(t, h, generator=g) * (n / h**0.5)).to(spec.dtype) for n in SLOT_NORMS
-        ]
+        slots = [(torch.randn(t, h, generator=g) * (n / h**0.5)).to(spec.dtype) for n in SLOT_NORMS]
         mask = torch.zeros(t, dtype=torch.long)
         mask[max(1, round(0.3 * t)) :] = 1
-        torch.save({"input_ids": ids, "hidden_states": slots, "loss_mask": mask}, sample_dir / f"data_{i}.pt")
+        torch.save(
+            {"input_ids": ids, "hidden_states": slots, "loss_mask": mask},
+            sample_dir / f"data_{i}.pt",
+        )
     (sample_dir / "data_config.json").write_text(
         json.dumps({"hidden_states": {"layer_ids": list(SLOT_LAYERS), "index_convention": "hf"}})
     )

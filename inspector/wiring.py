@@ -24,7 +24,9 @@ class Wiring:
     slots: tuple[int, ...]  # slot index feeding fc block 0..N-1
 
     def label(self, infos: Sequence[SlotInfo]) -> str:
-        return "[" + ", ".join(infos[i].label if i < len(infos) else f"s{i}" for i in self.slots) + "]"
+        return (
+            "[" + ", ".join(infos[i].label if i < len(infos) else f"s{i}" for i in self.slots) + "]"
+        )
 
     def key(self) -> str:
         return ",".join(map(str, self.slots))
@@ -99,5 +101,7 @@ def validate(w: Wiring, infos: Sequence[SlotInfo], n_blocks: int) -> None:
     for i in w.slots:
         if i < 0 or i >= len(infos):
             raise InputError(
-                None, "wiring", f"slot {i} does not exist (the samples have slots 0..{len(infos) - 1})"
+                None,
+                "wiring",
+                f"slot {i} does not exist (the samples have slots 0..{len(infos) - 1})",
             )

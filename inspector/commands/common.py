@@ -29,19 +29,27 @@ def resolve_inputs(args: argparse.Namespace) -> Inputs:
 
         demo = demo_paths()
         samples = list(args.samples) or [str(demo.train_samples)]
-        return Inputs(demo.draft, samples, target or demo.target, embed, tokenizer or demo.tokenizer, True)
+        return Inputs(
+            demo.draft, samples, target or demo.target, embed, tokenizer or demo.tokenizer, True
+        )
     if not args.samples:
-        raise InputError(args.checkpoint, None, "SAMPLES missing: pass a sample folder, glob or files after CKPT")
+        raise InputError(
+            args.checkpoint, None, "SAMPLES missing: pass a sample folder, glob or files after CKPT"
+        )
     return Inputs(Path(args.checkpoint), list(args.samples), target, embed, tokenizer, False)
 
 
-def load_evaluator(inputs: Inputs, *, device: str = "auto", dtype: str = "auto", ttt_steps: int = 1):
+def load_evaluator(
+    inputs: Inputs, *, device: str = "auto", dtype: str = "auto", ttt_steps: int = 1
+):
     """Load everything onto the device and return an Evaluator (torch imported here, not before)."""
     from inspector.evaluate import Evaluator, resolve_device
     from inspector.formats import SampleSet, load_draft, read_target_head
 
     dev = resolve_device(device)
-    draft = load_draft(inputs.checkpoint, embed=inputs.embed, target=inputs.target, dtype=dtype, device=dev)
+    draft = load_draft(
+        inputs.checkpoint, embed=inputs.embed, target=inputs.target, dtype=dtype, device=dev
+    )
     samples = SampleSet(inputs.samples)
     head = read_target_head(inputs.target) if inputs.target is not None else None
     if head is not None:

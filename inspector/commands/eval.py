@@ -7,8 +7,8 @@ import json
 import sys
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from inspector.commands.common import load_evaluator, resolve_inputs
@@ -21,16 +21,26 @@ def run_eval(args: argparse.Namespace) -> int:
     ev = load_evaluator(inputs, device=args.device, dtype=args.dtype, ttt_steps=args.ttt_steps)
     specs = args.wiring or ["train", "serve"]
     wirings = [ev.wiring(s) for s in specs]
-    labels = [f"{s} {w.label(ev.slot_info)}" if s in ("train", "serve") else w.label(ev.slot_info)
-              for s, w in zip(specs, wirings, strict=True)]
+    labels = [
+        f"{s} {w.label(ev.slot_info)}" if s in ("train", "serve") else w.label(ev.slot_info)
+        for s, w in zip(specs, wirings, strict=True)
+    ]
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
     with Progress(
-        TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=err, transient=True, disable=not err.is_terminal,
+        TextColumn("evaluating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
     ) as progress:
         task = progress.add_task("eval", total=n)
         report = ev.run(
-            wirings, limit=args.limit, positions=args.positions and args.json, labels=labels,
+            wirings,
+            limit=args.limit,
+            positions=args.positions and args.json,
+            labels=labels,
             progress=lambda done, total: progress.update(task, completed=done),
         )
     for e in report.errors:
@@ -39,7 +49,8 @@ def run_eval(args: argparse.Namespace) -> int:
         json.dump(report.to_dict(), sys.stdout, indent=1, allow_nan=False, default=_json_default)
         sys.stdout.write("\n")
     else:
-        out = Console()
+        # Piped output (logs, CI) gets a wide console so the table never wraps mid-cell.
+        out = Console() if sys.stdout.isatty() else Console(width=200)
         out.print(render_report(report))
         if args.per_sample:
             out.print(render_per_sample(report))
@@ -55,8 +66,10 @@ def _pct(c) -> str:
 
 
 def render_report(report: Report) -> Table:
-    title = escape(f"{report.checkpoint} ({report.layout}) on {report.samples} samples "
-             f"({report.sample_format}), {report.device} {report.dtype}")
+    title = escape(
+        f"{report.checkpoint} ({report.layout}) on {report.samples} samples "
+        f"({report.sample_format}), {report.device} {report.dtype}"
+    )
     table = Table(title=title, title_justify="left", header_style="bold")
     table.add_column("wiring", no_wrap=True)
     table.add_column("fc <- slots", no_wrap=True)
@@ -79,7 +92,9 @@ def render_report(report: Report) -> Table:
         row.append(f"{s0.in_vocab.hits}/{s0.in_vocab.total} {_pct(s0.in_vocab)}" if s0 else "-")
         row.append(_pct(s0.coverage) if s0 else "-")
         if has_verifier:
-            row.append(f"{_pct(s0.verifier_a)} / {_pct(s0.verifier_b)}" if s0 and s0.verifier_a else "-")
+            row.append(
+                f"{_pct(s0.verifier_a)} / {_pct(s0.verifier_b)}" if s0 and s0.verifier_a else "-"
+            )
         if k_max > 1:
             row.append(f"{w.acceptance_length:.2f}")
         table.add_row(*row)
@@ -95,6 +110,12 @@ def render_per_sample(report: Report) -> Table:
     rows = zip(*(w.per_sample for w in report.wirings), strict=True)
     for cells in rows:
         idx, path = cells[0][0], cells[0][1]
-        table.add_row(str(idx), escape(path.rsplit("/", 1)[-1]), *(
-            f"{c[2][0].all_tok.hits}/{c[2][0].all_tok.total} {_pct(c[2][0].all_tok)}" for c in cells))
+        table.add_row(
+            str(idx),
+            escape(path.rsplit("/", 1)[-1]),
+            *(
+                f"{c[2][0].all_tok.hits}/{c[2][0].all_tok.total} {_pct(c[2][0].all_tok)}"
+                for c in cells
+            ),
+        )
     return table

@@ -60,7 +60,9 @@ def _rope(layer_cfg: dict, top: dict) -> RopeConfig:
     else:
         kind, scaling = "default", {}
     # EAGLE / SpecForge configs without rope_theta use 10000 (not the target's theta).
-    return RopeConfig(theta=float(theta if theta is not None else 10000.0), rope_type=kind, scaling=scaling)
+    return RopeConfig(
+        theta=float(theta if theta is not None else 10000.0), rope_type=kind, scaling=scaling
+    )
 
 
 _PREFIXES = (
@@ -90,7 +92,9 @@ def _int(cfg: dict, key: str, path: Path, default: int | None = None) -> int:
     return int(v)
 
 
-def _check_shape(path: Path, name: str, t: torch.Tensor, shape: tuple[int, ...], why: str = "") -> None:
+def _check_shape(
+    path: Path, name: str, t: torch.Tensor, shape: tuple[int, ...], why: str = ""
+) -> None:
     if tuple(t.shape) != shape:
         extra = f" ({why})" if why else ""
         raise InputError(path, name, f"shape {tuple(t.shape)}, expected {shape}{extra}")
@@ -145,7 +149,9 @@ def load_draft(
 
     fc = weights["fc.weight"]
     if fc.dim() != 2 or fc.shape[0] != h:
-        raise InputError(weight_file, "fc.weight", f"shape {tuple(fc.shape)}, expected [{h}, N*{ht}]")
+        raise InputError(
+            weight_file, "fc.weight", f"shape {tuple(fc.shape)}, expected [{h}, N*{ht}]"
+        )
     if fc.shape[1] % ht:
         raise InputError(
             weight_file,
@@ -156,12 +162,16 @@ def load_draft(
 
     q = weights["layers.0.self_attn.q_proj.weight"]
     if q.shape[0] % nh:
-        raise InputError(weight_file, "q_proj.weight", f"{q.shape[0]} rows not divisible by {nh} heads")
+        raise InputError(
+            weight_file, "q_proj.weight", f"{q.shape[0]} rows not divisible by {nh} heads"
+        )
     hd_from_q = q.shape[0] // nh
     if hd_from_q != hd:
         where = "head_dim" if head_dim_explicit else "head_dim (absent: hidden_size/heads)"
         raise InputError(
-            cfg_path, where, f"is {hd}, but q_proj.weight has {q.shape[0]} = {nh} x {hd_from_q} rows"
+            cfg_path,
+            where,
+            f"is {hd}, but q_proj.weight has {q.shape[0]} = {nh} x {hd_from_q} rows",
         )
 
     aux_ids = config.get("eagle_aux_hidden_state_layer_ids")
@@ -236,7 +246,9 @@ def _resolve_dtype(dtype: str | torch.dtype | None, stored: torch.dtype) -> torc
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype not in DTYPES:
-        raise InputError(None, "--dtype", f"unknown dtype {dtype!r} (auto, float32, bfloat16, float16)")
+        raise InputError(
+            None, "--dtype", f"unknown dtype {dtype!r} (auto, float32, bfloat16, float16)"
+        )
     return DTYPES[dtype]
 
 
@@ -276,7 +288,12 @@ def _validate(cfg: DraftConfig, w: dict[str, torch.Tensor], wf: Path, cfg_path: 
         why = "draft_vocab_size" if name == "lm_head.weight" else ""
         _check_shape(wf, name, w[name], shape, why)
     if cfg.norm_before_fc:
-        _check_shape(wf, "input_norm.weight", w["input_norm.weight"], (cfg.num_fc_blocks * cfg.target_hidden_size,))
+        _check_shape(
+            wf,
+            "input_norm.weight",
+            w["input_norm.weight"],
+            (cfg.num_fc_blocks * cfg.target_hidden_size,),
+        )
     if cfg.fc_norm:
         for i in range(cfg.num_fc_blocks):
             if f"fc_norm.{i}.weight" not in w:

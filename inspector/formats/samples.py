@@ -43,11 +43,15 @@ def discover(spec: str | Path | Sequence[str | Path]) -> list[Path]:
         elif p.is_file():
             files.append(p)
         elif any(c in str(s) for c in "*?["):
-            files.extend(sorted((Path(f) for f in glob.glob(str(s), recursive=True)), key=_natural_key))
+            files.extend(
+                sorted((Path(f) for f in glob.glob(str(s), recursive=True)), key=_natural_key)
+            )
         else:
             raise InputError(s, None, "no such file or folder")
     if not files:
-        raise InputError(", ".join(map(str, specs)), None, "no sample files found (.pt, .ckpt, hs_*.safetensors)")
+        raise InputError(
+            ", ".join(map(str, specs)), None, "no sample files found (.pt, .ckpt, hs_*.safetensors)"
+        )
     return files
 
 
@@ -91,7 +95,9 @@ def _tensor(path: Path, data: dict, key: str) -> torch.Tensor:
 def _ids(path: Path, data: dict, key: str) -> torch.Tensor:
     t = _tensor(path, data, key).squeeze()
     if t.dim() != 1 or t.is_floating_point() or t.numel() < 3:
-        raise InputError(path, key, f"expected integer ids [T] with T >= 3, got shape {tuple(t.shape)}")
+        raise InputError(
+            path, key, f"expected integer ids [T] with T >= 3, got shape {tuple(t.shape)}"
+        )
     return t.long()
 
 
@@ -127,7 +133,9 @@ def detect_format(path: Path, data: dict | None) -> str:
     raise InputError(path, None, f"unknown sample layout (keys: {keys})")
 
 
-def _slot_info_for(fmt: str, n_slots: int, layer_ids: list[int] | None, path: Path) -> list[SlotInfo]:
+def _slot_info_for(
+    fmt: str, n_slots: int, layer_ids: list[int] | None, path: Path
+) -> list[SlotInfo]:
     if fmt == "specforge":
         n_aux = n_slots - 1
         if layer_ids is not None and len(layer_ids) == n_aux:
@@ -137,9 +145,15 @@ def _slot_info_for(fmt: str, n_slots: int, layer_ids: list[int] | None, path: Pa
         return [*base, SlotInfo("final(post-norm)", post_norm=True, verifier=True)]
     if layer_ids is not None and len(layer_ids) != n_slots:
         raise InputError(
-            path, "hidden_states", f"{n_slots} slots but data_config.json names {len(layer_ids)} layer ids"
+            path,
+            "hidden_states",
+            f"{n_slots} slots but data_config.json names {len(layer_ids)} layer ids",
         )
-    infos = _labels_from_layer_ids(layer_ids) if layer_ids else [SlotInfo(f"s{i}") for i in range(n_slots)]
+    infos = (
+        _labels_from_layer_ids(layer_ids)
+        if layer_ids
+        else [SlotInfo(f"s{i}") for i in range(n_slots)]
+    )
     if fmt == "speculators-v0" and not layer_ids:
         infos[-1] = SlotInfo("target")
     # speculators (v0/v1/v2) keep the verifier's last pre-norm state as the final slot.
@@ -172,7 +186,9 @@ def _v2_loss_masks(folder: Path) -> dict[int, torch.Tensor] | None:
     return None
 
 
-def load_sample(path: Path, layer_ids: list[int] | None = None, *, v2_masks: dict | None = None) -> Sample:
+def load_sample(
+    path: Path, layer_ids: list[int] | None = None, *, v2_masks: dict | None = None
+) -> Sample:
     """Load one sample file into a canonical Sample."""
     path = Path(path)
     if not path.is_file():
@@ -189,7 +205,9 @@ def load_sample(path: Path, layer_ids: list[int] | None = None, *, v2_masks: dic
         hs = _tensor(path, data, "hidden_states")
         ids = _ids(path, data, "token_ids" if "token_ids" in data else "input_ids")
         if hs.dim() != 3 or hs.shape[0] != ids.numel():
-            raise InputError(path, "hidden_states", f"shape {tuple(hs.shape)}, expected [{ids.numel()}, n, H]")
+            raise InputError(
+                path, "hidden_states", f"shape {tuple(hs.shape)}, expected [{ids.numel()}, n, H]"
+            )
         slots = [hs[:, i] for i in range(hs.shape[1])]
         m = re.search(r"(\d+)", path.stem)
         mask = None
@@ -215,14 +233,18 @@ def load_sample(path: Path, layer_ids: list[int] | None = None, *, v2_masks: dic
             aux = _slots_2d(path, "aux_hidden_state", _tensor(path, data, "aux_hidden_state"), t)
             width = final.shape[1]
             if aux.shape[1] % width:
-                raise InputError(path, "aux_hidden_state", f"width {aux.shape[1]} not a multiple of {width}")
+                raise InputError(
+                    path, "aux_hidden_state", f"width {aux.shape[1]} not a multiple of {width}"
+                )
             slots = [*aux.split(width, dim=1), final]
         else:  # speculators-v0
             final = _slots_2d(path, "target", _tensor(path, data, "target"), t)
             cat = _slots_2d(path, "hidden_state", _tensor(path, data, "hidden_state"), t)
             width = final.shape[1]
             if cat.shape[1] % width:
-                raise InputError(path, "hidden_state", f"width {cat.shape[1]} not a multiple of {width}")
+                raise InputError(
+                    path, "hidden_state", f"width {cat.shape[1]} not a multiple of {width}"
+                )
             slots = [*cat.split(width, dim=1), final]
     widths = {s.shape[1] for s in slots}
     if len(widths) != 1:
@@ -232,7 +254,13 @@ def load_sample(path: Path, layer_ids: list[int] | None = None, *, v2_masks: dic
             warnings.append(f"slot {i} contains NaN/Inf")
     info = _slot_info_for(fmt, len(slots), layer_ids, path)
     return Sample(
-        input_ids=ids, slots=list(slots), loss_mask=mask, slot_info=info, path=str(path), format=fmt, warnings=warnings
+        input_ids=ids,
+        slots=list(slots),
+        loss_mask=mask,
+        slot_info=info,
+        path=str(path),
+        format=fmt,
+        warnings=warnings,
     )
 
 

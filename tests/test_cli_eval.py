@@ -1,0 +1,113 @@
+"""`eagle-inspect eval` on the golden speculators fixture: the table and the JSON contract."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from inspector.cli import main
+
+STEP_KEYS = {"step", "all_tok", "in_vocab", "coverage", "cond_acc"}
+POS_KEYS = {
+    "sample",
+    "step",
+    "pos",
+    "input",
+    "true",
+    "true_draft",
+    "pred_draft",
+    "pred_target",
+    "p_pred",
+    "p_true",
+    "rank_true",
+    "masked",
+    "in_vocab",
+    "hit",
+}
+
+
+def test_eval_table(golden, capsys):
+    root = golden / "speculators-basic"
+    assert main(["eval", str(root / "checkpoint"), str(root / "samples"), "--ttt-steps", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "[s0, s1, s2]" in out and "[s1, s2, s3]" in out
+    assert "train" in out and "serve" in out and "all-tok s2" in out
+
+
+def test_eval_json_contract(golden, capsys):
+    root = golden / "speculators-basic"
+    argv = [
+        "eval",
+        str(root / "checkpoint"),
+        str(root / "samples"),
+        "--json",
+        "--positions",
+        "--ttt-steps",
+        "2",
+        "--wiring",
+        "train",
+        "--wiring",
+        "s2,s1,s0",
+        "--device",
+        "cpu",
+    ]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {"checkpoint", "samples", "device", "dtype", "wirings"} <= doc.keys()
+    assert doc["samples"] == 3 and doc["device"] == "cpu" and doc["dtype"] == "float32"
+    assert [w["wiring"] for w in doc["wirings"]] == [[0, 1, 2], [2, 1, 0]]
+    for w in doc["wirings"]:
+        assert {
+            "wiring",
+            "label",
+            "steps",
+            "acceptance_length",
+            "per_sample",
+            "positions",
+        } <= w.keys()
+        assert [s["step"] for s in w["steps"]] == [0, 1]
+        for s in w["steps"]:
+            assert STEP_KEYS <= s.keys() and {"hits", "total", "acc"} == s["all_tok"].keys()
+        assert len(w["per_sample"]) == 3
+        assert {"index", "path", "steps"} <= w["per_sample"][0].keys()
+        # Totals are the sum over samples, and positions agree with them.
+        for k in range(2):
+            hits = sum(p["steps"][k]["all_tok"]["hits"] for p in w["per_sample"])
+            assert hits == w["steps"][k]["all_tok"]["hits"]
+            rows = [p for p in w["positions"] if p["step"] == k]
+            assert POS_KEYS <= rows[0].keys()
+            assert sum(p["hit"] and p["masked"] for p in rows) == hits
+            assert sum(p["masked"] for p in rows) == w["steps"][k]["all_tok"]["total"]
+    # T = 37, 50, 64: step 0 evaluates rows j = 0..T-3.
+    assert sum(1 for p in doc["wirings"][0]["positions"] if p["step"] == 0) == 35 + 48 + 62
+
+
+def test_eval_json_stdout_is_only_json(golden):
+    root = golden / "speculators-basic"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "inspector",
+            "eval",
+            str(root / "checkpoint"),
+            str(root / "samples"),
+            "--json",
+            "--limit",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    doc = json.loads(proc.stdout)
+    assert doc["samples"] == 1
+
+
+def test_usage_errors(golden, capsys):
+    root = golden / "speculators-basic"
+    assert main(["eval", str(root / "checkpoint"), str(root / "samples"), "--wiring", "0,9,1"]) == 2
+    assert "slot 9 does not exist" in capsys.readouterr().err
+    assert main(["eval", str(root / "checkpoint"), str(root / "samples"), "--dtype", "float8"]) == 2
+    assert "unknown dtype" in capsys.readouterr().err

@@ -1,0 +1,70 @@
+"""Aggregation and the chain (conditional) accuracy that feeds the acceptance-length estimate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from inspector.evaluate import StepPredictions
+from inspector.metrics import Counts, StepMetrics, acceptance_length, sum_steps
+
+
+def _step(k, hit, masked, in_vocab=None):
+    n = len(hit)
+    z = np.zeros(n, dtype=np.int64)
+    return StepPredictions(
+        step=k,
+        pos=np.arange(n),
+        input=z,
+        true=z,
+        true_draft=z,
+        pred_draft=z,
+        pred_target=z,
+        p_pred=z.astype(float),
+        p_true=z.astype(float),
+        rank_true=z,
+        loss=z.astype(float),
+        topk_target=z[:, None],
+        topk_p=z[:, None].astype(float),
+        masked=np.array(masked, bool),
+        in_vocab=np.array(in_vocab if in_vocab is not None else [True] * n, bool),
+        hit=np.array(hit, bool),
+    )
+
+
+def test_chain_conditional_accuracy():
+    s0 = _step(0, [1, 1, 0, 1, 1], [1, 1, 1, 1, 0])
+    s1 = _step(1, [1, 0, 1, 1], [1, 1, 1, 1])
+    m0, chain0 = s0.metrics(None)
+    m1, _ = s1.metrics(chain0)
+    assert (m0.all_tok.hits, m0.all_tok.total) == (3, 4)
+    assert (m0.cond.hits, m0.cond.total) == (3, 4)
+    # step 1 counts rows whose step 0 hit (rows 0, 1, 3): hits at rows 0 and 3.
+    assert (m1.cond.hits, m1.cond.total) == (2, 3)
+    assert (m1.all_tok.hits, m1.all_tok.total) == (3, 4)
+    assert acceptance_length([m0, m1]) == pytest.approx(1 + 0.75 + 0.75 * 2 / 3)
+
+
+def test_in_vocab_and_coverage():
+    s = _step(0, [1, 0, 0, 1], [1, 1, 1, 1], in_vocab=[1, 1, 0, 1])
+    m, _ = s.metrics(None)
+    assert (m.in_vocab.hits, m.in_vocab.total) == (2, 3)
+    assert (m.coverage.hits, m.coverage.total) == (3, 4)
+    assert m.to_dict()["coverage"] == 0.75
+
+
+def test_formats_and_sums():
+    assert Counts(386, 1235).fmt() == "386/1235 31.3%"
+    assert Counts().acc is None and Counts().fmt() == "0/0 -"
+    a = [StepMetrics(0, Counts(1, 2)), StepMetrics(1, Counts(1, 1))]
+    b = [StepMetrics(0, Counts(2, 3))]  # a short sample reaches fewer steps
+    total = sum_steps([a, b])
+    assert total[0].all_tok == Counts(3, 5) and total[1].all_tok == Counts(1, 1)
+
+
+def test_acceptance_length_reference_example():
+    # formats.md §6: c = (0.747, 0.70, 0.68) gives about 2.63.
+    steps = [
+        StepMetrics(k, cond=Counts(int(c * 1000), 1000)) for k, c in enumerate((0.747, 0.70, 0.68))
+    ]
+    assert acceptance_length(steps) == pytest.approx(2.63, abs=0.01)
