@@ -226,6 +226,8 @@ class Evaluator:
         self._t2d_map = draft.vocab.target_to_draft.to(self.device)
         self._d2t_abs = draft.vocab.draft_to_target.to(self.device)
         self._linear_fc = not draft.config.norm_before_fc
+        # Contiguous transposed fc blocks: a strided column slice would be copied on every matmul.
+        self._fc_blocks_t = [draft.fc_block(b).T.contiguous() for b in range(self.n_blocks)]
         self._sample_cache_size = sample_cache
         self._proj: OrderedDict[int, dict[tuple[int, int], torch.Tensor]] = OrderedDict()
         self._dev_slots: OrderedDict[int, list[torch.Tensor]] = OrderedDict()
@@ -261,6 +263,17 @@ class Evaluator:
     def sample(self, index: int) -> Sample:
         return self.samples[index]
 
+    def keep_warm(self, index: int) -> None:
+        """Mark sample `index` most recently used in the per-sample caches (loaded sample, device
+        slots, fc projections), so background work on other samples (the app's prefetch and
+        set-wide fill) does not evict the sample on screen; a no-op for a sample not cached."""
+        if index not in self._dev_slots and index not in self._proj:
+            return
+        self.samples[index]
+        for cache in (self._proj, self._dev_slots):
+            if index in cache:
+                cache.move_to_end(index)
+
     def _slots(self, index: int) -> list[torch.Tensor]:
         def make() -> list[torch.Tensor]:
             s = self.samples[index]
@@ -285,7 +298,7 @@ class Evaluator:
             cfg = self.draft.config
             if cfg.fc_norm:
                 s = rms_norm(s, self.draft.weights[f"fc_norm.{block}.weight"], cfg.rms_norm_eps)
-            cache[key] = s @ self.draft.fc_block(block).T
+            cache[key] = s @ self._fc_blocks_t[block]
         return cache[key]
 
     @torch.inference_mode()
@@ -388,17 +401,21 @@ class Evaluator:
         true = ids[rows + 2 + k]
         true_draft = self._t2d_map[true]
         in_vocab = true_draft >= 0
-        logp = torch.log_softmax(logits.float(), dim=-1)
-        probs = logp.exp()
-        pred_draft = logits.argmax(-1)
+        # Few passes over the [P, D] logits: logsumexp, top-k (its first entry is the argmax),
+        # and one comparison for the rank; probabilities only where they are shown.
+        logits = logits.float()
+        lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+        kk = min(TOP_K, logits.shape[-1])
+        top_logit, top_i = logits.topk(kk, dim=-1)
+        top_p = (top_logit - lse).exp()
+        pred_draft = top_i[:, 0]
         pred_target = self._d2t_abs[pred_draft]
         safe_true = true_draft.clamp(min=0)
         true_logit = logits.gather(1, safe_true[:, None])
         rank = (logits > true_logit).sum(-1) + 1
-        kk = min(TOP_K, logits.shape[-1])
-        top_p, top_i = probs.topk(kk, dim=-1)
-        p_true = torch.where(in_vocab, probs.gather(1, safe_true[:, None])[:, 0], 0.0)
-        loss = torch.where(in_vocab, -logp.gather(1, safe_true[:, None])[:, 0], float("nan"))
+        true_logp = (true_logit - lse)[:, 0]
+        p_true = torch.where(in_vocab, true_logp.exp(), 0.0)
+        loss = torch.where(in_vocab, -true_logp, float("nan"))
 
         def np_(x: torch.Tensor) -> np.ndarray:
             return x.cpu().numpy()
@@ -415,7 +432,7 @@ class Evaluator:
             true_draft=np_(true_draft),
             pred_draft=np_(pred_draft),
             pred_target=np_(pred_target),
-            p_pred=np_(probs.gather(1, pred_draft[:, None])[:, 0]),
+            p_pred=np_(top_p[:, 0]),
             p_true=np_(p_true),
             rank_true=np_(torch.where(in_vocab, rank, -1)),
             loss=np_(loss),

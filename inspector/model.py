@@ -47,10 +47,13 @@ def rope_inv_freq(
 ) -> tuple[torch.Tensor, float]:
     """inv_freq [head_dim/2] and the attention scaling factor, from the explicit head_dim.
 
-    Mirrors transformers' rope init functions for the types a draft config can carry.
+    Mirrors transformers' rope init functions for the types a draft config can carry. With
+    `rope.dim` set, the head_dim/2 frequencies are spread over that dimension instead
+    (theta^(-2i/dim)), which models a trainer that built its rotary table for another size.
     """
     base = rope.theta
-    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    dim = rope.dim or head_dim
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / dim))
     s = rope.scaling or {}
     kind = rope.rope_type or "default"
     attn_factor = 1.0
@@ -86,7 +89,7 @@ def rope_inv_freq(
             attn_factor = _yarn_get_mscale(factor)
 
         def correction_dim(num_rot: float) -> float:
-            return (head_dim * math.log(old_ctx / (num_rot * 2 * math.pi))) / (2 * math.log(base))
+            return (dim * math.log(old_ctx / (num_rot * 2 * math.pi))) / (2 * math.log(base))
 
         low = max(math.floor(correction_dim(beta_fast)), 0)
         high = min(math.ceil(correction_dim(beta_slow)), head_dim - 1)
@@ -94,7 +97,7 @@ def rope_inv_freq(
             high += 0.001
         ramp = (torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)
         extrapolation = 1 - ramp.clamp(0, 1)
-        pos_freqs = base ** (torch.arange(0, head_dim, 2).float() / head_dim)
+        pos_freqs = base ** (torch.arange(0, head_dim, 2).float() / dim)
         inv_freq = (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (
             1.0 / pos_freqs
         ) * extrapolation
@@ -186,6 +189,11 @@ def _attention(
     """q [B, h, T, hd]; cache holds [B, kvh, T, hd] per step. Returns [B, h, T, hd]."""
     rep = cfg.num_heads // cfg.num_kv_heads
     # GQA: query head h reads kv head h // rep.
+    if len(cache.keys) == 1:
+        # Step 0 is plain causal attention: the fused kernel, softmax accumulated in float32.
+        k0 = cache.keys[0].repeat_interleave(rep, dim=1)
+        v0 = cache.values[0].repeat_interleave(rep, dim=1)
+        return F.scaled_dot_product_attention(q, k0, v0, is_causal=True)
     keys = [k.repeat_interleave(rep, dim=1) for k in cache.keys]
     values = [v.repeat_interleave(rep, dim=1) for v in cache.values]
     scale = 1.0 / math.sqrt(cfg.head_dim)
