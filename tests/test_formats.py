@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
 from inspector.formats.checkpoint import canonical_name
@@ -258,3 +260,43 @@ def test_head_dim_differs_from_hidden_over_heads(tmp_path):
     assert d.config.head_dim == 32 and d.config.hidden_size // d.config.num_heads == 16
     ev = Evaluator(d, SampleSet(samples), ttt_steps=2)
     assert len(ev.predict(0, ev.wiring("train")).steps) == 2
+
+
+def test_speculators_v2_loss_mask_from_arrow_dataset(golden, tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.ipc as ipc
+
+    rows = [
+        torch.load(golden / "speculators-basic" / "samples" / f"data_{i}.pt", weights_only=True)
+        for i in range(2)
+    ]
+    (tmp_path / "hidden_states").mkdir()
+    for i, d in enumerate(rows):
+        save_file(
+            {
+                "hidden_states": torch.stack(d["hidden_states"], 1).contiguous(),
+                "token_ids": d["input_ids"],
+            },
+            str(tmp_path / "hidden_states" / f"hs_{i}.safetensors"),
+        )
+    table = pa.table(
+        {
+            "input_ids": [d["input_ids"].tolist() for d in rows],
+            "loss_mask": [d["loss_mask"].tolist() for d in rows],
+            "seq_len": [d["input_ids"].numel() for d in rows],
+        }
+    )
+    with ipc.new_stream(str(tmp_path / "data-00000-of-00001.arrow"), table.schema) as w:
+        w.write_table(table)
+    ss = SampleSet(tmp_path / "hidden_states")
+    for i, d in enumerate(rows):
+        assert not ss[i].warnings
+        assert torch.equal(ss[i].loss_mask, d["loss_mask"])
+    # A dataset row that disagrees with the hidden-state file's token ids is refused.
+    bad = pa.table({"input_ids": [[1, 2, 3]] * 2, "loss_mask": [[1, 1, 1]] * 2, "seq_len": [3, 3]})
+    with ipc.new_stream(str(tmp_path / "data-00000-of-00001.arrow"), bad.schema) as w:
+        w.write_table(bad)
+    with pytest.raises(
+        InputError, match="hs_0.safetensors: token_ids: differ from the dataset row"
+    ):
+        SampleSet(tmp_path / "hidden_states")[0]

@@ -162,32 +162,39 @@ def _slot_info_for(
     return infos
 
 
-def _v2_loss_masks(folder: Path) -> dict[int, torch.Tensor] | None:
-    """Loss masks from the speculators v2 Arrow dataset, keyed by row; None if unavailable."""
+def _v2_rows(folder: Path) -> dict[int, tuple[torch.Tensor | None, torch.Tensor]] | None:
+    """(input_ids, loss_mask) per dataset row from the speculators v2 Arrow dataset (the one
+    `datasets.save_to_disk` writes beside `hidden_states/`); None when absent or pyarrow is missing.
+    """
     try:
-        import pyarrow.ipc as ipc  # optional
+        import pyarrow.ipc as ipc  # optional: only speculators v2 datasets need it
     except ImportError:
         return None
     for base in (folder, folder.parent):
         arrows = sorted(base.glob("*.arrow"), key=_natural_key)
         if not arrows:
             continue
-        masks: dict[int, torch.Tensor] = {}
-        row = 0
+        rows: dict[int, tuple[torch.Tensor | None, torch.Tensor]] = {}
         for f in arrows:
-            with open(f, "rb") as fh:
-                table = ipc.open_stream(fh).read_all()
+            try:
+                with open(f, "rb") as fh:
+                    table = ipc.open_stream(fh).read_all()
+            except Exception as e:  # noqa: BLE001 - pyarrow raises several types
+                raise InputError(f, None, f"unreadable Arrow file: {e}") from e
             if "loss_mask" not in table.column_names:
-                return None
-            for m in table.column("loss_mask").to_pylist():
-                masks[row] = torch.tensor(m, dtype=torch.long)
-                row += 1
-        return masks
+                raise InputError(f, "loss_mask", "column missing")
+            ids = (
+                table.column("input_ids").to_pylist() if "input_ids" in table.column_names else None
+            )
+            for i, m in enumerate(table.column("loss_mask").to_pylist()):
+                row_ids = torch.tensor(ids[i], dtype=torch.long) if ids is not None else None
+                rows[len(rows)] = (row_ids, torch.tensor(m, dtype=torch.long))
+        return rows
     return None
 
 
 def load_sample(
-    path: Path, layer_ids: list[int] | None = None, *, v2_masks: dict | None = None
+    path: Path, layer_ids: list[int] | None = None, *, v2_rows: dict | None = None
 ) -> Sample:
     """Load one sample file into a canonical Sample."""
     path = Path(path)
@@ -210,12 +217,16 @@ def load_sample(
             )
         slots = [hs[:, i] for i in range(hs.shape[1])]
         m = re.search(r"(\d+)", path.stem)
-        mask = None
-        if v2_masks is not None and m is not None:
-            mask = v2_masks.get(int(m.group(1)))
-        if mask is None or mask.numel() != ids.numel():
+        row = v2_rows.get(int(m.group(1))) if v2_rows is not None and m is not None else None
+        if row is None:
             mask = torch.ones_like(ids)
             warnings.append("no loss mask found beside the v2 hidden states: every position counts")
+        else:
+            row_ids, mask = row
+            if mask.numel() != ids.numel() or (
+                row_ids is not None and not torch.equal(row_ids, ids)
+            ):
+                raise InputError(path, "token_ids", "differ from the dataset row's input_ids")
         fmt = "speculators-v2"
     else:
         data = load_torch_file(path)
@@ -270,9 +281,9 @@ class SampleSet:
     def __init__(self, spec: str | Path | Sequence[str | Path], cache_size: int = 4) -> None:
         self.files = discover(spec)
         self.layer_ids, self.data_config = read_data_config(self.files[0])
-        self._v2_masks = None
+        self._v2_rows = None
         if self.files[0].suffix == ".safetensors":
-            self._v2_masks = _v2_loss_masks(self.files[0].parent)
+            self._v2_rows = _v2_rows(self.files[0].parent)
         self._cache: OrderedDict[int, Sample] = OrderedDict()
         self._cache_size = cache_size
         self._first: Sample | None = None
@@ -290,7 +301,7 @@ class SampleSet:
         if i in self._cache:
             self._cache.move_to_end(i)
             return self._cache[i]
-        sample = load_sample(self.files[i], self.layer_ids, v2_masks=self._v2_masks)
+        sample = load_sample(self.files[i], self.layer_ids, v2_rows=self._v2_rows)
         self._cache[i] = sample
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
