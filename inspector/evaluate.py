@@ -454,12 +454,15 @@ class Evaluator:
         positions: bool = False,
         progress: Callable[[int, int], None] | None = None,
         labels: Sequence[str] | None = None,
+        indices: Sequence[int] | None = None,
     ) -> Report:
+        """Evaluate samples 0..limit-1, or just `indices` (one rank's shard under torchrun)."""
         n = len(self.samples) if limit is None else min(limit, len(self.samples))
+        todo = list(range(n)) if indices is None else [i for i in indices if i < n]
         per_wiring: list[list[tuple[int, str, list[StepMetrics]]]] = [[] for _ in wirings]
         pos_rows: list[list[dict]] = [[] for _ in wirings]
         errors: list[SampleError] = []
-        for i in range(n):
+        for done, i in enumerate(todo, start=1):
             try:
                 preds = [self.predict(i, w) for w in wirings]
             except InputError as e:
@@ -472,7 +475,7 @@ class Evaluator:
                     for sp in pred.steps:
                         pos_rows[w_idx].extend(sp.position_dict(r, i) for r in range(len(sp)))
             if progress is not None:
-                progress(i + 1, n)
+                progress(done, len(todo))
         info = self.slot_info
         reports = [
             WiringReport(
@@ -487,7 +490,7 @@ class Evaluator:
         return Report(
             checkpoint=self.draft.path,
             layout=self.draft.layout,
-            samples=n - len(errors),
+            samples=len(todo) - len(errors),
             sample_format=self.samples.format,
             device=str(self.device),
             dtype=str(self.draft.dtype).replace("torch.", ""),

@@ -16,9 +16,12 @@ from inspector.evaluate import Report
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    from inspector.distributed import gather_report, init_from_env
+
     inputs = resolve_inputs(args)
     err = Console(stderr=True)
-    ev = load_evaluator(inputs, device=args.device, dtype=args.dtype, ttt_steps=args.ttt_steps)
+    dist_ctx, device = init_from_env(args.device)
+    ev = load_evaluator(inputs, device=device, dtype=args.dtype, ttt_steps=args.ttt_steps)
     specs = args.wiring or ["train", "serve"]
     wirings = [ev.wiring(s) for s in specs]
     labels = [
@@ -33,7 +36,7 @@ def run_eval(args: argparse.Namespace) -> int:
         TimeElapsedColumn(),
         console=err,
         transient=True,
-        disable=not err.is_terminal,
+        disable=not err.is_terminal or (dist_ctx is not None and not dist_ctx.is_main),
     ) as progress:
         task = progress.add_task("eval", total=n)
         report = ev.run(
@@ -41,8 +44,13 @@ def run_eval(args: argparse.Namespace) -> int:
             limit=args.limit,
             positions=args.positions and args.json,
             labels=labels,
-            progress=lambda done, total: progress.update(task, completed=done),
+            progress=lambda done, total: progress.update(task, completed=done, total=total),
+            indices=dist_ctx.shard(n) if dist_ctx else None,
         )
+    if dist_ctx is not None:
+        report = gather_report(dist_ctx, report)
+        if report is None:  # other ranks: rank 0 prints the merged report
+            return 0
     for e in report.errors:
         err.print(f"[yellow]skipped sample {e.index}[/]: {e.message}", highlight=False)
     if args.json:

@@ -1,0 +1,89 @@
+"""Whole-dataset sweeps under torchrun: shard samples by rank, gather the counts on rank 0.
+
+    torchrun --nproc_per_node 8 -m inspector eval CKPT SAMPLES --json
+
+NCCL on GPUs (each rank takes cuda:LOCAL_RANK), gloo on CPU. Counts are exact sums, so the merged
+report equals a single-process run.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+from inspector.evaluate import Report, WiringReport
+from inspector.metrics import sum_steps
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int
+    world_size: int
+    local_rank: int
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def shard(self, n: int) -> list[int]:
+        """Round-robin, so long and short samples spread evenly over ranks."""
+        return list(range(self.rank, n, self.world_size))
+
+
+def init_from_env(device: str) -> tuple[DistContext | None, str]:
+    """Join the process group torchrun set up, if any; returns the context and the device to use."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return None, device
+    import torch
+    import torch.distributed as dist
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        device = f"cuda:{local}"
+        torch.cuda.set_device(local)
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    return DistContext(dist.get_rank(), dist.get_world_size(), local), device
+
+
+def gather_report(ctx: DistContext, report: Report) -> Report | None:
+    """All ranks' reports merged on rank 0 (None elsewhere)."""
+    import torch.distributed as dist
+
+    parts: list[Report | None] = [None] * ctx.world_size
+    dist.all_gather_object(parts, report)
+    if not ctx.is_main:
+        return None
+    return merge_reports([p for p in parts if p is not None])
+
+
+def merge_reports(parts: list[Report]) -> Report:
+    first = parts[0]
+    wirings: list[WiringReport] = []
+    for w_idx, w in enumerate(first.wirings):
+        per_sample = sorted(
+            (s for p in parts for s in p.wirings[w_idx].per_sample), key=lambda s: s[0]
+        )
+        positions = sorted(
+            (r for p in parts for r in p.wirings[w_idx].positions),
+            key=lambda r: (r["sample"], r["step"], r["pos"]),
+        )
+        wirings.append(
+            WiringReport(
+                wiring=w.wiring,
+                label=w.label,
+                steps=sum_steps(s for _, _, s in per_sample),
+                per_sample=per_sample,
+                positions=positions,
+            )
+        )
+    errors = sorted((e for p in parts for e in p.errors), key=lambda e: e.index)
+    return replace(
+        first,
+        samples=sum(p.samples for p in parts),
+        device=f"{first.device} x{len(parts)}",
+        wirings=wirings,
+        errors=errors,
+    )
