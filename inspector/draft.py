@@ -19,6 +19,9 @@ class RopeConfig:
     # rope_type: "default", "linear", "llama3", "yarn", ...; the keys of the scaling dict as stored.
     rope_type: str = "default"
     scaling: dict = field(default_factory=dict)
+    # The dimension the inverse frequencies are spread over, when a trainer's differs from head_dim
+    # (the 2H/heads trap of research/formats.md §2.2). None: head_dim, as every engine does.
+    dim: int | None = None
 
 
 @dataclass(frozen=True)
