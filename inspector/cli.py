@@ -73,6 +73,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_eval.add_argument("--per-sample", action="store_true", help="also print a per-sample table")
 
+    p_doc = sub.add_parser(
+        "doctor",
+        help="find the wiring the draft was trained for, every train/serve mismatch, and the fix",
+    )
+    _add_model_args(p_doc)
+    p_doc.add_argument(
+        "--samples",
+        dest="n_samples",
+        type=int,
+        default=8,
+        metavar="N",
+        help="run the checks on the first N samples (default 8)",
+    )
+    p_doc.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p_doc.add_argument(
+        "--write-fixed",
+        metavar="OUT",
+        help="write a fixed checkpoint to the new folder OUT (fc blocks permuted for the engines' "
+        "ascending capture order, d2t and config fixes applied) and verify it",
+    )
+    p_doc.add_argument(
+        "--slot-layers",
+        metavar="IDS",
+        help="HF hidden_states index of every slot, e.g. 0,2,4,6 (default: data_config.json)",
+    )
+
     p_open = sub.add_parser("open", help="open the inspector app (default command)")
     _add_model_args(p_open)
     p_open.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json for decoding token ids")
@@ -99,6 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from inspector.commands.eval import run_eval
 
             return run_eval(args)
+        if command == "doctor":
+            from inspector.commands.doctor import run_doctor
+
+            return run_doctor(args)
         if command == "open":
             if args.command is None:  # bare `eagle-inspect`: the demo, all defaults
                 args = parser.parse_args(["open"])

@@ -107,10 +107,15 @@ def load_draft(
     target: str | Path | None = None,
     dtype: str | torch.dtype | None = None,
     device: str | torch.device = "cpu",
+    strict: bool = True,
 ) -> Draft:
     """Load a draft checkpoint folder (config.json + weights) into a canonical Draft.
 
     dtype None / "auto" keeps the stored floating dtype.
+    strict=False (the doctor) loads two faults it then reports instead of failing, each noted in
+    `Draft.notes`: a config without head_dim whose q_proj implies another value than
+    hidden_size/heads (head_dim is taken from q_proj), and a d2t/t2d pair that is inconsistent
+    or holds absolute ids (see `_vocab_map`).
     """
     folder = Path(path)
     if folder.is_file():
@@ -166,6 +171,12 @@ def load_draft(
             weight_file, "q_proj.weight", f"{q.shape[0]} rows not divisible by {nh} heads"
         )
     hd_from_q = q.shape[0] // nh
+    notes: list[str] = []
+    if hd_from_q != hd and not strict and not head_dim_explicit:
+        notes.append(
+            f"head_dim absent from config.json: {hd_from_q} taken from q_proj (hidden_size/heads = {hd})"
+        )
+        hd = hd_from_q
     if hd_from_q != hd:
         where = "head_dim" if head_dim_explicit else "head_dim (absent: hidden_size/heads)"
         raise InputError(
@@ -203,7 +214,6 @@ def load_draft(
         source_format=layout,
         head_dim_explicit=head_dim_explicit,
     )
-    notes: list[str] = []
 
     # The embedding: saved (speculators), or from --embed / --target.
     if embed is not None:
@@ -220,7 +230,7 @@ def load_draft(
         notes.append(f"embedding from target {target}")
 
     _validate(cfg, weights, weight_file, cfg_path)
-    vocab_map = _vocab_map(cfg, weights, weight_file)
+    vocab_map = _vocab_map(cfg, weights, weight_file, strict=strict, notes=notes)
 
     target_dtype = _resolve_dtype(dtype, weights["fc.weight"].dtype)
     weights = {
@@ -303,8 +313,25 @@ def _validate(cfg: DraftConfig, w: dict[str, torch.Tensor], wf: Path, cfg_path: 
             raise InputError(wf, name, "contains NaN or Inf")
 
 
-def _vocab_map(cfg: DraftConfig, w: dict[str, torch.Tensor], wf: Path) -> VocabMap:
+def _vocab_map(
+    cfg: DraftConfig,
+    w: dict[str, torch.Tensor],
+    wf: Path,
+    *,
+    strict: bool = True,
+    notes: list[str] | None = None,
+) -> VocabMap:
+    """The VocabMap from d2t (offsets) and t2d, validated.
+
+    Lenient (strict=False): d2t equal to nonzero(t2d), or out of range as offsets but valid as ids,
+    is read as absolute ids; a t2d that disagrees with a valid d2t is rebuilt from d2t (the
+    engines read d2t only). What was done is appended to `notes`.
+    """
     d, v = cfg.draft_vocab_size, cfg.vocab_size
+    if not strict and w.get("d2t") is not None:
+        lenient = _lenient_vocab(w["d2t"], w.get("t2d"), d, v, notes if notes is not None else [])
+        if lenient is not None:
+            return lenient
     d2t, t2d = w.get("d2t"), w.get("t2d")
     if d2t is None and t2d is None:
         if d != v:
@@ -333,3 +360,34 @@ def _vocab_map(cfg: DraftConfig, w: dict[str, torch.Tensor], wf: Path) -> VocabM
     if not torch.equal(t2d.nonzero().flatten(), target_ids):
         raise InputError(wf, "d2t", "disagrees with t2d: nonzero(t2d) != arange(D) + d2t")
     return VocabMap(d2t=d2t, t2d=t2d)
+
+
+def _lenient_vocab(
+    d2t: torch.Tensor, t2d: torch.Tensor | None, d: int, v: int, notes: list[str]
+) -> VocabMap | None:
+    """A usable VocabMap from a faulty d2t/t2d, or None to fall back to the strict checks."""
+    d2t = d2t.long().flatten()
+    if d2t.numel() != d:
+        return None
+    mask = t2d.flatten().bool() if t2d is not None and t2d.numel() == v else None
+    ids_from_t2d = mask.nonzero().flatten() if mask is not None else None
+    as_offsets = torch.arange(d) + d2t
+    offsets_ok = (
+        bool(((as_offsets >= 0) & (as_offsets < v)).all()) and as_offsets.unique().numel() == d
+    )
+    absolute_ok = bool(((d2t >= 0) & (d2t < v)).all()) and d2t.unique().numel() == d
+    if offsets_ok and (ids_from_t2d is None or torch.equal(ids_from_t2d, as_offsets)):
+        return None  # consistent offsets: the strict path accepts them
+    if absolute_ok and (
+        (ids_from_t2d is not None and torch.equal(ids_from_t2d, d2t)) or not offsets_ok
+    ):
+        notes.append("d2t holds absolute target ids, not offsets: read as ids")
+        target_ids = d2t
+    elif offsets_ok:
+        notes.append("t2d disagrees with d2t: rebuilt from d2t (engines read d2t only)")
+        target_ids = as_offsets
+    else:
+        return None
+    new_t2d = torch.zeros(v, dtype=torch.bool)
+    new_t2d[target_ids] = True
+    return VocabMap(d2t=target_ids - torch.arange(d), t2d=new_t2d)

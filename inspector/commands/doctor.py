@@ -1,0 +1,237 @@
+"""`eagle-inspect doctor`: findings first, then the ranked wirings and the serving config.
+
+Exit status: 0 when no finding is an error, 1 when one is (or --write-fixed did not verify), 2 on
+unusable inputs (like every command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from inspector.commands.common import Inputs, resolve_inputs
+from inspector.errors import InputError
+
+STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def parse_slot_layers(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        return [int(p) for p in text.replace(" ", "").strip("[]").split(",") if p]
+    except ValueError:
+        raise InputError(
+            None, "--slot-layers", f"{text!r}: expected integers like 0,2,4,6"
+        ) from None
+
+
+def load_doctor_evaluator(
+    inputs: Inputs, *, device: str = "auto", dtype: str = "auto", ttt_steps: int = 1
+):
+    """Like `load_evaluator`, but the draft loads leniently: a faulty d2t or a missing head_dim
+    become findings instead of load errors."""
+    from inspector.evaluate import Evaluator, resolve_device
+    from inspector.formats import SampleSet, load_draft, read_target_head
+
+    dev = resolve_device(device)
+    draft = load_draft(
+        inputs.checkpoint,
+        embed=inputs.embed,
+        target=inputs.target,
+        dtype=dtype,
+        device=dev,
+        strict=False,
+    )
+    samples = SampleSet(inputs.samples)
+    head = read_target_head(inputs.target) if inputs.target is not None else None
+    if head is not None:
+        head = head.to(dev)
+        head.lm_head = head.lm_head.to(draft.dtype)
+        if head.norm_weight is not None:
+            head.norm_weight = head.norm_weight.to(draft.dtype)
+    return Evaluator(draft, samples, ttt_steps=ttt_steps, target_head=head)
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    from inspector.doctor import diagnose, write_fixed
+
+    inputs = resolve_inputs(args)
+    slot_layers = parse_slot_layers(getattr(args, "slot_layers", None))
+    n = getattr(args, "n_samples", 8)
+    if n is None or n < 1:
+        raise InputError(None, "--samples", "must be at least 1")
+    err = Console(stderr=True)
+    ev = load_doctor_evaluator(
+        inputs, device=args.device, dtype=args.dtype, ttt_steps=args.ttt_steps
+    )
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    ) as progress:
+        task = progress.add_task("doctor", total=None)
+
+        def report_progress(stage: str, done: int, total: int) -> None:
+            progress.update(task, description=stage, completed=done, total=total)
+
+        report = diagnose(
+            ev, n, slot_layers=slot_layers, target_config=inputs.target, progress=report_progress
+        )
+        if args.write_fixed:
+            write_fixed(
+                ev,
+                report,
+                args.write_fixed,
+                embed=inputs.embed,
+                target=inputs.target,
+                progress=report_progress,
+            )
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=1, allow_nan=False, default=_json_default)
+        sys.stdout.write("\n")
+    else:
+        out = Console()
+        for part in render(report):
+            out.print(part)
+    failed = report.fixed is not None and not report.fixed["verified"]
+    return 1 if failed or any(f.severity == "error" for f in report.findings) else 0
+
+
+def _json_default(o: object) -> object:
+    if isinstance(o, tuple):
+        return list(o)
+    if isinstance(o, float):  # inf / nan: not JSON
+        return None
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def render(report) -> list:
+    """The rich renderables of the report: findings first."""
+    infos = report.slots
+    parts: list = []
+    slots = ", ".join(
+        f"{i}={s.label}"
+        + (f" (HF {s.hf_index})" if s.hf_index is not None and s.label != f"L{s.hf_index}" else "")
+        for i, s in enumerate(infos)
+    )
+    head = Text.assemble(
+        ("eagle-inspect doctor", "bold"),
+        f"  {report.checkpoint}  on {len(report.sample_indices)} samples; slots {slots}",
+    )
+    if report.pairing_shift:
+        head.append(f"; pairing shifted by {report.pairing_shift:+d}", style="yellow")
+    parts.append(head)
+    for f in report.findings:
+        title = Text.assemble(
+            (f"{f.severity.upper():7}", STYLE.get(f.severity, "")), (f" {f.kind}", "bold")
+        )
+        body = [Text(f.summary)]
+        if f.fix:
+            body.append(Text.assemble(("fix: ", "bold green"), f.fix))
+        parts.append(
+            Panel(
+                Group(*body),
+                title=title,
+                title_align="left",
+                border_style=STYLE.get(f.severity, ""),
+                expand=True,
+            )
+        )
+    parts.append(_wiring_table(report))
+    parts.append(_serving_panel(report))
+    if report.fixed is not None:
+        parts.append(_fixed_panel(report.fixed))
+    return parts
+
+
+def _wiring_table(report, top: int = 8) -> Table:
+    table = Table(
+        title="wirings by step-0 all-tok accuracy (fc block 0, 1, ... <- slot; log p: mean log-prob of the true token)",
+        title_justify="left",
+        header_style="bold",
+    )
+    table.add_column("#", justify="right")
+    table.add_column("wiring", no_wrap=True)
+    table.add_column("slots", no_wrap=True)
+    table.add_column("all-tok", justify="right", no_wrap=True)
+    table.add_column("log p", justify="right", no_wrap=True)
+    table.add_column("")
+    rec = tuple(report.recommended_wiring or report.best_wiring)
+    shown = [(i, w) for i, w in enumerate(report.wirings) if i < top or w.roles or w.wiring == rec]
+    for i, w in shown:
+        note = list(w.roles)
+        if w.wiring == rec:
+            note.insert(0, "recommended")
+        if not w.complete:
+            note.append(f"dropped after {w.samples} samples")
+        lp = "-" if w.mean_logp is None else f"{w.mean_logp:.2f}"
+        style = "bold" if w.wiring == rec else None
+        table.add_row(
+            str(i + 1),
+            escape(w.label),
+            ",".join(map(str, w.wiring)),
+            w.all_tok.fmt(),
+            lp,
+            ", ".join(note),
+            style=style,
+        )
+    hidden = len(report.wirings) - len(shown)
+    if hidden > 0:
+        table.caption = f"{hidden} more wirings not shown (--json lists all)"
+    return table
+
+
+def _serving_panel(report) -> Panel:
+    sc = report.serving_config
+    lines: list = []
+    if sc.get("ascending") is None:
+        lines.append(Text("; ".join(sc.get("problems", []))))
+        return Panel(Group(*lines), title="serving config", title_align="left")
+    for p in sc.get("problems", []):
+        lines.append(Text(p, style="red"))
+    if sc.get("configs_for"):
+        lines.append(Text(f"for {sc['configs_for']}:", style="bold"))
+    for name in ("vllm", "sglang"):
+        e = sc[name]
+        lines.append(Text(name, style="bold"))
+        lines.append(Text("  config.json: " + json.dumps(e["config"])))
+        lines.append(Text("  " + e["launch"], style="dim"))
+        for n in e["notes"]:
+            lines.append(Text("  - " + n))
+    return Panel(
+        Group(*lines),
+        title=f"serving config for HF layers {sorted(sc['hf_indices'])}",
+        title_align="left",
+    )
+
+
+def _fixed_panel(fixed: dict) -> Panel:
+    ok = fixed["verified"]
+    e, f = fixed["expected"], fixed["fixed"]
+    lines = [
+        Text(f"wrote {fixed['path']}"),
+        *[Text("  - " + c) for c in fixed["changes"]],
+        Text(
+            f"verified: ascending wiring {fixed['wiring']} scores {f['hits']}/{f['total']} vs {e['hits']}/{e['total']} "
+            f"for the original ({fixed['positions_differing']} positions differ)",
+            style="green" if ok else "bold red",
+        ),
+    ]
+    return Panel(
+        Group(*lines),
+        title="--write-fixed " + ("verified" if ok else "NOT verified"),
+        title_align="left",
+    )

@@ -1,0 +1,255 @@
+"""`--write-fixed OUT`: a new checkpoint that an engine's ascending capture order serves correctly.
+
+fc(cat(s_0..s_{N-1})) = sum_b W_b s_{w_b}. An engine feeds the captured layers in ascending order,
+so block k receives the k-th lowest slot of the wiring; moving column block W_b to the position of
+its slot in that order computes the same function. The same permutation applies to the per-block
+fc norms (`fc_norm.{i}`) and to the blocks of `input_norm` (norm_before_fc: the RMS statistic
+is order-free). The writer also applies the fixes the findings name for d2t/t2d and for config
+keys (norm_before_residual, rope_theta, head_dim), records the aux layer ids of the new order,
+and re-evaluates the written checkpoint against the original in memory. The input folder is
+never written to.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+
+from inspector.doctor.report import DoctorReport
+from inspector.doctor.search import Progress, Scorer
+from inspector.draft import Draft, RopeConfig
+from inspector.errors import InputError
+from inspector.evaluate import Evaluator
+from inspector.formats.checkpoint import canonical_name, load_draft
+from inspector.formats.tensorfiles import find_weight_file, read_json, read_tensors
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+CONFIG_KINDS = ("norm_before_residual", "rope", "head_dim")
+
+
+def ascending_order(wiring: Sequence[int], hf: Sequence[int | None]) -> list[int]:
+    """Block order b_0, b_1, ... such that wiring[b_k] ascends by HF index (slot index if unknown)."""
+    keys = [(h if h is not None else s, s) for s, h in zip(wiring, hf, strict=True)]
+    if any(h is None for h in hf):
+        keys = [(s, s) for s in wiring]
+    return sorted(range(len(wiring)), key=lambda b: keys[b])
+
+
+def config_fixes(report: DoctorReport) -> dict:
+    """The config keys the error/warning findings ask to change."""
+    out: dict = {}
+    for f in report.findings:
+        if f.kind in CONFIG_KINDS and f.severity in ("error", "warning"):
+            out.update(f.evidence.get("config_fix", {}))
+    return out
+
+
+def apply_config_fixes(draft: Draft, fixes: dict) -> Draft:
+    """The in-memory draft as it runs once `fixes` are written to its config."""
+    cfg = draft.config
+    rope = cfg.rope
+    if "norm_before_residual" in fixes:
+        cfg = replace(cfg, norm_before_residual=bool(fixes["norm_before_residual"]))
+    if "rope_scaling" in fixes:
+        sc = fixes["rope_scaling"]
+        if sc is None:
+            rope = RopeConfig(theta=rope.theta, dim=rope.dim)
+        else:
+            kind = sc.get("rope_type", sc.get("type", "default"))
+            rope = RopeConfig(
+                theta=rope.theta,
+                rope_type=kind,
+                scaling={k: v for k, v in sc.items() if k not in ("rope_type", "type")},
+                dim=rope.dim,
+            )
+    if "rope_theta" in fixes:
+        # The head_dim finding's theta reproduces a rope over another dimension: drop that dim.
+        rope = replace(rope, theta=float(fixes["rope_theta"]), dim=None)
+    return replace(draft, config=replace(cfg, rope=rope))
+
+
+def _write_config(config: dict, layout: str, fixes: dict, hf_sorted: list[int] | None) -> list[str]:
+    changes: list[str] = []
+    layer = config["transformer_layer_config"] if layout == "speculators" else config
+    if "norm_before_residual" in fixes:
+        config["norm_before_residual"] = bool(fixes["norm_before_residual"])
+        changes.append(f"norm_before_residual = {str(fixes['norm_before_residual']).lower()}")
+    if "head_dim" in fixes:
+        layer["head_dim"] = int(fixes["head_dim"])
+        changes.append(f"head_dim = {fixes['head_dim']}")
+    params = (
+        layer.get("rope_parameters") if isinstance(layer.get("rope_parameters"), dict) else None
+    )
+    if "rope_scaling" in fixes:
+        sc = fixes["rope_scaling"]
+        layer.pop("rope_scaling", None)
+        config.pop("rope_scaling", None)
+        if params is not None:
+            theta = params.get("rope_theta", layer.get("rope_theta"))
+            params.clear()
+            params.update(
+                {"rope_theta": theta, "rope_type": "default"}
+                if sc is None
+                else {"rope_theta": theta, **sc}
+            )
+        elif sc is not None:
+            layer["rope_scaling"] = dict(sc)
+        changes.append(f"rope_scaling = {sc}")
+    if "rope_theta" in fixes:
+        theta = float(fixes["rope_theta"])
+        if params is not None:
+            params["rope_theta"] = theta
+        else:
+            layer["rope_theta"] = theta
+        changes.append(f"rope_theta = {theta:.6g}")
+    if hf_sorted is not None:
+        eagle = config.get("eagle_config")
+        if layout == "speculators" or "eagle_aux_hidden_state_layer_ids" in config:
+            if config.get("eagle_aux_hidden_state_layer_ids") != hf_sorted:
+                changes.append(f"eagle_aux_hidden_state_layer_ids = {hf_sorted}")
+            config["eagle_aux_hidden_state_layer_ids"] = hf_sorted
+        if isinstance(eagle, dict) or layout != "speculators":
+            eagle = dict(eagle) if isinstance(eagle, dict) else {}
+            sg = [
+                k - 1 for k in hf_sorted
+            ]  # SGLang explicit ids (the loader's "sglang" convention)
+            if eagle.get("eagle_aux_hidden_state_layer_ids") != sg:
+                changes.append(f"eagle_config.eagle_aux_hidden_state_layer_ids = {sg}")
+            eagle["eagle_aux_hidden_state_layer_ids"] = sg
+            eagle.setdefault("use_aux_hidden_state", True)
+            config["eagle_config"] = eagle
+    return changes
+
+
+def _check_out(src: Path, out: Path) -> None:
+    s, o = src.resolve(), out.resolve()
+    if o == s or s in o.parents or o in s.parents:
+        raise InputError(out, "--write-fixed", f"must be a new folder outside the checkpoint {src}")
+    if o.exists() and (not o.is_dir() or any(o.iterdir())):
+        raise InputError(
+            out, "--write-fixed", "exists and is not empty: the fixed checkpoint needs a new folder"
+        )
+
+
+def write_fixed(
+    ev: Evaluator,
+    report: DoctorReport,
+    out: str | Path,
+    *,
+    embed: str | Path | None = None,
+    target: str | Path | None = None,
+    progress: Progress | None = None,
+) -> dict:
+    """Write the fixed checkpoint to `out` and verify it; returns what was done (also stored in
+    `report.fixed`): permutation, changes, expected vs fixed all-tok counts, verified."""
+    draft = ev.draft
+    if not draft.path:
+        raise InputError(None, "--write-fixed", "the draft was not loaded from a folder")
+    src = Path(draft.path)
+    out = Path(out)
+    _check_out(src, out)
+    best = tuple(report.recommended_wiring or report.best_wiring)
+    hf = [report.slots[s].hf_index if s < len(report.slots) else None for s in best]
+    order = ascending_order(best, hf)
+    fixed_wiring = tuple(best[b] for b in order)
+    hf_sorted = sorted(hf) if all(h is not None for h in hf) else None
+    fixes = config_fixes(report)
+    vocab = report.finding("vocab_map")
+    fix_vocab = (
+        vocab is not None and vocab.severity == "error" and vocab.evidence.get("fixable", False)
+    )
+
+    weight_file = find_weight_file(src)
+    raw = read_tensors(weight_file)
+    ht = draft.config.target_hidden_size
+    n = draft.config.num_fc_blocks
+    changes: list[str] = []
+    tensors: dict[str, torch.Tensor] = {}
+    for name, t in raw.items():
+        canon = canonical_name(name)
+        m = re.fullmatch(r"fc_norm\.(\d+)\.weight", canon)
+        if canon == "fc.weight":
+            t = torch.cat([t[:, b * ht : (b + 1) * ht] for b in order], dim=1)
+        elif canon == "input_norm.weight" and t.numel() == n * ht:
+            t = torch.cat([t[b * ht : (b + 1) * ht] for b in order])
+        elif m is not None and int(m.group(1)) < n:
+            k = int(m.group(1))
+            t = raw[name.replace(f"fc_norm.{k}.", f"fc_norm.{order[k]}.")]
+        elif canon == "d2t" and fix_vocab:
+            t = draft.vocab.d2t.detach().cpu().to(t.dtype)
+        elif canon == "t2d" and fix_vocab:
+            t = draft.vocab.t2d.detach().cpu().to(torch.bool)
+        tensors[name] = t.contiguous()
+    if order != list(range(n)):
+        changes.append(
+            f"fc column blocks reordered {order} -> the ascending wiring {list(fixed_wiring)}"
+        )
+    if fix_vocab:
+        changes.append("d2t rewritten as offsets, t2d rebuilt from it")
+
+    out.mkdir(parents=True, exist_ok=True)
+    for f in sorted(src.iterdir()):
+        if f.is_file() and f.suffix not in WEIGHT_SUFFIXES and not f.name.endswith(".index.json"):
+            shutil.copy2(f, out / f.name)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = read_json(src / "config.json")
+    changes += _write_config(config, draft.layout, fixes, hf_sorted)
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    if progress is not None:
+        progress("write fixed", 1, 2)
+
+    # Verify: the written checkpoint under the ascending wiring vs the original (with the same
+    # config fixes applied in memory) under the best wiring, on the doctor's samples.
+    expected_draft = apply_config_fixes(draft, fixes)
+    fixed = load_draft(out, embed=embed, target=target, dtype=draft.dtype, device=ev.device)
+    if "embed_tokens.weight" not in fixed.weights:  # pragma: no cover - load_draft requires it
+        raise InputError(out, "embed_tokens.weight", "missing")
+    fev = Evaluator(fixed, ev.samples, position_offset=ev.position_offset)
+    exp_sc = Scorer(ev, draft=expected_draft, shift=report.pairing_shift)
+    fix_sc = Scorer(fev, shift=report.pairing_shift)
+    exp_h, fix_h, exp_p, fix_p = [], [], [], []
+    for i in report.sample_indices:
+        e = exp_sc.score(i, [best])[0]
+        f = fix_sc.score(i, [fixed_wiring])[0]
+        exp_h.append(e.hit)
+        fix_h.append(f.hit)
+        exp_p.append(e.pred)
+        fix_p.append(f.pred)
+    eh, fh = np.concatenate(exp_h), np.concatenate(fix_h)
+    # Every predicted token, not only the hits: float rounding may flip a near-tie here and there.
+    differ = int((np.concatenate(exp_p) != np.concatenate(fix_p)).sum())
+    tol = max(1, eh.size // 500)
+    verified = differ <= tol and abs(int(eh.sum()) - int(fh.sum())) <= tol
+    if progress is not None:
+        progress("write fixed", 2, 2)
+    result = {
+        "path": str(out),
+        "source": str(src),
+        "block_order": order,
+        "wiring": list(fixed_wiring),
+        "hf_indices": hf_sorted,
+        "changes": changes or ["none needed: the checkpoint is copied unchanged"],
+        "config_fixes": fixes,
+        "expected": {
+            "hits": int(eh.sum()),
+            "total": int(eh.size),
+            "acc": float(eh.mean()) if eh.size else None,
+        },
+        "fixed": {
+            "hits": int(fh.sum()),
+            "total": int(fh.size),
+            "acc": float(fh.mean()) if fh.size else None,
+        },
+        "positions_differing": differ,  # predicted token differs (of the in-vocab positions)
+        "verified": verified,
+    }
+    report.fixed = result
+    return result

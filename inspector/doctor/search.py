@@ -1,0 +1,497 @@
+"""The wiring search: every ordered choice of N slots out of S, ranked by step-0 all-tok accuracy.
+
+Why it is cheap (issue 5, bench/doctor_speed.py):
+- fc is linear, so a wiring's fc output is a sum of per-sample cached projections W_b @ slot_s
+  (`Evaluator.fc_output`); fc never runs per wiring.
+- Several wirings go through the draft layer as one batch ([B, T, H]).
+- The lm_head runs only on the rows that are scored (loss-masked rows with a label).
+- After each sample, a wiring that is clearly worse than the leader on the positions seen so far
+  (a paired test on the same positions) is dropped; the named wirings (configured, train, serve)
+  are always evaluated to the end, since the report quotes their margins.
+
+Ranking: hits first (all complete wirings count the same positions), then the mean log-probability
+of the true token, which breaks ties when a draft hits almost nothing (random weights).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from inspector.draft import Draft
+from inspector.errors import InputError
+from inspector.evaluate import Evaluator
+from inspector.metrics import Counts
+from inspector.model import (  # noqa: PLC2701 - the scorer reuses the layer's pieces
+    _apply_rope,
+    _mlp,
+    _rope_cos_sin,
+    fc_input,
+    fc_project,
+    forward_steps,
+    rms_norm,
+)
+from inspector.wiring import Wiring
+
+Progress = Callable[[str, int, int], None]
+
+EXHAUSTIVE_MAX_SLOTS = 6  # beyond this many slots the search is greedy
+Z_HITS = 4.0  # paired z on hits above which a wiring is dropped as hopeless
+Z_LOGP = 6.0  # paired z on true-token log-prob, used only while hits do not separate
+BATCH_BYTES = 768 * 2**20  # working memory of one batch of wirings through the layer
+
+
+def all_wirings(n_slots: int, n_blocks: int) -> list[tuple[int, ...]]:
+    """Every ordered choice of n_blocks distinct slots out of n_slots."""
+    return list(itertools.permutations(range(n_slots), n_blocks))
+
+
+def neighbours(w: tuple[int, ...], n_slots: int) -> list[tuple[int, ...]]:
+    """Wirings one move from w: one block takes another slot (swapping if that slot is in use)."""
+    out: list[tuple[int, ...]] = []
+    for b in range(len(w)):
+        for s in range(n_slots):
+            if s == w[b]:
+                continue
+            new = list(w)
+            if s in w:
+                new[w.index(s)] = w[b]
+            new[b] = s
+            t = tuple(new)
+            if t not in out:
+                out.append(t)
+    return out
+
+
+# --- paired statistics ------------------------------------------------------------------------
+def paired_hits_z(a: np.ndarray, b: np.ndarray) -> float:
+    """z of "a hits more than b" on the same positions (McNemar): positive when a is better."""
+    only_a = int((a & ~b).sum())
+    only_b = int((b & ~a).sum())
+    n = only_a + only_b
+    return (only_a - only_b) / math.sqrt(n) if n else 0.0
+
+
+def paired_logp_z(a: np.ndarray, b: np.ndarray) -> float:
+    """z of mean(a - b) over positions where both are finite: positive when a is better."""
+    ok = np.isfinite(a) & np.isfinite(b)
+    if ok.sum() < 2:
+        return 0.0
+    d = a[ok].astype(np.float64) - b[ok].astype(np.float64)
+    sd = d.std(ddof=1)
+    if sd == 0:
+        return 0.0 if d.mean() == 0 else math.copysign(math.inf, d.mean())
+    return float(d.mean() / (sd / math.sqrt(d.size)))
+
+
+def clearly_better(a: np.ndarray, b: np.ndarray, *, z: float = 3.0, margin: float = 0.02) -> bool:
+    """a beats b on the same positions by a significant paired test and a real margin."""
+    if a.size == 0:
+        return False
+    return paired_hits_z(a, b) >= z and (a.mean() - b.mean()) >= margin
+
+
+# --- scoring ----------------------------------------------------------------------------------
+@dataclass
+class SampleScore:
+    """Per scored position of one sample: hit (pred target id == true token), log p(true)."""
+
+    hit: np.ndarray  # bool [M]
+    logp: np.ndarray  # float32 [M], nan where the true token is outside the draft vocab
+    pred: np.ndarray | None = None  # predicted target id [M], -1 where not computed (OOV rows)
+
+
+def _headless(draft: Draft) -> Draft:
+    # forward_steps with a zero-row lm_head returns the layer output without the full-vocab
+    # logits of every row; the scorer applies norm + lm_head to the scored rows only.
+    w = dict(draft.weights)
+    w["lm_head.weight"] = w["lm_head.weight"][:0]
+    return replace(draft, weights=w)
+
+
+class _SharedInputs:
+    """What every wiring of one sample shares in a single-layer draft's step 0: the normed
+    embeddings, their half of q/k/v, and the RoPE tables (the embedding comes first in the
+    attention input, so q = W_q[:, :H] norm(e) + W_q[:, H:] hidden_norm(h))."""
+
+    def __init__(self, draft: Draft, tokens: torch.Tensor, position_offset: int) -> None:
+        cfg, w, p = draft.config, draft.weights, "layers.0."
+        hs = cfg.hidden_size
+        r = tokens.numel()
+        e = F.embedding(tokens, w["embed_tokens.weight"]).to(w["fc.weight"].dtype)
+        e = rms_norm(e, w[p + "input_layernorm.weight"], cfg.rms_norm_eps)
+        self.w_h = {n: w[p + f"self_attn.{n}_proj.weight"][:, hs:] for n in "qkv"}
+        self.e_part = {n: e @ w[p + f"self_attn.{n}_proj.weight"][:, :hs].T for n in "qkv"}
+        for n in "qkv":
+            bias = w.get(p + f"self_attn.{n}_proj.bias")
+            if bias is not None:
+                self.e_part[n] = self.e_part[n] + bias
+        pos = torch.arange(r, device=tokens.device) + position_offset
+        self.cos, self.sin = _rope_cos_sin(cfg, pos, tokens.device)
+
+
+def _step0_logits(
+    draft: Draft, shared: _SharedInputs, h: torch.Tensor, rows: torch.Tensor
+) -> torch.Tensor:
+    """Draft-vocab logits of step 0 at `rows` only, for a batch of fc outputs h [B, R, H].
+
+    The same math as `forward_steps` for a single-layer draft (the tests hold them equal), but
+    keys and values are the only per-row work: queries, o_proj, the MLP and the lm_head run on
+    the rows that are scored.
+    """
+    cfg, w, p = draft.config, draft.weights, "layers.0."
+    eps = cfg.rms_norm_eps
+    b, r, _ = h.shape
+    nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    hn = rms_norm(h, w[p + "hidden_norm.weight"], eps)
+    hn_rows = hn[:, rows]
+    q = (shared.e_part["q"][rows] + hn_rows @ shared.w_h["q"].T).view(b, -1, nh, hd)
+    k = (shared.e_part["k"] + hn @ shared.w_h["k"].T).view(b, r, nkv, hd)
+    v = (shared.e_part["v"] + hn @ shared.w_h["v"].T).view(b, r, nkv, hd)
+    if p + "self_attn.q_norm.weight" in w:
+        q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+        k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
+    q = _apply_rope(q.transpose(1, 2), shared.cos[rows], shared.sin[rows])
+    k = _apply_rope(k.transpose(1, 2), shared.cos, shared.sin)
+    v = v.transpose(1, 2)
+    rep = nh // nkv
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    allowed = torch.arange(r, device=h.device)[None, :] <= rows[:, None]  # causal, [R', R]
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    o = o.transpose(1, 2).reshape(b, -1, nh * hd) @ w[p + "self_attn.o_proj.weight"].T
+    if p + "self_attn.o_proj.bias" in w:
+        o = o + w[p + "self_attn.o_proj.bias"]
+    residual = hn_rows if cfg.norm_before_residual else h[:, rows]
+    u = residual + o
+    z = u + _mlp(rms_norm(u, w[p + "post_attention_layernorm.weight"], eps), w, p)
+    normed = rms_norm(z, w["norm.weight"], eps)
+    return (normed @ w["lm_head.weight"].T).float()
+
+
+class Scorer:
+    """Scores wirings on one sample at a time, batched through the draft layer.
+
+    draft: an alternative draft (same fc, other config) to run instead of `ev.draft`.
+    shift: re-pair hidden states and tokens: row j uses the slots at j + shift with token x_{j+1}
+      and predicts x_{j+2} (0 is the standard pairing of every trainer).
+    count_from: first row j that counts (1 lets shifts -1, 0, +1 count the same rows).
+    Counted rows: loss_mask[j+1] set and a label x_{j+2} present, as in `Evaluator.predict`.
+    """
+
+    def __init__(
+        self,
+        ev: Evaluator,
+        *,
+        draft: Draft | None = None,
+        shift: int = 0,
+        count_from: int = 0,
+        batch_bytes: int = BATCH_BYTES,
+    ) -> None:
+        self.ev = ev
+        self.draft = draft if draft is not None else ev.draft
+        self._headless = _headless(self.draft)
+        self.shift = shift
+        self.count_from = count_from
+        self.batch_bytes = batch_bytes
+        dev = ev.device
+        self._d2t_abs = self.draft.vocab.draft_to_target.to(dev)
+        self._t2d_map = self.draft.vocab.target_to_draft.to(dev)
+
+    def _batch_size(self, rows: int, scored: int) -> int:
+        """Wirings per batch: what fits BATCH_BYTES (attention of the scored rows over all keys,
+        MLP and logits of the scored rows, a few [rows, H] tensors per wiring)."""
+        cfg = self.draft.config
+        if cfg.num_layers > 1:
+            scored = rows  # the full forward runs every row
+        per = 4 * (
+            3 * cfg.num_heads * scored * rows
+            + 3 * scored * cfg.intermediate_size
+            + 2 * scored * cfg.draft_vocab_size
+            + 8 * rows * cfg.hidden_size
+        )
+        return max(1, min(32, self.batch_bytes // max(1, per)))
+
+    @torch.inference_mode()
+    def score(self, index: int, wirings: Sequence[tuple[int, ...]]) -> list[SampleScore]:
+        ev, s = self.ev, self.shift
+        sample = ev.samples[index]
+        t = sample.length
+        j0, j1 = max(0, -s), min(t - 2, t - 1 - s)  # rows with a hidden state and an input token
+        last = min(j1, t - 3)  # rows with a label
+        first = max(j0, self.count_from)
+        if last < first or not wirings:
+            empty = SampleScore(np.zeros(0, bool), np.zeros(0, np.float32), np.zeros(0, np.int64))
+            return [empty for _ in wirings]
+        dev = ev.device
+        ids = sample.input_ids.to(dev)
+        mask = sample.loss_mask.to(dev).bool()
+        rows = torch.arange(first, last + 1, device=dev)
+        rows = rows[mask[rows + 1]]
+        true = ids[rows + 2]
+        true_draft = self._t2d_map[true]
+        in_vocab = true_draft >= 0
+        # A true token outside the draft vocab is a miss whatever the wiring: only the in-vocab
+        # rows run past the attention.
+        run = (rows - j0)[in_vocab]
+        true_in = true[in_vocab]
+        td_in = true_draft[in_vocab][:, None]
+        m, m_in = int(rows.numel()), int(run.numel())
+        inv_np = in_vocab.cpu().numpy()
+        tokens = ids[j0 + 1 : j1 + 2]
+        r = j1 - j0 + 1
+        single = self.draft.config.num_layers == 1
+        shared = (
+            _SharedInputs(self.draft, tokens, ev.position_offset + j0) if single and m_in else None
+        )
+        out: list[SampleScore] = []
+        bsz = self._batch_size(r, m_in)
+        for c in range(0, len(wirings), bsz):
+            chunk = wirings[c : c + bsz]
+            hit_np = np.zeros((len(chunk), m), bool)
+            logp_np = np.full((len(chunk), m), np.nan, np.float32)
+            pred_np = np.full((len(chunk), m), -1, np.int64)
+            if m_in:
+                h = torch.stack(
+                    [ev.fc_output(index, Wiring(tuple(w)))[j0 + s : j1 + s + 1] for w in chunk]
+                )
+                if shared is not None:
+                    logits = _step0_logits(self.draft, shared, h, run)
+                else:
+                    _, hidden = forward_steps(
+                        self._headless,
+                        h,
+                        tokens.expand(len(chunk), r),
+                        steps=1,
+                        position_offset=ev.position_offset + j0,
+                        return_hidden=True,
+                    )
+                    z = rms_norm(
+                        hidden[0][:, run],
+                        self.draft.weights["norm.weight"],
+                        self.draft.config.rms_norm_eps,
+                    )
+                    logits = (z @ self.draft.weights["lm_head.weight"].T).float()  # [B, M', D]
+                pred = self._d2t_abs[logits.argmax(-1)]
+                hit = pred == true_in
+                logp = logits.gather(-1, td_in.expand(len(chunk), -1, -1))[
+                    ..., 0
+                ] - torch.logsumexp(logits, -1)
+                hit_np[:, inv_np] = hit.cpu().numpy()
+                logp_np[:, inv_np] = logp.cpu().numpy()
+                pred_np[:, inv_np] = pred.cpu().numpy()
+            out.extend(SampleScore(hit_np[b], logp_np[b], pred_np[b]) for b in range(len(chunk)))
+        return out
+
+
+# --- the search ------------------------------------------------------------------------------
+@dataclass
+class _Acc:
+    wiring: tuple[int, ...]
+    hits: list[np.ndarray] = field(default_factory=list)  # per searched sample
+    logp: list[np.ndarray] = field(default_factory=list)
+    dropped: bool = False
+
+    def add(self, sc: SampleScore) -> None:
+        self.hits.append(sc.hit)
+        self.logp.append(sc.logp)
+
+    def arrays(self, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        hs, ls = self.hits[:k], self.logp[:k]
+        if not hs:
+            return np.zeros(0, bool), np.zeros(0, np.float32)
+        return np.concatenate(hs), np.concatenate(ls)
+
+    def key(self, k: int | None = None) -> tuple[float, float]:
+        h, lp = self.arrays(k)
+        finite = lp[np.isfinite(lp)].astype(np.float64)
+        mean_lp = float(finite.mean()) if finite.size else -math.inf
+        return (float(h.sum()), mean_lp)
+
+    def counts(self) -> Counts:
+        h, _ = self.arrays()
+        return Counts(int(h.sum()), int(h.size))
+
+    def mean_logp(self) -> float | None:
+        _, lp = self.arrays()
+        finite = lp[np.isfinite(lp)].astype(np.float64)
+        return float(finite.mean()) if finite.size else None
+
+
+class WiringSearch:
+    """Accumulates per-position scores of wirings over the searched samples, dropping hopeless ones.
+
+    One instance per (draft, pairing); `evaluate` may be called repeatedly (the greedy search does),
+    wirings already evaluated are not run again.
+    """
+
+    def __init__(
+        self,
+        ev: Evaluator,
+        samples: Sequence[int],
+        *,
+        draft: Draft | None = None,
+        shift: int = 0,
+        count_from: int = 0,
+        prune: bool = True,
+        progress: Progress | None = None,
+        stage: str = "wiring search",
+    ) -> None:
+        self.ev = ev
+        self.samples = list(samples)
+        self.scorer = Scorer(ev, draft=draft, shift=shift, count_from=count_from)
+        self.prune = prune
+        self.progress = progress
+        self.stage = stage
+        self.state: dict[tuple[int, ...], _Acc] = {}
+        self.skipped: dict[int, str] = {}  # sample index -> why it could not be scored
+        self.forwards = 0  # wiring x sample passes through the layer (for the benchmark)
+        self._scored: set[int] = set()
+
+    def evaluate(
+        self, candidates: Iterable[tuple[int, ...]], protected: Iterable[tuple[int, ...]] = ()
+    ) -> None:
+        todo = [
+            tuple(w)
+            for w in dict.fromkeys(tuple(c) for c in candidates)
+            if tuple(w) not in self.state
+        ]
+        keep = {tuple(w) for w in protected}
+        for w in todo:
+            self.state[w] = _Acc(w)
+        done = 0
+        for k, i in enumerate(self.samples):
+            if i in self.skipped:
+                continue
+            active = [w for w in todo if not self.state[w].dropped]
+            try:
+                scores = self.scorer.score(i, active)
+            except InputError as e:
+                if i in self._scored:
+                    raise  # a sample that scored before cannot fail now
+                self.skipped[i] = str(e)
+                continue
+            self._scored.add(i)
+            self.forwards += len(active)
+            for w, sc in zip(active, scores, strict=True):
+                self.state[w].add(sc)
+            done += 1
+            if self.prune:
+                self._prune(active, done, keep)
+            if self.progress is not None:
+                self.progress(self.stage, k + 1, len(self.samples))
+
+    def _prune(self, active: list[tuple[int, ...]], n: int, keep: set[tuple[int, ...]]) -> None:
+        pool = [a for a in self.state.values() if not a.dropped and len(a.hits) >= n]
+        if len(pool) < 2:
+            return
+        leader = max(pool, key=lambda a: a.key(n))
+        lh, ll = leader.arrays(n)
+        for w in active:
+            acc = self.state[w]
+            if w in keep or acc is leader or acc.dropped:
+                continue
+            h, lp = acc.arrays(n)
+            zh = paired_hits_z(lh, h)
+            if zh >= Z_HITS:
+                acc.dropped = True
+            elif h.sum() <= lh.sum() and abs(zh) < 1.0 and paired_logp_z(ll, lp) >= Z_LOGP:
+                acc.dropped = True
+
+    def ranked(self) -> list[_Acc]:
+        """Complete wirings by (hits, mean log p), then the dropped ones by accuracy."""
+        done = [a for a in self.state.values() if not a.dropped]
+        dropped = [a for a in self.state.values() if a.dropped]
+        done.sort(key=lambda a: a.key(), reverse=True)
+        dropped.sort(key=lambda a: (a.counts().acc or 0.0, a.key()[1]), reverse=True)
+        return done + dropped
+
+    def scores(self, w: tuple[int, ...]) -> _Acc | None:
+        return self.state.get(tuple(w))
+
+
+def search_wirings(
+    ev: Evaluator,
+    samples: Sequence[int],
+    *,
+    protected: Sequence[tuple[int, ...]] = (),
+    start: tuple[int, ...] | None = None,
+    draft: Draft | None = None,
+    shift: int = 0,
+    prune: bool = True,
+    progress: Progress | None = None,
+) -> WiringSearch:
+    """Exhaustive over every ordered choice when S <= 6, else greedy from `start` (one block at a
+    time, swaps included, until no neighbour is better)."""
+    n_slots, n_blocks = len(ev.slot_info), ev.n_blocks
+    ws = WiringSearch(ev, samples, draft=draft, shift=shift, prune=prune, progress=progress)
+    protected = [tuple(p) for p in protected]
+    if n_slots <= EXHAUSTIVE_MAX_SLOTS:
+        ws.evaluate(all_wirings(n_slots, n_blocks), protected)
+        return ws
+    current = (
+        tuple(start)
+        if start is not None
+        else (protected[0] if protected else tuple(range(n_blocks)))
+    )
+    ws.evaluate([current, *protected], protected)
+    for _ in range(4 * n_blocks):
+        ws.evaluate(neighbours(current, n_slots), [*protected, current])
+        best = ws.ranked()[0].wiring
+        if best == current:
+            break
+        current = best
+    return ws
+
+
+# --- the naive reference (the benchmark's baseline and the tests' oracle) -----------------------
+@torch.inference_mode()
+def naive_search(
+    ev: Evaluator, samples: Sequence[int], candidates: Sequence[tuple[int, ...]]
+) -> list[tuple[tuple[int, ...], Counts, float]]:
+    """A full forward per wiring and sample, fc included, full-vocab logits for every row.
+
+    Sample-major, so each sample is read once. Returns (wiring, all_tok counts, mean log p(true))
+    ranked like `WiringSearch.ranked`.
+    """
+    draft = ev.draft
+    dev = ev.device
+    d2t_abs = draft.vocab.draft_to_target.to(dev)
+    t2d_map = draft.vocab.target_to_draft.to(dev)
+    cands = [tuple(w) for w in candidates]
+    hits = dict.fromkeys(cands, 0)
+    total = dict.fromkeys(cands, 0)
+    lp_sum = dict.fromkeys(cands, 0.0)
+    lp_n = dict.fromkeys(cands, 0)
+    for i in samples:
+        sample = ev.samples[i]
+        t = sample.length
+        ids = sample.input_ids.to(dev)
+        mask = sample.loss_mask.to(dev).bool()
+        slots = [s.to(dev, draft.dtype) for s in sample.slots]
+        rows = torch.arange(t - 2, device=dev)
+        rows = rows[mask[rows + 1]]
+        true = ids[rows + 2]
+        td = t2d_map[true]
+        ok = td >= 0
+        for w in cands:
+            h = fc_project(draft, fc_input(draft, [slots[s] for s in w]))[: t - 1]
+            logits = forward_steps(draft, h, ids[1:], steps=1, position_offset=ev.position_offset)[
+                0
+            ]
+            lg = logits[rows]
+            hits[w] += int((d2t_abs[lg.argmax(-1)] == true).sum())
+            total[w] += int(rows.numel())
+            lp = torch.log_softmax(lg.float(), -1).gather(-1, td.clamp(min=0)[:, None])[:, 0]
+            lp_sum[w] += float(lp[ok].double().sum())
+            lp_n[w] += int(ok.sum())
+    results = [
+        (w, Counts(hits[w], total[w]), lp_sum[w] / lp_n[w] if lp_n[w] else -math.inf) for w in cands
+    ]
+    results.sort(key=lambda r: (r[1].hits, r[2]), reverse=True)
+    return results

@@ -1,0 +1,197 @@
+"""Planted faults (issue 5): variants of the bundled demo built in a temp folder, and the doctor
+naming each fault by kind with the right fix. The demo itself is never modified.
+
+The demo draft was trained on slots [embed, L2, L4] = (0, 1, 2) of samples holding HF layers
+[0, 2, 4, 6]; an engine capturing only the aux layers feeds [L2, L4, L6] = (1, 2, 3).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from inspector.doctor import diagnose, write_fixed
+from inspector.errors import InputError
+from inspector.evaluate import Evaluator
+from inspector.formats import SampleSet, load_draft
+
+N = 3  # samples per doctor run: the draft's own training samples give a clear signal
+TRAIN = (0, 1, 2)
+
+
+@pytest.fixture(scope="module")
+def demo():
+    from inspector.demo_paths import demo_paths
+
+    try:
+        return demo_paths()
+    except InputError:
+        pytest.skip("bundled demo not built")
+
+
+def _digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            h.update(p.name.encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _variant(demo, tmp: Path, name: str, *, tensors=None, config=None) -> Path:
+    """A copy of the demo draft with some tensors and config keys replaced."""
+    dst = tmp / name
+    shutil.copytree(demo.draft, dst)
+    if tensors is not None:
+        w = load_file(str(dst / "model.safetensors"))
+        w.update(tensors(w))
+        save_file(w, str(dst / "model.safetensors"))
+    if config is not None:
+        cfg = json.loads((dst / "config.json").read_text())
+        config(cfg)
+        (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+def _run(draft_dir: Path, samples: Path, n: int = N):
+    ev = Evaluator(load_draft(draft_dir, strict=False), SampleSet(samples))
+    return ev, diagnose(ev, n)
+
+
+@pytest.fixture(scope="module")
+def base(demo):
+    before = _digest(demo.root / "draft")
+    ev, report = _run(demo.draft, demo.train_samples)
+    yield ev, report
+    assert _digest(demo.root / "draft") == before
+
+
+def test_unmodified_demo(base):
+    ev, report = base
+    assert report.best_wiring == TRAIN and report.recommended_wiring == TRAIN
+    assert report.configured_wiring == TRAIN
+    w = report.finding("wiring")
+    assert w.severity == "info" and w.wiring == TRAIN and "[embed, L2, L4]" in w.summary
+    assert not [f for f in report.findings if f.severity == "error"], [
+        f.summary for f in report.findings
+    ]
+    sc = report.serving_config
+    assert sc["reproducible"] is True
+    assert sc["vllm"]["config"]["eagle_aux_hidden_state_layer_ids"] == [0, 2, 4]
+    assert sc["sglang"]["config"]["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 1, 3]
+    assert sc["sglang"]["layer_ids_since_pr25454"] == [0, 2, 4]
+    serve = report.wiring_result((1, 2, 3))
+    best = report.wiring_result(TRAIN)
+    assert best.all_tok.acc > serve.all_tok.acc + 0.1  # the demo's train/serve gap
+    for kind in ("norm_before_residual", "rope", "head_dim", "alignment", "vocab_map"):
+        assert report.finding(kind).severity == "info", report.finding(kind).summary
+
+
+def test_fc_blocks_permuted_and_write_fixed(demo, base, tmp_path):
+    perm = [1, 2, 0]  # new block b = old block perm[b], so block b now wants slot perm[b]
+
+    def permute(w):
+        fc = w["fc.weight"]
+        ht = fc.shape[1] // 3
+        return {"fc.weight": torch.cat([fc[:, b * ht : (b + 1) * ht] for b in perm], dim=1)}
+
+    bad = _variant(demo, tmp_path, "permuted", tensors=permute)
+    ev, report = _run(bad, demo.train_samples)
+    assert report.best_wiring == (1, 2, 0)
+    w = report.finding("wiring")
+    assert w.severity == "error" and w.wiring == (1, 2, 0)
+    assert "ascending" in w.summary and "--write-fixed" in w.fix
+    assert report.finding("serving_config").severity == "error"
+    fp = report.finding("fc_fingerprint")
+    assert fp.severity == "warning" and fp.evidence["flagged"]
+
+    res = write_fixed(ev, report, tmp_path / "fixed")
+    assert res["verified"] and res["wiring"] == list(TRAIN)
+    # The fixed checkpoint under the ascending wiring reaches the original draft's accuracy.
+    fixed_ev, fixed_report = _run(tmp_path / "fixed", demo.train_samples)
+    assert fixed_report.best_wiring == TRAIN
+    original = base[1].wiring_result(TRAIN).all_tok
+    got = fixed_report.wiring_result(TRAIN).all_tok
+    assert got.total == original.total and abs(got.hits - original.hits) <= 1
+
+
+def test_norm_before_residual_flipped(demo, base, tmp_path):
+    # On the demo itself the flag barely matters: training left the fc output at RMS ~1, where
+    # hidden_norm(h) ~ h, and the doctor says so. Scaling fc by 8 changes nothing under
+    # norm_before_residual=true (the residual and the attention input are then both normed), so
+    # the scaled draft is one whose right value is true; its config.json then says false.
+    nbr = base[1].finding("norm_before_residual")
+    assert nbr.severity == "info" and nbr.evidence["fc_output_rms"] > 0
+
+    def scale(w):
+        return {"fc.weight": w["fc.weight"] * 8}
+
+    good = _variant(
+        demo,
+        tmp_path,
+        "nbr_true",
+        tensors=scale,
+        config=lambda c: c.update(norm_before_residual=True),
+    )
+    _, ok = _run(good, demo.train_samples)
+    assert ok.finding("norm_before_residual").severity == "info"
+    assert ok.best_wiring == TRAIN
+
+    bad = _variant(demo, tmp_path, "nbr_flipped", tensors=scale)  # config.json keeps false
+    _, report = _run(bad, demo.train_samples)
+    f = report.finding("norm_before_residual")
+    assert f.severity in ("error", "warning"), f.summary
+    assert '"norm_before_residual": true' in f.fix
+    assert f.evidence["config_fix"] == {"norm_before_residual": True}
+    assert report.recommended_wiring == TRAIN  # searched again under the corrected flag
+
+
+def test_d2t_absolute(demo, tmp_path):
+    bad = _variant(
+        demo, tmp_path, "d2t", tensors=lambda w: {"d2t": torch.arange(w["d2t"].numel()) + w["d2t"]}
+    )
+    _, report = _run(bad, demo.train_samples, 1)
+    f = report.finding("vocab_map")
+    assert f.severity == "error" and "absolute" in f.summary and "offsets" in f.fix
+
+
+def test_samples_one_position_off(demo, tmp_path):
+    out = tmp_path / "shifted"
+    out.mkdir()
+    for i in range(N):
+        d = torch.load(demo.train_samples / f"data_{i}.pt", weights_only=True)
+        # Hidden state t now sits beside token t+1: the capture lags the tokens by one.
+        torch.save(
+            {
+                "input_ids": d["input_ids"][1:],
+                "loss_mask": d["loss_mask"][1:],
+                "hidden_states": [h[:-1] for h in d["hidden_states"]],
+            },
+            out / f"data_{i}.pt",
+        )
+    shutil.copy(demo.train_samples / "data_config.json", out / "data_config.json")
+    _, report = _run(demo.draft, out)
+    f = report.finding("alignment")
+    assert f.severity in ("error", "warning") and f.evidence["shift"] == 1, f.summary
+    assert report.pairing_shift == 1
+    assert report.best_wiring == TRAIN  # the search reruns under the corrected pairing
+
+
+def test_serving_wiring_configured(demo, tmp_path):
+    bad = _variant(
+        demo,
+        tmp_path,
+        "serve",
+        config=lambda c: c.update(eagle_aux_hidden_state_layer_ids=[2, 4, 6]),
+    )
+    _, report = _run(bad, demo.train_samples)
+    assert report.configured_wiring == (1, 2, 3)
+    f = report.finding("wiring")
+    assert f.severity == "error" and f.wiring == TRAIN
+    assert "[L2, L4, L6]" in f.summary and "[0, 2, 4]" in f.fix and "[-1, 1, 3]" in f.fix
