@@ -1,0 +1,78 @@
+"""`eagle-inspect open`: the Textual app, in the terminal or (with --web) in a browser."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from inspector.commands.common import resolve_inputs
+
+
+def build_app(args: argparse.Namespace):
+    """The app for these arguments (inputs resolved; nothing heavy imported yet)."""
+    from inspector.tui.app import InspectorApp
+
+    inputs = resolve_inputs(args)
+    return InspectorApp(
+        inputs,
+        device=getattr(args, "device", "auto") or "auto",
+        dtype=getattr(args, "dtype", "auto") or "auto",
+        ttt_steps=getattr(args, "ttt_steps", 1) or 1,
+        wiring=getattr(args, "wiring", None),
+    )
+
+
+def web_command(args: argparse.Namespace) -> str:
+    """The shell command textual-serve runs per browser tab: this app without --web."""
+    argv = [sys.executable, "-m", "inspector", "open"]
+    if args.checkpoint is not None:
+        argv.append(str(Path(args.checkpoint).absolute()))
+    argv += [str(Path(s).absolute()) for s in args.samples or []]
+    for flag, value in (
+        ("--target", args.target),
+        ("--embed", args.embed),
+        ("--tokenizer", getattr(args, "tokenizer", None)),
+    ):
+        if value:
+            argv += [flag, str(Path(value).absolute())]
+    argv += ["--device", args.device, "--dtype", args.dtype, "--ttt-steps", str(args.ttt_steps)]
+    if getattr(args, "wiring", None):
+        argv += ["--wiring", args.wiring]
+    return shlex.join(argv)
+
+
+def run_open(args: argparse.Namespace) -> int:
+    resolve_inputs(args)  # a missing demo or SAMPLES fails here, before any UI
+    if getattr(args, "web", False):
+        try:
+            from textual_serve.server import Server
+        except ImportError:
+            print(
+                "eagle-inspect: error: --web needs textual-serve: pip install 'eagle3-inspector[web]'",
+                file=sys.stderr,
+            )
+            return 2
+        port = int(getattr(args, "port", 8000) or 8000)
+        print(
+            f"serving on http://localhost:{port} (each browser tab starts its own app and loads "
+            f"the draft); from another machine: ssh -L {port}:localhost:{port} HOST",
+            file=sys.stderr,
+        )
+        Server(web_command(args), host="localhost", port=port, title="eagle-inspect").serve()
+        return 0
+    # Progress bars of libraries must not draw over the screen.
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    app = build_app(args)
+    app.run()
+    code = int(app.return_code or 0)
+    if app.engine is not None and app.engine.alive:
+        # Quit while the device thread is still loading or computing: it cannot be interrupted,
+        # and an interpreter shutdown under a running torch call aborts noisily. Leave at once.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

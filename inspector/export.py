@@ -1,0 +1,158 @@
+"""JSON export of one sample's predictions under every wiring computed for it (the app's `e` key).
+
+The file goes into the current working directory, written atomically (a temporary file in the same
+folder, then os.replace), and never into a folder the inputs were read from: an export must not
+land among checkpoint or sample files that a trainer or server will later glob.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from inspector.errors import InputError
+
+FORMAT = "eagle-inspect-sample-export/1"
+
+
+def _clean(o: Any) -> Any:
+    """NaN/Inf -> None, recursively, so the file is strict JSON."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: _clean(v) for k, v in o.items()}
+    if isinstance(o, list | tuple):
+        return [_clean(v) for v in o]
+    return o
+
+
+def _folders(paths: Sequence[str | Path]) -> list[Path]:
+    out = []
+    for p in paths:
+        p = Path(p)
+        if any(c in str(p) for c in "*?["):  # a glob: its fixed leading folders
+            parts = []
+            for part in p.parts:
+                if any(c in part for c in "*?["):
+                    break
+                parts.append(part)
+            p = Path(*parts) if parts else Path(".")
+        if p.is_file() or (not p.exists() and p.suffix):
+            p = p.parent
+        out.append(p.resolve())
+    return out
+
+
+def check_out_dir(out_dir: Path, input_paths: Sequence[str | Path]) -> Path:
+    """out_dir resolved; InputError if it is, or lies inside, a folder an input came from."""
+    out = Path(out_dir).resolve()
+    for folder in _folders(input_paths):
+        if out == folder or folder in out.parents:
+            raise InputError(
+                out,
+                None,
+                f"refusing to export into input folder {folder}: run from another directory",
+            )
+    return out
+
+
+def export_filename(sample_index: int, sample_path: str) -> str:
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(sample_path).stem) or "sample"
+    return f"eagle-inspect-sample{sample_index:04d}-{stem}.json"
+
+
+def build_document(
+    predictions: Sequence[tuple[str, Any]],
+    *,
+    sample_index: int,
+    sample_path: str,
+    checkpoint: str,
+    layout: str,
+    slot_labels: Sequence[str],
+    ttt_steps: int,
+    device: str,
+    dtype: str,
+    input_ids: Sequence[int] | None = None,
+    decode: Callable[[int], str | None] | None = None,
+) -> dict:
+    """The export document. `predictions` holds (label, SamplePredictions) pairs."""
+    wirings = []
+    for label, pred in predictions:
+        positions = []
+        for sp in pred.steps:
+            for r in range(len(sp)):
+                d = sp.position_dict(r, sample_index)
+                if decode is not None:
+                    d["input_text"] = decode(d["input"])
+                    d["true_text"] = decode(d["true"])
+                    d["pred_text"] = decode(d["pred_target"])
+                positions.append(d)
+        wirings.append(
+            {
+                "wiring": list(pred.wiring.slots),
+                "slots": [
+                    slot_labels[i] if i < len(slot_labels) else f"s{i}" for i in pred.wiring.slots
+                ],
+                "label": label,
+                "steps": [m.to_dict() for m in pred.metrics],
+                "acceptance_length": pred.acceptance_length,
+                "positions": positions,
+            }
+        )
+    doc = {
+        "format": FORMAT,
+        "checkpoint": checkpoint,
+        "layout": layout,
+        "device": device,
+        "dtype": dtype,
+        "ttt_steps": ttt_steps,
+        "sample": {"index": sample_index, "path": sample_path},
+        "slots": list(slot_labels),
+        "wirings": wirings,
+    }
+    if input_ids is not None:
+        doc["sample"]["input_ids"] = [int(i) for i in input_ids]
+        if decode is not None:
+            doc["sample"]["tokens"] = [decode(int(i)) for i in input_ids]
+    return _clean(doc)
+
+
+def write_json_atomic(path: Path, doc: dict) -> Path:
+    """Write doc to path through a temporary file in the same folder and os.replace."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1, allow_nan=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def export_sample(
+    predictions: Sequence[tuple[str, Any]],
+    *,
+    sample_index: int,
+    sample_path: str,
+    input_paths: Sequence[str | Path],
+    out_dir: str | Path | None = None,
+    **meta: Any,
+) -> Path:
+    """Write the export for one sample into out_dir (default: the working directory); its path."""
+    out = check_out_dir(Path.cwd() if out_dir is None else Path(out_dir), input_paths)
+    doc = build_document(predictions, sample_index=sample_index, sample_path=sample_path, **meta)
+    return write_json_atomic(out / export_filename(sample_index, sample_path), doc)

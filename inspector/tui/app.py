@@ -1,0 +1,107 @@
+"""The inspector app: `InspectorApp(inputs, ...)`; the device thread starts after the first paint.
+
+Importing this module imports Textual and our widgets, never torch or numpy: the window paints
+first, then the device thread imports torch and loads the draft while the screen stays live.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from textual.app import App, SystemCommand
+from textual.screen import Screen
+
+from inspector.tui.engine import Engine, Loader, default_loader
+from inspector.tui.screens.main import ACTIONS, MainScreen
+
+if TYPE_CHECKING:
+    from inspector.commands.common import Inputs
+
+
+def input_paths_of(inputs: Inputs) -> list[str]:
+    """Every folder or file the app reads from (exports never go there)."""
+    paths = [str(inputs.checkpoint), *map(str, inputs.samples)]
+    for p in (inputs.target, inputs.embed, inputs.tokenizer):
+        if p is not None:
+            paths.append(str(p))
+    return paths
+
+
+class InspectorApp(App):
+    """Browse samples and positions of an EAGLE-3 draft, toggle the wiring, compare."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "eagle-inspect"
+
+    def __init__(
+        self,
+        inputs: Inputs | None = None,
+        *,
+        device: str = "auto",
+        dtype: str = "auto",
+        ttt_steps: int = 1,
+        wiring: str | None = None,
+        loader: Loader | None = None,
+        fill: bool = True,
+        input_paths: Sequence[str] | None = None,
+    ) -> None:
+        super().__init__()
+        if loader is None:
+            if inputs is None:
+                raise ValueError("InspectorApp needs inputs or a loader")
+            loader = default_loader(inputs, device=device, dtype=dtype, ttt_steps=ttt_steps)
+        if input_paths is None:
+            input_paths = input_paths_of(inputs) if inputs is not None else []
+        self.loader = loader
+        self.initial_wiring = wiring
+        self.fill = fill
+        self.input_paths = list(input_paths)
+        self.engine: Engine | None = None
+        self.t_created = time.perf_counter()
+        self.t_first_paint: float | None = None
+        self.torch_at_first_paint: bool | None = None
+        self.numpy_at_first_paint: bool | None = None
+
+    def get_default_screen(self) -> Screen:
+        return MainScreen()
+
+    @property
+    def main(self) -> MainScreen:
+        screen = self.screen_stack[0]
+        assert isinstance(screen, MainScreen)
+        return screen
+
+    def on_ready(self) -> None:
+        """First frame is on screen: now start the device thread (which imports torch)."""
+        self.t_first_paint = time.perf_counter()
+        self.torch_at_first_paint = "torch" in sys.modules
+        self.numpy_at_first_paint = "numpy" in sys.modules
+        self.engine = Engine(
+            self.main.post_message,
+            self.loader,
+            initial_wiring=self.initial_wiring,
+            fill=self.fill,
+            input_paths=self.input_paths,
+        )
+        self.engine.start()
+
+    def on_unmount(self) -> None:
+        if self.engine is not None:
+            self.engine.stop(timeout=0.5)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        if not isinstance(screen, MainScreen):
+            return
+        for action, (title, help_text) in ACTIONS.items():
+            yield SystemCommand(title, help_text, partial(self._palette_action, screen, action))
+
+    async def _palette_action(self, screen: MainScreen, action: str) -> Any:
+        if not screen.ready_for(action.split("(")[0]):
+            self.notify(f"{ACTIONS[action][0]}: not available yet")
+            return
+        await self.run_action(action, screen)

@@ -1,0 +1,1 @@
+"""Screens of the inspector app: main, help, wiring editor, go-to, doctor."""

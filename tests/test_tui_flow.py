@@ -1,0 +1,423 @@
+"""The app as a whole: the full flow against `eagle-inspect eval --json`, a live UI while the
+device is busy, errors that leave the app working, first paint before torch, --web."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from test_tui_support import (
+    DEMO,
+    GatedEvaluator,
+    demo_available,
+    demo_inputs,
+    make_app,
+    screen_text,
+    settle,
+    synthetic_inputs,
+    until,
+    widget_text,
+)
+
+from inspector.cli import main as cli_main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def syn(tmp_path_factory):
+    return synthetic_inputs(tmp_path_factory.mktemp("tui-flow"), n_samples=4, seq_len=48)
+
+
+def eval_json(capsys, inputs, *wirings: str, positions: bool = False, extra=()) -> dict:
+    argv = ["eval", str(inputs.checkpoint), *inputs.samples, "--json", *extra]
+    if inputs.target is not None:
+        argv += ["--target", str(inputs.target)]
+    for w in wirings:
+        argv += ["--wiring", w]
+    if positions:
+        argv.append("--positions")
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the app's device thread runs on 2 cores (one is the UI's)
+    try:
+        capsys.readouterr()
+        assert cli_main(argv) in (0, 1)
+        return json.loads(capsys.readouterr().out)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def fmt(c: dict) -> str:
+    pct = f"{100 * c['acc']:.1f}%" if c["acc"] is not None else "-"
+    return f"{c['hits']}/{c['total']} {pct}"
+
+
+def pick_position(v) -> int:
+    """A masked position a few steps into the sample (the 'known position' of the flow)."""
+    rows = v.masked_rows
+    return int(rows[min(5, len(rows) - 1)])
+
+
+@pytest.mark.parametrize(
+    "dataset",
+    [
+        "synthetic",
+        pytest.param(
+            "demo",
+            marks=pytest.mark.skipif(not demo_available(), reason="assets/demo not built"),
+        ),
+    ],
+)
+async def test_full_flow_matches_eval_json(dataset, syn, capsys):
+    """Open, go to a known position, press s: the accuracy bar shows exactly eval --json's
+    numbers; pin, toggle back to train: the flipped positions are listed and steppable."""
+    inputs = syn if dataset == "synthetic" else demo_inputs()
+    ref = eval_json(capsys, inputs, "train", "serve", positions=True)
+    train_r, serve_r = ref["wirings"]
+    app = make_app(inputs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        main = app.main
+        assert main.wiring == tuple(train_r["wiring"])
+        target = pick_position(main.view)
+        await pilot.press("g", *str(target), "enter")
+        assert main.rows[0] == target
+        assert f"pos {target} " in widget_text(app, "#detail")
+
+        await pilot.press("s")
+        await settle(pilot)
+        assert main.wiring == tuple(serve_r["wiring"])
+        bar = widget_text(app, "#accuracy")
+        s0 = serve_r["per_sample"][0]["steps"][0]
+        assert fmt(s0["all_tok"]) in bar  # this sample
+        assert fmt(s0["in_vocab"]) in bar
+        tot = serve_r["steps"][0]
+        assert fmt(tot["all_tok"]) in bar  # all samples
+        assert fmt(tot["in_vocab"]) in bar
+        assert f"all {ref['samples']} all-tok" in bar
+
+        # The position detail agrees with eval --positions at that position.
+        pos = next(p for p in serve_r["positions"] if p["sample"] == 0 and p["pos"] == target)
+        detail = widget_text(app, "#detail")
+        assert f"target {pos['true']}" in detail
+        assert f"target {pos['pred_target']}" in detail
+        assert f"true {pos['p_true']:.3f}" in detail
+
+        await pilot.press("p", "t")
+        await settle(pilot)
+        assert main.wiring == tuple(train_r["wiring"]) and main.ref == tuple(serve_r["wiring"])
+        hits = {}
+        for w in (train_r, serve_r):
+            hits[tuple(w["wiring"])] = {
+                p["pos"]: p["hit"] for p in w["positions"] if p["sample"] == 0 and p["step"] == 0
+            }
+        masked = {p["pos"] for p in train_r["positions"] if p["sample"] == 0 and p["masked"]}
+        flipped = sorted(
+            j
+            for j in masked
+            if hits[tuple(train_r["wiring"])][j] != hits[tuple(serve_r["wiring"])][j]
+        )
+        assert main.view.flipped_rows.tolist() == flipped
+        bar = widget_text(app, "#accuracy")
+        assert f"flipped vs ◆ {len(flipped)}" in bar
+        # both rows side by side: current (train) and the pinned reference (serve)
+        assert fmt(train_r["steps"][0]["all_tok"]) in bar and fmt(tot["all_tok"]) in bar
+        if flipped:
+            await pilot.press("home", "f")
+            first = flipped[0] if flipped[0] > 0 else flipped[min(1, len(flipped) - 1)]
+            assert main.rows[0] == first
+            assert str(first) in widget_text(app, "#accuracy")
+        # sample list: current, reference and Δ for sample 0
+        cur = train_r["per_sample"][0]["steps"][0]["all_tok"]["acc"]
+        lst = main.query_one("SampleList")
+        row = lst.get_row("0")
+        assert row[3].plain == f"{100 * cur:.1f}"
+
+
+async def test_ui_repaints_while_a_forward_runs(syn):
+    """The device thread is parked inside predict(); the screen still updates, keys still work,
+    held keys are coalesced into one forward, and stale results are not painted."""
+    from inspector.tui.engine import default_loader
+
+    base = default_loader(syn)
+    holder: dict = {}
+    calls: list = []
+
+    def loader(progress):
+        ev, decoder, notes = base(progress)
+        gated = GatedEvaluator(ev)
+        orig = gated.predict
+
+        def predict(i, w):
+            calls.append((i, w.slots))
+            return orig(i, w)
+
+        gated.predict = predict  # type: ignore[method-assign]
+        holder["ev"] = gated
+        return gated, decoder, notes
+
+    app = make_app(syn, loader=loader, fill=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, fill=False)
+        gated = holder["ev"]
+        # Every frame the compositor produces, as terminal output (headless apps discard it).
+        written: list[str] = []
+        real_display = app._display
+
+        def display(screen, renderable):
+            if renderable is not None and hasattr(renderable, "render_segments"):
+                written.append(renderable.render_segments(app.console))
+            return real_display(screen, renderable)
+
+        app._display = display  # type: ignore[method-assign]
+
+        gated.gate.clear()
+        gated.entered.clear()
+        calls.clear()
+        await pilot.press("s")  # serve: not cached, the forward blocks
+        await until(pilot, lambda: gated.entered.is_set())
+        await until(pilot, lambda: any("computing" in w for w in written))
+        assert app.main.pending
+        # Keys keep working while the device is busy: the cursor moves on the data shown.
+        r0 = app.main.rows[0]
+        written.clear()
+        await pilot.press("right")
+        await until(pilot, lambda: any(f"pos {r0 + 1}" in w for w in written))
+        await pilot.press("f1")
+        await until(pilot, lambda: any("Next miss" in w for w in written))
+        await pilot.press("escape")
+        # A held ] : three sample switches queue while blocked; only the last one is computed.
+        await pilot.press("right_square_bracket", "right_square_bracket", "right_square_bracket")
+        assert app.main.sample == 3
+        gen = app.main.gen
+        gated.gate.set()
+        await settle(pilot, fill=False)
+        assert app.main.view.sample == 3 and app.main.applied_gen == gen
+        assert app.main.view.wiring == app.main.session.presets["serve"]
+        computed = [i for i, _ in calls]
+        assert computed[0] == 0  # the blocked forward (sample 0 under serve)
+        assert 1 not in computed[:2] and 2 not in computed[:2]  # 1 and 2 were skipped
+        assert computed[1] == 3
+
+
+async def test_bad_sample_is_marked_and_the_app_keeps_working(tmp_path, capsys):
+    inputs = synthetic_inputs(tmp_path, n_samples=3, seq_len=40)
+    Path(inputs.samples[0], "data_1.pt").write_bytes(b"not a torch file")
+    ref = eval_json(capsys, inputs, "train")
+    app = make_app(inputs)
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await settle(pilot)
+        main = app.main
+        assert 1 in main.errors
+        lst = main.query_one("SampleList")
+        assert lst.get_row("1")[0].plain == "✗" and lst.get_row("1")[3].plain == "error"
+        assert any("sample #1 skipped" in m for m in main.messages)
+        assert app._notifications  # shown as a notification
+        # Totals skip the bad sample, as eval does.
+        assert fmt(ref["wirings"][0]["steps"][0]["all_tok"]) in widget_text(app, "#accuracy")
+        await pilot.press("right_square_bracket")
+        await settle(pilot)
+        assert main.sample == 1 and main.view is None
+        assert "sample #1: " in screen_text(app)
+        await pilot.press("right_square_bracket")
+        await settle(pilot)
+        assert main.view is not None and main.view.sample == 2
+        await pilot.press("right", "s")
+        await settle(pilot)
+        assert main.view.wiring == main.session.presets["serve"]
+
+
+async def test_out_of_memory_is_reported_and_retried(syn):
+    from inspector.tui.engine import default_loader
+
+    base = default_loader(syn)
+    fail = {"on": True}
+
+    def loader(progress):
+        ev, decoder, notes = base(progress)
+        gated = GatedEvaluator(ev)
+        orig = gated.predict
+
+        def predict(i, w):
+            if i == 1 and fail["on"]:
+                raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB")
+            return orig(i, w)
+
+        gated.predict = predict  # type: ignore[method-assign]
+        return gated, decoder, notes
+
+    app = make_app(syn, loader=loader, fill=False)
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await settle(pilot, fill=False)
+        await pilot.press("right_square_bracket")
+        await settle(pilot, fill=False)
+        main = app.main
+        assert any("out of device memory" in m for m in main.messages)
+        assert main.query_one("SampleList").get_row("1")[0].plain == "✗"
+        fail["on"] = False
+        await pilot.press("left_square_bracket", "right_square_bracket")
+        await settle(pilot, fill=False)
+        assert main.view is not None and main.view.sample == 1 and 1 not in main.errors
+
+
+async def test_bad_wiring_is_reported(syn):
+    app = make_app(syn, wiring="9,9,9", fill=False)
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await settle(pilot, fill=False)
+        main = app.main
+        assert any("--wiring 9,9,9" in m for m in main.messages)
+        assert main.wiring == main.session.presets["train"]  # fell back, still working
+        assert not main.set_wiring((0, 1))
+        assert any("bad wiring" in m for m in main.messages)
+
+
+async def test_load_failure_keeps_the_app_up(tmp_path):
+    from inspector.commands.common import Inputs
+
+    (tmp_path / "draft").mkdir()
+    (tmp_path / "draft" / "config.json").write_text("{not json")
+    inputs = Inputs(tmp_path / "draft", [str(tmp_path)], None, None, None, False)
+    app = make_app(inputs)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await until(pilot, lambda: app.main.status == "load failed")
+        assert "could not load" in screen_text(app)
+        await pilot.press("s", "right", "e", "f1")  # nothing to act on: no crash
+        await pilot.press("escape", "q")
+        await pilot.pause()
+        assert not app.is_running
+
+
+def test_first_paint_before_torch(syn):
+    """The first frame is drawn before torch (or numpy) is imported; torch loads afterwards."""
+    code = textwrap.dedent(
+        f"""
+        import sys, time
+        t0 = time.perf_counter()
+        from pathlib import Path
+        from inspector.commands.common import Inputs
+        from inspector.tui.app import InspectorApp
+        assert "torch" not in sys.modules
+        app = InspectorApp(Inputs(Path({str(syn.checkpoint)!r}), [{syn.samples[0]!r}], None, None, None, False))
+        async def auto(pilot):
+            while app.main.session is None:
+                await pilot.pause(0.05)
+            app.exit()
+        app.run(headless=True, size=(120, 40), auto_pilot=auto)
+        print(app.torch_at_first_paint, app.numpy_at_first_paint, round(app.t_first_paint - t0, 3))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert out.returncode == 0, out.stderr
+    torch_then, numpy_then, _ = out.stdout.split()
+    assert torch_then == "False" and numpy_then == "False"
+
+
+def test_open_with_missing_demo_fails_before_the_ui(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("EAGLE_INSPECT_DEMO", str(tmp_path))
+    assert cli_main(["open"]) == 2
+    assert "demo not found" in capsys.readouterr().err
+
+
+def test_web_serves_the_same_app(syn, monkeypatch):
+    import textual_serve.server
+
+    from inspector.cli import build_parser
+    from inspector.commands import open as open_cmd
+
+    seen = {}
+
+    class FakeServer:
+        def __init__(self, command, host, port, title=None):
+            seen.update(command=command, host=host, port=port)
+
+        def serve(self):
+            seen["served"] = True
+
+    monkeypatch.setattr(textual_serve.server, "Server", FakeServer)
+    args = build_parser().parse_args(
+        [
+            "open",
+            str(syn.checkpoint),
+            syn.samples[0],
+            "--web",
+            "--port",
+            "8123",
+            "--wiring",
+            "serve",
+        ]
+    )
+    assert open_cmd.run_open(args) == 0
+    assert seen["served"] and seen["host"] == "localhost" and seen["port"] == 8123
+    cmd = seen["command"]
+    assert "-m inspector open" in cmd and "--web" not in cmd and "--wiring serve" in cmd
+    assert str(Path(syn.checkpoint).absolute()) in cmd
+
+
+@pytest.mark.skipif(not demo_available(), reason="assets/demo not built")
+def test_bare_command_opens_the_demo(monkeypatch):
+    from inspector.cli import build_parser
+    from inspector.commands.open import build_app
+
+    app = build_app(build_parser().parse_args(["open"]))
+    assert Path(app.input_paths[0]) == DEMO / "draft"
+
+
+async def test_slot_panel_shows_norms_blocks_and_nonfinite(tmp_path):
+    import torch
+
+    from inspector.tui.view import fmt_norm
+
+    inputs = synthetic_inputs(tmp_path, n_samples=2, seq_len=40)
+    f = Path(inputs.samples[0], "data_0.pt")
+    data = torch.load(f, weights_only=True)
+    data["hidden_states"][3][20, 5] = float("inf")  # slot L6 (not fed under train) at position 20
+    torch.save(data, f)
+    app = make_app(inputs, fill=False)
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await settle(pilot, fill=False)
+        main = app.main
+        assert any("slot 3 contains NaN/Inf" in m for m in main.messages)
+        await pilot.press("g", "2", "0", "enter")
+        text = widget_text(app, "#slots")
+        assert "L6 ⚠" in text
+        l6 = text.splitlines()[4].replace("L6 ⚠", "L6").split()
+        assert l6[2:4] == ["Inf", "Inf"]  # the norm at the cursor and the masked mean
+        lines = {ln.split()[0]: ln.split() for ln in text.splitlines()[1:] if ln.strip()}
+        # The other slots: the engine's norms at the cursor, the fc block fed and its weight norm.
+        norms = main.view.data.slot_norms
+        fc = main.session.fc_norms
+        l2 = lines["L2"]
+        assert l2[1] == "2" and l2[2] == fmt_norm(norms[1, 20]) and l2[4] == "b1"
+        assert l2[5] == fmt_norm(fc[1])
+        assert lines["embed"][4] == "b0" and lines["L4"][4] == "b2"
+        await pilot.press("s")
+        await settle(pilot, fill=False)
+        text = widget_text(app, "#slots")
+        assert "—" in text.splitlines()[1]  # embed feeds nothing under serve
+
+
+async def test_ttt_steps_and_acceptance_length(syn, capsys):
+    ref3 = eval_json(capsys, syn, "train", extra=("--ttt-steps", "3"))["wirings"][0]
+    app = make_app(syn, ttt_steps=3)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        bar = widget_text(app, "#accuracy")
+        assert "all-tok s0..s2, τ" in bar
+        assert f"τ {ref3['acceptance_length']:.2f}" in bar
+        by_step = " ".join(f"{100 * s['all_tok']['acc']:.1f}" for s in ref3["steps"])
+        assert by_step in bar
+        assert "K=3" in screen_text(app)
+        assert "TTT" in widget_text(app, "#detail")

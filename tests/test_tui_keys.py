@@ -1,0 +1,462 @@
+"""Pilot tests: every key of the main screen and its dialogs, on a tiny synthetic draft."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pytest_asyncio
+from test_tui_support import make_app, screen_text, settle, synthetic_inputs, until, widget_text
+
+SIZE = (120, 40)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    return synthetic_inputs(tmp_path_factory.mktemp("tui-keys"), n_samples=3, seq_len=64)
+
+
+# One app for the whole module (starting one costs more than most key tests); every test starts
+# from the same state through reset().
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_app(inputs):
+    app = make_app(inputs, fill=True)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await settle(pilot)
+        assert app.main.session is not None, app.main.messages
+        yield app, pilot
+
+
+async def reset(app, pilot) -> None:
+    """Back to the opening state: main screen, sample 0, train wiring, nothing pinned."""
+    main = app.main
+    while len(app.screen_stack) > 1:
+        app.pop_screen()
+        await pilot.pause()
+    main.pins.clear()
+    main.mask_only = False
+    main.colour = "hit"
+    main.query_one("TokenStrip").set_mode("hit")
+    lst = main.query_one("SampleList")
+    lst.sort_mode = 0
+    lst.apply_sort()
+    main.rows.clear()
+    main.set_wiring(main.session.presets["train"])
+    main.set_sample(0)
+    main.gen += 1
+    main.view = None
+    main._request_view()
+    main.messages.clear()
+    main.set_focus(None)
+    await settle(pilot)
+
+
+@pytest.fixture
+async def opened(shared_app):
+    app, pilot = shared_app
+    await reset(app, pilot)
+    return app, pilot
+
+
+@pytest.fixture
+async def opened_fill(opened):
+    return opened
+
+
+def row(app) -> int:
+    return app.main.rows[app.main.sample]
+
+
+@pytest.mark.parametrize("key", ["right", "l"])
+async def test_next_position(opened, key):
+    app, pilot = opened
+    r0 = row(app)
+    await pilot.press(key)
+    assert row(app) == r0 + 1
+    assert app.main.query_one("TokenStrip").cursor == r0 + 3
+    assert f"pos {r0 + 1}" in widget_text(app, "#detail")
+
+
+@pytest.mark.parametrize("key", ["left", "h"])
+async def test_previous_position(opened, key):
+    app, pilot = opened
+    r0 = row(app)
+    await pilot.press(key)
+    assert row(app) == r0 - 1
+    assert f"pos {r0 - 1} " in widget_text(app, "#detail")
+
+
+async def test_home_end(opened):
+    app, pilot = opened
+    await pilot.press("end")
+    assert row(app) == app.main.view.n_rows - 1
+    await pilot.press("home")
+    assert row(app) == 0
+
+
+@pytest.mark.parametrize("key,delta", [("right_square_bracket", 1), ("left_square_bracket", -1)])
+async def test_sample_keys(opened, key, delta):
+    app, pilot = opened
+    if delta < 0:
+        await pilot.press("right_square_bracket")
+        await settle(pilot, fill=False)
+    s0 = app.main.sample
+    await pilot.press(key)
+    await settle(pilot, fill=False)
+    assert app.main.sample == s0 + delta
+    assert app.main.view.sample == s0 + delta
+    assert f"sample #{s0 + delta} of 3" in screen_text(app)
+
+
+@pytest.mark.parametrize("key", ["n", "f8"])
+async def test_next_miss(opened, key):
+    app, pilot = opened
+    v = app.main.view
+    r0 = row(app)
+    await pilot.press(key)
+    r1 = row(app)
+    assert r1 in set(v.miss_rows.tolist())
+    later = v.miss_rows[v.miss_rows > r0]
+    assert r1 == (int(later[0]) if len(later) else int(v.miss_rows[0]))
+
+
+@pytest.mark.parametrize("key", ["N", "shift+f8"])
+async def test_previous_miss(opened, key):
+    app, pilot = opened
+    v = app.main.view
+    await pilot.press("end")
+    r0 = row(app)
+    await pilot.press(key)
+    r1 = row(app)
+    earlier = v.miss_rows[v.miss_rows < r0]
+    assert r1 == int(earlier[-1])
+
+
+async def test_flip_keys_step_through_flipped_positions(opened):
+    app, pilot = opened
+    main = app.main
+    await pilot.press("f")  # nothing pinned yet: tells the user how
+    assert any("pin a reference" in m for m in main.messages)
+    await pilot.press("s", "p", "t")  # pin serve, back to train
+    await settle(pilot, fill=False)
+    assert main.ref == main.session.presets["serve"]
+    # Find a sample with flips (random drafts flip few positions).
+    for _ in range(3):
+        if len(main.view.flipped_rows):
+            break
+        await pilot.press("right_square_bracket")
+        await settle(pilot, fill=False)
+    flips = main.view.flipped_rows
+    assert len(flips), "no flipped position in any synthetic sample"
+    await pilot.press("home", "f")
+    assert row(app) == int(flips[0]) or (
+        int(flips[0]) == 0 and row(app) == int(flips[min(1, len(flips) - 1)])
+    )
+    text = widget_text(app, "#accuracy")
+    assert f"flipped vs ◆ {len(flips)}" in text
+    assert str(int(flips[0])) in text
+    await pilot.press("F")
+    assert row(app) in set(flips.tolist())
+
+
+async def test_goto(opened):
+    app, pilot = opened
+    await pilot.press("g")
+    assert type(app.screen).__name__ == "GotoScreen"
+    await pilot.press("1", "7", "enter")
+    assert type(app.screen).__name__ == "MainScreen"
+    assert row(app) == 17
+    await pilot.press("g", "9", "9", "9", "enter")
+    assert row(app) == 17
+    assert any("outside" in m for m in app.main.messages)
+    await pilot.press("g", "escape")
+    assert type(app.screen).__name__ == "MainScreen"
+
+
+async def test_wiring_editor(opened):
+    app, pilot = opened
+    main = app.main
+    w0 = main.wiring
+    await pilot.press("w")
+    assert type(app.screen).__name__ == "WiringEditor"
+    await pilot.press("down", "down", "right", "enter")  # block 2: next slot
+    await settle(pilot, fill=False)
+    assert main.wiring == (w0[0], w0[1], (w0[2] + 1) % 4)
+    assert main.view.wiring == main.wiring
+    await pilot.press("w", "s", "enter")  # the serve preset from inside the editor
+    await settle(pilot, fill=False)
+    assert main.wiring == main.session.presets["serve"]
+    await pilot.press("w", "0", "escape")  # cancelled: unchanged
+    assert main.wiring == main.session.presets["serve"]
+
+
+async def test_train_and_serve_presets(opened):
+    app, pilot = opened
+    main = app.main
+    await pilot.press("s")
+    await settle(pilot, fill=False)
+    serve = main.session.presets["serve"]
+    assert main.wiring == serve and main.view.wiring == serve
+    assert "fc ← [L2, L4, L6] serve" in screen_text(app)
+    await pilot.press("t")
+    await settle(pilot, fill=False)
+    assert main.wiring == main.session.presets["train"]
+    assert "fc ← [embed, L2, L4] train" in screen_text(app)
+
+
+async def test_pin_and_unpin(opened):
+    app, pilot = opened
+    main = app.main
+    await pilot.press("p")
+    await settle(pilot, fill=False)
+    assert main.pins == [main.wiring]
+    assert "ref ◆" in screen_text(app)
+    await pilot.press("p")
+    await settle(pilot, fill=False)
+    assert main.pins == []
+
+
+async def test_mask_toggle(opened):
+    app, pilot = opened
+    main = app.main
+    masked = set(main.view.masked_rows.tolist())
+    await pilot.press("home")
+    assert row(app) not in masked  # the synthetic prompt is unmasked
+    await pilot.press("m")
+    assert main.mask_only and row(app) in masked
+    for _ in range(3):
+        await pilot.press("right")
+        assert row(app) in masked
+    await pilot.press("home")
+    assert row(app) == min(masked)
+    strip = main.query_one("TokenStrip")
+    assert "⋯" in screen_text(app) and strip._show.count(True) == len(masked)
+    await pilot.press("m")
+    assert not main.mask_only
+
+
+async def test_colour_toggle(opened):
+    app, pilot = opened
+    await pilot.press("c")
+    assert app.main.colour == "p" and app.main.query_one("TokenStrip").mode == "p"
+    assert "colour p(true)" in screen_text(app)
+    await pilot.press("c")
+    assert app.main.colour == "hit"
+
+
+async def test_sort_cycle(opened_fill):
+    app, pilot = opened_fill
+    lst = app.main.query_one("SampleList")
+    seen = []
+    for _ in range(5):
+        await pilot.press("o")
+        seen.append(lst.sort_mode)
+    assert seen == [1, 2, 3, 4, 0]
+    await pilot.press("o", "o")  # by cur accuracy, lowest first
+    order = [int(lst.get_row_at(r)[1].plain) for r in range(lst.row_count)]
+    accs = [app.main.stats[(i, app.main.wiring)][0].all_tok.acc for i in order]
+    assert accs == sorted(accs)
+
+
+async def test_export(opened, tmp_path, monkeypatch):
+    app, pilot = opened
+    monkeypatch.chdir(tmp_path)
+    await pilot.press("s")
+    await settle(pilot, fill=False)
+    await pilot.press("e")
+    await until(pilot, lambda: any(m.startswith("exported to") for m in app.main.messages))
+    files = list(tmp_path.glob("eagle-inspect-sample*.json"))
+    assert len(files) == 1 and not list(tmp_path.glob(".*.tmp"))
+    doc = json.loads(files[0].read_text())
+    slots = {tuple(w["wiring"]) for w in doc["wirings"]}
+    assert {app.main.session.presets["train"], app.main.session.presets["serve"]} <= slots
+    n_rows = app.main.view.n_rows
+    assert all(len(w["positions"]) == n_rows for w in doc["wirings"])
+    assert doc["wirings"][0]["positions"][0]["true_text"] is not None
+
+
+async def test_export_refuses_input_folder(opened, inputs, monkeypatch):
+    app, pilot = opened
+    monkeypatch.chdir(inputs.samples[0])
+    await pilot.press("e")
+    await until(pilot, lambda: any("export failed" in m for m in app.main.messages))
+    assert not list(Path(inputs.samples[0]).glob("eagle-inspect*.json"))
+
+
+async def test_doctor_screen_applies_wiring(opened, monkeypatch):
+    import inspector.doctor as doctor_pkg
+    from inspector.doctor import Finding
+
+    app, pilot = opened
+    main = app.main
+    serve = main.session.presets["serve"]
+
+    class FakeReport:
+        best_wiring = serve
+        findings = [
+            Finding("fc_fingerprint", "info", "blocks look fine", {"x": 1}),
+            Finding("wiring", "error", "serving feeds the wrong slots", {}, "use serve", serve),
+        ]
+
+    calls = []
+
+    def fake_diagnose(ev, n_samples=4, **kw):
+        calls.append(n_samples)
+        return FakeReport()
+
+    monkeypatch.setattr(doctor_pkg, "diagnose", fake_diagnose)
+    await pilot.press("d")
+    await until(pilot, lambda: type(app.screen).__name__ == "DoctorScreen" and app.screen.report)
+    assert calls == [4]
+    text = screen_text(app)
+    assert "serving feeds the wrong slots" in text and "blocks look fine" in text
+    await pilot.press("down", "enter")
+    await settle(pilot, fill=False)
+    assert type(app.screen).__name__ == "MainScreen"
+    assert main.wiring == serve
+
+
+async def test_doctor_screen_without_doctor(opened, monkeypatch):
+    import sys
+
+    app, pilot = opened
+    monkeypatch.setitem(sys.modules, "inspector.doctor", None)  # import fails
+    await pilot.press("d")
+    await until(pilot, lambda: "not available" in screen_text(app))
+    await pilot.press("escape")
+    assert type(app.screen).__name__ == "MainScreen"
+
+
+@pytest.mark.parametrize("key", ["f1", "question_mark"])
+async def test_help(opened, key):
+    app, pilot = opened
+    await pilot.press(key)
+    assert type(app.screen).__name__ == "HelpScreen"
+    await until(pilot, lambda: "Next miss" in screen_text(app))
+    await pilot.press("escape")
+    assert type(app.screen).__name__ == "MainScreen"
+
+
+async def test_quit(inputs):
+    app = make_app(inputs, fill=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, fill=False)
+        await pilot.press("q")
+        await pilot.pause()
+        assert app.return_code == 0 and not app.is_running
+
+
+async def test_command_palette_runs_actions(opened):
+    app, pilot = opened
+    await pilot.press("ctrl+p")
+    await pilot.pause()
+    await pilot.press(*"serve preset")
+    await pilot.pause(0.3)
+    await pilot.press("enter")
+    await settle(pilot, fill=False)
+    assert app.main.wiring == app.main.session.presets["serve"]
+
+
+async def test_every_key_in_help_and_palette():
+    from inspector.tui.screens.help import keys_markdown
+    from inspector.tui.screens.main import ACTIONS, MainScreen
+
+    md = keys_markdown()
+    actions = {b.action for b in MainScreen.BINDINGS}
+    assert actions <= set(ACTIONS)
+    for a in actions:
+        assert ACTIONS[a][0] in md
+    for key in [
+        "←",
+        "→",
+        "`h`",
+        "`l`",
+        "[",
+        "]",
+        "`n`",
+        "F8",
+        "`N`",
+        "Shift+F8",
+        "`f`",
+        "`g`",
+        "`w`",
+        "`t`",
+        "`s`",
+        "`p`",
+        "`m`",
+        "`o`",
+        "`e`",
+        "`d`",
+        "F1",
+        "?",
+        "`q`",
+    ]:
+        assert key in md, key
+
+
+async def test_palette_lists_every_action(opened):
+    from inspector.tui.screens.main import ACTIONS
+
+    app, _ = opened
+    titles = {c.title for c in app.get_system_commands(app.main)}
+    assert {t for t, _ in ACTIONS.values()} <= titles
+
+
+async def test_click_on_token_moves_cursor(opened):
+    app, pilot = opened
+    strip = app.main.query_one("TokenStrip")
+    t = strip.token_at(0, 1)  # first token of the second line
+    assert t is not None
+    await pilot.click("TokenStrip", offset=(2, 2))  # border + padding
+    assert row(app) == t - 2
+
+
+async def test_sample_list_enter_opens_sample(opened):
+    app, pilot = opened
+    lst = app.main.query_one("SampleList")
+    lst.focus()
+    await pilot.press("down", "down", "enter")
+    await settle(pilot, fill=False)
+    assert app.main.sample == 2
+
+
+async def test_rows_are_predictions_of_token_j_plus_2(inputs):
+    """The strip marks token t with row t-2's prediction (position numbering of eval --positions)."""
+    from inspector.tui.view import ViewState, strip_marks
+    from inspector.tui.widgets.strip import HIT, NONE, PROMPT
+
+    class S:
+        pos = np.arange(4)
+        masked = np.array([False, True, True, True])
+        hit = np.array([True, True, False, False])
+        in_vocab = np.array([True, True, True, False])
+        p_true = np.array([0.9, 0.5, 0.05, 0.0])
+
+        def __len__(self):
+            return 4
+
+    class P:
+        steps = [S()]
+
+    class D:
+        length = 6
+        index = 0
+
+    kind, pbin, show = strip_marks(ViewState(D(), (0,), P()), mask_only=False)
+    assert kind == [NONE, NONE, PROMPT, HIT, 3, 4]
+    assert pbin == [0, 0, 9, 5, 0, 0]
+    _, _, show = strip_marks(ViewState(D(), (0,), P()), mask_only=True)
+    assert show == [False, False, False, True, True, True]
+
+
+async def test_click_on_list_header_sorts(opened):
+    app, pilot = opened
+    lst = app.main.query_one("SampleList")
+    await pilot.click("SampleList", offset=(15, 1))  # the cur% header (after the border)
+    assert lst.sort_mode == 2
+    assert "cur" in lst.border_title
