@@ -149,5 +149,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `eagle-inspect eval --json | head`
         sys.stderr.close()
         return 0
+    except (RuntimeError, MemoryError) as e:  # e.g. CUDA out of memory: one line, exit 1
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"eagle-inspect: failed: {first}", file=sys.stderr)
+        return 1
     parser.print_help()
     return 2

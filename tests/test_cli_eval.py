@@ -111,3 +111,17 @@ def test_usage_errors(golden, capsys):
     assert "slot 9 does not exist" in capsys.readouterr().err
     assert main(["eval", str(root / "checkpoint"), str(root / "samples"), "--dtype", "float8"]) == 2
     assert "unknown dtype" in capsys.readouterr().err
+
+
+def test_runtime_failure_exits_1_with_one_line(golden, capsys, monkeypatch):
+    from inspector import evaluate
+
+    def oom(*a, **k):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore detail")
+
+    monkeypatch.setattr(evaluate, "forward_steps", oom)
+    root = golden / "speculators-basic"
+    assert main(["eval", str(root / "checkpoint"), str(root / "samples")]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "eagle-inspect: failed: CUDA out of memory. Tried to allocate 2.00 GiB"
+    )
