@@ -183,16 +183,7 @@ class Report:
             "device": self.device,
             "dtype": self.dtype,
             "ttt_steps": self.ttt_steps,
-            "slots": [
-                {
-                    "index": i,
-                    "label": s.label,
-                    "hf_index": s.hf_index,
-                    "verifier": s.verifier,
-                    "post_norm": s.post_norm,
-                }
-                for i, s in enumerate(self.slots)
-            ],
+            "slots": [s.to_dict(i) for i, s in enumerate(self.slots)],
             "wirings": [w.to_dict() for w in self.wirings],
             "errors": [{"index": e.index, "path": e.path, "error": e.message} for e in self.errors],
         }

@@ -14,9 +14,17 @@ class SlotInfo:
     label: str  # "embed", "L3", "s2", "final(post-norm)"
     hf_index: int | None = None  # index into HF output_hidden_states, when known
     post_norm: bool = False  # the target's final state after its norm (SpecForge hidden_state)
-    verifier: bool = (
-        False  # the verifier's last state (teacher source), not an fc input in training
-    )
+    # The verifier's last state (the teacher's source), not an fc input in training.
+    verifier: bool = False
+
+    def to_dict(self, index: int) -> dict:
+        return {
+            "index": index,
+            "label": self.label,
+            "hf_index": self.hf_index,
+            "verifier": self.verifier,
+            "post_norm": self.post_norm,
+        }
 
 
 @dataclass

@@ -40,21 +40,31 @@ def resolve_inputs(args: argparse.Namespace) -> Inputs:
 
 
 def load_evaluator(
-    inputs: Inputs, *, device: str = "auto", dtype: str = "auto", ttt_steps: int = 1
+    inputs: Inputs,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    ttt_steps: int = 1,
+    strict: bool = True,
 ):
-    """Load everything onto the device and return an Evaluator (torch imported here, not before)."""
+    """Load everything onto the device and return an Evaluator (torch imported here, not before).
+
+    strict=False (the doctor) loads a faulty d2t or a missing head_dim so they can be reported.
+    """
     from inspector.evaluate import Evaluator, resolve_device
     from inspector.formats import SampleSet, load_draft, read_target_head
 
     dev = resolve_device(device)
     draft = load_draft(
-        inputs.checkpoint, embed=inputs.embed, target=inputs.target, dtype=dtype, device=dev
+        inputs.checkpoint,
+        embed=inputs.embed,
+        target=inputs.target,
+        dtype=dtype,
+        device=dev,
+        strict=strict,
     )
     samples = SampleSet(inputs.samples)
-    head = read_target_head(inputs.target) if inputs.target is not None else None
-    if head is not None:
-        head = head.to(dev)
-        head.lm_head = head.lm_head.to(draft.dtype)
-        if head.norm_weight is not None:
-            head.norm_weight = head.norm_weight.to(draft.dtype)
+    head = None
+    if inputs.target is not None:
+        head = read_target_head(inputs.target).to(dev, draft.dtype)
     return Evaluator(draft, samples, ttt_steps=ttt_steps, target_head=head)

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from inspector.commands.common import Inputs, resolve_inputs
+from inspector.commands.common import load_evaluator, resolve_inputs
 from inspector.errors import InputError
 
 STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -34,33 +34,6 @@ def parse_slot_layers(text: str | None) -> list[int] | None:
         ) from None
 
 
-def load_doctor_evaluator(
-    inputs: Inputs, *, device: str = "auto", dtype: str = "auto", ttt_steps: int = 1
-):
-    """Like `load_evaluator`, but the draft loads leniently: a faulty d2t or a missing head_dim
-    become findings instead of load errors."""
-    from inspector.evaluate import Evaluator, resolve_device
-    from inspector.formats import SampleSet, load_draft, read_target_head
-
-    dev = resolve_device(device)
-    draft = load_draft(
-        inputs.checkpoint,
-        embed=inputs.embed,
-        target=inputs.target,
-        dtype=dtype,
-        device=dev,
-        strict=False,
-    )
-    samples = SampleSet(inputs.samples)
-    head = read_target_head(inputs.target) if inputs.target is not None else None
-    if head is not None:
-        head = head.to(dev)
-        head.lm_head = head.lm_head.to(draft.dtype)
-        if head.norm_weight is not None:
-            head.norm_weight = head.norm_weight.to(draft.dtype)
-    return Evaluator(draft, samples, ttt_steps=ttt_steps, target_head=head)
-
-
 def run_doctor(args: argparse.Namespace) -> int:
     from inspector.doctor import diagnose, write_fixed
 
@@ -70,8 +43,9 @@ def run_doctor(args: argparse.Namespace) -> int:
     if n is None or n < 1:
         raise InputError(None, "--samples", "must be at least 1")
     err = Console(stderr=True)
-    ev = load_doctor_evaluator(
-        inputs, device=args.device, dtype=args.dtype, ttt_steps=args.ttt_steps
+    # Lenient: a faulty d2t or a missing head_dim become findings instead of load errors.
+    ev = load_evaluator(
+        inputs, device=args.device, dtype=args.dtype, ttt_steps=args.ttt_steps, strict=False
     )
     with Progress(
         TextColumn("{task.description}"),

@@ -111,16 +111,7 @@ class DoctorReport:
             "configured_wiring": list(self.configured_wiring) if self.configured_wiring else None,
             "pairing_shift": self.pairing_shift,
             "samples": list(self.sample_indices),
-            "slots": [
-                {
-                    "index": i,
-                    "label": s.label,
-                    "hf_index": s.hf_index,
-                    "verifier": s.verifier,
-                    "post_norm": s.post_norm,
-                }
-                for i, s in enumerate(self.slots)
-            ],
+            "slots": [s.to_dict(i) for i, s in enumerate(self.slots)],
             "wirings": [w.to_dict() for w in self.wirings],
             "findings": [f.to_dict() for f in self.findings],
             "serving_config": self.serving_config,

@@ -47,10 +47,10 @@ class TargetHead:
     rms_norm_eps: float
     path: str
 
-    def to(self, device: torch.device | str) -> TargetHead:
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> TargetHead:
         return TargetHead(
-            None if self.norm_weight is None else self.norm_weight.to(device),
-            self.lm_head.to(device),
+            None if self.norm_weight is None else self.norm_weight.to(device, dtype),
+            self.lm_head.to(device, dtype),
             self.rms_norm_eps,
             self.path,
         )
