@@ -295,4 +295,4 @@ def top1_accuracy(
         total += b[:, 1:].numel()
     labels = w[:, 1:].reshape(-1)
     common = torch.bincount(labels).max().item()
-    return {"top1": hits / total, "most_common_baseline": common / total, "tokens": total}
+    return {"top1": hits / total, "most_common_baseline": common / total, "eval_tokens": total}
