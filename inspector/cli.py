@@ -138,9 +138,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "demo":
             if args.demo_command != "build":
                 parser.parse_args(["demo", "--help"])
-            from inspector.demo.build import main as build_main
+            from inspector.demo.__main__ import main as demo_main
 
-            return build_main(args)
+            build_args = ["build", "--seed", str(args.seed)]
+            if args.out:
+                build_args += ["--out", args.out]
+            return demo_main(build_args)
     except InputError as e:
         print(f"eagle-inspect: error: {e}", file=sys.stderr)
         return 2

@@ -125,3 +125,12 @@ def test_runtime_failure_exits_1_with_one_line(golden, capsys, monkeypatch):
     assert capsys.readouterr().err.strip() == (
         "eagle-inspect: failed: CUDA out of memory. Tried to allocate 2.00 GiB"
     )
+
+
+def test_demo_build_subcommand_reaches_the_builder(monkeypatch, tmp_path):
+    import inspector.demo.build as demo_build
+
+    calls = []
+    monkeypatch.setattr(demo_build, "build", lambda out, seed=0, **kw: calls.append((out, seed)))
+    assert main(["demo", "build", "--out", str(tmp_path / "d"), "--seed", "3"]) == 0
+    assert calls == [(tmp_path / "d", 3)]
