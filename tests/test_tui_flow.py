@@ -202,7 +202,7 @@ async def test_ui_repaints_while_a_forward_runs(syn):
         assert app.main.view.wiring == app.main.session.presets["serve"]
         computed = [i for i, _ in calls]
         assert computed[0] == 0  # the blocked forward (sample 0 under serve)
-        assert 1 not in computed[:2] and 2 not in computed[:2]  # 1 and 2 were skipped
+        assert {1, 2}.isdisjoint(computed[:2])  # samples 1 and 2 were skipped
         assert computed[1] == 3
 
 
@@ -214,7 +214,7 @@ async def test_bad_sample_is_marked_and_the_app_keeps_working(tmp_path, capsys):
     async with app.run_test(size=(120, 40), notifications=True) as pilot:
         await settle(pilot)
         main = app.main
-        assert 1 in main.errors
+        assert set(main.errors) >= {1}  # sample 1 is marked
         lst = main.query_one("SampleList")
         assert lst.get_row("1")[0].plain == "✗" and lst.get_row("1")[3].plain == "error"
         assert any("sample #1 skipped" in m for m in main.messages)
