@@ -338,11 +338,12 @@ class Evaluator:
         y = sample.slots[vs].to(self.device, th.lm_head.dtype)
         if not sample.slot_info[vs].post_norm and th.norm_weight is not None:
             y = rms_norm(y, th.norm_weight, th.rms_norm_eps)
-        head_in_vocab = th.lm_head[self._d2t_abs]
         full, in_vocab = [], []
         for chunk in y.split(512):  # the full-vocab logits of a long sample would not fit at once
-            full.append((chunk @ th.lm_head.T).argmax(-1))
-            in_vocab.append(self._d2t_abs[(chunk @ head_in_vocab.T).argmax(-1)])
+            logits = chunk @ th.lm_head.T
+            full.append(logits.argmax(-1))
+            # The draft-vocab logits are a column subset: no second matmul, no copy of lm_head rows.
+            in_vocab.append(self._d2t_abs[logits[:, self._d2t_abs].argmax(-1)])
         result = (torch.cat(full).cpu().numpy(), torch.cat(in_vocab).cpu().numpy())
         self._verifier[index] = result
         return result

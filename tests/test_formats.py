@@ -14,6 +14,13 @@ from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
 from inspector.formats.checkpoint import canonical_name
 
+LLAMA3_SCALING = {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+
 
 def _golden_v1(golden, i=0):
     return torch.load(golden / "speculators-basic" / "samples" / f"data_{i}.pt", weights_only=True)
@@ -188,12 +195,7 @@ def test_rope_scaling_variants_change_logits_only_when_set(golden, tmp_path):
         RopeConfig(
             500000.0,
             "llama3",
-            {
-                "factor": 8.0,
-                "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 8192,
-            },
+            LLAMA3_SCALING,
         ),
         128,
     )
@@ -210,24 +212,13 @@ def test_rope_scaling_variants_change_logits_only_when_set(golden, tmp_path):
     cfg = json.loads((dst / "config.json").read_text())
     cfg.pop("rope_parameters")
     cfg["rope_theta"] = 500000.0
-    cfg["rope_scaling"] = {
-        "rope_type": "llama3",
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-    }
+    cfg["rope_scaling"] = {"rope_type": "llama3", **LLAMA3_SCALING}
     (dst / "config.json").write_text(json.dumps(cfg))
     d = load_draft(dst)
     assert d.config.rope == RopeConfig(
         500000.0,
         "llama3",
-        {
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8192,
-        },
+        LLAMA3_SCALING,
     )
     assert dataclasses.replace(d.config, rope=RopeConfig()).rope.theta == 10000.0
 
