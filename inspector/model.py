@@ -23,10 +23,13 @@ __all__ = [
     "DraftConfig",
     "RopeConfig",
     "VocabMap",
+    "apply_rope",
     "fc_input",
     "fc_project",
     "forward_steps",
+    "mlp",
     "rms_norm",
+    "rope_cos_sin",
     "rope_inv_freq",
 ]
 
@@ -109,7 +112,7 @@ def rope_inv_freq(
     return inv_freq, attn_factor
 
 
-def _rope_cos_sin(
+def rope_cos_sin(
     cfg: DraftConfig, positions: torch.Tensor, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     inv_freq, attn_factor = rope_inv_freq(cfg.rope, cfg.head_dim)
@@ -123,7 +126,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
-def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     # x [B, h, T, hd]; cos/sin [T, hd] (float32) -> computed in float32, cast back.
     return (x.float() * cos + _rotate_half(x.float()) * sin).to(x.dtype)
 
@@ -150,7 +153,7 @@ def fc_project(draft: Draft, g: torch.Tensor) -> torch.Tensor:
     return h
 
 
-def _mlp(x: torch.Tensor, w: dict[str, torch.Tensor], p: str) -> torch.Tensor:
+def mlp(x: torch.Tensor, w: dict[str, torch.Tensor], p: str) -> torch.Tensor:
     gate = x @ w[p + "mlp.gate_proj.weight"].T
     up = x @ w[p + "mlp.up_proj.weight"].T
     return (F.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
@@ -231,8 +234,8 @@ def _layer(
         a = rms_norm(hidden, w[p + "input_layernorm.weight"], eps)
         residual = hidden
     q, k, v = _project_qkv(cfg, w, p, a)
-    q = _apply_rope(q, cos, sin)
-    k = _apply_rope(k, cos, sin)
+    q = apply_rope(q, cos, sin)
+    k = apply_rope(k, cos, sin)
     cache.keys.append(k)
     cache.values.append(v)
     o = _attention(cfg, q, cache)
@@ -244,7 +247,7 @@ def _layer(
     if p + "self_attn.o_proj.bias" in w:
         o = o + w[p + "self_attn.o_proj.bias"]
     u = residual + o
-    return u + _mlp(rms_norm(u, w[p + "post_attention_layernorm.weight"], eps), w, p)
+    return u + mlp(rms_norm(u, w[p + "post_attention_layernorm.weight"], eps), w, p)
 
 
 def forward_steps(
@@ -282,7 +285,7 @@ def forward_steps(
         tok_k = torch.zeros_like(tokens)
         tok_k[:, : r - k] = tokens[:, k:]
         embeds = F.embedding(tok_k, embed).to(hidden.dtype)
-        cos, sin = _rope_cos_sin(cfg, base_pos + k, h.device)
+        cos, sin = rope_cos_sin(cfg, base_pos + k, h.device)
         x = hidden
         for i in range(cfg.num_layers):
             x = _layer(cfg, w, i, x, embeds if i == 0 else None, cos, sin, caches[i])

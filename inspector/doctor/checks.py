@@ -417,9 +417,9 @@ def target_rope(ev: Evaluator, target_config: str | Path | None = None) -> RopeC
     except InputError:
         return None
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    from inspector.formats.checkpoint import _rope
+    from inspector.formats.checkpoint import rope_config
 
-    return _rope(text, cfg)
+    return rope_config(text, cfg)
 
 
 def _alternatives(draft: Draft, trope: RopeConfig | None) -> list[tuple[str, str, Draft, dict]]:

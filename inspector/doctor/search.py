@@ -28,14 +28,14 @@ from inspector.draft import Draft
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.metrics import Counts
-from inspector.model import (  # noqa: PLC2701 - the scorer reuses the layer's pieces
-    _apply_rope,
-    _mlp,
-    _rope_cos_sin,
+from inspector.model import (
+    apply_rope,
     fc_input,
     fc_project,
     forward_steps,
+    mlp,
     rms_norm,
+    rope_cos_sin,
 )
 from inspector.wiring import Wiring
 
@@ -133,7 +133,7 @@ class _SharedInputs:
             if bias is not None:
                 self.e_part[n] = self.e_part[n] + bias
         pos = torch.arange(r, device=tokens.device) + position_offset
-        self.cos, self.sin = _rope_cos_sin(cfg, pos, tokens.device)
+        self.cos, self.sin = rope_cos_sin(cfg, pos, tokens.device)
 
 
 def _step0_logits(
@@ -157,8 +157,8 @@ def _step0_logits(
     if p + "self_attn.q_norm.weight" in w:
         q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
         k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
-    q = _apply_rope(q.transpose(1, 2), shared.cos[rows], shared.sin[rows])
-    k = _apply_rope(k.transpose(1, 2), shared.cos, shared.sin)
+    q = apply_rope(q.transpose(1, 2), shared.cos[rows], shared.sin[rows])
+    k = apply_rope(k.transpose(1, 2), shared.cos, shared.sin)
     v = v.transpose(1, 2)
     rep = nh // nkv
     k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
@@ -169,7 +169,7 @@ def _step0_logits(
         o = o + w[p + "self_attn.o_proj.bias"]
     residual = hn_rows if cfg.norm_before_residual else h[:, rows]
     u = residual + o
-    z = u + _mlp(rms_norm(u, w[p + "post_attention_layernorm.weight"], eps), w, p)
+    z = u + mlp(rms_norm(u, w[p + "post_attention_layernorm.weight"], eps), w, p)
     normed = rms_norm(z, w["norm.weight"], eps)
     return (normed @ w["lm_head.weight"].T).float()
 

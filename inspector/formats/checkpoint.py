@@ -43,7 +43,7 @@ def _layer_config(config: dict) -> tuple[dict, str]:
     return config, "specforge"
 
 
-def _rope(layer_cfg: dict, top: dict) -> RopeConfig:
+def rope_config(layer_cfg: dict, top: dict) -> RopeConfig:
     params = layer_cfg.get("rope_parameters")
     legacy_scaling = layer_cfg.get("rope_scaling") or top.get("rope_scaling")
     theta = layer_cfg.get("rope_theta", top.get("rope_theta"))
@@ -200,7 +200,7 @@ def load_draft(
         head_dim=hd,
         intermediate_size=inter,
         rms_norm_eps=float(layer_cfg.get("rms_norm_eps", 1e-6)),
-        rope=_rope(layer_cfg, config),
+        rope=rope_config(layer_cfg, config),
         vocab_size=vocab,
         draft_vocab_size=int(draft_vocab),
         num_layers=num_layers,
