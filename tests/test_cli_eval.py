@@ -114,12 +114,12 @@ def test_usage_errors(golden, capsys):
 
 
 def test_runtime_failure_exits_1_with_one_line(golden, capsys, monkeypatch):
-    from inspector import evaluate
+    from inspector.evaluate import evaluator as evaluator_module
 
     def oom(*a, **k):
         raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore detail")
 
-    monkeypatch.setattr(evaluate, "forward_steps", oom)
+    monkeypatch.setattr(evaluator_module, "iter_steps", oom)
     root = golden / "speculators-basic"
     assert main(["eval", str(root / "checkpoint"), str(root / "samples")]) == 1
     assert capsys.readouterr().err.strip() == (

@@ -1,4 +1,4 @@
-"""Accuracy counts and their aggregation (DESIGN.md §5). Pure Python: no torch here."""
+"""Accuracy counts and their aggregation. Pure Python: no torch here."""
 
 from __future__ import annotations
 
@@ -36,7 +36,11 @@ class StepMetrics:
     coverage: share of true tokens inside the draft vocab (hits = in-vocab count).
     cond: P(step k hit | steps < k hit at the same row): the chain a greedy drafter runs.
     verifier_a / verifier_b: speculators-style (argmax of the verifier within the draft vocab) and
-      EAGLE-style (verifier's full argmax, must be in vocab, over all masked) matches; with --target.
+      EAGLE-style (verifier's full argmax, must be in vocab, over all masked) matches on our rows;
+      with --target.
+    spec_full / spec_cond / specforge: the trainers' own metrics with their own row conventions
+      (`inspector.metrics.trainers`): speculators full_acc_k (cumulative) and cond_acc_k, SpecForge
+      acc_k; with the verifier (--target).
     """
 
     step: int
@@ -46,6 +50,9 @@ class StepMetrics:
     cond: Counts = field(default_factory=Counts)
     verifier_a: Counts | None = None
     verifier_b: Counts | None = None
+    spec_full: Counts | None = None
+    spec_cond: Counts | None = None
+    specforge: Counts | None = None
 
     def __add__(self, other: StepMetrics) -> StepMetrics:
         def opt(a: Counts | None, b: Counts | None) -> Counts | None:
@@ -61,7 +68,14 @@ class StepMetrics:
             self.cond + other.cond,
             opt(self.verifier_a, other.verifier_a),
             opt(self.verifier_b, other.verifier_b),
+            opt(self.spec_full, other.spec_full),
+            opt(self.spec_cond, other.spec_cond),
+            opt(self.specforge, other.specforge),
         )
+
+    @property
+    def has_trainer(self) -> bool:
+        return self.spec_full is not None or self.specforge is not None
 
     def to_dict(self) -> dict:
         d = {
@@ -77,6 +91,16 @@ class StepMetrics:
             d["verifier_match_speculators"] = self.verifier_a.to_dict()
         if self.verifier_b is not None:
             d["verifier_match_eagle"] = self.verifier_b.to_dict()
+        if self.has_trainer:
+            trainer: dict = {}
+            if self.spec_full is not None and self.spec_cond is not None:
+                trainer["speculators"] = {
+                    "full_acc": self.spec_full.to_dict(),
+                    "cond_acc": self.spec_cond.to_dict(),
+                }
+            if self.specforge is not None:
+                trainer["specforge"] = {"acc": self.specforge.to_dict()}
+            d["trainer"] = trainer
         return d
 
 

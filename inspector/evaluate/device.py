@@ -1,0 +1,46 @@
+"""Which device to run on, and what an out-of-memory error looks like on it."""
+
+from __future__ import annotations
+
+import torch
+
+from inspector.errors import InputError
+
+
+def resolve_device(name: str | None) -> torch.device:
+    """auto -> the first CUDA device when there is one, else CPU."""
+    if name in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise InputError(
+            None, "--device", f"{name!r}: expected auto, cpu, cuda or cuda:N"
+        ) from None
+    if dev.type not in ("cpu", "cuda"):
+        raise InputError(None, "--device", f"{name!r}: expected auto, cpu, cuda or cuda:N")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(None, "--device", f"{name} requested but CUDA is not available")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise InputError(
+                None, "--device", f"{name}: only {torch.cuda.device_count()} CUDA device(s)"
+            )
+    return dev
+
+
+def is_oom(e: BaseException) -> bool:
+    """A device (or host) allocation failure, whatever torch version raised it."""
+    if isinstance(e, MemoryError):
+        return True
+    oom_type = getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom_type is not None and isinstance(e, oom_type):
+        return True
+    text = str(e).lower()
+    return isinstance(e, RuntimeError) and ("out of memory" in text or "failed to allocate" in text)
+
+
+def release_cached(device: torch.device) -> None:
+    """Hand the allocator's cached blocks back after an out-of-memory error."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

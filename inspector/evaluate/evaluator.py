@@ -1,0 +1,387 @@
+"""The Evaluator: runs a draft over a sample set, one sample at a time, in bounded memory.
+
+fc is linear, so fc(cat(s_a, s_b, s_c)) = W0 s_a + W1 s_b + W2 s_c: each (block, slot) projection is
+computed once per sample and any wiring is a sum of cached projections. Only the layer after fc
+runs again when the wiring changes.
+
+Memory: what is kept between samples sits in byte-bounded caches (`inspector.cache.ByteLRU`, sized
+by a `MemoryBudget`); the working memory of one sample is linear in its length (the attention never
+builds a [T, T] matrix, the logits are computed in row chunks and reduced to per-row numbers at
+once). When the device runs out of memory, the sample is retried with smaller chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from inspector.cache import ByteLRU
+from inspector.draft import Draft
+from inspector.errors import InputError
+from inspector.evaluate.device import is_oom, release_cached
+from inspector.evaluate.predictions import (
+    TOP_K,
+    SamplePredictions,
+    StepPredictions,
+    step_metrics,
+)
+from inspector.evaluate.report import Report, SampleError, WiringReport
+from inspector.formats.samples import SampleSet
+from inspector.formats.target import TargetHead
+from inspector.memory import MemoryBudget, resolve_budget
+from inspector.metrics import StepMetrics, sum_steps
+from inspector.model import (
+    DEFAULT_CHUNKING,
+    Chunking,
+    draft_logits,
+    fc_input,
+    fc_project,
+    iter_steps,
+    rms_norm,
+)
+from inspector.sample import Sample, SlotInfo
+from inspector.wiring import Wiring, parse_wiring
+
+OOM_RETRIES = (2, 4, 8, 16)  # chunk divisors tried after an out-of-memory error
+
+
+class Evaluator:
+    """Runs a draft over a sample set, caching per-sample projections and per-wiring predictions.
+
+    Not thread-safe by design: one thread (the app's worker, or the CLI) owns the device.
+    """
+
+    def __init__(
+        self,
+        draft: Draft,
+        samples: SampleSet,
+        *,
+        ttt_steps: int = 1,
+        target_head: TargetHead | None = None,
+        position_offset: int = 1,
+        budget: MemoryBudget | None = None,
+    ) -> None:
+        if ttt_steps < 1:
+            raise InputError(None, "--ttt-steps", "must be at least 1")
+        self.draft = draft
+        self.samples = samples
+        self.ttt_steps = ttt_steps
+        self.device = draft.device
+        self.target_head = target_head.to(self.device) if target_head is not None else None
+        self.position_offset = position_offset
+        self.budget = budget if budget is not None else resolve_budget(None, self.device)
+        self.chunking = DEFAULT_CHUNKING
+        self._t2d_map = draft.vocab.target_to_draft.to(self.device)
+        self._d2t_abs = draft.vocab.draft_to_target.to(self.device)
+        self._linear_fc = not draft.config.norm_before_fc
+        # Contiguous transposed fc blocks: a strided column slice would be copied on every matmul.
+        self._fc_blocks_t = [draft.fc_block(b).T.contiguous() for b in range(self.n_blocks)]
+        b = self.budget
+        self._dev_slots: ByteLRU[tuple[int, int], torch.Tensor] = ByteLRU(
+            b.device_share("device_slots")
+        )
+        self._proj: ByteLRU[tuple[int, int, int], torch.Tensor] = ByteLRU(
+            b.device_share("projections")
+        )
+        self._verifier: ByteLRU[int, tuple[np.ndarray, np.ndarray] | None] = ByteLRU(
+            b.host_share("verifier")
+        )
+        self._preds: ByteLRU[tuple[int, tuple[int, ...], int], SamplePredictions] = ByteLRU(
+            b.host_share("predictions")
+        )
+
+    # --- metadata -------------------------------------------------------------------------
+    @property
+    def n_blocks(self) -> int:
+        return self.draft.config.num_fc_blocks
+
+    @property
+    def slot_info(self) -> list[SlotInfo]:
+        return self.samples.slot_info
+
+    @property
+    def has_verifier(self) -> bool:
+        """Whether the trainers' metrics can be computed (they need the verifier's head)."""
+        return self.target_head is not None
+
+    def wiring(self, spec: str | Sequence[int]) -> Wiring:
+        return parse_wiring(spec, self.slot_info, self.n_blocks)
+
+    def cache_bytes(self) -> dict[str, int]:
+        """Bytes held per cache (for the benchmarks and the app's status)."""
+        return {
+            "device_slots": self._dev_slots.bytes,
+            "projections": self._proj.bytes,
+            "verifier": self._verifier.bytes,
+            "predictions": self._preds.bytes,
+        }
+
+    # --- per-sample device tensors and caches --------------------------------------------------
+    def sample(self, index: int) -> Sample:
+        return self.samples[index]
+
+    def keep_warm(self, index: int) -> None:
+        """Mark sample `index` most recently used in the per-sample caches (device slots, fc
+        projections), so background work on other samples (the app's prefetch and set-wide fill)
+        does not evict the sample on screen; a no-op for a sample not cached."""
+        self._dev_slots.touch_where(lambda key: key[0] == index)
+        self._proj.touch_where(lambda key: key[0] == index)
+
+    def _slot(self, index: int, slot: int) -> torch.Tensor:
+        def make() -> torch.Tensor:
+            s = self.samples[index]
+            ht = self.draft.config.target_hidden_size
+            t = s.slots[slot]
+            if t.shape[-1] != ht:
+                raise InputError(
+                    s.path,
+                    f"hidden_states[{slot}]",
+                    f"width {t.shape[-1]} but the draft's fc expects target_hidden_size {ht}",
+                )
+            return t.to(self.device, self.draft.dtype, non_blocking=True)
+
+        return self._dev_slots.get_or_make((index, slot), make)
+
+    def _projection(self, index: int, block: int, slot: int) -> torch.Tensor:
+        """W_block @ slot (with the block's fc_norm when the draft has one), cached per sample."""
+
+        def make() -> torch.Tensor:
+            s = self._slot(index, slot)
+            cfg = self.draft.config
+            if cfg.fc_norm:
+                s = rms_norm(s, self.draft.weights[f"fc_norm.{block}.weight"], cfg.rms_norm_eps)
+            return s @ self._fc_blocks_t[block]
+
+        return self._proj.get_or_make((index, block, slot), make)
+
+    @torch.inference_mode()
+    def fc_output(self, index: int, wiring: Wiring) -> torch.Tensor:
+        """h = fc(g) for the wired slots, [T, H]."""
+        if self._linear_fc:
+            h = self._projection(index, 0, wiring.slots[0])
+            for b, s in enumerate(wiring.slots[1:], start=1):
+                h = h + self._projection(index, b, s)
+            if "fc.bias" in self.draft.weights:
+                h = h + self.draft.weights["fc.bias"]
+            return h
+        slots = [self._slot(index, i) for i in wiring.slots]
+        return fc_project(self.draft, fc_input(self.draft, slots))
+
+    @torch.inference_mode()
+    def slot_projection_norms(self, index: int) -> np.ndarray:
+        """Mean L2 norm of W_b @ slot_s over masked positions, [N blocks, S slots] (fc fingerprint)."""
+        s = self.samples[index]
+        mask = s.loss_mask.bool().to(self.device)
+        out = np.zeros((self.n_blocks, len(s.slots)))
+        for b in range(self.n_blocks):
+            for j in range(len(s.slots)):
+                n = self._projection(index, b, j).float().norm(dim=-1)
+                out[b, j] = float(n[mask].mean()) if bool(mask.any()) else float(n.mean())
+        return out
+
+    def slot_norms(self, index: int) -> np.ndarray:
+        """Per-position L2 norm of every slot, [S, T] float32 (NaN/Inf propagate)."""
+        s = self.samples[index]
+        return torch.stack([t.float().norm(dim=-1) for t in s.slots]).numpy()
+
+    @torch.inference_mode()
+    def verifier_argmax(self, index: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """(full-vocab argmax, argmax within the draft vocab as target ids) at every position, from
+        the verifier's last state; None without a target head or a verifier slot."""
+        if self.target_head is None:
+            return None
+        cached = self._verifier.get(index, False)
+        if cached is not False:
+            return cached  # type: ignore[return-value]
+        sample = self.samples[index]
+        vs = sample.verifier_slot
+        if vs is None:
+            return self._verifier.put(index, None)
+        th = self.target_head
+        y = sample.slots[vs].to(self.device, th.lm_head.dtype)
+        if not sample.slot_info[vs].post_norm and th.norm_weight is not None:
+            y = rms_norm(y, th.norm_weight, th.rms_norm_eps)
+        rows = self.chunking.logit_rows(th.lm_head.shape[0])
+        full, in_vocab = [], []
+        for chunk in y.split(rows):  # the full-vocab logits of a long sample would not fit at once
+            logits = chunk @ th.lm_head.T
+            full.append(logits.argmax(-1))
+            # The draft-vocab logits are a column subset: no second matmul, no copy of lm_head rows.
+            in_vocab.append(self._d2t_abs[logits[:, self._d2t_abs].argmax(-1)])
+        result = (torch.cat(full).cpu().numpy(), torch.cat(in_vocab).cpu().numpy())
+        return self._verifier.put(index, result)
+
+    # --- predictions ---------------------------------------------------------------------------
+    def predict(self, index: int, wiring: Wiring) -> SamplePredictions:
+        """Every step's per-position predictions of sample `index` under `wiring` (cached)."""
+        key = (index, wiring.slots, self.ttt_steps)
+        cached = self._preds.get(key)
+        if cached is not None:
+            return cached
+        chunking = self.chunking
+        for divisor in (1, *OOM_RETRIES):
+            try:
+                result = self._predict(index, wiring, chunking.smaller(divisor))
+                break
+            except Exception as e:
+                if not is_oom(e) or divisor == OOM_RETRIES[-1]:
+                    raise
+                # Free what other samples keep on the device, then retry in smaller chunks.
+                self._dev_slots.pop_where(lambda k: k[0] != index)
+                self._proj.pop_where(lambda k: k[0] != index)
+                release_cached(self.device)
+        return self._preds.put(key, result)
+
+    @torch.inference_mode()
+    def _predict(self, index: int, wiring: Wiring, chunking: Chunking) -> SamplePredictions:
+        sample = self.samples[index]
+        t = sample.length
+        ids = sample.input_ids.to(self.device)
+        h = self.fc_output(index, wiring)[: t - 1]
+        steps = min(self.ttt_steps, t - 2)
+        verifier = self.verifier_argmax(index)
+        mask = sample.loss_mask.to(self.device).bool()
+        chunk_rows = chunking.logit_rows(self.draft.config.draft_vocab_size)
+        step_preds: list[StepPredictions] = []
+        for k, z in iter_steps(
+            self.draft, h, ids[1:], steps, self.position_offset, chunking=chunking
+        ):
+            step_preds.append(self._step_predictions(k, z, ids, mask, verifier, chunk_rows))
+        del h
+        metrics = step_metrics(step_preds, sample.loss_mask.numpy().astype(bool), verifier)
+        return SamplePredictions(index, sample.path, wiring, step_preds, metrics)
+
+    def _step_predictions(
+        self,
+        k: int,
+        z: torch.Tensor,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        verifier: tuple[np.ndarray, np.ndarray] | None,
+        chunk_rows: int,
+    ) -> StepPredictions:
+        """Reduce step k's output z (rows 0..T-2-k) to per-row numbers, chunk by chunk."""
+        n = z.shape[0] - 1  # rows j = 0..T-3-k have a true label x_{j+2+k}; row n is the tail
+        rows = torch.arange(n, device=ids.device)
+        true = ids[rows + 2 + k]
+        true_draft = self._t2d_map[true]
+        in_vocab = true_draft >= 0
+        safe_true = true_draft.clamp(min=0)
+        kk = min(TOP_K, self.draft.config.draft_vocab_size)
+        parts: list[tuple[torch.Tensor, ...]] = []
+        tail = None
+        for a in range(0, n + 1, chunk_rows):
+            e = min(n + 1, a + chunk_rows)
+            logits = draft_logits(self.draft, z[a:e])
+            if e == n + 1:  # the tail row: its argmax only (the trainers count it)
+                tail = int(self._d2t_abs[logits[-1].argmax()])
+                logits = logits[:-1]
+                e = n
+            if e <= a:
+                continue
+            # Few passes over the [rows, D] logits: logsumexp, top-k (its first entry is the
+            # argmax), one comparison for the rank; probabilities only where they are shown.
+            lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+            top_logit, top_i = logits.topk(kk, dim=-1)
+            true_logit = logits.gather(1, safe_true[a:e, None])
+            rank = (logits > true_logit).sum(-1) + 1
+            parts.append((top_i, (top_logit - lse).exp(), (true_logit - lse)[:, 0], rank))
+        del z
+        if parts:
+            top_i, top_p, true_logp, rank = (torch.cat(x) for x in zip(*parts, strict=True))
+        else:
+            top_i = torch.zeros(0, kk, dtype=torch.long, device=ids.device)
+            top_p = torch.zeros(0, kk, device=ids.device)
+            true_logp = torch.zeros(0, device=ids.device)
+            rank = torch.zeros(0, dtype=torch.long, device=ids.device)
+        pred_draft = top_i[:, 0]
+        pred_target = self._d2t_abs[pred_draft]
+        p_true = torch.where(in_vocab, true_logp.exp(), 0.0)
+        loss = torch.where(in_vocab, -true_logp, float("nan"))
+
+        def np_(x: torch.Tensor) -> np.ndarray:
+            return x.cpu().numpy()
+
+        v_full = v_in = None
+        if verifier is not None:
+            v_full = verifier[0][1 + k : 1 + k + n]
+            v_in = verifier[1][1 + k : 1 + k + n]
+        return StepPredictions(
+            step=k,
+            pos=np_(rows),
+            input=np_(ids[rows + 1 + k]),
+            true=np_(true),
+            true_draft=np_(true_draft),
+            pred_draft=np_(pred_draft),
+            pred_target=np_(pred_target),
+            p_pred=np_(top_p[:, 0]),
+            p_true=np_(p_true),
+            rank_true=np_(torch.where(in_vocab, rank, -1)),
+            loss=np_(loss),
+            topk_target=np_(self._d2t_abs[top_i]),
+            topk_p=np_(top_p),
+            masked=np_(mask[rows + 1 + k]),
+            in_vocab=np_(in_vocab),
+            hit=np_(pred_target == true),
+            verifier_target=v_full,
+            verifier_in_vocab_target=v_in,
+            tail_pred_target=tail,
+        )
+
+    # --- whole-set evaluation ----------------------------------------------------------------
+    def run(
+        self,
+        wirings: Sequence[Wiring],
+        *,
+        limit: int | None = None,
+        positions: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+        labels: Sequence[str] | None = None,
+        indices: Sequence[int] | None = None,
+    ) -> Report:
+        """Evaluate samples 0..limit-1, or just `indices` (one rank's shard under torchrun)."""
+        n = len(self.samples) if limit is None else min(limit, len(self.samples))
+        todo = list(range(n)) if indices is None else [i for i in indices if i < n]
+        per_wiring: list[list[tuple[int, str, list[StepMetrics]]]] = [[] for _ in wirings]
+        pos_rows: list[list[dict]] = [[] for _ in wirings]
+        errors: list[SampleError] = []
+        for done, i in enumerate(todo, start=1):
+            try:
+                preds = [self.predict(i, w) for w in wirings]
+            except InputError as e:
+                # A bad sample is reported and skipped; the others still count.
+                errors.append(SampleError(i, str(self.samples.files[i]), str(e)))
+                preds = []
+            for w_idx, pred in enumerate(preds):
+                per_wiring[w_idx].append((i, pred.path, pred.metrics))
+                if positions:
+                    for sp in pred.steps:
+                        pos_rows[w_idx].extend(sp.position_dict(r, i) for r in range(len(sp)))
+            if progress is not None:
+                progress(done, len(todo))
+        info = self.slot_info
+        reports = [
+            WiringReport(
+                wiring=w,
+                label=(labels[w_idx] if labels else w.label(info)),
+                steps=sum_steps(s for _, _, s in per_wiring[w_idx]),
+                per_sample=per_wiring[w_idx],
+                positions=pos_rows[w_idx],
+            )
+            for w_idx, w in enumerate(wirings)
+        ]
+        return Report(
+            checkpoint=self.draft.path,
+            layout=self.draft.layout,
+            samples=len(todo) - len(errors),
+            sample_format=self.samples.format,
+            device=str(self.device),
+            dtype=str(self.draft.dtype).replace("torch.", ""),
+            ttt_steps=self.ttt_steps,
+            slots=info,
+            wirings=reports,
+            errors=errors,
+            verifier=self.target_head.path if self.target_head is not None else None,
+        )

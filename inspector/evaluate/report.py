@@ -1,0 +1,82 @@
+"""Whole-set results: per wiring, the summed counts and (optionally) every position."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from inspector.metrics import StepMetrics, acceptance_length, simulated_acc_len
+from inspector.sample import SlotInfo
+from inspector.wiring import Wiring
+
+
+@dataclass
+class WiringReport:
+    wiring: Wiring
+    label: str
+    steps: list[StepMetrics]
+    per_sample: list[tuple[int, str, list[StepMetrics]]] = field(default_factory=list)
+    positions: list[dict] = field(default_factory=list)
+
+    @property
+    def acceptance_length(self) -> float:
+        return acceptance_length(self.steps)
+
+    @property
+    def specforge_simulated_acc_len(self) -> float | None:
+        if not self.steps or any(s.specforge is None for s in self.steps):
+            return None
+        return simulated_acc_len([s.specforge.acc for s in self.steps])  # type: ignore[union-attr]
+
+    def to_dict(self) -> dict:
+        d = {
+            "wiring": list(self.wiring.slots),
+            "label": self.label,
+            "steps": [s.to_dict() for s in self.steps],
+            "acceptance_length": self.acceptance_length,
+            "per_sample": [
+                {"index": i, "path": p, "steps": [s.to_dict() for s in steps]}
+                for i, p, steps in self.per_sample
+            ],
+        }
+        if self.steps and self.steps[0].specforge is not None:
+            d["specforge_simulated_acc_len"] = self.specforge_simulated_acc_len
+        if self.positions:
+            d["positions"] = self.positions
+        return d
+
+
+@dataclass
+class SampleError:
+    index: int
+    path: str
+    message: str
+
+
+@dataclass
+class Report:
+    checkpoint: str
+    layout: str
+    samples: int
+    sample_format: str
+    device: str
+    dtype: str
+    ttt_steps: int
+    slots: list[SlotInfo]
+    wirings: list[WiringReport]
+    errors: list[SampleError] = field(default_factory=list)
+    verifier: str | None = None  # where the verifier's norm + lm_head came from, if anywhere
+
+    def to_dict(self) -> dict:
+        return {
+            "checkpoint": self.checkpoint,
+            "layout": self.layout,
+            "samples": self.samples,
+            "sample_format": self.sample_format,
+            "device": self.device,
+            "dtype": self.dtype,
+            "ttt_steps": self.ttt_steps,
+            "verifier": self.verifier,
+            "slots": [s.to_dict(i) for i, s in enumerate(self.slots)],
+            "wirings": [w.to_dict() for w in self.wirings],
+            "errors": [{"index": e.index, "path": e.path, "error": e.message} for e in self.errors],
+        }
