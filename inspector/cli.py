@@ -41,6 +41,12 @@ def _add_model_args(p: argparse.ArgumentParser, *, samples_optional: bool = True
         "--dtype", default="auto", help="auto (as stored) | float32 | bfloat16 | float16"
     )
     p.add_argument(
+        "--memory-budget",
+        metavar="SIZE",
+        help="memory the caches may keep, e.g. 8G or 30%% (of available RAM / free GPU memory); "
+        "default 25%% of RAM, 40%% of GPU memory (or $EAGLE_INSPECT_MEMORY_BUDGET)",
+    )
+    p.add_argument(
         "--ttt-steps",
         type=int,
         default=1,
@@ -72,6 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--positions", action="store_true", help="include every position in the JSON"
     )
     p_eval.add_argument("--per-sample", action="store_true", help="also print a per-sample table")
+    p_eval.add_argument(
+        "--metrics",
+        choices=("default", "ours", "speculators", "specforge", "all"),
+        default="default",
+        help="which accuracies the table shows: ours (what serving sees), the trainers' own "
+        "(what their logs show; need the verifier), or all; default: ours plus the trainer of "
+        "the checkpoint's layout",
+    )
 
     p_doc = sub.add_parser(
         "doctor",

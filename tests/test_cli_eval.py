@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from inspector.cli import main
 
 STEP_KEYS = {"step", "all_tok", "in_vocab", "coverage", "cond_acc"}
@@ -134,3 +136,58 @@ def test_demo_build_subcommand_reaches_the_builder(monkeypatch, tmp_path):
     monkeypatch.setattr(demo_build, "build", lambda out, seed=0, **kw: calls.append((out, seed)))
     assert main(["demo", "build", "--out", str(tmp_path / "d"), "--seed", "3"]) == 0
     assert calls == [(tmp_path / "d", 3)]
+
+
+def test_trainer_metrics_in_json_and_tables(capsys):
+    """The demo (its config points at its verifier): every step object carries the trainers'
+    metrics; the table shows the layout's trainer by default, all with --metrics all."""
+    assert main(["eval", "--json", "--ttt-steps", "2", "--limit", "3", "--wiring", "train"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    w = doc["wirings"][0]
+    for s in w["steps"]:
+        t = s["trainer"]
+        assert set(t) == {"speculators", "specforge"}
+        assert set(t["speculators"]) == {"full_acc", "cond_acc"} and set(t["specforge"]) == {"acc"}
+        assert set(t["speculators"]["full_acc"]) == {"hits", "total", "acc"}
+    accs = [s["trainer"]["specforge"]["acc"]["acc"] for s in w["steps"]]
+    assert w["specforge_simulated_acc_len"] == pytest.approx(accs[0] + accs[0] * accs[1])
+    # one more row per sample and step than ours: the row after each sample's last token
+    assert w["steps"][0]["trainer"]["speculators"]["full_acc"]["total"] == (
+        w["steps"][0]["all_tok"]["total"] + 3
+    )
+
+    assert main(["eval", "--limit", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "speculators' own metrics" in out and "full_acc_0" in out
+    assert "SpecForge's own" not in out and "simulated_acc_len" not in out
+    assert main(["eval", "--limit", "2", "--metrics", "all"]) == 0
+    out = capsys.readouterr().out
+    assert "full_acc_0" in out and "SpecForge's own" in out and "simulated_acc_len" in out
+    assert main(["eval", "--limit", "2", "--metrics", "ours"]) == 0
+    out = capsys.readouterr().out
+    assert "full_acc_0" not in out and "all-tok" in out
+
+
+def test_trainer_metrics_need_the_verifier(golden, capsys):
+    root = golden / "specforge-basic"
+    argv = ["eval", str(root / "checkpoint"), str(root / "samples")]
+    argv += ["--embed", str(root / "target_embed.safetensors")]
+    assert main([*argv, "--metrics", "specforge"]) == 0
+    cap = capsys.readouterr()
+    assert "acc_0" not in cap.out and "pass --target DIR" in cap.err
+    assert main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "trainer" not in doc["wirings"][0]["steps"][0]
+    assert "specforge_simulated_acc_len" not in doc["wirings"][0]
+
+
+def test_memory_budget_flag(golden, capsys, monkeypatch):
+    root = golden / "speculators-basic"
+    argv = ["eval", str(root / "checkpoint"), str(root / "samples"), "--json"]
+    assert main([*argv, "--memory-budget", "256M"]) == 0
+    ref = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--memory-budget", "lots"]) == 2
+    assert "--memory-budget" in capsys.readouterr().err
+    monkeypatch.setenv("EAGLE_INSPECT_MEMORY_BUDGET", "1%")
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["wirings"] == ref["wirings"]

@@ -46,6 +46,7 @@ def load_evaluator(
     dtype: str = "auto",
     ttt_steps: int = 1,
     strict: bool = True,
+    memory_budget: str | None = None,
 ):
     """Load everything onto the device and return an Evaluator (torch imported here, not before).
 
@@ -53,8 +54,10 @@ def load_evaluator(
     """
     from inspector.evaluate import Evaluator, resolve_device
     from inspector.formats import SampleSet, load_draft, read_target_head
+    from inspector.memory import resolve_budget
 
     dev = resolve_device(device)
+    budget = resolve_budget(memory_budget, dev)
     draft = load_draft(
         inputs.checkpoint,
         embed=inputs.embed,
@@ -67,4 +70,4 @@ def load_evaluator(
     head = None
     if inputs.target is not None:
         head = read_target_head(inputs.target).to(dev, draft.dtype)
-    return Evaluator(draft, samples, ttt_steps=ttt_steps, target_head=head)
+    return Evaluator(draft, samples, ttt_steps=ttt_steps, target_head=head, budget=budget)

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from inspector.commands.common import load_evaluator, resolve_inputs
 from inspector.evaluate import Report
@@ -21,7 +22,13 @@ def run_eval(args: argparse.Namespace) -> int:
     inputs = resolve_inputs(args)
     err = Console(stderr=True)
     dist_ctx, device = init_from_env(args.device)
-    ev = load_evaluator(inputs, device=device, dtype=args.dtype, ttt_steps=args.ttt_steps)
+    ev = load_evaluator(
+        inputs,
+        device=device,
+        dtype=args.dtype,
+        ttt_steps=args.ttt_steps,
+        memory_budget=getattr(args, "memory_budget", None),
+    )
     specs = args.wiring or ["train", "serve"]
     wirings = [ev.wiring(s) for s in specs]
     labels = [
@@ -60,6 +67,16 @@ def run_eval(args: argparse.Namespace) -> int:
         # Piped output (logs, CI) gets a wide console so the table never wraps mid-cell.
         out = Console() if sys.stdout.isatty() else Console(width=200)
         out.print(render_report(report))
+        families = trainer_families(getattr(args, "metrics", "default"), report.layout)
+        if families and not report_has_trainer(report):
+            err.print(
+                f"{' and '.join(families)}' own metrics (what a training log shows) need the "
+                "verifier's norm + lm_head: pass --target DIR",
+                highlight=False,
+            )
+        else:
+            for fam in families:
+                out.print(*render_trainer(report, fam))
         if args.per_sample:
             out.print(render_per_sample(report))
     return 0 if report.samples else 1
@@ -74,6 +91,7 @@ def _pct(c) -> str:
 
 
 def render_report(report: Report) -> Table:
+    """Ours: what serving sees (the true next token, out-of-draft-vocab tokens count as misses)."""
     title = escape(
         f"{report.checkpoint} ({report.layout}) on {report.samples} samples "
         f"({report.sample_format}), {report.device} {report.dtype}"
@@ -86,9 +104,6 @@ def render_report(report: Report) -> Table:
         table.add_column(f"all-tok s{k}" if k_max > 1 else "all-tok", justify="right")
     table.add_column("in-vocab", justify="right")
     table.add_column("coverage", justify="right")
-    has_verifier = any(w.steps and w.steps[0].verifier_a is not None for w in report.wirings)
-    if has_verifier:
-        table.add_column("verifier (spec/eagle)", justify="right")
     if k_max > 1:
         table.add_column("accept len", justify="right")
     for w in report.wirings:
@@ -99,14 +114,73 @@ def render_report(report: Report) -> Table:
         s0 = w.steps[0] if w.steps else None
         row.append(f"{s0.in_vocab.hits}/{s0.in_vocab.total} {_pct(s0.in_vocab)}" if s0 else "-")
         row.append(_pct(s0.coverage) if s0 else "-")
-        if has_verifier:
-            row.append(
-                f"{_pct(s0.verifier_a)} / {_pct(s0.verifier_b)}" if s0 and s0.verifier_a else "-"
-            )
         if k_max > 1:
             row.append(f"{w.acceptance_length:.2f}")
         table.add_row(*row)
     return table
+
+
+TRAINERS = ("speculators", "specforge")
+
+
+def trainer_families(choice: str, layout: str) -> list[str]:
+    """Which trainers' tables to show: `--metrics`, or by default the checkpoint layout's own."""
+    if choice in ("all",):
+        return list(TRAINERS)
+    if choice in TRAINERS:
+        return [choice]
+    if choice == "default" and layout in TRAINERS:
+        return [layout]
+    return []
+
+
+def report_has_trainer(report: Report) -> bool:
+    return any(w.steps and w.steps[0].has_trainer for w in report.wirings)
+
+
+TRAINER_HEADINGS = {
+    "speculators": (
+        "speculators' own metrics, as its training log shows them: full_acc_k is cumulative "
+        "(steps 0..k all match the verifier's argmax within the draft vocab), cond_acc_k is "
+        "conditional on steps < k"
+    ),
+    "specforge": (
+        "SpecForge's own metrics, as its training log shows them: acc_k per step against the "
+        "target's full-vocab argmax (teacher forced), simulated_acc_len = sum_k prod_m<=k acc_m"
+    ),
+}
+
+
+def render_trainer(report: Report, family: str) -> tuple[Text, Table]:
+    """The accuracies a trainer's own log shows for these samples, per step."""
+    k_max = max((len(w.steps) for w in report.wirings), default=0)
+    table = Table(header_style="bold")
+    table.add_column("wiring", no_wrap=True)
+    for k in range(k_max):
+        table.add_column(
+            f"full_acc_{k}" if family == "speculators" else f"acc_{k}", justify="right"
+        )
+    if family == "speculators":
+        for k in range(k_max):
+            table.add_column(f"cond_acc_{k}", justify="right")
+    else:
+        table.add_column("simulated_acc_len", justify="right")
+    for w in report.wirings:
+        name = w.label.split(" [")[0] if " [" in w.label else escape(w.wiring.label(report.slots))
+        row = [name]
+        if family == "speculators":
+            row += [_counts(s.spec_full) for s in w.steps] + [""] * (k_max - len(w.steps))
+            row += [_counts(s.spec_cond) for s in w.steps] + [""] * (k_max - len(w.steps))
+        else:
+            row += [_counts(s.specforge) for s in w.steps] + [""] * (k_max - len(w.steps))
+            acc_len = w.specforge_simulated_acc_len
+            row.append("-" if acc_len is None else f"{acc_len:.3f}")
+        table.add_row(*row)
+    return Text(TRAINER_HEADINGS[family], style="bold"), table
+
+
+def _counts(c) -> str:
+    return "-" if c is None else f"{c.hits}/{c.total} {_pct(c)}"
 
 
 def render_per_sample(report: Report) -> Table:
