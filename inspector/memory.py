@@ -120,3 +120,27 @@ def resolve_budget(spec: str | None = None, device: object = "cpu") -> MemoryBud
         dev = parse_size(spec, dev_free, what=what) if spec.strip().endswith("%") else host
         dev = min(dev, dev_free)
     return MemoryBudget(host, dev)
+
+
+_LIBC: object | None = None
+
+
+def trim_host_heap() -> None:
+    """Give freed heap memory back to the OS (glibc `malloc_trim`; a no-op elsewhere).
+
+    A thread that allocates and frees many megabyte-sized tensors (the app's device thread scoring
+    a sample set) fragments glibc's per-thread arena: measured on a mid-size draft, anonymous
+    memory grew by ~17 MB per 256-token sample while the caches stayed at their budget. Trimming
+    after each sample (~0.1 ms) keeps it flat at the caches' size.
+    """
+    global _LIBC
+    if _LIBC is None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL("libc.so.6")
+            _LIBC = libc if hasattr(libc, "malloc_trim") else False
+        except OSError:
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)  # type: ignore[attr-defined]

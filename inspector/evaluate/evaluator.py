@@ -30,7 +30,7 @@ from inspector.evaluate.predictions import (
 from inspector.evaluate.report import Report, SampleError, WiringReport
 from inspector.formats.samples import SampleSet
 from inspector.formats.target import TargetHead
-from inspector.memory import MemoryBudget, resolve_budget
+from inspector.memory import MemoryBudget, resolve_budget, trim_host_heap
 from inspector.metrics import StepMetrics, sum_steps
 from inspector.model import (
     DEFAULT_CHUNKING,
@@ -232,6 +232,7 @@ class Evaluator:
                 self._dev_slots.pop_where(lambda k: k[0] != index)
                 self._proj.pop_where(lambda k: k[0] != index)
                 release_cached(self.device)
+        trim_host_heap()
         return self._preds.put(key, result)
 
     @torch.inference_mode()

@@ -19,18 +19,21 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
+from inspector.cache import ByteLRU
+
 if TYPE_CHECKING:  # numpy/torch types only; never imported at module load
     import numpy as np
 
     from inspector.commands.common import Inputs
     from inspector.formats.tokenizer import TokenDecoder
+    from inspector.memory import MemoryBudget
 
 WiringKey = tuple[int, ...]
 
@@ -60,6 +63,7 @@ class Session:
     input_paths: list[str]
     notes: list[str] = field(default_factory=list)
     load_s: float = 0.0
+    budget: MemoryBudget | None = None  # the caches' byte budget (the app's views take a share)
 
     def slot_label(self, i: int) -> str:
         return self.slot_info[i].label if 0 <= i < len(self.slot_info) else f"s{i}"
@@ -259,7 +263,7 @@ class Engine:
         self._last_flush = time.monotonic()
         self._current = 0
         self._neighbours: tuple[int, ...] = ()
-        self._sample_data: OrderedDict[int, SampleData] = OrderedDict()
+        self._sample_data: ByteLRU[int, SampleData] = ByteLRU(0)  # sized once loaded
         self.ev: Any = None
         self.session: Session | None = None
         self._thread = threading.Thread(target=self._run, name="eagle-inspect-device", daemon=True)
@@ -331,6 +335,10 @@ class Engine:
         try:
             ev, decoder, notes = self._loader(lambda text: self._send(LoadProgress(text)))
             self.ev = ev
+            budget = getattr(ev, "budget", None)
+            self._sample_data.max_bytes = (
+                budget.host_share("app_samples") if budget is not None else 256 * 2**20
+            )
             self.session = self._make_session(ev, decoder, notes, time.perf_counter() - t0)
         except BaseException as e:  # noqa: BLE001 - reported in the app, which stays up
             self._send(LoadFailed(_error_text(e)))
@@ -410,14 +418,15 @@ class Engine:
             input_paths=self._input_paths,
             notes=all_notes,
             load_s=load_s,
+            budget=getattr(ev, "budget", None),
         )
 
     # --- jobs --------------------------------------------------------------------------------------
     def sample_data(self, i: int) -> SampleData:
         """The wiring-independent arrays of sample i (device thread only)."""
-        if i in self._sample_data:
-            self._sample_data.move_to_end(i)
-            return self._sample_data[i]
+        cached = self._sample_data.get(i)
+        if cached is not None:
+            return cached
         import numpy as np
 
         ev = self.ev
@@ -452,10 +461,7 @@ class Engine:
             slot_nonfinite=nonfinite,
             warnings=list(s.warnings),
         )
-        self._sample_data[i] = data
-        while len(self._sample_data) > 16:
-            self._sample_data.popitem(last=False)
-        return data
+        return self._sample_data.put(i, data)
 
     def _predict_all(self, i: int, wirings: Sequence[WiringKey]) -> dict[WiringKey, Any]:
         from inspector.wiring import Wiring

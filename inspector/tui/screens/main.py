@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from statistics import fmean
 from typing import TYPE_CHECKING, Any
@@ -12,6 +11,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Sparkline, Static
 
+from inspector.cache import ByteLRU
 from inspector.tui import engine as eng
 from inspector.tui.widgets.samples import SORTS, SampleList
 from inspector.tui.widgets.strip import TokenStrip
@@ -124,8 +124,9 @@ class MainScreen(Screen):
         self.lengths: dict[int, int] = {}
         self.errors: dict[int, str] = {}
         self.totals: dict[WiringKey, SetTotals] = {}
-        self._preds: OrderedDict[tuple[int, WiringKey], Any] = OrderedDict()
-        self._sdata: OrderedDict[int, eng.SampleData] = OrderedDict()
+        # Sized by the budget once loaded; what is on screen is held by `view` in any case.
+        self._preds: ByteLRU[tuple[int, WiringKey], Any] = ByteLRU(0)
+        self._sdata: ByteLRU[int, eng.SampleData] = ByteLRU(0)
         self.applied_gen = -1
         self.doctor_screen: Any = None
         self.messages: list[str] = []  # every notification text, for tests and the log
@@ -196,6 +197,11 @@ class MainScreen(Screen):
     def on_loaded(self, m: eng.Loaded) -> None:
         s = m.session
         self.session = s
+        if s.budget is not None:
+            self._preds.max_bytes = s.budget.host_share("app_predictions")
+            self._sdata.max_bytes = s.budget.host_share("app_samples")
+        else:  # a loader without a budget (tests): a fixed 256 MB
+            self._preds.max_bytes = self._sdata.max_bytes = 256 * 2**20
         self.status = ""
         self.wiring = s.initial
         self.query_one(SampleList).set_samples(len(s.files))
@@ -218,11 +224,8 @@ class MainScreen(Screen):
         self._remember_sample(data)
         added = False
         for w, pred in m.preds.items():
-            self._preds[(data.index, w)] = pred
-            self._preds.move_to_end((data.index, w))
+            self._preds.put((data.index, w), pred)
             added |= self._add_stats(data.index, w, pred.metrics, data.length)
-        while len(self._preds) > 96:
-            self._preds.popitem(last=False)
         if added:
             self._update_list_row(data.index)
         shown = False
@@ -280,10 +283,7 @@ class MainScreen(Screen):
 
     # --- state changes ------------------------------------------------------------------------------
     def _remember_sample(self, data: eng.SampleData) -> None:
-        self._sdata[data.index] = data
-        self._sdata.move_to_end(data.index)
-        while len(self._sdata) > 16:
-            self._sdata.popitem(last=False)
+        self._sdata.put(data.index, data)
         self.lengths[data.index] = data.length
         for w in data.warnings:
             if (data.index, w) not in self._warned:
@@ -385,8 +385,6 @@ class MainScreen(Screen):
             if p is None:
                 return False
             preds[w] = p
-        for key in preds:
-            self._preds.move_to_end((self.sample, key))
         pins = [(w, preds[w]) for w in self.pins]
         self.view = build_view(data, self.wiring, preds[self.wiring], pins)
         v = self.view
