@@ -20,7 +20,7 @@ from inspector.formats.samples import SampleSet
 from inspector.formats.target import TargetHead
 from inspector.metrics import Counts, StepMetrics, acceptance_length, sum_steps
 from inspector.model import fc_input, fc_project, forward_steps, rms_norm
-from inspector.sample import Sample, SlotInfo
+from inspector.sample import Sample, SlotInfo, with_layer_ids
 from inspector.wiring import Wiring, parse_wiring
 
 TOP_K = 10
@@ -205,6 +205,7 @@ class Evaluator:
         position_offset: int = 1,
         sample_cache: int = 3,
         prediction_cache: int = 256,
+        slot_layers: Sequence[int] | None = None,
     ) -> None:
         if ttt_steps < 1:
             raise InputError(None, "--ttt-steps", "must be at least 1")
@@ -227,6 +228,8 @@ class Evaluator:
             OrderedDict()
         )
         self._pred_cache_size = prediction_cache
+        # HF index of every slot, overriding data_config.json (--slot-layers).
+        self.slot_layers = tuple(int(k) for k in slot_layers) if slot_layers is not None else None
 
     # --- metadata -------------------------------------------------------------------------
     @property
@@ -235,7 +238,10 @@ class Evaluator:
 
     @property
     def slot_info(self) -> list[SlotInfo]:
-        return self.samples.slot_info
+        """The samples' slots; with `slot_layers`, their HF indices and labels from it."""
+        if self.slot_layers is None:
+            return self.samples.slot_info
+        return with_layer_ids(self.samples.slot_info, self.slot_layers)
 
     def wiring(self, spec: str | Sequence[int]) -> Wiring:
         return parse_wiring(spec, self.slot_info, self.n_blocks)

@@ -1,4 +1,4 @@
-"""Planted faults (issue 5): variants of the bundled demo built in a temp folder, and the doctor
+"""Planted faults: variants of the bundled demo built in a temp folder, and the doctor
 naming each fault by kind with the right fix. The demo itself is never modified.
 
 The demo draft was trained on slots [embed, L2, L4] = (0, 1, 2) of samples holding HF layers
@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from inspector.doctor import diagnose, write_fixed
+from inspector.doctor import ConfigFix, diagnose, write_fixed
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
@@ -112,7 +112,7 @@ def test_fc_blocks_permuted_and_write_fixed(demo, base, tmp_path):
     assert fp.severity == "warning" and fp.evidence["flagged"]
 
     res = write_fixed(ev, report, tmp_path / "fixed")
-    assert res["verified"] and res["wiring"] == list(TRAIN)
+    assert res.verified and res.plan.fixed_wiring == TRAIN
     # The fixed checkpoint under the ascending wiring reaches the original draft's accuracy.
     fixed_ev, fixed_report = _run(tmp_path / "fixed", demo.train_samples)
     assert fixed_report.best_wiring == TRAIN
@@ -148,7 +148,8 @@ def test_norm_before_residual_flipped(demo, base, tmp_path):
     f = report.finding("norm_before_residual")
     assert f.severity in ("error", "warning"), f.summary
     assert '"norm_before_residual": true' in f.fix
-    assert f.evidence["config_fix"] == {"norm_before_residual": True}
+    assert f.config_fix == ConfigFix(norm_before_residual=True)
+    assert f.to_dict()["config_fix"] == {"norm_before_residual": True}
     assert report.recommended_wiring == TRAIN  # searched again under the corrected flag
 
 
