@@ -37,6 +37,7 @@ from inspector.metrics import Counts
 from inspector.wiring import Wiring
 
 KINDS = ("norm_before_residual", "rope", "head_dim")
+RESIDUAL_INERT = (0.8, 1.25)  # hidden_norm weight RMS / fc output RMS in this range: inert flag
 DEFAULT_THETA = 10000.0
 
 
@@ -77,6 +78,9 @@ class ConfigFacts:
     z: float | None = None
     missing_head_dim: bool = False
     residual_scale: dict | None = None
+    # norm_before_residual: hidden_norm(h) ~ h (RMS ratio within RESIDUAL_INERT), so the flag
+    # barely changes this draft's output.
+    residual_norm_inert: bool = False
 
     def to_dict(self) -> dict:
         out: dict = {
@@ -349,7 +353,10 @@ def config_checks(
         mine = [s for s in scores if s.alternative.kind == kind]
         facts = _facts(kind, draft, trope, base_hits, mine)
         if kind == "norm_before_residual":
-            facts.residual_scale = _residual_scale(ev, samples, best)
+            scale = facts.residual_scale = _residual_scale(ev, samples, best)
+            if scale is not None:
+                ratio = scale["hidden_norm_weight_rms"] / max(scale["fc_output_rms"], 1e-12)
+                facts.residual_norm_inert = RESIDUAL_INERT[0] <= ratio <= RESIDUAL_INERT[1]
         all_facts.append(facts)
         result.findings.append(_finding(facts, draft.config))
     result.corrected = _corrected(draft, all_facts)

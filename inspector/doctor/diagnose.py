@@ -14,7 +14,7 @@ from pathlib import Path
 
 from inspector.doctor import wording
 from inspector.doctor.alignment import alignment_check
-from inspector.doctor.config_alternatives import config_checks
+from inspector.doctor.config_alternatives import ConfigCheckResult, config_checks
 from inspector.doctor.fingerprint import fc_fingerprint
 from inspector.doctor.report import DoctorReport, Finding, WiringResult, sort_findings
 from inspector.doctor.search import Progress, WiringSearch, search_wirings
@@ -100,6 +100,57 @@ def _infos(ev: Evaluator, slot_layers: Sequence[int] | None) -> list[SlotInfo]:
     return infos
 
 
+def _config_stage(
+    run: _Searcher,
+    ws: WiringSearch,
+    results: list[WiringResult],
+    target_config: str | Path | None,
+) -> ConfigCheckResult:
+    """Config alternatives, each scored with its own best among the leading wirings."""
+    rec = recommend(ws, results, run.infos)
+    return config_checks(
+        run.ev,
+        run.samples,
+        _candidates(ws, results, rec, run.names.named),
+        ws.hits(rec),
+        best=rec,
+        shift=run.shift,
+        target_config=target_config,
+        progress=run.progress,
+    )
+
+
+def _final_findings(
+    run: _Searcher,
+    ws: WiringSearch,
+    results: list[WiringResult],
+    rec: tuple[int, ...],
+    serving_cfg: dict,
+) -> list[Finding]:
+    """The wiring, fc fingerprint and serving findings for the recommended wiring."""
+    wiring = wiring_finding(
+        ws,
+        results,
+        run.names,
+        run.infos,
+        serving_cfg,
+        shift=run.shift,
+        recommended=rec,
+        assumes_config_fixes=run.draft is not None,
+    )
+    fingerprint = fc_fingerprint(
+        run.ev,
+        run.samples,
+        rec,
+        run.names.named,
+        run.infos,
+        corroborates=wiring.severity == "error",
+    )
+    reread = any(r.rereads_slots for r in run.names.layer_ids.readings)
+    best = next(r for r in results if r.wiring == rec)
+    return [wiring, fingerprint, serving_finding(serving_cfg, best, slots_reread=reread)]
+
+
 def diagnose(
     ev: Evaluator,
     n_samples: int = DEFAULT_SAMPLES,
@@ -138,30 +189,20 @@ def diagnose(
     if not run.samples:
         raise InputError(None, "samples", "no sample could be scored")
 
-    # Alignment: the best and the configured wirings, re-paired one position off.
-    check_w = [
+    # Alignment: the best, configured and train wirings re-paired one position off; a clear
+    # shift reruns the search under it.
+    check = [
         results[0].wiring,
         *[names.named[n] for n in ("configured", "train") if n in names.named],
     ]
-    align, run.shift = alignment_check(ev, run.samples, check_w[:3], infos, progress=progress)
+    align, run.shift = alignment_check(ev, run.samples, check[:3], infos, progress=progress)
     findings.append(align)
     if run.shift:
         ws, results = run.search()
     run.lap("alignment")
 
-    # Config alternatives, each scored with its own best among the leading wirings; when one is
-    # clearly better, the search runs again under the corrected config.
-    rec0 = recommend(ws, results, infos)
-    config = config_checks(
-        ev,
-        run.samples,
-        _candidates(ws, results, rec0, names.named),
-        ws.hits(rec0),
-        best=rec0,
-        shift=run.shift,
-        target_config=target_config,
-        progress=progress,
-    )
+    # A clearly better config alternative reruns the search under the corrected config.
+    config = _config_stage(run, ws, results, target_config)
     findings.extend(config.findings)
     if config.corrected is not None:
         run.draft = config.corrected
@@ -170,26 +211,8 @@ def diagnose(
 
     rec = recommend(ws, results, infos)
     serving_cfg = serving_config(rec, infos, n_tokens=3)
-    wiring = wiring_finding(
-        ws,
-        results,
-        names,
-        infos,
-        serving_cfg,
-        shift=run.shift,
-        recommended=rec,
-        assumes_config_fixes=config.corrected is not None,
-    )
-    findings.append(wiring)
-    findings.append(
-        fc_fingerprint(
-            ev, run.samples, rec, names.named, infos, corroborates=wiring.severity == "error"
-        )
-    )
+    findings.extend(_final_findings(run, ws, results, rec, serving_cfg))
     run.lap("fingerprint")
-    reread = any(r.rereads_slots for r in names.layer_ids.readings)
-    best = next(r for r in results if r.wiring == rec)
-    findings.append(serving_finding(serving_cfg, best, slots_reread=reread))
     run.seconds["total"] = round(time.perf_counter() - t0, 3)
     return DoctorReport(
         best_wiring=results[0].wiring,

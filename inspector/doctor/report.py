@@ -75,6 +75,15 @@ class VocabRepair(Enum):
     T2D_FROM_D2T = "t2d_from_d2t"  # t2d disagreed with a sound d2t: rebuilt from d2t
 
 
+class WiringCase(Enum):
+    NOT_ASCENDING = "not_ascending"  # the recommended order is one no engine can feed
+    CONFIG_WRONG = "config_wrong"  # the config selects a clearly worse wiring
+    CONFIG_CLOSE = "config_close"  # the config selects another wiring, not clearly worse
+    CONFIG_UNMATCHED = "config_unmatched"  # the config's ids match no slot as read
+    UNCONFIGURED = "unconfigured"  # the config names no aux layer ids
+    CONFIGURED = "configured"  # the config selects the recommended wiring
+
+
 @dataclass
 class Finding:
     """One result of one check: what is wrong (or that it is fine), the figures, and the fix.

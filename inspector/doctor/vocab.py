@@ -33,7 +33,8 @@ LOW_COVERAGE = 0.7  # below this share of true tokens in the draft vocab, warn
 
 @dataclass(frozen=True)
 class VocabProblem:
-    """One fault of the stored map. code: see `wording.VOCAB_PROBLEMS`; count / of: its size."""
+    """One fault of the stored map. code: a key of `wording.VOCAB_PROBLEMS`; count / of: its
+    size (how many ids or entries, out of how many)."""
 
     code: str
     severity: str
@@ -136,7 +137,7 @@ def analyse_vocab(
     n_out = int(((as_off < 0) | (as_off >= v)).sum())
     if out.d2t == "absolute":
         out.out_of_range_as_offsets = n_out
-        out.add("absolute_d2t", count=n_out, of=d)
+        out.add("absolute_d2t" if n_out else "absolute_d2t_in_range", count=n_out, of=d)
         out.fixable = True
         target_ids = d2t
     elif not off_in_range:

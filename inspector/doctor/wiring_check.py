@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 
 from inspector.doctor import serving, wording
 from inspector.doctor.layer_ids import LayerIdFacts, layer_id_facts, other_readings
-from inspector.doctor.report import Finding, WiringResult
+from inspector.doctor.report import Finding, WiringCase, WiringResult
 from inspector.doctor.search import WiringSearch
 from inspector.doctor.stats import clearly_better, paired_hits_z
 from inspector.errors import InputError
@@ -27,15 +26,6 @@ from inspector.evaluate import Evaluator
 from inspector.metrics import Counts
 from inspector.sample import SlotInfo
 from inspector.wiring import Wiring, serve_wiring, train_wiring
-
-
-class WiringCase(Enum):
-    NOT_ASCENDING = "not_ascending"  # the recommended order is one no engine can feed
-    CONFIG_WRONG = "config_wrong"  # the config selects a clearly worse wiring
-    CONFIG_CLOSE = "config_close"  # the config selects another wiring, not clearly worse
-    CONFIG_UNMATCHED = "config_unmatched"  # the config's ids match no slot as read
-    UNCONFIGURED = "unconfigured"  # the config names no aux layer ids
-    CONFIGURED = "configured"  # the config selects the recommended wiring
 
 
 @dataclass(frozen=True)

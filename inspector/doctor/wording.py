@@ -1,7 +1,5 @@
-"""Every sentence the doctor shows: each finding's summary and fix, rendered from its typed facts.
-
-The checks decide (severity, figures, control data); this module only words them, so a change of
-phrasing never touches a decision and the evidence never carries text meant for the reader.
+"""Every sentence the doctor shows: each finding's summary and fix, from its typed facts. The
+checks decide (severity, figures, control data); this module only words them.
 """
 
 from __future__ import annotations
@@ -9,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from inspector.doctor.report import VocabRepair
+from inspector.doctor.report import VocabRepair, WiringCase
 
 if TYPE_CHECKING:
     from inspector.doctor.alignment import AlignmentFacts
@@ -34,50 +32,45 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def _join(names: Sequence[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-
-
 # --- vocab map ---------------------------------------------------------------------------------
-def vocab_problem(p: VocabProblem, d: int, v: int) -> str:
-    n, of = p.count, p.of
-    texts = {
-        "t2d_without_d2t": "t2d is stored without d2t: engines need d2t to map draft ids",
-        "no_d2t": f"no d2t but draft_vocab_size {n} != vocab_size {of}",
-        "d2t_size": f"d2t has {n} entries, draft_vocab_size is {of}",
-        "absolute_d2t": "d2t holds absolute target ids, not offsets: engines compute target = "
-        "draft id + d2t, "
-        + (
-            f"which leaves [0, {v}) for {n} of {of} ids"
-            if n
-            else "which maps draft ids to the wrong tokens"
-        ),
-        "out_of_range": f"{n} of {of} draft ids map outside the target vocab [0, {v})",
-        "duplicates": f"{n} draft ids map to a target id another draft id already has",
-        "t2d_size": f"t2d has {n} entries, vocab_size is {of}",
-        "t2d_count": f"t2d marks {n} tokens, draft_vocab_size is {of}",
-        "t2d_disagrees": f"t2d disagrees with d2t: {n} of the ids d2t maps to are not marked in t2d",
-        "unsorted": "d2t is not in ascending target-id order, unlike nonzero(t2d) (trainers and "
-        "engines assume it is)",
-    }
-    return texts[p.code]
+VOCAB_PROBLEMS = {  # code -> text; n = VocabProblem.count, of = VocabProblem.of, v = vocab_size
+    "t2d_without_d2t": "t2d is stored without d2t: engines need d2t to map draft ids",
+    "no_d2t": "no d2t but draft_vocab_size {n} != vocab_size {of}",
+    "d2t_size": "d2t has {n} entries, draft_vocab_size is {of}",
+    "absolute_d2t": "d2t holds absolute target ids, not offsets: engines compute target = draft "
+    "id + d2t, which leaves [0, {v}) for {n} of {of} ids",
+    "absolute_d2t_in_range": "d2t holds absolute target ids, not offsets: engines compute "
+    "target = draft id + d2t, which maps draft ids to the wrong tokens",
+    "out_of_range": "{n} of {of} draft ids map outside the target vocab [0, {v})",
+    "duplicates": "{n} draft ids map to a target id another draft id already has",
+    "t2d_size": "t2d has {n} entries, vocab_size is {of}",
+    "t2d_count": "t2d marks {n} tokens, draft_vocab_size is {of}",
+    "t2d_disagrees": "t2d disagrees with d2t: {n} of the ids d2t maps to are not marked in t2d",
+    "unsorted": "d2t is not in ascending target-id order, unlike nonzero(t2d) (trainers and "
+    "engines assume it is)",
+}
+VOCAB_FIXES = {
+    VocabRepair.OFFSETS: "rewrite d2t as offsets (d2t - arange(D)) and t2d from it; --write-fixed "
+    "OUT does this",
+    VocabRepair.T2D_FROM_D2T: "rebuild t2d from d2t (t2d[arange(D) + d2t] = True); --write-fixed "
+    "OUT does this",
+    None: "rebuild d2t/t2d from the draft vocabulary used in training",
+}
+
+
+def vocab_problem(p: VocabProblem, v: int) -> str:
+    return VOCAB_PROBLEMS[p.code].format(n=p.count, of=p.of, v=v)
 
 
 def vocab(facts: VocabFacts, severity: str) -> Text:
     a = facts.analysis
     d, v = a.draft_vocab_size, a.vocab_size
     by_sev = {
-        s: [vocab_problem(p, d, v) for p in a.problems if p.severity == s]
+        s: [vocab_problem(p, v) for p in a.problems if p.severity == s]
         for s in ("error", "warning")
     }
     if by_sev["error"]:
-        if a.repair == VocabRepair.OFFSETS:
-            fix = "rewrite d2t as offsets (d2t - arange(D)) and t2d from it; --write-fixed OUT does this"
-        elif a.repair is not None:
-            fix = "rebuild t2d from d2t (t2d[arange(D) + d2t] = True); --write-fixed OUT does this"
-        else:
-            fix = "rebuild d2t/t2d from the draft vocabulary used in training"
-        return Text("vocab map: " + "; ".join(by_sev["error"]), fix)
+        return Text("vocab map: " + "; ".join(by_sev["error"]), VOCAB_FIXES[a.repair])
     if by_sev["warning"]:
         return Text(
             "vocab map: " + "; ".join(by_sev["warning"]), "sort the draft vocab by target id"
@@ -104,10 +97,11 @@ def alignment(facts: AlignmentFacts) -> Text:
             f"hidden states and tokens pair as trained: standard pairing {std}, shifted by "
             f"{facts.other_shift:+d} {shifted}"
         )
-    if facts.shift == 1:
-        what = "each stored hidden state belongs one position earlier (the states lag the tokens by one)"
-    else:
-        what = "each stored hidden state belongs one position later (the states lead the tokens by one)"
+    what = "each stored hidden state belongs one position " + (
+        "earlier (the states lag the tokens by one)"
+        if facts.shift == 1
+        else "later (the states lead the tokens by one)"
+    )
     return Text(
         f"samples are paired one position off: re-pairing hidden states with tokens shifted by "
         f"{facts.shift:+d} scores {shifted} vs {std} as stored; {what}. The other findings use the "
@@ -129,9 +123,10 @@ def fingerprint(facts: FingerprintFacts) -> Text:
         )
     names = facts.flagged_wirings
     many = len(names) > 1
+    joined = ", ".join(names[:-1]) + " and " + names[-1] if many else names[0]
     w = facts.worst
     return Text(
-        f"fc fingerprint: the {_join(names)} wiring{'s' if many else ''} feed{'' if many else 's'} "
+        f"fc fingerprint: the {joined} wiring{'s' if many else ''} feed{'' if many else 's'} "
         f"{len(facts.flagged)} fc block(s) a slot the block was not trained on, e.g. block "
         f"{w.block} gets {w.slot} (projected norm {w.norm:.3g}) where the best wiring gives "
         f"{w.best_slot} ({w.best_norm:.3g}, x{w.ratio:.2g})",
@@ -216,13 +211,12 @@ def config_alternative(facts: ConfigFacts, cfg: DraftConfig, fix: ConfigFix) -> 
     if cfg.norm_before_residual:
         summary += "; note SGLang's llama_eagle3 ignores the key (raw residual): serve with vLLM"
     scale = facts.residual_scale
-    if scale is not None:
-        fc, hn = scale["fc_output_rms"], scale["hidden_norm_weight_rms"]
-        if 0.8 <= hn / max(fc, 1e-12) <= 1.25:
-            summary += (
-                f"; the fc output's RMS is {fc:.3g} and hidden_norm's weight {hn:.3g}, so the "
-                "normed and the raw residual nearly coincide: the flag barely matters for this draft"
-            )
+    if scale is not None and facts.residual_norm_inert:
+        summary += (
+            f"; the fc output's RMS is {scale['fc_output_rms']:.3g} and hidden_norm's weight "
+            f"{scale['hidden_norm_weight_rms']:.3g}, so the normed and the raw residual nearly "
+            "coincide: the flag barely matters for this draft"
+        )
     return Text(summary)
 
 
@@ -234,19 +228,15 @@ CONVENTIONS = {
 }
 
 
-def _ids(hf: Sequence[int | None]) -> str:
-    return "[" + ", ".join("?" if k is None else str(k) for k in hf) + "]"
-
-
 def _slots_source(ids: LayerIdFacts) -> str:
     s = ids.slots
     if s is None:
         return "the slots' HF indices are unknown (no data_config.json beside the samples)"
     if s.where == "--slot-layers":
-        return f"the slots are HF {_ids(ids.slot_hf)} (--slot-layers)"
+        return f"the slots are HF {list(ids.slot_hf)} (--slot-layers)"
     how = "as the file states" if s.stated else "assumed, since the file states no convention"
     return (
-        f"the slots are HF {_ids(ids.slot_hf)} ({s.where} {list(s.ids)} read as "
+        f"the slots are HF {list(ids.slot_hf)} ({s.where} {list(s.ids)} read as "
         f"{CONVENTIONS.get(s.convention, s.convention)}, {how})"
     )
 
@@ -257,9 +247,8 @@ def _reading(r: Reading, ids: LayerIdFacts) -> str:
         changed.append("data_config.json's ids as HF indices")
     if ids.draft is not None and r.config_hf not in ids.draft.hf:
         changed.append(f"the config's ids as {CONVENTIONS[r.draft_convention]}")
-    what = " and ".join(changed)
     tail = ", exactly the best wiring" if r.is_best else ""
-    return f"read with {what}, the config's ids select {r.label}{tail}"
+    return f"reading {' and '.join(changed)} instead, the config selects {r.label}{tail}"
 
 
 def _unmatched(facts: WiringFacts) -> str:
@@ -269,11 +258,13 @@ def _unmatched(facts: WiringFacts) -> str:
     n = len(facts.best.wiring)
     if all(len(h) != n for h in d.hf):
         return f"its {d.where} {list(d.ids)} name {len(d.ids)} layers, but fc takes {n}"
-    hf = " or ".join(_ids(h) for h in d.hf)
-    return (
-        f"its {d.where} {list(d.ids)} (read as {CONVENTIONS.get(d.convention, d.convention)}: "
-        f"HF {hf}) match no captured slot: {_slots_source(ids)}"
-    )
+    if d.convention == "hf":
+        read = "HF indices, as vLLM reads the key"
+    else:
+        read = f"{CONVENTIONS.get(d.convention, d.convention)}: HF " + " or ".join(
+            str(list(h)) for h in d.hf
+        )
+    return f"its {d.where} {list(d.ids)} ({read}) match no captured slot: {_slots_source(ids)}"
 
 
 def _reread_fix(ids: LayerIdFacts) -> str:
@@ -292,27 +283,27 @@ def _reread_fix(ids: LayerIdFacts) -> str:
 
 
 def _wiring_fix(facts: WiringFacts, cfg_line: str) -> str:
-    case, lab = facts.case.value, facts.best.label
-    if case == "not_ascending":
+    case, lab = facts.case, facts.best.label
+    if case == WiringCase.NOT_ASCENDING:
         return (
             "write a checkpoint whose fc blocks are permuted so the ascending order computes the "
             f"same function: {WRITE_FIXED}; then configure the engines as in serving_config"
         )
     set_line = f"set {cfg_line} in the draft's config.json" if cfg_line else ""
     reread = _reread_fix(facts.layer_ids)
-    if case in ("config_unmatched", "config_wrong") and reread:
+    if case in (WiringCase.CONFIG_UNMATCHED, WiringCase.CONFIG_WRONG) and reread:
         return reread + ("; otherwise " + set_line if set_line else "")
-    if case == "config_wrong":
+    if case == WiringCase.CONFIG_WRONG:
         return set_line or "configure the engines to feed " + lab
-    if case in ("unconfigured", "config_unmatched"):
+    if case in (WiringCase.UNCONFIGURED, WiringCase.CONFIG_UNMATCHED):
         return set_line or "pass --slot-layers to get the engine ids for " + lab
-    if case == "configured":
+    if case == WiringCase.CONFIGURED:
         return f"serve it with {cfg_line}" if cfg_line else ""
     return reread
 
 
 def wiring(facts: WiringFacts) -> Text:
-    best, second, case = facts.best, facts.second, facts.case.value
+    best, second, case = facts.best, facts.second, facts.case
     lab, bfmt = best.label, best.all_tok.fmt()
     margin = ""
     if second is not None:
@@ -324,7 +315,9 @@ def wiring(facts: WiringFacts) -> Text:
     asc = facts.best_ascending
     serve_txt = ""
     if serve is not None and serve.wiring != best.wiring:
-        if not (case == "not_ascending" and asc is not None and serve.wiring == asc.wiring):
+        if not (
+            case == WiringCase.NOT_ASCENDING and asc is not None and serve.wiring == asc.wiring
+        ):
             serve_txt = f"; an engine feeding {serve.label} gets {serve.all_tok.fmt()}"
     cfg_line = ""
     if facts.engine_ids is not None:
@@ -332,26 +325,26 @@ def wiring(facts: WiringFacts) -> Text:
         cfg_line = f"eagle_aux_hidden_state_layer_ids {vllm} for vLLM, eagle_config ids {sg} for SGLang (< #25454)"
     readings = "".join("; " + _reading(r, facts.layer_ids) for r in facts.layer_ids.readings)
     ref = facts.named.get("configured")
-    if case == "not_ascending":
+    if case == WiringCase.NOT_ASCENDING:
         if asc is not None:
             margin += f"; the best ascending order {asc.label} gets {asc.all_tok.fmt()}"
         summary = (
             f"the draft fits {lab} best ({bfmt}{margin}), an order no engine can feed: engines "
             "concatenate captured layers in ascending order"
         )
-    elif case == "config_wrong" and ref is not None:
+    elif case == WiringCase.CONFIG_WRONG and ref is not None:
         summary = (
             f"the config selects {ref.label} ({ref.all_tok.fmt()}), but the draft was trained for "
             f"{lab} ({bfmt}, {100 * (ref.margin or 0.0):+.1f} points){readings}"
         )
-    elif case == "config_close" and ref is not None:
+    elif case == WiringCase.CONFIG_CLOSE and ref is not None:
         summary = (
             f"the best wiring {lab} ({bfmt}) is not clearly better than the configured "
             f"{ref.label} ({ref.all_tok.fmt()}){readings}"
         )
-    elif case == "config_unmatched":
+    elif case == WiringCase.CONFIG_UNMATCHED:
         summary = f"the draft fits {lab} best ({bfmt}{margin}); {_unmatched(facts)}{readings}"
-    elif case == "unconfigured":
+    elif case == WiringCase.UNCONFIGURED:
         summary = (
             f"the draft fits {lab} best ({bfmt}{margin}); its config names no aux layer ids, so "
             "engines feed their default layers"
