@@ -93,6 +93,22 @@ def test_unmodified_demo(base):
         assert report.finding(kind).severity == "info", report.finding(kind).summary
 
 
+def test_search_prunes_clearly_worse_wirings(demo, base):
+    from inspector.doctor import search_wirings
+
+    _, report = base
+    dropped = [w for w in report.wirings if not w.complete]
+    assert len(dropped) >= 12 and all(w.samples < N for w in dropped)
+    assert report.finding("wiring").evidence["dropped_early"] == len(dropped)
+    # The named wirings run to the end although the serve wiring is far worse.
+    assert report.wiring_result((1, 2, 3)).complete and report.wiring_result(TRAIN).complete
+    ev = Evaluator(load_draft(demo.draft), SampleSet(demo.train_samples))
+    full = search_wirings(ev, range(N), prune=False)
+    pruned = search_wirings(ev, range(N))
+    assert pruned.forwards < full.forwards == 24 * N
+    assert pruned.ranked()[0].wiring == full.ranked()[0].wiring == TRAIN
+
+
 def test_fc_blocks_permuted_and_write_fixed(demo, base, tmp_path):
     perm = [1, 2, 0]  # new block b = old block perm[b], so block b now wants slot perm[b]
 
