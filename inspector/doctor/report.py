@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from inspector.metrics import Counts
 from inspector.sample import SlotInfo
@@ -194,13 +194,19 @@ class Verification:
     expected: the original draft (config fixes applied in memory) under the recommended wiring;
     fixed: the written checkpoint under the plan's ascending wiring, on the same positions.
     positions_differing: in-vocab positions whose predicted token differs between the two.
-    tolerance: how many may differ (float rounding can flip a near-tie): 1 per 500 positions.
+    tolerance: how many may differ, and by how many the hits may (float rounding can flip a
+      near-tie): 1 per TOLERANCE_PER positions, at least 1.
     """
+
+    TOLERANCE_PER: ClassVar[int] = 500
 
     expected: Counts
     fixed: Counts
     positions_differing: int
-    tolerance: int = 1
+
+    @property
+    def tolerance(self) -> int:
+        return max(1, self.expected.total // self.TOLERANCE_PER)
 
     @property
     def verified(self) -> bool:
