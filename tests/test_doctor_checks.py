@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from inspector.doctor.layer_ids import (
@@ -279,3 +280,180 @@ def test_stated_or_absent_sources_have_no_other_reading(tmp_path):
     # SGLang ids are read both ways already: the HF reading is no other reading.
     sg = layer_id_facts(_cfg((0, 2, 4), SGLANG), infos, 3, data_config=stated)
     assert other_readings(sg, infos, (0, 1, 2)) == []
+
+
+def test_vocab_boundaries():
+    # Target id 0 and V - 1 are in range; V is not.
+    edge = torch.tensor([0, 3, 8, 8])  # targets 0, 4, 10, 11
+    assert analyse_vocab(edge, _t2d([0, 4, 10, 11]), D, V).problems == []
+    over = torch.tensor([5, 5, 8, 9])  # the last maps to V; not valid as ids either
+    assert _codes(analyse_vocab(over, None, D, V)) == [("out_of_range", "error", 1, D)]
+    absolute = torch.tensor([0, 5, 10, 11])  # offsets leave the vocab; ids are valid
+    assert analyse_vocab(absolute, None, D, V).d2t == "absolute"
+    too_far = torch.tensor([1, 5, 10, 12])  # 12 is no target id either
+    assert analyse_vocab(too_far, None, D, V).d2t == "offsets"
+    two = torch.tensor([4, 9])  # two ids equal to nonzero(t2d): absolute
+    assert analyse_vocab(two, _t2d([4, 9]), 2, V).d2t == "absolute"
+    long = torch.zeros(8, dtype=torch.long)
+    assert analyse_vocab(long, None, 8, V).first_entries == [0] * 6
+
+
+def test_layer_id_facts_to_dict(tmp_path):
+    infos = _slots([1, 3, 5, 7])
+    path = _data_config(tmp_path, [0, 2, 4, 6])
+    facts = layer_id_facts(_cfg((0, 2, 4), HF), infos, 3, data_config=path)
+    facts.readings = other_readings(facts, infos, (0, 1, 2))
+    d = facts.to_dict()
+    assert d["draft"] == facts.draft.to_dict() and d["slots"] == facts.slots.to_dict()
+    assert d["slot_hf_indices"] == [1, 3, 5, 7]
+    assert d["configured"] is None and d["configured_hf_indices"] is None
+    assert d["other_readings"][0] == {
+        "draft_convention": "hf",
+        "slots_convention": "hf",
+        "slot_hf_indices": [0, 2, 4, 6],
+        "config_hf_indices": [0, 2, 4],
+        "wiring": [0, 1, 2],
+        "label": "[embed, L2, L4]",
+        "is_best": True,
+    }
+    empty = LayerIdFacts(None, None, (None, None)).to_dict()
+    assert (empty["draft"], empty["slots"], empty["slot_hf_indices"]) == (None, None, [None, None])
+
+
+def test_other_conventions_read_as_hf_ids(tmp_path):
+    cfg = _cfg((0, 2, 4), "speculators<=0.4")
+    assert draft_source(cfg).where == "config.json eagle_aux_hidden_state_layer_ids"
+    assert layer_id_facts(cfg, _slots([0, 2, 4, 6]), 3).configured == (0, 1, 2)
+
+
+def test_readings_keep_going_past_one_that_selects_nothing(tmp_path):
+    infos = _slots([1, 3, 5, 7])
+    path = _data_config(tmp_path, [0, 2, 4, 6])
+    facts = layer_id_facts(_cfg((1, 3, 5), HF), infos, 3, data_config=path)
+    assert facts.configured == (0, 1, 2)
+    readings = other_readings(facts, infos, (0, 1, 2))
+    assert [(r.draft_convention, r.slots_convention, r.wiring) for r in readings] == [
+        (LAYER_OUTPUT, HF, (1, 2, 3))
+    ]
+    assert readings[0].label == "[L2, L4, L6]"
+
+
+def test_readings_with_a_slot_of_unknown_index(tmp_path):
+    # SpecForge-style: the aux slots from data_config.json, then the post-norm final state.
+    infos = [*_slots([1, 3, 5]), SlotInfo("final(post-norm)", None, post_norm=True, verifier=True)]
+    path = _data_config(tmp_path, [0, 2, 4])
+    facts = layer_id_facts(_cfg((0, 2, 4), HF), infos, 3, data_config=path)
+    readings = other_readings(facts, infos, (0, 1, 2))
+    reread = next(r for r in readings if r.rereads_slots)
+    assert reread.slot_hf == (0, 2, 4, None) and reread.wiring == (0, 1, 2)
+
+
+# --- the vocab check on a checkpoint ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def syn(tmp_path_factory):
+    from inspector.synthetic import SyntheticSpec, write_synthetic
+
+    return write_synthetic(
+        tmp_path_factory.mktemp("vocab"), SyntheticSpec(size="tiny", n_samples=2, seq_len=40)
+    )
+
+
+def _draft_copy(src: Path, dst: Path, tensors=None, drop=(), config=None) -> Path:
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    w = load_file(str(dst / "model.safetensors"))
+    w.update(tensors or {})
+    save_file({k: v for k, v in w.items() if k not in drop}, str(dst / "model.safetensors"))
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg.update(config or {})
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+def test_raw_vocab_tensors(syn, tmp_path):
+    from dataclasses import replace
+
+    from safetensors.torch import load_file
+
+    from inspector.doctor.vocab import raw_vocab_tensors
+    from inspector.formats import load_draft
+
+    w = load_file(str(syn[0] / "model.safetensors"))
+    absolute = torch.arange(w["d2t"].numel()) + w["d2t"]
+    bad = _draft_copy(syn[0], tmp_path / "abs", {"d2t": absolute})
+    draft = load_draft(bad, strict=False)
+    d2t, t2d = raw_vocab_tensors(draft)
+    assert torch.equal(d2t, absolute) and torch.equal(t2d, w["t2d"])  # as stored
+    d2t, t2d = raw_vocab_tensors(replace(draft, path=""))  # no folder: the loaded map
+    assert torch.equal(d2t, w["d2t"]) and torch.equal(t2d, draft.vocab.t2d)
+    d2t, _ = raw_vocab_tensors(replace(draft, path=str(tmp_path / "gone")))
+    assert torch.equal(d2t, w["d2t"])  # unreadable folder: the loaded map
+    none = _draft_copy(syn[0], tmp_path / "none", drop=("d2t", "t2d"))
+    assert raw_vocab_tensors(replace(draft, path=str(none))) == (None, None)
+
+
+def test_vocab_check(syn, tmp_path):
+    from inspector.doctor.vocab import coverage, vocab_check
+    from inspector.evaluate import Evaluator
+    from inspector.formats import SampleSet, load_draft
+
+    ev = Evaluator(load_draft(syn[0]), SampleSet(syn[1]))
+    t2d = ev.draft.vocab.t2d
+    want_in = want_total = 0
+    for i in (0, 1):
+        s = ev.samples[i]
+        rows = torch.arange(s.length - 2)
+        rows = rows[s.loss_mask[rows + 1].bool()]
+        want_in += int(t2d[s.input_ids[rows + 2]].sum())
+        want_total += int(rows.numel())
+    cov = coverage(ev, [0, 1])
+    assert (cov.hits, cov.total) == (want_in, want_total) and cov.total > 0
+    import shutil
+
+    broken = tmp_path / "samples"
+    shutil.copytree(syn[1], broken)
+    (broken / "data_1.pt").write_bytes(b"not a pickle")
+    bev = Evaluator(ev.draft, SampleSet(broken))
+    assert coverage(bev, [0, 1]) == coverage(ev, [0])  # an unreadable sample is left out
+    f = vocab_check(ev, [0, 1])  # random tokens: about D/V of them are in the draft vocab
+    assert f.kind == "vocab_map" and f.severity == "warning" and f.vocab_repair is None
+    assert f.summary.startswith(f"the draft vocab covers only {100 * cov.acc:.1f}%")
+    assert f.evidence["coverage"] == cov.to_dict() and f.evidence["d2t"] == "offsets"
+    assert f.evidence["problems"] == [] and f.evidence["t2d_count"] == 96
+    assert f.evidence["draft_vocab_size"] == 96 and f.evidence["vocab_size"] == 256
+    assert f.evidence["first_entries"] == ev.draft.vocab.d2t[:6].tolist()
+    assert "out_of_range_as_offsets" not in f.evidence and f.evidence["notes"] == []
+    # The full vocab: no map, every true token coverable.
+    g = torch.Generator().manual_seed(0)
+    full = _draft_copy(
+        syn[0],
+        tmp_path / "full",
+        {"lm_head.weight": torch.randn(256, 64, generator=g) * 0.1},
+        drop=("d2t", "t2d"),
+        config={"draft_vocab_size": 256},
+    )
+    f = vocab_check(Evaluator(load_draft(full), SampleSet(syn[1])), [0])
+    assert f.severity == "info" and f.fix == ""
+    assert (
+        f.summary
+        == "vocab map consistent (absent d2t, D=256 of V=256); covers 100.0% of the samples' true tokens"
+    )
+    # A fault: an error with its repair and the loader's note.
+    w = ev.draft.vocab
+    bad = _draft_copy(syn[0], tmp_path / "abs", {"d2t": torch.arange(96) + w.d2t})
+    f = vocab_check(Evaluator(load_draft(bad, strict=False), SampleSet(syn[1])), [0])
+    assert f.severity == "error" and f.vocab_repair == VocabRepair.OFFSETS
+    assert f.summary.startswith("vocab map: d2t holds absolute target ids")
+    assert f.evidence["out_of_range_as_offsets"] >= 0 and f.evidence["notes"]
+    assert "--write-fixed OUT does this" in f.fix
+    # A warning-only problem (unsorted d2t) is no error and repairs nothing.
+    perm = torch.arange(96)
+    perm[:2] = torch.tensor([1, 0])
+    targets = (torch.arange(96) + w.d2t)[perm]
+    unsorted = _draft_copy(syn[0], tmp_path / "unsorted", {"d2t": targets - torch.arange(96)})
+    f = vocab_check(Evaluator(load_draft(unsorted, strict=False), SampleSet(syn[1])), [0])
+    assert f.severity == "warning" and f.vocab_repair is None
+    assert f.fix == "sort the draft vocab by target id" and "ascending" in f.summary

@@ -31,7 +31,6 @@ from inspector.draft import DraftConfig
 from inspector.errors import InputError
 from inspector.formats.tensorfiles import read_json
 from inspector.sample import SlotInfo
-from inspector.wiring import Wiring
 
 HF = "hf"  # id = HF index
 LAYER_OUTPUT = "layer_output"  # id = the decoder layer whose output is captured: HF index id + 1
@@ -146,7 +145,7 @@ def draft_source(cfg: DraftConfig) -> IdSource | None:
         return None
     conv = cfg.aux_layer_convention or HF
     hf = tuple(tuple(h) for h in configured_hf_ids(cfg.aux_layer_ids, conv))
-    where = "config.json " + DRAFT_KEYS.get(conv, "eagle_aux_hidden_state_layer_ids")
+    where = "config.json " + DRAFT_KEYS.get(conv, DRAFT_KEYS[HF])
     return IdSource(where, tuple(cfg.aux_layer_ids), conv, False, hf)
 
 
@@ -183,14 +182,14 @@ def slots_source(
     )
 
 
-def _relabel(infos: Sequence[SlotInfo], slot_hf: Sequence[int | None]) -> list[SlotInfo]:
-    out = []
-    for s, k in zip(infos, slot_hf, strict=True):
-        if k is None or k == s.hf_index:
-            out.append(s)
-        else:
-            out.append(SlotInfo("embed" if k == 0 else f"L{k}", k, s.post_norm, s.verifier))
-    return out
+def _label(w: Sequence[int], infos: Sequence[SlotInfo], slot_hf: Sequence[int | None]) -> str:
+    """w's label with the slots named by their HF indices in `slot_hf` (as `with_layer_ids`)."""
+    names = []
+    for s in w:
+        k = slot_hf[s]
+        same = k is None or k == infos[s].hf_index
+        names.append(infos[s].label if same else ("embed" if k == 0 else f"L{k}"))
+    return "[" + ", ".join(names) + "]"
 
 
 def layer_id_facts(
@@ -207,11 +206,9 @@ def layer_id_facts(
         slots_source(infos, override, data_config),
         tuple(s.hf_index for s in infos),
     )
-    if facts.draft is None:
+    if facts.draft is None or len(facts.draft.ids) != n_blocks:
         return facts
     for hf in facts.draft.hf:
-        if len(hf) != n_blocks:
-            continue
         w = slots_for_hf(hf, infos)
         if w is not None:
             facts.configured, facts.configured_hf = w, tuple(sorted(hf))
@@ -242,7 +239,7 @@ def other_readings(
             w = slots_for_hf(config_hf, infos, slot_layers=slot_hf)
             if w is None:
                 continue
-            label = Wiring(w).label(_relabel(infos, slot_hf))
+            label = _label(w, infos, slot_hf)
             out.append(
                 Reading(d_conv, s_conv, slot_hf, tuple(sorted(config_hf)), w, label, w == best)
             )
