@@ -338,6 +338,13 @@ def test_readings_keep_going_past_one_that_selects_nothing(tmp_path):
     assert readings[0].label == "[L2, L4, L6]"
 
 
+def test_reading_labels_keep_the_slot_names_they_do_not_change(tmp_path):
+    infos = [SlotInfo("emb", 0), SlotInfo("mid", 2), SlotInfo("top", 4), SlotInfo("last", 6)]
+    facts = layer_id_facts(_cfg((-1, 1, 3), HF), infos, 3)
+    (r,) = other_readings(facts, infos, (0, 1, 2))
+    assert (r.draft_convention, r.label) == (LAYER_OUTPUT, "[emb, mid, top]")
+
+
 def test_readings_with_a_slot_of_unknown_index(tmp_path):
     # SpecForge-style: the aux slots from data_config.json, then the post-norm final state.
     infos = [*_slots([1, 3, 5]), SlotInfo("final(post-norm)", None, post_norm=True, verifier=True)]
@@ -417,7 +424,7 @@ def test_vocab_check(syn, tmp_path):
     shutil.copytree(syn[1], broken)
     (broken / "data_1.pt").write_bytes(b"not a pickle")
     bev = Evaluator(ev.draft, SampleSet(broken))
-    assert coverage(bev, [0, 1]) == coverage(ev, [0])  # an unreadable sample is left out
+    assert coverage(bev, [1, 0]) == coverage(ev, [0])  # an unreadable sample is left out
     f = vocab_check(ev, [0, 1])  # random tokens: about D/V of them are in the draft vocab
     assert f.kind == "vocab_map" and f.severity == "warning" and f.vocab_repair is None
     assert f.summary.startswith(f"the draft vocab covers only {100 * cov.acc:.1f}%")
@@ -435,7 +442,8 @@ def test_vocab_check(syn, tmp_path):
         drop=("d2t", "t2d"),
         config={"draft_vocab_size": 256},
     )
-    f = vocab_check(Evaluator(load_draft(full), SampleSet(syn[1])), [0])
+    fev = Evaluator(load_draft(full), SampleSet(syn[1]))
+    f = vocab_check(fev, [0])
     assert f.severity == "info" and f.fix == ""
     assert (
         f.summary
@@ -449,11 +457,23 @@ def test_vocab_check(syn, tmp_path):
     assert f.summary.startswith("vocab map: d2t holds absolute target ids")
     assert f.evidence["out_of_range_as_offsets"] >= 0 and f.evidence["notes"]
     assert "--write-fixed OUT does this" in f.fix
-    # A warning-only problem (unsorted d2t) is no error and repairs nothing.
-    perm = torch.arange(96)
+    # A warning-only problem (unsorted d2t, full coverage) is no error and repairs nothing.
+    perm = torch.arange(256)
     perm[:2] = torch.tensor([1, 0])
-    targets = (torch.arange(96) + w.d2t)[perm]
-    unsorted = _draft_copy(syn[0], tmp_path / "unsorted", {"d2t": targets - torch.arange(96)})
+    unsorted = _draft_copy(
+        full,
+        tmp_path / "unsorted",
+        {"d2t": perm - torch.arange(256), "t2d": torch.ones(256, dtype=torch.bool)},
+    )
     f = vocab_check(Evaluator(load_draft(unsorted, strict=False), SampleSet(syn[1])), [0])
     assert f.severity == "warning" and f.vocab_repair is None
     assert f.fix == "sort the draft vocab by target id" and "ascending" in f.summary
+    # Coverage counts token 0 and leaves ids outside the vocab out of the hits.
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    s = torch.load(syn[1] / "data_0.pt", weights_only=True)
+    s["input_ids"][-2:] = torch.tensor([0, 256])
+    torch.save(s, odd / "data_0.pt")
+    (odd / "data_config.json").write_bytes((syn[1] / "data_config.json").read_bytes())
+    cov = coverage(Evaluator(fev.draft, SampleSet(odd)), [0])
+    assert cov.total == coverage(fev, [0]).total and cov.hits == cov.total - 1

@@ -128,9 +128,7 @@ def analyse_vocab(
     ids_t2d = mask.nonzero().flatten() if mask is not None and mask.numel() == v else None
     out.first_entries = [int(x) for x in d2t[:6]]
     # Absolute ids: they equal nonzero(t2d) where offsets would not, or only they are in range.
-    if (ids_t2d is not None and d > 1 and torch.equal(ids_t2d, d2t)) and not torch.equal(
-        ids_t2d, as_off
-    ):
+    if ids_t2d is not None and torch.equal(ids_t2d, d2t) and not torch.equal(ids_t2d, as_off):
         out.d2t = "absolute"
     elif not off_in_range and abs_valid:
         out.d2t = "absolute"
@@ -214,5 +212,7 @@ def vocab_check(ev: Evaluator, samples: Sequence[int]) -> Finding:
     else:
         severity = "info"
     text = wording.vocab(facts, severity)
-    repair = analysis.repair if severity == "error" else None
-    return Finding("vocab_map", severity, text.summary, text.fix, facts, vocab_repair=repair)
+    # Only an error is repairable (`fixable` is set with error problems only).
+    return Finding(
+        "vocab_map", severity, text.summary, text.fix, facts, vocab_repair=analysis.repair
+    )
