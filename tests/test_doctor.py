@@ -179,7 +179,7 @@ def test_sglang_and_vllm_ids():
     assert any("-1" in n for n in c["sglang"]["notes"]) and any(
         "36063" in n for n in c["vllm"]["notes"]
     )
-    # The 61-layer worked mapping of formats.md §4: HF [3, 31, 59] is SGLang [2, 30, 58].
+    # A 61-layer target: HF [3, 31, 59] is SGLang [2, 30, 58] before PR #25454 (id = HF index - 1).
     assert engine_configs([3, 31, 59], last_layer=None)["sglang"]["layer_ids_before_pr25454"] == [
         2,
         30,
