@@ -8,7 +8,7 @@ Both searches rank every ordered choice of 3 slots out of 4 (24 wirings) on the 
 step-0 all-tok hits, ties broken by the true token's mean log-probability, and must agree on the
 best wiring.
   naive: per wiring and sample, fc recomputed from the concatenated slots and a full forward with
-    full-vocab logits on every row (`inspector.doctor.naive_search`);
+    full-vocab logits on every row (`naive_search` in tests/doctor_oracle.py, the tests' oracle);
   ours: `inspector.doctor.search_wirings` as `diagnose` runs it: cached per-sample slot projections,
     wirings batched through the layer, lm_head on the scored rows only, and clearly worse
     wirings dropped after each sample (the configured / train / serve wirings always run to the
@@ -28,10 +28,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from inspector.doctor import naive_search, search_wirings  # noqa: E402
-from inspector.doctor.diagnose import _named_wirings  # noqa: E402
+from doctor_oracle import naive_search  # noqa: E402
+
+from inspector.doctor import search_wirings  # noqa: E402
 from inspector.doctor.search import all_wirings  # noqa: E402
+from inspector.doctor.wiring_check import named_wirings  # noqa: E402
 from inspector.evaluate import Evaluator, resolve_device  # noqa: E402
 from inspector.formats import SampleSet, load_draft  # noqa: E402
 from inspector.synthetic import SyntheticSpec, write_synthetic  # noqa: E402
@@ -52,9 +55,9 @@ def bench_case(
     search_wirings(ev, idx[:1], protected=[cands[0]], prune=False)
 
     ev_fast = make_evaluator(draft_dir, samples, device)
-    named, _ = _named_wirings(ev_fast, ev_fast.slot_info)
+    named = named_wirings(ev_fast, ev_fast.slot_info)
     t0 = time.perf_counter()
-    ws = search_wirings(ev_fast, idx, protected=list(dict.fromkeys(named.values())), prune=prune)
+    ws = search_wirings(ev_fast, idx, protected=named.protected, prune=prune)
     fast_s = time.perf_counter() - t0
     ranked = ws.ranked()
 

@@ -53,6 +53,12 @@ def _add_model_args(p: argparse.ArgumentParser, *, samples_optional: bool = True
         metavar="K",
         help="teacher-forced TTT steps to run (default 1)",
     )
+    p.add_argument(
+        "--slot-layers",
+        metavar="IDS",
+        help="HF hidden_states index of every slot, e.g. 0,2,4,6 (0 = embedding output, k = "
+        "output of decoder layer k-1; default: data_config.json)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,11 +112,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="OUT",
         help="write a fixed checkpoint to the new folder OUT (fc blocks permuted for the engines' "
         "ascending capture order, d2t and config fixes applied) and verify it",
-    )
-    p_doc.add_argument(
-        "--slot-layers",
-        metavar="IDS",
-        help="HF hidden_states index of every slot, e.g. 0,2,4,6 (default: data_config.json)",
     )
 
     p_open = sub.add_parser("open", help="open the inspector app (default command)")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 import torch
+
+from inspector.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -47,3 +50,23 @@ class Sample:
             if s.verifier:
                 return i
         return None
+
+
+def with_layer_ids(infos: list[SlotInfo], layer_ids: Sequence[int]) -> list[SlotInfo]:
+    """The slots with the given HF index each (the `--slot-layers` override of data_config.json).
+
+    HF index k is `output_hidden_states[k]` of the target: 0 the embedding output, k the output of
+    decoder layer k-1. A slot whose index changes is relabelled "embed" (0) or "L{k}".
+    """
+    if len(layer_ids) != len(infos):
+        raise InputError(
+            None,
+            "--slot-layers",
+            f"{len(layer_ids)} ids given, the samples have {len(infos)} slots",
+        )
+    out = []
+    for s, k in zip(infos, layer_ids, strict=True):
+        k = int(k)
+        label = s.label if s.hf_index == k else ("embed" if k == 0 else f"L{k}")
+        out.append(replace(s, hf_index=k, label=label))
+    return out

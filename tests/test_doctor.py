@@ -1,5 +1,5 @@
-"""The doctor's machinery on small random drafts: search == naive, the row-restricted scorer ==
-forward_steps, lenient loading, the config-level findings, serving ids, --write-fixed, the CLI.
+"""The doctor's machinery on small random drafts: search == naive, lenient loading, the
+config-level findings, serving ids, --write-fixed, the CLI.
 
 (Faults that need a trained draft are in test_doctor_faults.py, on the bundled demo.)
 """
@@ -8,29 +8,32 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
+from doctor_oracle import naive_search
 from safetensors.torch import load_file, save_file
 
 from inspector.cli import main
-from inspector.doctor import diagnose, naive_search, search_wirings, write_fixed
+from inspector.doctor import (
+    VocabRepair,
+    diagnose,
+    search_wirings,
+    write_fixed,
+)
 from inspector.doctor.fix import ascending_order
+from inspector.doctor.layer_ids import configured_hf_ids
 from inspector.doctor.report import Finding, sort_findings
-from inspector.doctor.search import Scorer, _SharedInputs, _step0_logits, all_wirings, neighbours
+from inspector.doctor.search import Scorer, all_wirings, neighbours
 from inspector.doctor.serving import (
-    configured_hf_ids,
     engine_configs,
     serving_config,
     sglang_ids_since_25454,
 )
-from inspector.draft import RopeConfig
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
-from inspector.model import forward_steps
 from inspector.sample import SlotInfo
 from inspector.synthetic import SyntheticSpec, write_synthetic
 from inspector.wiring import Wiring
@@ -81,41 +84,6 @@ def test_search_counts_match_evaluator(syn):
         assert ws.scores(w).counts() == wr.steps[0].all_tok
 
 
-def _bias_draft(draft):
-    w = dict(draft.weights)
-    g = torch.Generator().manual_seed(3)
-    for n in ("q", "k", "v"):
-        rows = w[f"layers.0.self_attn.{n}_proj.weight"].shape[0]
-        w[f"layers.0.self_attn.{n}_proj.bias"] = torch.randn(rows, generator=g) * 0.1
-    return replace(draft, weights=w)
-
-
-@pytest.mark.parametrize("variant", ["plain", "nbr", "rope_dim", "bias", "yarn"])
-def test_row_scorer_equals_forward(syn, variant):
-    draft = load_draft(syn[0])
-    cfg = draft.config
-    if variant == "nbr":
-        draft = replace(draft, config=replace(cfg, norm_before_residual=True))
-    elif variant == "rope_dim":
-        draft = replace(draft, config=replace(cfg, rope=replace(cfg.rope, dim=2 * cfg.head_dim)))
-    elif variant == "bias":
-        draft = _bias_draft(draft)
-    elif variant == "yarn":
-        rope = RopeConfig(
-            theta=50000.0,
-            rope_type="yarn",
-            scaling={"factor": 4.0, "original_max_position_embeddings": 32},
-        )
-        draft = replace(draft, config=replace(cfg, rope=rope))
-    ev = Evaluator(draft, SampleSet(syn[1]))
-    h = torch.stack([ev.fc_output(0, Wiring(w)) for w in ((0, 1, 2), (3, 1, 0))])[:, :-1]
-    ids = ev.samples[0].input_ids
-    ref = forward_steps(draft, h, ids[1:].expand(2, -1), steps=1, position_offset=5)[0]
-    rows = torch.tensor([3, 4, 10, 20, 46])
-    got = _step0_logits(draft, _SharedInputs(draft, ids[1:], 5), h, rows)
-    torch.testing.assert_close(got, ref[:, rows], rtol=1e-4, atol=1e-4)
-
-
 def test_neighbours_and_greedy(syn, monkeypatch):
     assert (1, 0, 2) in neighbours((0, 1, 2), 4) and (3, 1, 2) in neighbours((0, 1, 2), 4)
     assert all(len(set(w)) == 3 for w in neighbours((0, 1, 2), 4))
@@ -161,6 +129,7 @@ def test_absolute_d2t_is_a_finding(syn, tmp_path):
     f = report.finding("vocab_map")
     assert f.severity == "error" and "absolute" in f.summary and "offsets" in f.fix
     assert f.evidence["d2t"] == "absolute"
+    assert f.vocab_repair == VocabRepair.OFFSETS
 
 
 def test_t2d_disagreeing_is_a_finding(syn, tmp_path):
@@ -175,6 +144,7 @@ def test_t2d_disagreeing_is_a_finding(syn, tmp_path):
     report = diagnose(_ev(bad, syn[1], strict=False), 1)
     f = report.finding("vocab_map")
     assert f.severity == "error" and "t2d disagrees" in f.summary
+    assert f.vocab_repair == VocabRepair.T2D_FROM_D2T
 
 
 def test_missing_head_dim_is_a_finding(tmp_path):
@@ -191,11 +161,12 @@ def test_missing_head_dim_is_a_finding(tmp_path):
     assert f.severity == "error"
     assert "no head_dim" in f.summary and '"head_dim": 32' in f.fix
     assert f.evidence["hidden_size/heads"] == 16
+    assert f.config_fix is not None and f.config_fix.head_dim == 32
     # --write-fixed adds it, and the written checkpoint loads strictly.
     res = write_fixed(ev, report, tmp_path / "fixed")
     cfg = json.loads((tmp_path / "fixed" / "config.json").read_text())
     assert cfg["transformer_layer_config"]["head_dim"] == 32
-    assert res["verified"]
+    assert res.verified and res.plan.config_fix.head_dim == 32
 
 
 # --- serving ids -------------------------------------------------------------------------------
@@ -208,7 +179,7 @@ def test_sglang_and_vllm_ids():
     assert any("-1" in n for n in c["sglang"]["notes"]) and any(
         "36063" in n for n in c["vllm"]["notes"]
     )
-    # The 61-layer worked mapping of formats.md §4: HF [3, 31, 59] is SGLang [2, 30, 58].
+    # A 61-layer target: HF [3, 31, 59] is SGLang [2, 30, 58] before PR #25454 (id = HF index - 1).
     assert engine_configs([3, 31, 59], last_layer=None)["sglang"]["layer_ids_before_pr25454"] == [
         2,
         30,
@@ -256,8 +227,9 @@ def test_write_fixed_permutes_and_verifies(syn, tmp_path):
     before = _digest(syn[0])
     res = write_fixed(ev, report, tmp_path / "out")
     assert _digest(syn[0]) == before  # the input is never written
-    assert res["verified"] and res["positions_differing"] == 0
-    assert res["wiring"] == [0, 1, 2] and res["block_order"] == [1, 2, 0]
+    assert res.verified and res.verification.positions_differing == 0
+    assert res.plan.fixed_wiring == (0, 1, 2) and res.plan.block_order == (1, 2, 0)
+    assert res.to_dict()["wiring"] == [0, 1, 2] and res.to_dict()["block_order"] == [1, 2, 0]
     fixed = load_draft(tmp_path / "out")
     assert fixed.config.aux_layer_ids == (0, 2, 4)
     orig = load_draft(syn[0])
@@ -287,7 +259,9 @@ def test_report_contract(syn):
         "total",
         "acc",
     }
-    assert {"kind", "severity", "summary", "evidence", "fix"} <= set(d["findings"][0])
+    assert {"kind", "severity", "summary", "evidence", "fix", "config_fix", "vocab_repair"} <= set(
+        d["findings"][0]
+    )
     assert set(d["serving_config"]) >= {"sglang", "vllm"}
     kinds = {f["kind"] for f in d["findings"]}
     assert kinds >= {

@@ -1,4 +1,4 @@
-"""Planted faults (issue 5): variants of the bundled demo built in a temp folder, and the doctor
+"""Planted faults: variants of the bundled demo built in a temp folder, and the doctor
 naming each fault by kind with the right fix. The demo itself is never modified.
 
 The demo draft was trained on slots [embed, L2, L4] = (0, 1, 2) of samples holding HF layers
@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from inspector.doctor import diagnose, write_fixed
+from inspector.doctor import ConfigFix, diagnose, write_fixed
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
@@ -93,6 +93,22 @@ def test_unmodified_demo(base):
         assert report.finding(kind).severity == "info", report.finding(kind).summary
 
 
+def test_search_prunes_clearly_worse_wirings(demo, base):
+    from inspector.doctor import search_wirings
+
+    _, report = base
+    dropped = [w for w in report.wirings if not w.complete]
+    assert len(dropped) >= 12 and all(w.samples < N for w in dropped)
+    assert report.finding("wiring").evidence["dropped_early"] == len(dropped)
+    # The named wirings run to the end although the serve wiring is far worse.
+    assert report.wiring_result((1, 2, 3)).complete and report.wiring_result(TRAIN).complete
+    ev = Evaluator(load_draft(demo.draft), SampleSet(demo.train_samples))
+    full = search_wirings(ev, range(N), prune=False)
+    pruned = search_wirings(ev, range(N))
+    assert pruned.forwards < full.forwards == 24 * N
+    assert pruned.ranked()[0].wiring == full.ranked()[0].wiring == TRAIN
+
+
 def test_fc_blocks_permuted_and_write_fixed(demo, base, tmp_path):
     perm = [1, 2, 0]  # new block b = old block perm[b], so block b now wants slot perm[b]
 
@@ -112,7 +128,7 @@ def test_fc_blocks_permuted_and_write_fixed(demo, base, tmp_path):
     assert fp.severity == "warning" and fp.evidence["flagged"]
 
     res = write_fixed(ev, report, tmp_path / "fixed")
-    assert res["verified"] and res["wiring"] == list(TRAIN)
+    assert res.verified and res.plan.fixed_wiring == TRAIN
     # The fixed checkpoint under the ascending wiring reaches the original draft's accuracy.
     fixed_ev, fixed_report = _run(tmp_path / "fixed", demo.train_samples)
     assert fixed_report.best_wiring == TRAIN
@@ -148,7 +164,8 @@ def test_norm_before_residual_flipped(demo, base, tmp_path):
     f = report.finding("norm_before_residual")
     assert f.severity in ("error", "warning"), f.summary
     assert '"norm_before_residual": true' in f.fix
-    assert f.evidence["config_fix"] == {"norm_before_residual": True}
+    assert f.config_fix == ConfigFix(norm_before_residual=True)
+    assert f.to_dict()["config_fix"] == {"norm_before_residual": True}
     assert report.recommended_wiring == TRAIN  # searched again under the corrected flag
 
 
@@ -195,3 +212,98 @@ def test_serving_wiring_configured(demo, tmp_path):
     f = report.finding("wiring")
     assert f.severity == "error" and f.wiring == TRAIN
     assert "[L2, L4, L6]" in f.summary and "[0, 2, 4]" in f.fix and "[-1, 1, 3]" in f.fix
+
+
+# --- layer-id conventions --------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def unstated(demo, tmp_path_factory) -> Path:
+    """The demo's first samples with a data_config.json that no longer states its convention: the
+    layer ids [0, 2, 4, 6] are HF indices, as sets captured with vLLM-convention ids write them,
+    but the sample reader assumes the speculators v1 default (decoder-layer outputs, id + 1)."""
+    out = tmp_path_factory.mktemp("unstated")
+    for i in range(N):
+        shutil.copy(demo.train_samples / f"data_{i}.pt", out / f"data_{i}.pt")
+    cfg = json.loads((demo.train_samples / "data_config.json").read_text())
+    del cfg["hidden_states"]["index_convention"]
+    cfg["hidden_states"].pop("index_note", None)
+    (out / "data_config.json").write_text(json.dumps(cfg))
+    return out
+
+
+def test_layer_id_conventions_disagree(demo, unstated):
+    _, report = _run(demo.draft, unstated)
+    assert [s.hf_index for s in report.slots] == [1, 3, 5, 7]  # read as id + 1
+    assert report.configured_wiring is None and report.best_wiring == TRAIN
+    f = report.finding("wiring")
+    assert f.severity == "warning" and f.wiring == TRAIN
+    assert "names no aux layer ids" not in f.summary  # it names [0, 2, 4]
+    assert "eagle_aux_hidden_state_layer_ids [0, 2, 4] (HF indices" in f.summary
+    assert "match no captured slot" in f.summary
+    # Which convention was assumed for each source, and what the other reading gives.
+    assert "read as decoder-layer output ids (HF index = id + 1), assumed" in f.summary
+    assert (
+        "reading data_config.json's ids as HF indices instead, the config selects "
+        "[embed, L2, L4], exactly the best wiring" in f.summary
+    )
+    assert "--slot-layers 0,2,4,6" in f.fix and '"index_convention": "hf"' in f.fix
+    ids = f.evidence["layer_ids"]
+    assert (ids["draft"]["convention"], ids["draft"]["stated"]) == ("hf", False)
+    assert (ids["slots"]["convention"], ids["slots"]["stated"]) == ("layer_output", False)
+    best = {
+        (r["draft_convention"], r["slots_convention"])
+        for r in ids["other_readings"]
+        if r["is_best"]
+    }
+    assert best == {("hf", "hf"), ("layer_output", "layer_output")}
+    assert "data_config.json" in report.finding("serving_config").summary
+
+
+def test_slot_layers_override_restores_the_demo(demo, unstated):
+    ev = Evaluator(
+        load_draft(demo.draft, strict=False), SampleSet(unstated), slot_layers=[0, 2, 4, 6]
+    )
+    assert [s.label for s in ev.slot_info] == ["embed", "L2", "L4", "L6"]
+    report = diagnose(ev, N)
+    assert report.configured_wiring == TRAIN
+    f = report.finding("wiring")
+    assert f.severity == "info" and "configured wiring [embed, L2, L4]" in f.summary
+    assert f.evidence["layer_ids"]["slots"]["where"] == "--slot-layers"
+    assert f.evidence["layer_ids"]["other_readings"] == []  # an override states its convention
+    sc = report.serving_config
+    assert sc["vllm"]["config"]["eagle_aux_hidden_state_layer_ids"] == [0, 2, 4]
+    assert "data_config.json" not in report.finding("serving_config").summary
+
+
+def test_slot_layers_on_eval_doctor_and_open(demo, unstated, capsys):
+    from inspector.cli import build_parser, main
+    from inspector.commands.open import build_app, web_command
+
+    base = [str(demo.draft), str(unstated), "--slot-layers", "0,2,4,6"]
+    rc = main(["eval", *base, "--limit", "1", "--json", "--wiring", "embed,L2,L4"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert [(s["label"], s["hf_index"]) for s in doc["slots"]] == [
+        ("embed", 0),
+        ("L2", 2),
+        ("L4", 4),
+        ("L6", 6),
+    ]
+    assert doc["wirings"][0]["wiring"] == list(TRAIN)
+    # Without the override the same labels name no slot (exit 2, the flag named).
+    assert main(["eval", *base[:2], "--limit", "1", "--wiring", "embed,L2,L4"]) == 2
+    assert "embed" in capsys.readouterr().err
+    rc = main(["doctor", *base, "--samples", "2", "--json"])
+    assert json.loads(capsys.readouterr().out)["configured_wiring"] == list(TRAIN)
+    args = build_parser().parse_args(["open", *base])
+    assert "--slot-layers 0,2,4,6" in web_command(args)
+    ev, _, _ = build_app(args).loader(lambda text: None)
+    assert [s.label for s in ev.slot_info] == ["embed", "L2", "L4", "L6"]
+
+
+@pytest.mark.parametrize("ids", ["0,2", "0,2,x,6", "0,2,4,٦", "0,-2,4,6", ","])
+def test_slot_layers_bad_values_exit_2(demo, unstated, ids, capsys):
+    from inspector.cli import main
+
+    assert main(["eval", str(demo.draft), str(unstated), "--slot-layers", ids, "--limit", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--slot-layers" in err and len(err.strip().splitlines()) == 1

@@ -290,35 +290,82 @@ async def test_export_refuses_input_folder(opened, inputs, monkeypatch):
 
 async def test_doctor_screen_applies_wiring(opened, monkeypatch):
     import inspector.doctor as doctor_pkg
-    from inspector.doctor import Finding
+    from inspector.doctor import DoctorReport, Finding
 
     app, pilot = opened
     main = app.main
     serve = main.session.presets["serve"]
-
-    class FakeReport:
-        best_wiring = serve
-        findings = [
-            Finding("fc_fingerprint", "info", "blocks look fine", {"x": 1}),
-            Finding("wiring", "error", "serving feeds the wrong slots", {}, "use serve", serve),
-        ]
-
+    report = DoctorReport(
+        best_wiring=serve,
+        wirings=[],
+        findings=[
+            Finding("fc_fingerprint", "info", "blocks look fine"),
+            Finding("wiring", "error", "serving feeds the wrong slots", "use serve", wiring=serve),
+        ],
+        serving_config={},
+    )
     calls = []
 
     def fake_diagnose(ev, n_samples=4, **kw):
         calls.append(n_samples)
-        return FakeReport()
+        kw["progress"]("wiring search", 1, 1)  # the screen's progress callback is passed
+        return report
 
     monkeypatch.setattr(doctor_pkg, "diagnose", fake_diagnose)
     await pilot.press("d")
     await until(pilot, lambda: type(app.screen).__name__ == "DoctorScreen" and app.screen.report)
     assert calls == [4]
+    assert app.screen.report is report
     text = screen_text(app)
     assert "serving feeds the wrong slots" in text and "blocks look fine" in text
     await pilot.press("down", "enter")
     await settle(pilot, fill=False)
     assert type(app.screen).__name__ == "MainScreen"
     assert main.wiring == serve
+
+
+async def test_doctor_screen_shows_failure(opened, monkeypatch):
+    import inspector.doctor as doctor_pkg
+    from inspector.errors import InputError
+
+    app, pilot = opened
+
+    def failing(ev, n_samples=4, **kw):
+        raise InputError("data_9.pt", "input_ids", "bad sample")
+
+    monkeypatch.setattr(doctor_pkg, "diagnose", failing)
+    await pilot.press("d")
+    await until(pilot, lambda: "doctor failed" in screen_text(app))
+    assert "data_9.pt" in screen_text(app)
+    await pilot.press("escape")
+    assert type(app.screen).__name__ == "MainScreen"
+
+
+async def test_doctor_screen_close_cancels_the_run(opened, monkeypatch):
+    import threading
+    import time
+
+    import inspector.doctor as doctor_pkg
+
+    app, pilot = opened
+    stopped = threading.Event()
+
+    def slow(ev, n_samples=4, **kw):
+        try:
+            for i in range(4000):
+                kw["progress"]("wiring search", i, 4000)
+                time.sleep(0.005)
+        finally:
+            stopped.set()
+
+    monkeypatch.setattr(doctor_pkg, "diagnose", slow)
+    await pilot.press("d")
+    await until(pilot, lambda: "wiring search" in screen_text(app))
+    await pilot.press("escape")
+    await until(pilot, stopped.is_set, timeout=5.0)  # far less than the 20 s the run would take
+    await settle(pilot, fill=False)
+    assert type(app.screen).__name__ == "MainScreen"
+    assert not [m for m in app.main.messages if "doctor" in m], app.main.messages
 
 
 async def test_doctor_screen_without_doctor(opened, monkeypatch):

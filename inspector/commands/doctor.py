@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.markup import escape
@@ -20,25 +21,16 @@ from rich.text import Text
 from inspector.commands.common import load_evaluator, resolve_inputs
 from inspector.errors import InputError
 
+if TYPE_CHECKING:
+    from inspector.doctor import DoctorReport, FixResult
+
 STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
-
-
-def parse_slot_layers(text: str | None) -> list[int] | None:
-    if not text:
-        return None
-    try:
-        return [int(p) for p in text.replace(" ", "").strip("[]").split(",") if p]
-    except ValueError:
-        raise InputError(
-            None, "--slot-layers", f"{text!r}: expected integers like 0,2,4,6"
-        ) from None
 
 
 def run_doctor(args: argparse.Namespace) -> int:
     from inspector.doctor import diagnose, write_fixed
 
     inputs = resolve_inputs(args)
-    slot_layers = parse_slot_layers(getattr(args, "slot_layers", None))
     n = getattr(args, "n_samples", 8)
     if n is None or n < 1:
         raise InputError(None, "--samples", "must be at least 1")
@@ -61,9 +53,8 @@ def run_doctor(args: argparse.Namespace) -> int:
         def report_progress(stage: str, done: int, total: int) -> None:
             progress.update(task, description=stage, completed=done, total=total)
 
-        report = diagnose(
-            ev, n, slot_layers=slot_layers, target_config=inputs.target, progress=report_progress
-        )
+        # --slot-layers reaches the doctor through the evaluator (inputs.slot_layers).
+        report = diagnose(ev, n, target_config=inputs.target, progress=report_progress)
         if args.write_fixed:
             write_fixed(
                 ev,
@@ -80,8 +71,8 @@ def run_doctor(args: argparse.Namespace) -> int:
         out = Console()
         for part in render(report):
             out.print(part)
-    failed = report.fixed is not None and not report.fixed["verified"]
-    return 1 if failed or any(f.severity == "error" for f in report.findings) else 0
+    failed = report.fixed is not None and not report.fixed.verified
+    return 1 if failed or report.has_errors else 0
 
 
 def _json_default(o: object) -> object:
@@ -92,7 +83,7 @@ def _json_default(o: object) -> object:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def render(report) -> list:
+def render(report: DoctorReport) -> list:
     """The rich renderables of the report: findings first."""
     infos = report.slots
     parts: list = []
@@ -131,7 +122,7 @@ def render(report) -> list:
     return parts
 
 
-def _wiring_table(report, top: int = 8) -> Table:
+def _wiring_table(report: DoctorReport, top: int = 8) -> Table:
     table = Table(
         title="wirings by step-0 all-tok accuracy (fc block 0, 1, ... <- slot; log p: mean log-prob of the true token)",
         title_justify="left",
@@ -143,7 +134,7 @@ def _wiring_table(report, top: int = 8) -> Table:
     table.add_column("all-tok", justify="right", no_wrap=True)
     table.add_column("log p", justify="right", no_wrap=True)
     table.add_column("")
-    rec = tuple(report.recommended_wiring or report.best_wiring)
+    rec = report.serve_wiring
     shown = [(i, w) for i, w in enumerate(report.wirings) if i < top or w.roles or w.wiring == rec]
     for i, w in shown:
         note = list(w.roles)
@@ -168,7 +159,7 @@ def _wiring_table(report, top: int = 8) -> Table:
     return table
 
 
-def _serving_panel(report) -> Panel:
+def _serving_panel(report: DoctorReport) -> Panel:
     sc = report.serving_config
     lines: list = []
     if sc.get("ascending") is None:
@@ -192,15 +183,16 @@ def _serving_panel(report) -> Panel:
     )
 
 
-def _fixed_panel(fixed: dict) -> Panel:
-    ok = fixed["verified"]
-    e, f = fixed["expected"], fixed["fixed"]
+def _fixed_panel(fixed: FixResult) -> Panel:
+    ok = fixed.verified
+    v = fixed.verification
+    e, f = v.expected, v.fixed
     lines = [
-        Text(f"wrote {fixed['path']}"),
-        *[Text("  - " + c) for c in fixed["changes"]],
+        Text(f"wrote {fixed.path}"),
+        *[Text("  - " + c) for c in fixed.changes],
         Text(
-            f"verified: ascending wiring {fixed['wiring']} scores {f['hits']}/{f['total']} vs {e['hits']}/{e['total']} "
-            f"for the original ({fixed['positions_differing']} positions differ)",
+            f"verified: ascending wiring {list(fixed.plan.fixed_wiring)} scores {f.hits}/{f.total} "
+            f"vs {e.hits}/{e.total} for the original ({v.positions_differing} positions differ)",
             style="green" if ok else "bold red",
         ),
     ]

@@ -41,6 +41,8 @@ def web_command(args: argparse.Namespace) -> str:
     argv += ["--device", args.device, "--dtype", args.dtype, "--ttt-steps", str(args.ttt_steps)]
     if getattr(args, "wiring", None):
         argv += ["--wiring", args.wiring]
+    if getattr(args, "slot_layers", None):
+        argv += ["--slot-layers", args.slot_layers]
     return shlex.join(argv)
 
 

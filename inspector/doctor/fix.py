@@ -8,6 +8,9 @@ is order-free). The writer also applies the fixes the findings name for d2t/t2d 
 keys (norm_before_residual, rope_theta, head_dim), records the aux layer ids of the new order,
 and re-evaluates the written checkpoint against the original in memory. The input folder is
 never written to.
+
+`plan_fix` computes what changes (a typed `FixPlan`) from the report alone; `write_fixed` writes
+it; `verify_fixed` scores the written checkpoint against the original.
 """
 
 from __future__ import annotations
@@ -23,13 +26,20 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from inspector.doctor.report import DoctorReport
+from inspector.doctor.report import (
+    ConfigFix,
+    DoctorReport,
+    FixPlan,
+    FixResult,
+    Verification,
+)
 from inspector.doctor.search import Progress, Scorer
 from inspector.draft import Draft, RopeConfig
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats.checkpoint import canonical_name, load_draft
 from inspector.formats.tensorfiles import find_weight_file, read_json, read_tensors
+from inspector.metrics import Counts
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 CONFIG_KINDS = ("norm_before_residual", "rope", "head_dim")
@@ -37,42 +47,59 @@ CONFIG_KINDS = ("norm_before_residual", "rope", "head_dim")
 
 def ascending_order(wiring: Sequence[int], hf: Sequence[int | None]) -> list[int]:
     """Block order b_0, b_1, ... such that wiring[b_k] ascends by HF index (slot index if unknown)."""
-    keys = [(h if h is not None else s, s) for s, h in zip(wiring, hf, strict=True)]
-    if any(h is None for h in hf):
-        keys = [(s, s) for s in wiring]
-    return sorted(range(len(wiring)), key=lambda b: keys[b])
+    if len(hf) != len(wiring):
+        raise ValueError(f"{len(hf)} HF indices for {len(wiring)} fc blocks")
+    keys = list(wiring) if None in hf else list(hf)
+    return sorted(range(len(wiring)), key=lambda b: (keys[b], wiring[b]))
 
 
-def config_fixes(report: DoctorReport) -> dict:
-    """The config keys the error/warning findings ask to change."""
-    out: dict = {}
+def config_fixes(report: DoctorReport) -> ConfigFix:
+    """The config keys the error/warning findings ask to change (later findings win a key)."""
+    out = ConfigFix()
     for f in report.findings:
-        if f.kind in CONFIG_KINDS and f.severity in ("error", "warning"):
-            out.update(f.evidence.get("config_fix", {}))
+        if f.kind in CONFIG_KINDS and f.is_problem and f.config_fix is not None:
+            out = out.merged(f.config_fix)
     return out
 
 
-def apply_config_fixes(draft: Draft, fixes: dict) -> Draft:
+def plan_fix(report: DoctorReport) -> FixPlan:
+    """What `write_fixed` changes: the block permutation that makes the recommended wiring
+    ascending, the config keys the findings name, and the vocab repair (errors only)."""
+    best = report.serve_wiring
+    hf = [report.slots[s].hf_index if s < len(report.slots) else None for s in best]
+    order = ascending_order(best, hf)
+    known = [h for h in hf if h is not None]
+    vocab = report.finding("vocab_map")
+    repair = vocab.vocab_repair if vocab is not None and vocab.severity == "error" else None
+    return FixPlan(
+        wiring=best,
+        block_order=tuple(order),
+        fixed_wiring=tuple(best[b] for b in order),
+        hf_indices=tuple(sorted(known)) if len(known) == len(hf) else None,
+        config_fix=config_fixes(report),
+        vocab_repair=repair,
+    )
+
+
+def apply_config_fixes(draft: Draft, fixes: ConfigFix) -> Draft:
     """The in-memory draft as it runs once `fixes` are written to its config."""
     cfg = draft.config
     rope = cfg.rope
-    if "norm_before_residual" in fixes:
-        cfg = replace(cfg, norm_before_residual=bool(fixes["norm_before_residual"]))
-    if "rope_scaling" in fixes:
-        sc = fixes["rope_scaling"]
-        if sc is None:
-            rope = RopeConfig(theta=rope.theta, dim=rope.dim)
-        else:
-            kind = sc.get("rope_type", sc.get("type", "default"))
-            rope = RopeConfig(
-                theta=rope.theta,
-                rope_type=kind,
-                scaling={k: v for k, v in sc.items() if k not in ("rope_type", "type")},
-                dim=rope.dim,
-            )
-    if "rope_theta" in fixes:
+    if fixes.norm_before_residual is not None:
+        cfg = replace(cfg, norm_before_residual=fixes.norm_before_residual)
+    if fixes.drop_rope_scaling:
+        rope = RopeConfig(theta=rope.theta, dim=rope.dim)
+    elif fixes.rope_scaling is not None:
+        sc = fixes.rope_scaling
+        rope = RopeConfig(
+            theta=rope.theta,
+            rope_type=sc.get("rope_type", sc.get("type", "default")),
+            scaling={k: v for k, v in sc.items() if k not in ("rope_type", "type")},
+            dim=rope.dim,
+        )
+    if fixes.rope_theta is not None:
         # The head_dim finding's theta reproduces a rope over another dimension: drop that dim.
-        rope = replace(rope, theta=float(fixes["rope_theta"]), dim=None)
+        rope = replace(rope, theta=float(fixes.rope_theta), dim=None)
     return replace(draft, config=replace(cfg, rope=rope))
 
 
@@ -147,25 +174,21 @@ def write_fixed(
     embed: str | Path | None = None,
     target: str | Path | None = None,
     progress: Progress | None = None,
-) -> dict:
+) -> FixResult:
     """Write the fixed checkpoint to `out` and verify it; returns what was done (also stored in
-    `report.fixed`): permutation, changes, expected vs fixed all-tok counts, verified."""
+    `report.fixed`): the plan, the changes, expected vs fixed all-tok counts, verified."""
     draft = ev.draft
     if not draft.path:
         raise InputError(None, "--write-fixed", "the draft was not loaded from a folder")
     src = Path(draft.path)
     out = Path(out)
     _check_out(src, out)
-    best = tuple(report.recommended_wiring or report.best_wiring)
-    hf = [report.slots[s].hf_index if s < len(report.slots) else None for s in best]
-    order = ascending_order(best, hf)
-    fixed_wiring = tuple(best[b] for b in order)
-    hf_sorted = sorted(hf) if all(h is not None for h in hf) else None
-    fixes = config_fixes(report)
-    vocab = report.finding("vocab_map")
-    fix_vocab = (
-        vocab is not None and vocab.severity == "error" and vocab.evidence.get("fixable", False)
-    )
+    plan = plan_fix(report)
+    order = list(plan.block_order)
+    fixed_wiring = plan.fixed_wiring
+    hf_sorted = list(plan.hf_indices) if plan.hf_indices is not None else None
+    fixes = plan.config_fix.to_dict()
+    fix_vocab = plan.vocab_repair is not None
 
     weight_file = find_weight_file(src)
     raw = read_tensors(weight_file)
@@ -206,19 +229,47 @@ def write_fixed(
     if progress is not None:
         progress("write fixed", 1, 2)
 
-    # Verify: the written checkpoint under the ascending wiring vs the original (with the same
-    # config fixes applied in memory) under the best wiring, on the doctor's samples.
-    expected_draft = apply_config_fixes(draft, fixes)
-    fixed = load_draft(out, embed=embed, target=target, dtype=draft.dtype, device=ev.device)
-    if "embed_tokens.weight" not in fixed.weights:  # pragma: no cover - load_draft requires it
-        raise InputError(out, "embed_tokens.weight", "missing")
+    check = verify_fixed(ev, report, out, plan, embed=embed, target=target)
+    if progress is not None:
+        progress("write fixed", 2, 2)
+    result = FixResult(
+        path=str(out),
+        source=str(src),
+        plan=plan,
+        changes=changes or ["none needed: the checkpoint is copied unchanged"],
+        verification=check,
+    )
+    report.fixed = result
+    return result
+
+
+def verify_fixed(
+    ev: Evaluator,
+    report: DoctorReport,
+    out: str | Path,
+    plan: FixPlan,
+    *,
+    embed: str | Path | None = None,
+    target: str | Path | None = None,
+) -> Verification:
+    """The written checkpoint under the ascending wiring vs the original (with the same config
+    fixes applied in memory) under the recommended wiring, on the doctor's samples."""
+    draft = ev.draft
+    expected_draft = apply_config_fixes(draft, plan.config_fix)
+    # A vocab fault the doctor reported but cannot repair stays in the written checkpoint: read
+    # it as leniently as the doctor read the original.
+    vocab = report.finding("vocab_map")
+    strict = plan.vocab_repair is not None or vocab is None or vocab.severity != "error"
+    fixed = load_draft(
+        out, embed=embed, target=target, dtype=draft.dtype, device=ev.device, strict=strict
+    )
     fev = Evaluator(fixed, ev.samples, position_offset=ev.position_offset)
     exp_sc = Scorer(ev, draft=expected_draft, shift=report.pairing_shift)
     fix_sc = Scorer(fev, shift=report.pairing_shift)
     exp_h, fix_h, exp_p, fix_p = [], [], [], []
     for i in report.sample_indices:
-        e = exp_sc.score(i, [best])[0]
-        f = fix_sc.score(i, [fixed_wiring])[0]
+        e = exp_sc.score(i, [plan.wiring])[0]
+        f = fix_sc.score(i, [plan.fixed_wiring])[0]
         exp_h.append(e.hit)
         fix_h.append(f.hit)
         exp_p.append(e.pred)
@@ -226,30 +277,8 @@ def write_fixed(
     eh, fh = np.concatenate(exp_h), np.concatenate(fix_h)
     # Every predicted token, not only the hits: float rounding may flip a near-tie here and there.
     differ = int((np.concatenate(exp_p) != np.concatenate(fix_p)).sum())
-    tol = max(1, eh.size // 500)
-    verified = differ <= tol and abs(int(eh.sum()) - int(fh.sum())) <= tol
-    if progress is not None:
-        progress("write fixed", 2, 2)
-    result = {
-        "path": str(out),
-        "source": str(src),
-        "block_order": order,
-        "wiring": list(fixed_wiring),
-        "hf_indices": hf_sorted,
-        "changes": changes or ["none needed: the checkpoint is copied unchanged"],
-        "config_fixes": fixes,
-        "expected": {
-            "hits": int(eh.sum()),
-            "total": int(eh.size),
-            "acc": float(eh.mean()) if eh.size else None,
-        },
-        "fixed": {
-            "hits": int(fh.sum()),
-            "total": int(fh.size),
-            "acc": float(fh.mean()) if fh.size else None,
-        },
-        "positions_differing": differ,  # predicted token differs (of the in-vocab positions)
-        "verified": verified,
-    }
-    report.fixed = result
-    return result
+    return Verification(
+        expected=Counts(int(eh.sum()), int(eh.size)),
+        fixed=Counts(int(fh.sum()), int(fh.size)),
+        positions_differing=differ,
+    )

@@ -1,6 +1,6 @@
 """The wiring search: every ordered choice of N slots out of S, ranked by step-0 all-tok accuracy.
 
-Why it is cheap (issue 5, bench/doctor_speed.py):
+Why it is cheap (measured against a naive search in bench/doctor_speed.py):
 - fc is linear, so a wiring's fc output is a sum of per-sample cached projections W_b @ slot_s
   (`Evaluator.fc_output`); fc never runs per wiring.
 - Several wirings go through the draft layer as one batch ([B, T, H]).
@@ -18,25 +18,17 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from inspector.doctor.stats import paired_hits_z, paired_logp_z
 from inspector.draft import Draft
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.metrics import Counts
-from inspector.model import (
-    apply_rope,
-    fc_input,
-    fc_project,
-    forward_steps,
-    mlp,
-    rms_norm,
-    rope_cos_sin,
-)
+from inspector.model import Step0Shared, draft_logits, iter_steps, step0_logits_at_rows
 from inspector.wiring import Wiring
 
 Progress = Callable[[str, int, int], None]
@@ -69,34 +61,6 @@ def neighbours(w: tuple[int, ...], n_slots: int) -> list[tuple[int, ...]]:
     return out
 
 
-# --- paired statistics ------------------------------------------------------------------------
-def paired_hits_z(a: np.ndarray, b: np.ndarray) -> float:
-    """z of "a hits more than b" on the same positions (McNemar): positive when a is better."""
-    only_a = int((a & ~b).sum())
-    only_b = int((b & ~a).sum())
-    n = only_a + only_b
-    return (only_a - only_b) / math.sqrt(n) if n else 0.0
-
-
-def paired_logp_z(a: np.ndarray, b: np.ndarray) -> float:
-    """z of mean(a - b) over positions where both are finite: positive when a is better."""
-    ok = np.isfinite(a) & np.isfinite(b)
-    if ok.sum() < 2:
-        return 0.0
-    d = a[ok].astype(np.float64) - b[ok].astype(np.float64)
-    sd = d.std(ddof=1)
-    if sd == 0:
-        return 0.0 if d.mean() == 0 else math.copysign(math.inf, d.mean())
-    return float(d.mean() / (sd / math.sqrt(d.size)))
-
-
-def clearly_better(a: np.ndarray, b: np.ndarray, *, z: float = 3.0, margin: float = 0.02) -> bool:
-    """a beats b on the same positions by a significant paired test and a real margin."""
-    if a.size == 0:
-        return False
-    return paired_hits_z(a, b) >= z and (a.mean() - b.mean()) >= margin
-
-
 # --- scoring ----------------------------------------------------------------------------------
 @dataclass
 class SampleScore:
@@ -105,73 +69,6 @@ class SampleScore:
     hit: np.ndarray  # bool [M]
     logp: np.ndarray  # float32 [M], nan where the true token is outside the draft vocab
     pred: np.ndarray | None = None  # predicted target id [M], -1 where not computed (OOV rows)
-
-
-def _headless(draft: Draft) -> Draft:
-    # forward_steps with a zero-row lm_head returns the layer output without the full-vocab
-    # logits of every row; the scorer applies norm + lm_head to the scored rows only.
-    w = dict(draft.weights)
-    w["lm_head.weight"] = w["lm_head.weight"][:0]
-    return replace(draft, weights=w)
-
-
-class _SharedInputs:
-    """What every wiring of one sample shares in a single-layer draft's step 0: the normed
-    embeddings, their half of q/k/v, and the RoPE tables (the embedding comes first in the
-    attention input, so q = W_q[:, :H] norm(e) + W_q[:, H:] hidden_norm(h))."""
-
-    def __init__(self, draft: Draft, tokens: torch.Tensor, position_offset: int) -> None:
-        cfg, w, p = draft.config, draft.weights, "layers.0."
-        hs = cfg.hidden_size
-        r = tokens.numel()
-        e = F.embedding(tokens, w["embed_tokens.weight"]).to(w["fc.weight"].dtype)
-        e = rms_norm(e, w[p + "input_layernorm.weight"], cfg.rms_norm_eps)
-        self.w_h = {n: w[p + f"self_attn.{n}_proj.weight"][:, hs:] for n in "qkv"}
-        self.e_part = {n: e @ w[p + f"self_attn.{n}_proj.weight"][:, :hs].T for n in "qkv"}
-        for n in "qkv":
-            bias = w.get(p + f"self_attn.{n}_proj.bias")
-            if bias is not None:
-                self.e_part[n] = self.e_part[n] + bias
-        pos = torch.arange(r, device=tokens.device) + position_offset
-        self.cos, self.sin = rope_cos_sin(cfg, pos, tokens.device)
-
-
-def _step0_logits(
-    draft: Draft, shared: _SharedInputs, h: torch.Tensor, rows: torch.Tensor
-) -> torch.Tensor:
-    """Draft-vocab logits of step 0 at `rows` only, for a batch of fc outputs h [B, R, H].
-
-    The same math as `forward_steps` for a single-layer draft (the tests hold them equal), but
-    keys and values are the only per-row work: queries, o_proj, the MLP and the lm_head run on
-    the rows that are scored.
-    """
-    cfg, w, p = draft.config, draft.weights, "layers.0."
-    eps = cfg.rms_norm_eps
-    b, r, _ = h.shape
-    nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    hn = rms_norm(h, w[p + "hidden_norm.weight"], eps)
-    hn_rows = hn[:, rows]
-    q = (shared.e_part["q"][rows] + hn_rows @ shared.w_h["q"].T).view(b, -1, nh, hd)
-    k = (shared.e_part["k"] + hn @ shared.w_h["k"].T).view(b, r, nkv, hd)
-    v = (shared.e_part["v"] + hn @ shared.w_h["v"].T).view(b, r, nkv, hd)
-    if p + "self_attn.q_norm.weight" in w:
-        q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
-        k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
-    q = apply_rope(q.transpose(1, 2), shared.cos[rows], shared.sin[rows])
-    k = apply_rope(k.transpose(1, 2), shared.cos, shared.sin)
-    v = v.transpose(1, 2)
-    rep = nh // nkv
-    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    allowed = torch.arange(r, device=h.device)[None, :] <= rows[:, None]  # causal, [R', R]
-    o = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
-    o = o.transpose(1, 2).reshape(b, -1, nh * hd) @ w[p + "self_attn.o_proj.weight"].T
-    if p + "self_attn.o_proj.bias" in w:
-        o = o + w[p + "self_attn.o_proj.bias"]
-    residual = hn_rows if cfg.norm_before_residual else h[:, rows]
-    u = residual + o
-    z = u + mlp(rms_norm(u, w[p + "post_attention_layernorm.weight"], eps), w, p)
-    normed = rms_norm(z, w["norm.weight"], eps)
-    return (normed @ w["lm_head.weight"].T).float()
 
 
 class Scorer:
@@ -195,7 +92,6 @@ class Scorer:
     ) -> None:
         self.ev = ev
         self.draft = draft if draft is not None else ev.draft
-        self._headless = _headless(self.draft)
         self.shift = shift
         self.count_from = count_from
         self.batch_bytes = batch_bytes
@@ -247,7 +143,7 @@ class Scorer:
         r = j1 - j0 + 1
         single = self.draft.config.num_layers == 1
         shared = (
-            _SharedInputs(self.draft, tokens, ev.position_offset + j0) if single and m_in else None
+            Step0Shared(self.draft, tokens, ev.position_offset + j0) if single and m_in else None
         )
         out: list[SampleScore] = []
         bsz = self._batch_size(r, m_in)
@@ -261,22 +157,19 @@ class Scorer:
                     [ev.fc_output(index, Wiring(tuple(w)))[j0 + s : j1 + s + 1] for w in chunk]
                 )
                 if shared is not None:
-                    logits = _step0_logits(self.draft, shared, h, run)
+                    logits = step0_logits_at_rows(self.draft, shared, h, run)
                 else:
-                    _, hidden = forward_steps(
-                        self._headless,
-                        h,
-                        tokens.expand(len(chunk), r),
-                        steps=1,
-                        position_offset=ev.position_offset + j0,
-                        return_hidden=True,
+                    # Several layers: the full step 0, then norm + lm_head on the scored rows.
+                    _, z = next(
+                        iter_steps(
+                            self.draft,
+                            h,
+                            tokens.expand(len(chunk), r),
+                            steps=1,
+                            position_offset=ev.position_offset + j0,
+                        )
                     )
-                    z = rms_norm(
-                        hidden[0][:, run],
-                        self.draft.weights["norm.weight"],
-                        self.draft.config.rms_norm_eps,
-                    )
-                    logits = (z @ self.draft.weights["lm_head.weight"].T).float()  # [B, M', D]
+                    logits = draft_logits(self.draft, z[:, run])  # [B, M', D]
                 pred = self._d2t_abs[logits.argmax(-1)]
                 hit = pred == true_in
                 logp = logits.gather(-1, td_in.expand(len(chunk), -1, -1))[
@@ -291,7 +184,9 @@ class Scorer:
 
 # --- the search ------------------------------------------------------------------------------
 @dataclass
-class _Acc:
+class WiringScores:
+    """Per-position scores of one wiring, one array per searched sample."""
+
     wiring: tuple[int, ...]
     hits: list[np.ndarray] = field(default_factory=list)  # per searched sample
     logp: list[np.ndarray] = field(default_factory=list)
@@ -348,7 +243,7 @@ class WiringSearch:
         self.prune = prune
         self.progress = progress
         self.stage = stage
-        self.state: dict[tuple[int, ...], _Acc] = {}
+        self.state: dict[tuple[int, ...], WiringScores] = {}
         self.skipped: dict[int, str] = {}  # sample index -> why it could not be scored
         self.forwards = 0  # wiring x sample passes through the layer (for the benchmark)
         self._scored: set[int] = set()
@@ -363,7 +258,7 @@ class WiringSearch:
         ]
         keep = {tuple(w) for w in protected}
         for w in todo:
-            self.state[w] = _Acc(w)
+            self.state[w] = WiringScores(w)
         done = 0
         for k, i in enumerate(self.samples):
             if i in self.skipped:
@@ -403,7 +298,7 @@ class WiringSearch:
             elif h.sum() <= lh.sum() and abs(zh) < 1.0 and paired_logp_z(ll, lp) >= Z_LOGP:
                 acc.dropped = True
 
-    def ranked(self) -> list[_Acc]:
+    def ranked(self) -> list[WiringScores]:
         """Complete wirings by (hits, mean log p), then the dropped ones by accuracy."""
         done = [a for a in self.state.values() if not a.dropped]
         dropped = [a for a in self.state.values() if a.dropped]
@@ -411,8 +306,13 @@ class WiringSearch:
         dropped.sort(key=lambda a: (a.counts().acc or 0.0, a.key()[1]), reverse=True)
         return done + dropped
 
-    def scores(self, w: tuple[int, ...]) -> _Acc | None:
+    def scores(self, w: tuple[int, ...]) -> WiringScores | None:
         return self.state.get(tuple(w))
+
+    def hits(self, w: tuple[int, ...] | None) -> np.ndarray:
+        """Per-position hits of w over the searched samples (empty when w was not evaluated)."""
+        acc = self.state.get(tuple(w)) if w is not None else None
+        return acc.arrays()[0] if acc is not None else np.zeros(0, bool)
 
 
 def search_wirings(
@@ -447,51 +347,3 @@ def search_wirings(
             break
         current = best
     return ws
-
-
-# --- the naive reference (the benchmark's baseline and the tests' oracle) -----------------------
-@torch.inference_mode()
-def naive_search(
-    ev: Evaluator, samples: Sequence[int], candidates: Sequence[tuple[int, ...]]
-) -> list[tuple[tuple[int, ...], Counts, float]]:
-    """A full forward per wiring and sample, fc included, full-vocab logits for every row.
-
-    Sample-major, so each sample is read once. Returns (wiring, all_tok counts, mean log p(true))
-    ranked like `WiringSearch.ranked`.
-    """
-    draft = ev.draft
-    dev = ev.device
-    d2t_abs = draft.vocab.draft_to_target.to(dev)
-    t2d_map = draft.vocab.target_to_draft.to(dev)
-    cands = [tuple(w) for w in candidates]
-    hits = dict.fromkeys(cands, 0)
-    total = dict.fromkeys(cands, 0)
-    lp_sum = dict.fromkeys(cands, 0.0)
-    lp_n = dict.fromkeys(cands, 0)
-    for i in samples:
-        sample = ev.samples[i]
-        t = sample.length
-        ids = sample.input_ids.to(dev)
-        mask = sample.loss_mask.to(dev).bool()
-        slots = [s.to(dev, draft.dtype) for s in sample.slots]
-        rows = torch.arange(t - 2, device=dev)
-        rows = rows[mask[rows + 1]]
-        true = ids[rows + 2]
-        td = t2d_map[true]
-        ok = td >= 0
-        for w in cands:
-            h = fc_project(draft, fc_input(draft, [slots[s] for s in w]))[: t - 1]
-            logits = forward_steps(draft, h, ids[1:], steps=1, position_offset=ev.position_offset)[
-                0
-            ]
-            lg = logits[rows]
-            hits[w] += int((d2t_abs[lg.argmax(-1)] == true).sum())
-            total[w] += int(rows.numel())
-            lp = torch.log_softmax(lg.float(), -1).gather(-1, td.clamp(min=0)[:, None])[:, 0]
-            lp_sum[w] += float(lp[ok].double().sum())
-            lp_n[w] += int(ok.sum())
-    results = [
-        (w, Counts(hits[w], total[w]), lp_sum[w] / lp_n[w] if lp_n[w] else -math.inf) for w in cands
-    ]
-    results.sort(key=lambda r: (r[1].hits, r[2]), reverse=True)
-    return results

@@ -1,4 +1,4 @@
-"""Serving-engine settings that feed a given wiring (research/formats.md §4).
+"""Serving-engine settings that feed a given wiring, and the serving_config finding.
 
 Engines capture the configured layers and concatenate them in ascending layer order, so a wiring
 is reproducible only when its slots' HF indices ascend along the fc blocks.
@@ -10,12 +10,20 @@ Index conventions (HF index k = `output_hidden_states[k]`, 0 = embedding output)
 - SGLang `eagle_config.eagle_aux_hidden_state_layer_ids` before PR #25454: explicit ids get +1, so
   write k - 1 (-1 = embedding). Since #25454 the +1 applies only when the first id is 1: other
   lists are read as HF indices, and a first HF index of 1 cannot be written at all.
+- SGLang captures before layer i (`hidden_states + residual`), so id -1 captures the embedding
+  output only where the target's model file guards `residual is None` at layer 0, and the last
+  layer's output (HF index L) is never reached.
+
+Evidence of the finding: the serving_config itself. Fix: the config.json keys for both engines.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from inspector.doctor import wording
+from inspector.doctor.report import Finding, WiringResult
 from inspector.sample import SlotInfo
 
 SGLANG_PR = "sgl-project/sglang PR #25454"
@@ -67,33 +75,57 @@ def engine_configs(hf: Sequence[int], *, last_layer: int | None, n_tokens: int =
     hf = sorted(hf)
     pre = [k - 1 for k in hf]
     since = sglang_ids_since_25454(hf)
-    sg_notes = [
-        f"before {SGLANG_PR}: explicit ids are HF index - 1 ({pre}); SGLang reads them from "
-        "eagle_config only, not from a top-level key",
-        "use --speculative-algorithm EAGLE3: under EAGLE an EAGLE-3 draft gets one state and "
-        "fc is skipped (sglang PR #21272)",
+    # (note, caveat): a caveat is a condition the engine must meet, which the finding repeats.
+    sg_notes: list[tuple[str, bool]] = [
+        (
+            f"before {SGLANG_PR}: explicit ids are HF index - 1 ({pre}); SGLang reads them from "
+            "eagle_config only, not from a top-level key",
+            False,
+        ),
+        (
+            "use --speculative-algorithm EAGLE3: under EAGLE an EAGLE-3 draft gets one state and "
+            "fc is skipped (sglang PR #21272)",
+            False,
+        ),
     ]
     if since is None:
         sg_notes.append(
-            f"since {SGLANG_PR}: no id list selects HF indices {hf} (the +1 applies only when "
-            "the first id is 1)"
+            (
+                f"since {SGLANG_PR}: no id list selects HF indices {hf} (the +1 applies only "
+                "when the first id is 1)",
+                True,
+            )
         )
     elif since != pre:
-        sg_notes.append(f"since {SGLANG_PR} (+1 only when the first id is 1): write {since}")
-    vl_notes = ["vLLM reads the top-level key first, then eagle_config"]
+        sg_notes.append(
+            (f"since {SGLANG_PR} (+1 only when the first id is 1): write {since}", False)
+        )
+    vl_notes = [("vLLM reads the top-level key first, then eagle_config", False)]
     if 0 in hf:
         sg_notes.append(
-            "id -1 (the embedding) needs a target model file that captures with a "
-            "`residual is None` guard at layer 0; the plain llama.py raises there"
-        )
-        vl_notes.append(f"id 0 (the embedding) needs the EagleModelMixin capture ({VLLM_PR})")
-    if last_layer is not None and last_layer in hf:
-        sg_notes.append(
-            f"HF index {last_layer} is the last layer's output, captured after the layer loop: "
-            "SGLang's capture before layer i never reaches it"
+            (
+                "id -1 (the embedding) needs a target model file that captures with a "
+                "`residual is None` guard at layer 0; the plain llama.py raises there",
+                True,
+            )
         )
         vl_notes.append(
-            f"id {last_layer} (last layer, pre-norm) needs the EagleModelMixin capture ({VLLM_PR})"
+            (f"id 0 (the embedding) needs the EagleModelMixin capture ({VLLM_PR})", True)
+        )
+    if last_layer is not None and last_layer in hf:
+        sg_notes.append(
+            (
+                f"HF index {last_layer} is the last layer's output, captured after the layer "
+                "loop: SGLang's capture before layer i never reaches it",
+                True,
+            )
+        )
+        vl_notes.append(
+            (
+                f"id {last_layer} (last layer, pre-norm) needs the EagleModelMixin capture "
+                f"({VLLM_PR})",
+                True,
+            )
         )
     return {
         "sglang": {
@@ -106,12 +138,14 @@ def engine_configs(hf: Sequence[int], *, last_layer: int | None, n_tokens: int =
             "layer_ids_before_pr25454": pre,
             "layer_ids_since_pr25454": since,
             "launch": _sglang_launch(n_tokens),
-            "notes": sg_notes,
+            "notes": [n for n, _ in sg_notes],
+            "caveats": [n for n, c in sg_notes if c],
         },
         "vllm": {
             "config": {"eagle_aux_hidden_state_layer_ids": list(hf)},
             "launch": _vllm_launch(n_tokens),
-            "notes": vl_notes,
+            "notes": [n for n, _ in vl_notes],
+            "caveats": [n for n, c in vl_notes if c],
         },
     }
 
@@ -170,18 +204,6 @@ def serving_config(
     return out
 
 
-def configured_hf_ids(aux_ids: Sequence[int] | None, convention: str | None) -> list[list[int]]:
-    """HF indices a config's aux ids select: one list, or two for SGLang (before / since #25454)."""
-    if not aux_ids:
-        return []
-    ids = list(aux_ids)
-    if convention == "sglang":
-        pre = [i + 1 for i in ids]
-        since = pre if ids[0] == 1 else ids
-        return [pre] if since == pre else [pre, since]
-    return [ids]
-
-
 def slots_for_hf(
     hf: Sequence[int], infos: Sequence[SlotInfo], slot_layers: Sequence[int] | None = None
 ) -> tuple[int, ...] | None:
@@ -195,3 +217,37 @@ def slots_for_hf(
         return tuple(by_hf[k] for k in sorted(hf))
     except KeyError:
         return None
+
+
+@dataclass
+class ServingFacts:
+    """The serving config is the serving finding's evidence."""
+
+    config: dict
+
+    def to_dict(self) -> dict:
+        return self.config
+
+
+def serving_finding(
+    serving_cfg: dict, best: WiringResult, *, slots_reread: bool = False
+) -> Finding:
+    """How to configure the engines for `best` (an error when none can feed it).
+
+    slots_reread: another reading of data_config.json's layer ids matters (see `layer_ids`), so
+    the ids given depend on the convention assumed for it."""
+    facts = ServingFacts(serving_cfg)
+    ascending = serving_cfg.get("ascending")
+    caveats: list[str] = []
+    wiring = None
+    if ascending is None:
+        severity = "warning"
+    elif not ascending:
+        severity = "error"
+    else:
+        caveats = [n for e in ("sglang", "vllm") for n in serving_cfg[e]["caveats"]]
+        problems = serving_cfg.get("problems", [])
+        severity = "error" if problems else ("warning" if caveats else "info")
+        wiring = best.wiring
+    text = wording.serving(serving_cfg, best.label, caveats, slots_reread)
+    return Finding("serving_config", severity, text.summary, text.fix, facts, wiring=wiring)

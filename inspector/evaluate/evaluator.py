@@ -41,7 +41,7 @@ from inspector.model import (
     iter_steps,
     rms_norm,
 )
-from inspector.sample import Sample, SlotInfo
+from inspector.sample import Sample, SlotInfo, with_layer_ids
 from inspector.wiring import Wiring, parse_wiring
 
 OOM_RETRIES = (2, 4, 8, 16)  # chunk divisors tried after an out-of-memory error
@@ -62,6 +62,7 @@ class Evaluator:
         target_head: TargetHead | None = None,
         position_offset: int = 1,
         budget: MemoryBudget | None = None,
+        slot_layers: Sequence[int] | None = None,
     ) -> None:
         if ttt_steps < 1:
             raise InputError(None, "--ttt-steps", "must be at least 1")
@@ -73,6 +74,8 @@ class Evaluator:
         self.position_offset = position_offset
         self.budget = budget if budget is not None else resolve_budget(None, self.device)
         self.chunking = DEFAULT_CHUNKING
+        # HF index of every slot, overriding data_config.json (--slot-layers).
+        self.slot_layers = tuple(int(k) for k in slot_layers) if slot_layers is not None else None
         self._t2d_map = draft.vocab.target_to_draft.to(self.device)
         self._d2t_abs = draft.vocab.draft_to_target.to(self.device)
         self._linear_fc = not draft.config.norm_before_fc
@@ -99,7 +102,10 @@ class Evaluator:
 
     @property
     def slot_info(self) -> list[SlotInfo]:
-        return self.samples.slot_info
+        """The samples' slots; with `slot_layers`, their HF indices and labels from it."""
+        if self.slot_layers is None:
+            return self.samples.slot_info
+        return with_layer_ids(self.samples.slot_info, self.slot_layers)
 
     @property
     def has_verifier(self) -> bool:

@@ -1,9 +1,16 @@
-"""The doctor screen (`d`): findings from `inspector.doctor.diagnose`; Enter applies a wiring."""
+"""The doctor screen (`d`): runs `inspector.doctor.diagnose` on the device thread and lists its
+findings; Enter applies the highlighted finding's wiring, `a` the best wiring.
+
+The screen is given the engine (to submit the job) and the session (slot labels); the job posts
+its typed `DoctorOutcome` straight back to the screen, so nothing else routes the result.
+"""
 
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
@@ -17,7 +24,8 @@ from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 if TYPE_CHECKING:
-    from inspector.tui.screens.main import MainScreen
+    from inspector.doctor import DoctorReport, Finding
+    from inspector.tui.engine import Engine, Session
 
 WiringKey = tuple[int, ...]
 N_SAMPLES = 4
@@ -25,7 +33,16 @@ SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "green"
 
 
 class DoctorCancelled(Exception):
-    """Raised from the doctor's progress callback when the screen was closed."""
+    """Raised from the doctor's progress callback once the screen is closed: stops the run."""
+
+
+@dataclass(frozen=True)
+class DoctorOutcome:
+    """How a doctor run ended: a report, an error text, or cancelled (the screen was closed)."""
+
+    report: DoctorReport | None = None
+    error: str | None = None
+    cancelled: bool = False
 
 
 class DoctorProgress(Message):
@@ -34,18 +51,62 @@ class DoctorProgress(Message):
         self.text = text
 
 
+class DoctorFinished(Message):
+    def __init__(self, outcome: DoctorOutcome) -> None:
+        super().__init__()
+        self.outcome = outcome
+
+
+def doctor_job(
+    n_samples: int, cancel: threading.Event, post: Callable[[Message], Any]
+) -> Callable[[Any], None]:
+    """The engine task: diagnose the evaluator on the first `n_samples` samples and post progress
+    and the outcome with `post` (thread-safe). Closing the screen sets `cancel`, which stops the
+    run at its next progress step. An unexpected error is posted and re-raised, so the engine
+    also handles it (an out-of-memory error frees the device cache)."""
+
+    def progress(stage: str, done: int, total: int) -> None:
+        if cancel.is_set():
+            raise DoctorCancelled()
+        post(DoctorProgress(f"doctor: {stage} {done}/{total}"))
+
+    def job(ev: Any) -> None:
+        from inspector.errors import InputError
+
+        try:
+            from inspector.doctor import diagnose
+        except ImportError as e:
+            post(DoctorFinished(DoctorOutcome(error=f"not available in this build ({e})")))
+            return
+        try:
+            report = diagnose(ev, n_samples=n_samples, progress=progress)
+        except DoctorCancelled:
+            post(DoctorFinished(DoctorOutcome(cancelled=True)))
+            return
+        except InputError as e:
+            post(DoctorFinished(DoctorOutcome(error=str(e))))
+            return
+        except Exception as e:
+            post(DoctorFinished(DoctorOutcome(error=f"{type(e).__name__}: {e}")))
+            raise
+        post(DoctorFinished(DoctorOutcome(report=report)))
+
+    return job
+
+
 class DoctorScreen(ModalScreen[WiringKey | None]):
     BINDINGS = [
         Binding("escape,q", "close", "close"),
         Binding("a", "apply_best", "apply best wiring"),
     ]
 
-    def __init__(self, main: MainScreen, *, n_samples: int = N_SAMPLES) -> None:
+    def __init__(self, engine: Engine, session: Session, *, n_samples: int = N_SAMPLES) -> None:
         super().__init__()
-        self.main = main
+        self.engine = engine
+        self.session = session
         self.n_samples = n_samples
-        self.report: Any = None
-        self.findings: list[Any] = []
+        self.report: DoctorReport | None = None
+        self.findings: list[Finding] = []
         self._cancel = threading.Event()
 
     def compose(self) -> ComposeResult:
@@ -60,67 +121,42 @@ class DoctorScreen(ModalScreen[WiringKey | None]):
             )
 
     def on_mount(self) -> None:
-        self.main.doctor_screen = self
-        try:
-            from inspector.doctor import diagnose
-        except Exception as e:  # noqa: BLE001 - the doctor is optional to the app
-            self.show_result(None, f"the doctor is not available in this build ({e})")
-            return
-        engine = self.main.engine
-        if engine is None:
-            self.show_result(None, "no draft loaded")
-            return
-        n = self.n_samples
-        cancel = self._cancel
         self.query_one("#doctor-status", Static).update(
-            f"running the doctor on the first {n} samples…"
+            f"running the doctor on the first {self.n_samples} samples…"
         )
-        post = self.post_message  # thread-safe
-
-        def progress(stage: str, done: int, total: int) -> None:
-            if cancel.is_set():
-                raise DoctorCancelled()
-            post(DoctorProgress(f"doctor: {stage} {done}/{total}"))
-
-        def job(ev: Any) -> Any:
-            try:
-                return diagnose(ev, n_samples=n, progress=progress)
-            except TypeError:  # a doctor without the progress argument
-                return diagnose(ev, n_samples=n)
-
-        engine.submit("doctor", job)
+        self.engine.submit("doctor", doctor_job(self.n_samples, self._cancel, self.post_message))
 
     def on_doctor_progress(self, m: DoctorProgress) -> None:
         if self.report is None:
             self.query_one("#doctor-status", Static).update(m.text)
 
-    def show_result(self, report: Any, error: str | None) -> None:
-        status = self.query_one("#doctor-status", Static)
-        if error is not None:
-            if "DoctorCancelled" in error:
-                return
-            status.update(Text(f"doctor failed: {error}", style="bold red"))
+    def on_doctor_finished(self, m: DoctorFinished) -> None:
+        outcome = m.outcome
+        if outcome.cancelled:
             return
+        if outcome.report is None:
+            status = self.query_one("#doctor-status", Static)
+            status.update(Text(f"doctor failed: {outcome.error}", style="bold red"))
+            return
+        self.show_report(outcome.report)
+
+    def show_report(self, report: DoctorReport) -> None:
         self.report = report
-        self.findings = list(getattr(report, "findings", []) or [])
-        s = self.main.session
-        best = tuple(getattr(report, "best_wiring", ()) or ())
-        label = s.wiring_label(best) if s is not None and best else str(list(best))
-        status.update(
+        self.findings = list(report.findings)
+        self.query_one("#doctor-status", Static).update(
             Text.assemble(
                 ("best wiring ", "bold"),
-                label,
+                self.session.wiring_label(report.best_wiring),
                 f"   {len(self.findings)} findings",
             )
         )
         options = []
         for f in self.findings:
-            sev = str(getattr(f, "severity", "info"))
             t = Text()
-            t.append(f"{sev:<7} ", style=SEVERITY_STYLE.get(sev, ""))
-            t.append(f"{getattr(f, 'kind', '')}: ", style="bold")
-            t.append(str(getattr(f, "summary", "")))
-            if getattr(f, "wiring", None) is not None:
+            t.append(f"{f.severity:<7} ", style=SEVERITY_STYLE.get(f.severity, ""))
+            t.append(f"{f.kind}: ", style="bold")
+            t.append(f.summary)
+            if f.wiring is not None:
                 t.append("  ⏎ apply", style="italic")
             options.append(Option(t))
         ol = self.query_one(OptionList)
@@ -137,18 +173,14 @@ class DoctorScreen(ModalScreen[WiringKey | None]):
             detail.update("")
             return
         f = self.findings[index]
-        parts: list[Any] = []
-        fix = getattr(f, "fix", "")
-        if fix:
-            parts.append(Text.assemble(("fix ", "bold"), str(fix)))
-        w = getattr(f, "wiring", None)
-        s = self.main.session
-        if w is not None:
-            label = s.wiring_label(w) if s is not None else str(list(w))
+        parts: list[Text] = []
+        if f.fix:
+            parts.append(Text.assemble(("fix ", "bold"), f.fix))
+        if f.wiring is not None:
+            label = self.session.wiring_label(f.wiring)
             parts.append(Text.assemble(("wiring ", "bold"), label, "  (Enter applies it)"))
-        evidence = getattr(f, "evidence", None)
-        if evidence:
-            text = json.dumps(evidence, indent=None, default=str)
+        if f.evidence:
+            text = json.dumps(f.evidence, indent=None, default=str)
             if len(text) > 500:
                 text = text[:499] + "…"
             parts.append(Text.assemble(("evidence ", "bold"), text))
@@ -158,19 +190,18 @@ class DoctorScreen(ModalScreen[WiringKey | None]):
         self._show_detail(event.option_index)
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        f = self.findings[event.option_index] if event.option_index < len(self.findings) else None
-        w = getattr(f, "wiring", None) if f is not None else None
+        i = event.option_index
+        w = self.findings[i].wiring if i < len(self.findings) else None
         if w is None:
             self.notify("this finding names no wiring to apply")
             return
         self.dismiss(tuple(int(x) for x in w))
 
     def action_apply_best(self) -> None:
-        best = getattr(self.report, "best_wiring", None) if self.report is not None else None
-        if not best:
+        if self.report is None:
             self.notify("no result yet")
             return
-        self.dismiss(tuple(int(x) for x in best))
+        self.dismiss(tuple(int(x) for x in self.report.best_wiring))
 
     def action_close(self) -> None:
         self._cancel.set()
@@ -178,5 +209,3 @@ class DoctorScreen(ModalScreen[WiringKey | None]):
 
     def on_unmount(self) -> None:
         self._cancel.set()
-        if self.main.doctor_screen is self:
-            self.main.doctor_screen = None

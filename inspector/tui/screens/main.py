@@ -790,7 +790,7 @@ class MainScreen(Screen):
 
         if self.session is None or self.engine is None:
             return
-        self.app.push_screen(DoctorScreen(self), self._doctor_done)
+        self.app.push_screen(DoctorScreen(self.engine, self.session), self._doctor_done)
 
     def _doctor_done(self, w: WiringKey | None) -> None:
         self.doctor_screen = None

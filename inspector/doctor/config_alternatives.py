@@ -1,0 +1,363 @@
+"""Check: config values a trainer may have used instead of the ones config.json states.
+
+Each alternative is the same draft (same weights) under one changed config value, scored on the
+same rows with its own best candidate wiring, and compared with the best wiring as configured:
+- norm_before_residual flipped: the first layer's residual is hidden_norm(h) when true, h when
+  false (vLLM honours the key; SGLang's llama_eagle3 always uses the raw residual);
+- rope: the target's rope_theta / scaling, the default theta 10000, or no scaling;
+- head_dim: RoPE over hidden_size/heads or 2*hidden_size/heads dims instead of head_dim. A
+  speculators + transformers pitfall: a config without head_dim makes the trainer build its
+  rotary table for 2*hidden_size/heads when the attention input is the doubled [embed, h] width.
+  Over d dims instead of head_dim, the frequencies theta^(-2i/d) equal those of
+  theta' = theta^(head_dim/d) over head_dim, which engines can be given.
+
+Evidence: the configured counts, every alternative's counts and wiring, the winner's gain and
+paired z. Fix: `Finding.config_fix`, the keys `--write-fixed` writes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from inspector.doctor import wording
+from inspector.doctor.report import ConfigFix, Finding
+from inspector.doctor.search import Progress, Scorer
+from inspector.doctor.stats import clearly_better, counts_of, paired_hits_z, severity_for_gain
+from inspector.draft import Draft, RopeConfig
+from inspector.errors import InputError
+from inspector.evaluate import Evaluator
+from inspector.formats.checkpoint import rope_config
+from inspector.formats.tensorfiles import read_json
+from inspector.metrics import Counts
+from inspector.wiring import Wiring
+
+KINDS = ("norm_before_residual", "rope", "head_dim")
+RESIDUAL_INERT = (0.8, 1.25)  # hidden_norm weight RMS / fc output RMS in this range: inert flag
+DEFAULT_THETA = 10000.0
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One changed config value: its kind, label, the draft as it runs under it, the config fix
+    that makes it so, and (head_dim) the dimension its RoPE spans."""
+
+    kind: str
+    label: str
+    draft: Draft
+    config_fix: ConfigFix
+    rope_dim: int | None = None
+
+
+@dataclass
+class AlternativeScore:
+    alternative: Alternative
+    hits: np.ndarray
+    wiring: tuple[int, ...]
+
+    @property
+    def counts(self) -> Counts:
+        return counts_of(self.hits)
+
+
+@dataclass
+class ConfigFacts:
+    """The figures of one kind. rope_dim: the winning head_dim alternative's RoPE dimension.
+    missing_head_dim: config.json has no head_dim and q_proj implies another than hidden/heads."""
+
+    kind: str
+    configured: Counts
+    scores: list[AlternativeScore]
+    config: dict  # the configured values this kind is about
+    winner: AlternativeScore | None = None
+    gain: float | None = None
+    z: float | None = None
+    missing_head_dim: bool = False
+    residual_scale: dict | None = None
+    # norm_before_residual: hidden_norm(h) ~ h (RMS ratio within RESIDUAL_INERT), so the flag
+    # barely changes this draft's output.
+    residual_norm_inert: bool = False
+
+    def to_dict(self) -> dict:
+        out: dict = {
+            "configured": self.configured.to_dict(),
+            "alternatives": {
+                s.alternative.label: {**s.counts.to_dict(), "wiring": list(s.wiring)}
+                for s in self.scores
+            },
+            **self.config,
+        }
+        if self.winner is not None:
+            out["best_alternative"] = self.winner.alternative.label
+            out["gain"] = round(self.gain or 0.0, 4)
+            out["z"] = round(self.z or 0.0, 2)
+            if self.winner.alternative.rope_dim is not None:
+                out["rope_dim"] = self.winner.alternative.rope_dim
+        if self.residual_scale is not None:
+            out.update(self.residual_scale)
+        return out
+
+
+@dataclass
+class ConfigCheckResult:
+    findings: list[Finding] = field(default_factory=list)
+    corrected: Draft | None = None  # every winning alternative applied, when one wins
+
+
+def target_rope(ev: Evaluator, target_config: str | Path | None = None) -> RopeConfig | None:
+    """The target's RoPE settings from its config.json (via --target), if known."""
+    path = Path(target_config) if target_config else None
+    if path is None and ev.target_head is not None and ev.target_head.path:
+        path = Path(ev.target_head.path)
+    if path is None:
+        return None
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        cfg = read_json(path)
+    except InputError:
+        return None
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    return rope_config(text, cfg)
+
+
+def _rope_alternatives(draft: Draft, trope: RopeConfig | None) -> list[Alternative]:
+    cfg = draft.config
+    rope = cfg.rope
+    out: list[Alternative] = []
+
+    def alt(label: str, new: RopeConfig, fix: ConfigFix) -> Alternative:
+        return Alternative("rope", label, replace(draft, config=replace(cfg, rope=new)), fix)
+
+    thetas: list[tuple[str, float]] = []
+    if trope is not None and not math.isclose(trope.theta, rope.theta):
+        thetas.append(("target", trope.theta))
+    if not math.isclose(rope.theta, DEFAULT_THETA) and all(
+        not math.isclose(t, DEFAULT_THETA) for _, t in thetas
+    ):
+        thetas.append(("default", DEFAULT_THETA))
+    for who, theta in thetas:
+        out.append(
+            alt(
+                f"rope_theta={theta:g} ({who})",
+                replace(rope, theta=theta),
+                ConfigFix(rope_theta=theta),
+            )
+        )
+    if rope.rope_type not in ("default", None):
+        out.append(
+            alt(
+                f"no rope scaling (theta {rope.theta:g})",
+                RopeConfig(theta=rope.theta),
+                ConfigFix(drop_rope_scaling=True),
+            )
+        )
+    if (
+        trope is not None
+        and trope.rope_type not in ("default", None)
+        and (trope.rope_type, trope.scaling) != (rope.rope_type, rope.scaling)
+    ):
+        fix = ConfigFix(
+            rope_theta=trope.theta,
+            rope_scaling={"rope_type": trope.rope_type, **trope.scaling},
+        )
+        out.append(alt(f"the target's rope ({trope.rope_type}, theta {trope.theta:g})", trope, fix))
+    return out
+
+
+def _head_dim_alternatives(draft: Draft) -> list[Alternative]:
+    cfg = draft.config
+    rope, hd = cfg.rope, cfg.head_dim
+    out: list[Alternative] = []
+    for label, d in (
+        ("hidden_size/heads", cfg.hidden_size // cfg.num_heads),
+        ("2*hidden_size/heads", 2 * cfg.hidden_size // cfg.num_heads),
+    ):
+        if d != hd and d > 0 and d % 2 == 0 and d != (rope.dim or hd):
+            # Only plain and linear rope have an exact theta over head_dim for a rope over d.
+            exact = rope.rope_type in ("default", "linear", None)
+            fix = ConfigFix(rope_theta=rope.theta ** (hd / d)) if exact else ConfigFix()
+            new = replace(draft, config=replace(cfg, rope=replace(rope, dim=d)))
+            out.append(Alternative("head_dim", f"RoPE over {d} dims ({label})", new, fix, d))
+    return out
+
+
+def alternatives(draft: Draft, trope: RopeConfig | None) -> list[Alternative]:
+    """Every alternative a trainer may have used, in KINDS order."""
+    nbr = not draft.config.norm_before_residual
+    flipped = replace(draft, config=replace(draft.config, norm_before_residual=nbr))
+    return [
+        Alternative(
+            "norm_before_residual",
+            f"norm_before_residual={str(nbr).lower()}",
+            flipped,
+            ConfigFix(norm_before_residual=nbr),
+        ),
+        *_rope_alternatives(draft, trope),
+        *_head_dim_alternatives(draft),
+    ]
+
+
+def _score(
+    ev: Evaluator,
+    samples: Sequence[int],
+    alts: list[Alternative],
+    cands: list[tuple[int, ...]],
+    shift: int,
+    progress: Progress | None,
+) -> list[AlternativeScore]:
+    """Each alternative's best candidate wiring and its hits."""
+    scorers = [Scorer(ev, draft=a.draft, shift=shift) for a in alts]
+    parts: list[dict[tuple[int, ...], list[np.ndarray]]] = [{w: [] for w in cands} for _ in alts]
+    for n, i in enumerate(samples):  # sample-major: the sample's fc projections stay cached
+        try:
+            scores = [sc.score(i, cands) for sc in scorers]
+        except InputError:
+            continue
+        for a, sc_list in enumerate(scores):
+            for w, r in zip(cands, sc_list, strict=True):
+                parts[a][w].append(r.hit)
+        if progress is not None:
+            progress("config alternatives", n + 1, len(samples))
+    out = []
+    for alt, part in zip(alts, parts, strict=True):
+        hits = {w: np.concatenate(v) if v else np.zeros(0, bool) for w, v in part.items()}
+        w_best = max(cands, key=lambda w: int(hits[w].sum()))
+        out.append(AlternativeScore(alt, hits[w_best], w_best))
+    return out
+
+
+def _facts(kind: str, draft: Draft, trope: RopeConfig | None, base_hits: np.ndarray, scores):
+    cfg = draft.config
+    config: dict = {}
+    if kind == "norm_before_residual":
+        config = {"norm_before_residual": cfg.norm_before_residual}
+    elif kind == "rope":
+        config = {
+            "theta": cfg.rope.theta,
+            "rope_type": cfg.rope.rope_type,
+            "scaling": cfg.rope.scaling,
+        }
+        if trope is not None:
+            config["target"] = {
+                "theta": trope.theta,
+                "rope_type": trope.rope_type,
+                "scaling": trope.scaling,
+            }
+    else:
+        config = {
+            "head_dim": cfg.head_dim,
+            "explicit": cfg.head_dim_explicit,
+            "hidden_size/heads": cfg.hidden_size // cfg.num_heads,
+            "2*hidden_size/heads": 2 * cfg.hidden_size // cfg.num_heads,
+        }
+    facts = ConfigFacts(kind, counts_of(base_hits), scores, config)
+    facts.missing_head_dim = (
+        kind == "head_dim"
+        and not cfg.head_dim_explicit
+        and cfg.head_dim != cfg.hidden_size // cfg.num_heads
+    )
+    for s in scores:
+        if clearly_better(s.hits, base_hits) and (
+            facts.winner is None or s.hits.sum() > facts.winner.hits.sum()
+        ):
+            facts.winner = s
+    if facts.winner is not None:
+        facts.gain = float(facts.winner.hits.mean() - base_hits.mean())
+        facts.z = paired_hits_z(facts.winner.hits, base_hits)
+    return facts
+
+
+def _finding(facts: ConfigFacts, cfg) -> Finding:
+    fix = facts.winner.alternative.config_fix if facts.winner is not None else ConfigFix()
+    if facts.missing_head_dim:
+        fix = fix.merged(ConfigFix(head_dim=cfg.head_dim))
+        severity = "error"
+    elif facts.winner is not None:
+        severity = severity_for_gain(facts.gain or 0.0)
+    else:
+        severity = "info"
+    text = wording.config_alternative(facts, cfg, fix)
+    return Finding(
+        facts.kind, severity, text.summary, text.fix, facts, config_fix=None if fix.empty else fix
+    )
+
+
+def _residual_scale(ev: Evaluator, samples: Sequence[int], best: tuple[int, ...]) -> dict | None:
+    """RMS of the fc output (masked rows of the first readable sample) and of hidden_norm's weight:
+    when their ratio is ~1, hidden_norm(h) ~ h and norm_before_residual changes little."""
+    for i in samples:
+        try:
+            h = ev.fc_output(i, Wiring(tuple(best))).float()
+            m = ev.samples[i].loss_mask.bool().to(h.device)
+        except InputError:
+            continue
+        rows = h[m] if bool(m.any()) else h
+        w = ev.draft.weights["layers.0.hidden_norm.weight"].float()
+        return {
+            "fc_output_rms": round(float(rows.pow(2).mean(-1).sqrt().mean()), 4),
+            "hidden_norm_weight_rms": round(float(w.pow(2).mean().sqrt()), 4),
+        }
+    return None
+
+
+def _corrected(draft: Draft, findings_facts: list[ConfigFacts]) -> Draft | None:
+    """The draft with every winning alternative applied (rope and head_dim both change the rope:
+    the first winner keeps it)."""
+    corrected, changed = draft, False
+    for facts in findings_facts:
+        if facts.winner is None:
+            continue
+        c = facts.winner.alternative.draft.config
+        if facts.kind == "norm_before_residual":
+            new_cfg = replace(corrected.config, norm_before_residual=c.norm_before_residual)
+            corrected = replace(corrected, config=new_cfg)
+        elif corrected.config.rope == draft.config.rope:
+            corrected = replace(corrected, config=replace(corrected.config, rope=c.rope))
+        changed = True
+    return corrected if changed else None
+
+
+def config_checks(
+    ev: Evaluator,
+    samples: Sequence[int],
+    candidates: Sequence[tuple[int, ...]],
+    base_hits: np.ndarray,
+    *,
+    best: tuple[int, ...],
+    shift: int = 0,
+    target_config: str | Path | None = None,
+    progress: Progress | None = None,
+) -> ConfigCheckResult:
+    """Re-run the candidate wirings under each alternative config; a finding per kind.
+
+    A wrong config also distorts the wiring search, so each alternative is scored with its own
+    best candidate (the search's top wirings and the named ones) and compared with `base_hits`,
+    the best wiring `best` as configured. When some alternative is clearly better, the result
+    carries the draft with every winning alternative applied (the doctor then searches again).
+    """
+    draft = ev.draft
+    trope = target_rope(ev, target_config)
+    alts = alternatives(draft, trope)
+    cands = list(dict.fromkeys(tuple(w) for w in candidates))
+    scores = _score(ev, samples, alts, cands, shift, progress)
+    all_facts = []
+    result = ConfigCheckResult()
+    for kind in KINDS:
+        mine = [s for s in scores if s.alternative.kind == kind]
+        facts = _facts(kind, draft, trope, base_hits, mine)
+        if kind == "norm_before_residual":
+            scale = facts.residual_scale = _residual_scale(ev, samples, best)
+            if scale is not None:
+                ratio = scale["hidden_norm_weight_rms"] / max(scale["fc_output_rms"], 1e-12)
+                facts.residual_norm_inert = RESIDUAL_INERT[0] <= ratio <= RESIDUAL_INERT[1]
+        all_facts.append(facts)
+        result.findings.append(_finding(facts, draft.config))
+    result.corrected = _corrected(draft, all_facts)
+    return result

@@ -1,0 +1,246 @@
+"""Layer-id conventions: how the draft's config and the samples name captured layers.
+
+HF index k is `output_hidden_states[k]` of the target: 0 the embedding output, k (1..L-1) the
+output of decoder layer k-1, L the last layer's output (pre-norm as engines capture it).
+
+Who writes which convention:
+- config.json `eagle_aux_hidden_state_layer_ids` (vLLM, speculators >= v0.5): id = HF index.
+- config.json `eagle_config.eagle_aux_hidden_state_layer_ids` (SGLang): before sglang PR #25454
+  an explicit id i captures HF index i + 1 (-1 = the embedding); since that PR the +1 applies
+  only when the first id is 1, other lists are read as HF indices.
+- data_config.json `hidden_states.layer_ids`: speculators up to v0.4 wrote decoder-layer output
+  ids (HF index = id + 1), which the sample reader assumes unless the file states
+  `"index_convention": "hf"`; sets written with vLLM-convention ids (speculators >= v0.5
+  `--target-layer-ids`) hold HF indices without saying so.
+- SpecForge `aux_hidden_states_layers`: the output of layer i, HF index i + 1.
+
+So one list of ids can name two sets of layers. The doctor reads each source under its assumed
+convention and, where a source does not state its own, also under the other one: when the
+draft's ids match no captured slot as assumed, another reading may select exactly the wiring
+the draft fits best. `--slot-layers` (doctor, eval, open) sets the slots' HF indices outright.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inspector.doctor.serving import slots_for_hf
+from inspector.draft import DraftConfig
+from inspector.errors import InputError
+from inspector.formats.tensorfiles import read_json
+from inspector.sample import SlotInfo
+
+HF = "hf"  # id = HF index
+LAYER_OUTPUT = "layer_output"  # id = the decoder layer whose output is captured: HF index id + 1
+SGLANG = "sglang"  # SGLang eagle_config ids, before / since PR #25454
+OVERRIDE = "--slot-layers"
+
+DRAFT_KEYS = {
+    HF: "eagle_aux_hidden_state_layer_ids",
+    SGLANG: "eagle_config.eagle_aux_hidden_state_layer_ids",
+}
+
+
+def hf_of(ids: Sequence[int], convention: str) -> tuple[int, ...]:
+    """HF indices of ids written in `convention` (HF or LAYER_OUTPUT)."""
+    return tuple(int(i) + (1 if convention == LAYER_OUTPUT else 0) for i in ids)
+
+
+def configured_hf_ids(aux_ids: Sequence[int] | None, convention: str | None) -> list[list[int]]:
+    """HF indices a config's aux ids select: one list, or two for SGLang (before / since #25454)."""
+    if not aux_ids:
+        return []
+    ids = list(aux_ids)
+    if convention == SGLANG:
+        pre = [i + 1 for i in ids]
+        since = pre if ids[0] == 1 else ids
+        return [pre] if since == pre else [pre, since]
+    return [ids]
+
+
+@dataclass(frozen=True)
+class IdSource:
+    """Ids one source names, the convention they were read in, and the HF indices that gives.
+
+    stated: the source states its convention (or is the --slot-layers override): no other reading.
+    hf: the HF indices read (two lists for SGLang ids: before / since PR #25454).
+    """
+
+    where: str
+    ids: tuple[int, ...]
+    convention: str
+    stated: bool
+    hf: tuple[tuple[int, ...], ...]
+
+    def to_dict(self) -> dict:
+        return {
+            "where": self.where,
+            "ids": list(self.ids),
+            "convention": self.convention,
+            "stated": self.stated,
+            "hf_indices": [list(h) for h in self.hf],
+        }
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Another reading of the sources: the conventions, the slots' HF indices under it, and the
+    wiring the draft's ids then select (its label in that reading's slot names)."""
+
+    draft_convention: str
+    slots_convention: str
+    slot_hf: tuple[int | None, ...]
+    config_hf: tuple[int, ...]
+    wiring: tuple[int, ...]
+    label: str
+    is_best: bool
+
+    @property
+    def rereads_slots(self) -> bool:
+        return self.slots_convention == HF
+
+    def to_dict(self) -> dict:
+        return {
+            "draft_convention": self.draft_convention,
+            "slots_convention": self.slots_convention,
+            "slot_hf_indices": list(self.slot_hf),
+            "config_hf_indices": list(self.config_hf),
+            "wiring": list(self.wiring),
+            "label": self.label,
+            "is_best": self.is_best,
+        }
+
+
+@dataclass
+class LayerIdFacts:
+    """draft: the config's aux ids (None: it names none); slots: where the slots' HF indices
+    came from (None: unknown). configured: the wiring the ids select as assumed."""
+
+    draft: IdSource | None
+    slots: IdSource | None
+    slot_hf: tuple[int | None, ...]
+    configured: tuple[int, ...] | None = None
+    configured_hf: tuple[int, ...] | None = None
+    readings: list[Reading] = field(default_factory=list)
+
+    @property
+    def best_readings(self) -> list[Reading]:
+        return [r for r in self.readings if r.is_best]
+
+    def to_dict(self) -> dict:
+        return {
+            "draft": self.draft.to_dict() if self.draft is not None else None,
+            "slots": self.slots.to_dict() if self.slots is not None else None,
+            "slot_hf_indices": list(self.slot_hf),
+            "configured": list(self.configured) if self.configured is not None else None,
+            "configured_hf_indices": list(self.configured_hf) if self.configured_hf else None,
+            "other_readings": [r.to_dict() for r in self.readings],
+        }
+
+
+def draft_source(cfg: DraftConfig) -> IdSource | None:
+    if not cfg.aux_layer_ids:
+        return None
+    conv = cfg.aux_layer_convention or HF
+    hf = tuple(tuple(h) for h in configured_hf_ids(cfg.aux_layer_ids, conv))
+    where = "config.json " + DRAFT_KEYS.get(conv, DRAFT_KEYS[HF])
+    return IdSource(where, tuple(cfg.aux_layer_ids), conv, False, hf)
+
+
+def _data_config_ids(path: Path) -> tuple[list[int] | None, str | None]:
+    """The raw `hidden_states.layer_ids` of a data_config.json and the convention it states."""
+    try:
+        cfg = read_json(path)
+    except InputError:
+        return None, None
+    hs = cfg.get("hidden_states") if isinstance(cfg.get("hidden_states"), dict) else cfg
+    ids = hs.get("layer_ids")
+    if not isinstance(ids, list) or not all(type(i) is int for i in ids):
+        return None, None
+    stated = hs.get("index_convention", cfg.get("index_convention"))
+    return ids, stated if isinstance(stated, str) else None
+
+
+def slots_source(
+    infos: Sequence[SlotInfo], override: Sequence[int] | None, data_config: Path | None
+) -> IdSource | None:
+    """Where the slots' HF indices come from: --slot-layers, data_config.json, or nowhere."""
+    if override is not None:
+        ids = tuple(int(k) for k in override)
+        return IdSource(OVERRIDE, ids, HF, True, (ids,))
+    if data_config is None:
+        return None
+    ids, stated = _data_config_ids(data_config)
+    if ids is None:
+        return None
+    conv = HF if stated == HF else LAYER_OUTPUT
+    hf = tuple(s.hf_index for s in infos if s.hf_index is not None)
+    return IdSource(
+        "data_config.json hidden_states.layer_ids", tuple(ids), conv, stated is not None, (hf,)
+    )
+
+
+def _label(w: Sequence[int], infos: Sequence[SlotInfo], slot_hf: Sequence[int | None]) -> str:
+    """w's label with the slots named by their HF indices in `slot_hf` (as `with_layer_ids`)."""
+    names = []
+    for s in w:
+        k = slot_hf[s]
+        same = k is None or k == infos[s].hf_index
+        names.append(infos[s].label if same else ("embed" if k == 0 else f"L{k}"))
+    return "[" + ", ".join(names) + "]"
+
+
+def layer_id_facts(
+    cfg: DraftConfig,
+    infos: Sequence[SlotInfo],
+    n_blocks: int,
+    *,
+    override: Sequence[int] | None = None,
+    data_config: Path | None = None,
+) -> LayerIdFacts:
+    """The sources' readings as assumed and the configured wiring they select (if any)."""
+    facts = LayerIdFacts(
+        draft_source(cfg),
+        slots_source(infos, override, data_config),
+        tuple(s.hf_index for s in infos),
+    )
+    if facts.draft is None or len(facts.draft.ids) != n_blocks:
+        return facts
+    for hf in facts.draft.hf:
+        w = slots_for_hf(hf, infos)
+        if w is not None:
+            facts.configured, facts.configured_hf = w, tuple(sorted(hf))
+            break
+    return facts
+
+
+def other_readings(
+    facts: LayerIdFacts, infos: Sequence[SlotInfo], best: tuple[int, ...]
+) -> list[Reading]:
+    """Every other reading of the sources (a source that states its convention has none) that
+    selects a wiring, each marked when it is exactly `best`."""
+    draft, slots = facts.draft, facts.slots
+    if draft is None:
+        return []
+    n_blocks = len(best)
+    out: list[Reading] = []
+    assumed_draft = set(draft.hf)
+    draft_readings = [(c, hf_of(draft.ids, c)) for c in (HF, LAYER_OUTPUT)]
+    slot_readings = [(slots.convention if slots else "", facts.slot_hf)]
+    if slots is not None and not slots.stated and slots.convention == LAYER_OUTPUT:
+        slot_readings.append((HF, tuple(None if k is None else k - 1 for k in facts.slot_hf)))
+    for d_conv, config_hf in draft_readings:
+        for s_conv, slot_hf in slot_readings:
+            as_assumed = config_hf in assumed_draft and slot_hf == facts.slot_hf
+            if as_assumed or len(config_hf) != n_blocks:
+                continue
+            w = slots_for_hf(config_hf, infos, slot_layers=slot_hf)
+            if w is None:
+                continue
+            label = _label(w, infos, slot_hf)
+            out.append(
+                Reading(d_conv, s_conv, slot_hf, tuple(sorted(config_hf)), w, label, w == best)
+            )
+    return out

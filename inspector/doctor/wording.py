@@ -1,0 +1,399 @@
+"""Every sentence the doctor shows: each finding's summary and fix, from its typed facts. The
+checks decide (severity, figures, control data); this module only words them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+from inspector.doctor.report import VocabRepair, WiringCase
+
+if TYPE_CHECKING:
+    from inspector.doctor.alignment import AlignmentFacts
+    from inspector.doctor.config_alternatives import ConfigFacts
+    from inspector.doctor.fingerprint import FingerprintFacts
+    from inspector.doctor.layer_ids import LayerIdFacts, Reading
+    from inspector.doctor.report import ConfigFix
+    from inspector.doctor.vocab import VocabFacts, VocabProblem
+    from inspector.doctor.wiring_check import WiringFacts
+    from inspector.draft import DraftConfig
+
+FINGERPRINT_UNREADABLE = "fc fingerprint: no readable sample"
+WRITE_FIXED = "eagle-inspect doctor CKPT SAMPLES --write-fixed OUT"
+
+
+class Text(NamedTuple):
+    summary: str
+    fix: str = ""
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+# --- vocab map ---------------------------------------------------------------------------------
+VOCAB_PROBLEMS = {  # code -> text; n = VocabProblem.count, of = VocabProblem.of, v = vocab_size
+    "t2d_without_d2t": "t2d is stored without d2t: engines need d2t to map draft ids",
+    "no_d2t": "no d2t but draft_vocab_size {n} != vocab_size {of}",
+    "d2t_size": "d2t has {n} entries, draft_vocab_size is {of}",
+    "absolute_d2t": "d2t holds absolute target ids, not offsets: engines compute target = draft "
+    "id + d2t, which leaves [0, {v}) for {n} of {of} ids",
+    "absolute_d2t_in_range": "d2t holds absolute target ids, not offsets: engines compute "
+    "target = draft id + d2t, which maps draft ids to the wrong tokens",
+    "out_of_range": "{n} of {of} draft ids map outside the target vocab [0, {v})",
+    "duplicates": "{n} draft ids map to a target id another draft id already has",
+    "t2d_size": "t2d has {n} entries, vocab_size is {of}",
+    "t2d_count": "t2d marks {n} tokens, draft_vocab_size is {of}",
+    "t2d_disagrees": "t2d disagrees with d2t: {n} of the ids d2t maps to are not marked in t2d",
+    "unsorted": "d2t is not in ascending target-id order, unlike nonzero(t2d) (trainers and "
+    "engines assume it is)",
+}
+VOCAB_FIXES = {
+    VocabRepair.OFFSETS: "rewrite d2t as offsets (d2t - arange(D)) and t2d from it; --write-fixed "
+    "OUT does this",
+    VocabRepair.T2D_FROM_D2T: "rebuild t2d from d2t (t2d[arange(D) + d2t] = True); --write-fixed "
+    "OUT does this",
+    None: "rebuild d2t/t2d from the draft vocabulary used in training",
+}
+
+
+def vocab_problem(p: VocabProblem, v: int) -> str:
+    return VOCAB_PROBLEMS[p.code].format(n=p.count, of=p.of, v=v)
+
+
+def vocab(facts: VocabFacts, severity: str) -> Text:
+    a = facts.analysis
+    d, v = a.draft_vocab_size, a.vocab_size
+    by_sev = {
+        s: [vocab_problem(p, v) for p in a.problems if p.severity == s]
+        for s in ("error", "warning")
+    }
+    if by_sev["error"]:
+        return Text("vocab map: " + "; ".join(by_sev["error"]), VOCAB_FIXES[a.repair])
+    if by_sev["warning"]:
+        return Text(
+            "vocab map: " + "; ".join(by_sev["warning"]), "sort the draft vocab by target id"
+        )
+    cov = facts.coverage
+    if severity == "warning":
+        return Text(
+            f"the draft vocab covers only {pct(cov.acc)} of the samples' true tokens "
+            f"({cov.hits}/{cov.total}): all-tok accuracy cannot exceed that",
+            "choose the draft vocab from the serving distribution's most frequent tokens, or "
+            "enlarge it",
+        )
+    return Text(
+        f"vocab map consistent ({a.d2t} d2t, D={d} of V={v}); covers {pct(cov.acc)} of the "
+        "samples' true tokens"
+    )
+
+
+# --- alignment ---------------------------------------------------------------------------------
+def alignment(facts: AlignmentFacts) -> Text:
+    std, shifted = pct(facts.standard.acc), pct(facts.shifted.acc)
+    if not facts.shift:
+        return Text(
+            f"hidden states and tokens pair as trained: standard pairing {std}, shifted by "
+            f"{facts.other_shift:+d} {shifted}"
+        )
+    what = "each stored hidden state belongs one position " + (
+        "earlier (the states lag the tokens by one)"
+        if facts.shift == 1
+        else "later (the states lead the tokens by one)"
+    )
+    return Text(
+        f"samples are paired one position off: re-pairing hidden states with tokens shifted by "
+        f"{facts.shift:+d} scores {shifted} vs {std} as stored; {what}. The other findings use the "
+        "shifted pairing",
+        "fix the capture / data generation so that the hidden state at position t comes from "
+        "tokens x_0..x_t (row j pairs the states at j with x_{j+1} and predicts x_{j+2}), "
+        "regenerate the samples, and retrain if the draft was trained on them",
+    )
+
+
+# --- fc fingerprint ----------------------------------------------------------------------------
+def fingerprint(facts: FingerprintFacts) -> Text:
+    if not facts.flagged:
+        return Text(
+            "fc fingerprint: block norms "
+            + ", ".join(f"{x:.3g}" for x in facts.block_weight_norms)
+            + f"; the best wiring {facts.best_label} gives projected norms "
+            + ", ".join(f"{x:.3g}" for x in facts.best_projected)
+        )
+    names = facts.flagged_wirings
+    many = len(names) > 1
+    joined = ", ".join(names[:-1]) + " and " + names[-1] if many else names[0]
+    w = facts.worst
+    return Text(
+        f"fc fingerprint: the {joined} wiring{'s' if many else ''} feed{'' if many else 's'} "
+        f"{len(facts.flagged)} fc block(s) a slot the block was not trained on, e.g. block "
+        f"{w.block} gets {w.slot} (projected norm {w.norm:.3g}) where the best wiring gives "
+        f"{w.best_slot} ({w.best_norm:.3g}, x{w.ratio:.2g})",
+        "feed each block the slot of the best wiring (see the wiring finding)",
+    )
+
+
+# --- config alternatives -----------------------------------------------------------------------
+def _missing_head_dim(cfg: DraftConfig) -> str:
+    return (
+        f"config.json has no head_dim, and q_proj implies {cfg.head_dim} while hidden_size/heads "
+        f"is {cfg.hidden_size // cfg.num_heads}: engines and trainers that fall back to "
+        "hidden_size/heads fail to load the draft or build the wrong attention/RoPE"
+    )
+
+
+def _config_winner(facts: ConfigFacts, cfg: DraftConfig, fix: ConfigFix) -> Text:
+    win = facts.winner
+    assert win is not None
+    alt, base = win.counts.fmt(), facts.configured.fmt()
+    label = win.alternative.label
+    if facts.kind == "norm_before_residual":
+        val = str(fix.norm_before_residual).lower()
+        summary = (
+            f"norm_before_residual: the draft scores {alt} with {val} vs {base} as configured "
+            f"({str(cfg.norm_before_residual).lower()}): it was trained with {val}"
+        )
+        text = f'set "norm_before_residual": {val} in config.json'
+        if fix.norm_before_residual:
+            text += "; vLLM honours the key, while SGLang's llama_eagle3 has no such branch and always uses the raw residual"
+        return Text(summary, text)
+    if facts.kind == "rope":
+        keys = ", ".join(f'"{k}": {v!r}' for k, v in win.alternative.config_fix.to_dict().items())
+        return Text(
+            f"rope: {label} scores {alt} vs {base} with the configured rope (theta "
+            f"{cfg.rope.theta:g}, {cfg.rope.rope_type})",
+            f"set {keys} in the draft's config.json (transformer_layer_config for speculators)",
+        )
+    d = win.alternative.rope_dim
+    summary = (
+        f"head_dim/RoPE: the draft was trained with RoPE over {d} dims ({label}: {alt}) rather "
+        f"than head_dim {cfg.head_dim} ({base}): the doubled-hidden-size trap of speculators + "
+        "transformers"
+    )
+    if fix.rope_theta is not None:
+        text = (
+            f'engines rotate over head_dim {cfg.head_dim}; setting "rope_theta": '
+            f"{fix.rope_theta:.6g} (= theta^(head_dim/{d})) gives the same frequencies; retrain "
+            "with an explicit head_dim to remove it"
+        )
+    else:
+        text = f"retrain with an explicit head_dim {cfg.head_dim} (the scaled rope has no exact theta equivalent)"
+    if facts.missing_head_dim:
+        summary = _missing_head_dim(cfg) + "; " + summary
+        text = f'add "head_dim": {cfg.head_dim} to config.json; ' + text
+    return Text(summary, text)
+
+
+def config_alternative(facts: ConfigFacts, cfg: DraftConfig, fix: ConfigFix) -> Text:
+    if facts.winner is not None:
+        return _config_winner(facts, cfg, fix)
+    if facts.missing_head_dim:
+        return Text(
+            _missing_head_dim(cfg),
+            f'add "head_dim": {cfg.head_dim} to config.json (transformer_layer_config for speculators)',
+        )
+    base = facts.configured.fmt()
+    tried = (
+        ", ".join(f"{s.alternative.label} {s.counts.fmt()}" for s in facts.scores)
+        or "no alternative applies"
+    )
+    if facts.kind == "rope":
+        return Text(
+            f"rope as configured (theta {cfg.rope.theta:g}, {cfg.rope.rope_type}) fits: {base} "
+            f"(tried {tried})"
+        )
+    if facts.kind == "head_dim":
+        return Text(f"head_dim {cfg.head_dim} fits: {base} (tried {tried})")
+    summary = (
+        f"norm_before_residual={str(cfg.norm_before_residual).lower()} fits: {base} (tried {tried})"
+    )
+    if cfg.norm_before_residual:
+        summary += "; note SGLang's llama_eagle3 ignores the key (raw residual): serve with vLLM"
+    scale = facts.residual_scale
+    if scale is not None and facts.residual_norm_inert:
+        summary += (
+            f"; the fc output's RMS is {scale['fc_output_rms']:.3g} and hidden_norm's weight "
+            f"{scale['hidden_norm_weight_rms']:.3g}, so the normed and the raw residual nearly "
+            "coincide: the flag barely matters for this draft"
+        )
+    return Text(summary)
+
+
+# --- wiring --------------------------------------------------------------------------------------
+CONVENTIONS = {
+    "hf": "HF indices",
+    "layer_output": "decoder-layer output ids (HF index = id + 1)",
+    "sglang": "SGLang ids (HF index = id + 1 before sglang PR #25454)",
+}
+
+
+def _slots_source(ids: LayerIdFacts) -> str:
+    s = ids.slots
+    if s is None:
+        return "the slots' HF indices are unknown (no data_config.json beside the samples)"
+    if s.where == "--slot-layers":
+        return f"the slots are HF {list(ids.slot_hf)} (--slot-layers)"
+    how = "as the file states" if s.stated else "assumed, since the file states no convention"
+    return (
+        f"the slots are HF {list(ids.slot_hf)} ({s.where} {list(s.ids)} read as "
+        f"{CONVENTIONS.get(s.convention, s.convention)}, {how})"
+    )
+
+
+def _reading(r: Reading, ids: LayerIdFacts) -> str:
+    changed = []
+    if r.rereads_slots:
+        changed.append("data_config.json's ids as HF indices")
+    if ids.draft is not None and r.config_hf not in ids.draft.hf:
+        changed.append(f"the config's ids as {CONVENTIONS[r.draft_convention]}")
+    tail = ", exactly the best wiring" if r.is_best else ""
+    return f"reading {' and '.join(changed)} instead, the config selects {r.label}{tail}"
+
+
+def _unmatched(facts: WiringFacts) -> str:
+    ids = facts.layer_ids
+    d = ids.draft
+    assert d is not None
+    n = len(facts.best.wiring)
+    if all(len(h) != n for h in d.hf):
+        return f"its {d.where} {list(d.ids)} name {len(d.ids)} layers, but fc takes {n}"
+    if d.convention == "hf":
+        read = "HF indices, as vLLM reads the key"
+    else:
+        read = f"{CONVENTIONS.get(d.convention, d.convention)}: HF " + " or ".join(
+            str(list(h)) for h in d.hf
+        )
+    return f"its {d.where} {list(d.ids)} ({read}) match no captured slot: {_slots_source(ids)}"
+
+
+def _reread_fix(ids: LayerIdFacts) -> str:
+    """The override for a reading that takes data_config.json's ids as HF indices."""
+    r = next((r for r in ids.best_readings if r.rereads_slots), None)
+    r = r or next((r for r in ids.readings if r.rereads_slots), None)
+    if r is None:
+        return ""
+    flag = ""
+    if all(k is not None for k in r.slot_hf):
+        flag = f"pass --slot-layers {','.join(str(k) for k in r.slot_hf)} (doctor, eval, open) or "
+    return (
+        "if data_config.json holds HF indices (sets captured with vLLM-convention ids do), "
+        f'{flag}add "index_convention": "hf" to its hidden_states'
+    )
+
+
+def _wiring_fix(facts: WiringFacts, cfg_line: str) -> str:
+    case, lab = facts.case, facts.best.label
+    if case == WiringCase.NOT_ASCENDING:
+        return (
+            "write a checkpoint whose fc blocks are permuted so the ascending order computes the "
+            f"same function: {WRITE_FIXED}; then configure the engines as in serving_config"
+        )
+    set_line = f"set {cfg_line} in the draft's config.json" if cfg_line else ""
+    reread = _reread_fix(facts.layer_ids)
+    if case in (WiringCase.CONFIG_UNMATCHED, WiringCase.CONFIG_WRONG) and reread:
+        return reread + ("; otherwise " + set_line if set_line else "")
+    if case == WiringCase.CONFIG_WRONG:
+        return set_line or "configure the engines to feed " + lab
+    if case in (WiringCase.UNCONFIGURED, WiringCase.CONFIG_UNMATCHED):
+        return set_line or "pass --slot-layers to get the engine ids for " + lab
+    if case == WiringCase.CONFIGURED:
+        return f"serve it with {cfg_line}" if cfg_line else ""
+    return reread
+
+
+def wiring(facts: WiringFacts) -> Text:
+    best, second, case = facts.best, facts.second, facts.case
+    lab, bfmt = best.label, best.all_tok.fmt()
+    margin = ""
+    if second is not None:
+        margin = f", {100 * (second.margin or 0.0):+.1f} points over the next {second.label}"
+    if facts.top_ranked is not None:
+        top = facts.top_ranked
+        margin += f"; the top-ranked {top.label} ({top.all_tok.fmt()}) is not clearly better and needs a permuted checkpoint"
+    serve = facts.named.get("serve")
+    asc = facts.best_ascending
+    serve_txt = ""
+    if serve is not None and serve.wiring != best.wiring:
+        if not (
+            case == WiringCase.NOT_ASCENDING and asc is not None and serve.wiring == asc.wiring
+        ):
+            serve_txt = f"; an engine feeding {serve.label} gets {serve.all_tok.fmt()}"
+    cfg_line = ""
+    if facts.engine_ids is not None:
+        vllm, sg = facts.engine_ids
+        cfg_line = f"eagle_aux_hidden_state_layer_ids {vllm} for vLLM, eagle_config ids {sg} for SGLang (< #25454)"
+    readings = "".join("; " + _reading(r, facts.layer_ids) for r in facts.layer_ids.readings)
+    ref = facts.named.get("configured")
+    if case == WiringCase.NOT_ASCENDING:
+        if asc is not None:
+            margin += f"; the best ascending order {asc.label} gets {asc.all_tok.fmt()}"
+        summary = (
+            f"the draft fits {lab} best ({bfmt}{margin}), an order no engine can feed: engines "
+            "concatenate captured layers in ascending order"
+        )
+    elif case == WiringCase.CONFIG_WRONG and ref is not None:
+        summary = (
+            f"the config selects {ref.label} ({ref.all_tok.fmt()}), but the draft was trained for "
+            f"{lab} ({bfmt}, {100 * (ref.margin or 0.0):+.1f} points){readings}"
+        )
+    elif case == WiringCase.CONFIG_CLOSE and ref is not None:
+        summary = (
+            f"the best wiring {lab} ({bfmt}) is not clearly better than the configured "
+            f"{ref.label} ({ref.all_tok.fmt()}){readings}"
+        )
+    elif case == WiringCase.CONFIG_UNMATCHED:
+        summary = f"the draft fits {lab} best ({bfmt}{margin}); {_unmatched(facts)}{readings}"
+    elif case == WiringCase.UNCONFIGURED:
+        summary = (
+            f"the draft fits {lab} best ({bfmt}{margin}); its config names no aux layer ids, so "
+            "engines feed their default layers"
+        )
+    else:
+        summary = f"the draft fits its configured wiring {lab} best ({bfmt}{margin})"
+    summary += serve_txt
+    if facts.assumes_config_fixes:
+        summary += " (scored with the config fixes the other findings name)"
+    return Text(summary, _wiring_fix(facts, cfg_line))
+
+
+# --- serving config ------------------------------------------------------------------------------
+def serving(cfg: dict, best_label: str, caveats: Sequence[str], slots_reread: bool) -> Text:
+    problems = cfg.get("problems", [])
+    if cfg.get("ascending") is None:
+        return Text("serving config: " + "; ".join(problems), "pass --slot-layers HF,IDS,...")
+    vllm = cfg["vllm"]["config"]["eagle_aux_hidden_state_layer_ids"]
+    sg = cfg["sglang"]["layer_ids_before_pr25454"]
+    since = cfg["sglang"]["layer_ids_since_pr25454"]
+    lines = (
+        f"vLLM eagle_aux_hidden_state_layer_ids {vllm}; SGLang "
+        f"eagle_config.eagle_aux_hidden_state_layer_ids {sg} (< PR #25454)"
+    )
+    if since is not None and since != sg:
+        lines += f", {since} (>= #25454)"
+    else:
+        lines += " (same since #25454)" if since == sg else ", none since #25454"
+    keys = (
+        f'config.json: "eagle_aux_hidden_state_layer_ids": {vllm} (vLLM) and "eagle_config": '
+        f'{{"eagle_aux_hidden_state_layer_ids": {sg}, "use_aux_hidden_state": true}} (SGLang)'
+    )
+    if not cfg["ascending"]:
+        return Text(
+            f"no engine config reproduces {best_label}: "
+            + "; ".join(problems)
+            + f". After --write-fixed: {lines}",
+            f"{WRITE_FIXED}, then serve OUT with {keys}",
+        )
+    summary = f"to feed {best_label}: {lines}"
+    if problems or caveats:
+        summary += "; " + "; ".join(problems or caveats)
+    if slots_reread:
+        summary += (
+            "; these ids take data_config.json's layer ids as decoder-layer outputs (see the "
+            "wiring finding for the other reading)"
+        )
+    return Text(summary, keys)
+
+
+def samples_skipped(skipped: int, searched: int) -> Text:
+    return Text(f"{skipped} of {searched} samples could not be scored", "check those sample files")
