@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from inspector.commands.common import Inputs  # noqa: E402
+from inspector.session import Inputs  # noqa: E402
 
 
 def demo_inputs() -> Inputs | None:

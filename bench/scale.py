@@ -126,7 +126,7 @@ def rss_anon() -> int:
 
 
 async def app_fill(draft: Path, samples: Path, n: int, presses: int) -> None:
-    from inspector.commands.common import Inputs
+    from inspector.session import Inputs
     from inspector.tui.app import InspectorApp
 
     inputs = Inputs(draft, [str(samples)], None, None, None, False)

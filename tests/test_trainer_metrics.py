@@ -69,7 +69,7 @@ def test_demo_figures_are_the_demo_files_figures():
 
 @pytest.fixture(scope="module")
 def demo_reports():
-    from inspector.commands.common import Inputs, load_evaluator
+    from inspector.session import Inputs, load_evaluator
 
     out = {}
     for split in ("train", "held"):

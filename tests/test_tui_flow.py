@@ -278,7 +278,7 @@ async def test_bad_wiring_is_reported(syn):
 
 
 async def test_load_failure_keeps_the_app_up(tmp_path):
-    from inspector.commands.common import Inputs
+    from inspector.session import Inputs
 
     (tmp_path / "draft").mkdir()
     (tmp_path / "draft" / "config.json").write_text("{not json")
@@ -300,7 +300,7 @@ def test_first_paint_before_torch(syn):
         import sys, time
         t0 = time.perf_counter()
         from pathlib import Path
-        from inspector.commands.common import Inputs
+        from inspector.session import Inputs
         from inspector.tui.app import InspectorApp
         assert "torch" not in sys.modules
         app = InspectorApp(Inputs(Path({str(syn.checkpoint)!r}), [{syn.samples[0]!r}], None, None, None, False))

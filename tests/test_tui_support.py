@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from inspector.commands.common import Inputs
+from inspector.session import Inputs
 
 DEMO = Path(__file__).resolve().parent.parent / "assets" / "demo"
 

@@ -121,7 +121,7 @@ def test_export_document_from_engine(tmp_path, monkeypatch):
     from inspector.synthetic import SyntheticSpec, write_synthetic
 
     draft, samples = write_synthetic(tmp_path / "in", SyntheticSpec(n_samples=1, seq_len=20))
-    from inspector.commands.common import Inputs, load_evaluator
+    from inspector.session import Inputs, load_evaluator
 
     ev = load_evaluator(Inputs(draft, [str(samples)], None, None, None, False))
     preds = [

@@ -1,23 +1,14 @@
-"""Inputs shared by every command: the draft, the samples, the optional target head."""
+"""From command-line arguments to the session's `Inputs` (the loading itself is `inspector.session`)."""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.errors import InputError
+from inspector.session import Inputs, demo_inputs, load_evaluator
 
-
-@dataclass
-class Inputs:
-    checkpoint: Path
-    samples: list[str]
-    target: Path | None
-    embed: Path | None
-    tokenizer: Path | None
-    is_demo: bool
-    slot_layers: list[int] | None = None  # HF index of every slot (--slot-layers)
+__all__ = ["Inputs", "load_evaluator", "parse_slot_layers", "resolve_inputs"]
 
 
 def parse_slot_layers(text: str | None) -> list[int] | None:
@@ -40,18 +31,12 @@ def resolve_inputs(args: argparse.Namespace) -> Inputs:
     tokenizer = Path(args.tokenizer) if getattr(args, "tokenizer", None) else None
     slot_layers = parse_slot_layers(getattr(args, "slot_layers", None))
     if args.checkpoint is None:
-        from inspector.demo_paths import demo_paths
-
-        demo = demo_paths()
-        samples = list(args.samples) or [str(demo.train_samples)]
-        return Inputs(
-            demo.draft,
-            samples,
-            target or demo.target,
-            embed,
-            tokenizer or demo.tokenizer,
-            True,
-            slot_layers,
+        return demo_inputs(
+            list(args.samples),
+            target=target,
+            embed=embed,
+            tokenizer=tokenizer,
+            slot_layers=slot_layers,
         )
     if not args.samples:
         raise InputError(
@@ -59,45 +44,4 @@ def resolve_inputs(args: argparse.Namespace) -> Inputs:
         )
     return Inputs(
         Path(args.checkpoint), list(args.samples), target, embed, tokenizer, False, slot_layers
-    )
-
-
-def load_evaluator(
-    inputs: Inputs,
-    *,
-    device: str = "auto",
-    dtype: str = "auto",
-    ttt_steps: int = 1,
-    strict: bool = True,
-    memory_budget: str | None = None,
-):
-    """Load everything onto the device and return an Evaluator (torch imported here, not before).
-
-    strict=False (the doctor) loads a faulty d2t or a missing head_dim so they can be reported.
-    """
-    from inspector.evaluate import Evaluator, resolve_device
-    from inspector.formats import SampleSet, load_draft, read_target_head
-    from inspector.memory import resolve_budget
-
-    dev = resolve_device(device)
-    budget = resolve_budget(memory_budget, dev)
-    draft = load_draft(
-        inputs.checkpoint,
-        embed=inputs.embed,
-        target=inputs.target,
-        dtype=dtype,
-        device=dev,
-        strict=strict,
-    )
-    samples = SampleSet(inputs.samples)
-    head = None
-    if inputs.target is not None:
-        head = read_target_head(inputs.target).to(dev, draft.dtype)
-    return Evaluator(
-        draft,
-        samples,
-        ttt_steps=ttt_steps,
-        target_head=head,
-        budget=budget,
-        slot_layers=inputs.slot_layers,
     )

@@ -37,7 +37,12 @@ def run_doctor(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     # Lenient: a faulty d2t or a missing head_dim become findings instead of load errors.
     ev = load_evaluator(
-        inputs, device=args.device, dtype=args.dtype, ttt_steps=args.ttt_steps, strict=False
+        inputs,
+        device=args.device,
+        dtype=args.dtype,
+        ttt_steps=args.ttt_steps,
+        strict=False,
+        memory_budget=getattr(args, "memory_budget", None),
     )
     with Progress(
         TextColumn("{task.description}"),

@@ -21,6 +21,7 @@ def build_app(args: argparse.Namespace):
         device=getattr(args, "device", "auto") or "auto",
         dtype=getattr(args, "dtype", "auto") or "auto",
         ttt_steps=getattr(args, "ttt_steps", 1) or 1,
+        memory_budget=getattr(args, "memory_budget", None),
         wiring=getattr(args, "wiring", None),
     )
 
@@ -43,6 +44,8 @@ def web_command(args: argparse.Namespace) -> str:
         argv += ["--wiring", args.wiring]
     if getattr(args, "slot_layers", None):
         argv += ["--slot-layers", args.slot_layers]
+    if getattr(args, "memory_budget", None):
+        argv += ["--memory-budget", args.memory_budget]
     return shlex.join(argv)
 
 

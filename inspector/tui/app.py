@@ -19,16 +19,7 @@ from inspector.tui.engine import Engine, Loader, default_loader
 from inspector.tui.screens.main import ACTIONS, MainScreen
 
 if TYPE_CHECKING:
-    from inspector.commands.common import Inputs
-
-
-def input_paths_of(inputs: Inputs) -> list[str]:
-    """Every folder or file the app reads from (exports never go there)."""
-    paths = [str(inputs.checkpoint), *map(str, inputs.samples)]
-    for p in (inputs.target, inputs.embed, inputs.tokenizer):
-        if p is not None:
-            paths.append(str(p))
-    return paths
+    from inspector.session import Inputs
 
 
 class InspectorApp(App):
@@ -44,6 +35,7 @@ class InspectorApp(App):
         device: str = "auto",
         dtype: str = "auto",
         ttt_steps: int = 1,
+        memory_budget: str | None = None,
         wiring: str | None = None,
         loader: Loader | None = None,
         fill: bool = True,
@@ -53,9 +45,15 @@ class InspectorApp(App):
         if loader is None:
             if inputs is None:
                 raise ValueError("InspectorApp needs inputs or a loader")
-            loader = default_loader(inputs, device=device, dtype=dtype, ttt_steps=ttt_steps)
+            loader = default_loader(
+                inputs,
+                device=device,
+                dtype=dtype,
+                ttt_steps=ttt_steps,
+                memory_budget=memory_budget,
+            )
         if input_paths is None:
-            input_paths = input_paths_of(inputs) if inputs is not None else []
+            input_paths = inputs.paths() if inputs is not None else []
         self.loader = loader
         self.initial_wiring = wiring
         self.fill = fill

@@ -31,9 +31,9 @@ from inspector.cache import ByteLRU
 if TYPE_CHECKING:  # numpy/torch types only; never imported at module load
     import numpy as np
 
-    from inspector.commands.common import Inputs
     from inspector.formats.tokenizer import TokenDecoder
     from inspector.memory import MemoryBudget
+    from inspector.session import Inputs
 
 WiringKey = tuple[int, ...]
 
@@ -160,7 +160,12 @@ Loader = Callable[[Callable[[str], None]], tuple[Any, "TokenDecoder", list[str]]
 
 
 def default_loader(
-    inputs: Inputs, *, device: str = "auto", dtype: str = "auto", ttt_steps: int = 1
+    inputs: Inputs,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    ttt_steps: int = 1,
+    memory_budget: str | None = None,
 ) -> Loader:
     """A loader for the real inputs: evaluator exactly as the CLI builds it, plus the tokenizer."""
 
@@ -170,21 +175,15 @@ def default_loader(
 
         leave_a_core_for_the_ui(torch, device)
 
-        from inspector.commands.common import load_evaluator
-        from inspector.errors import InputError
-        from inspector.formats.tokenizer import TokenDecoder, find_tokenizer
+        from inspector.session import load_decoder, load_evaluator
 
         progress(f"loading {inputs.checkpoint} onto {device}")
-        ev = load_evaluator(inputs, device=device, dtype=dtype, ttt_steps=ttt_steps)
+        ev = load_evaluator(
+            inputs, device=device, dtype=dtype, ttt_steps=ttt_steps, memory_budget=memory_budget
+        )
         progress(f"reading the first of {len(ev.samples)} samples")
         ev.samples.first  # noqa: B018 - slot layout comes from the first sample
-        notes: list[str] = []
-        try:
-            path = find_tokenizer(inputs.tokenizer, inputs.checkpoint, inputs.target)
-            decoder = TokenDecoder.load(path)
-        except InputError as e:
-            notes.append(f"tokenizer: {e}; showing token ids")
-            decoder = TokenDecoder()
+        decoder, notes = load_decoder(inputs)
         return ev, decoder, notes
 
     return load
