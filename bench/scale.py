@@ -31,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 RUN_ONE = textwrap.dedent(
     """
@@ -125,7 +126,27 @@ def rss_anon() -> int:
     return 0
 
 
+async def press_and_wait(app, frames, key: str, done) -> float:
+    """Seconds from a key event reaching the app to the first frame after the repaint that made
+    `done()` true. The event goes straight to the driver: Pilot.press would also wait until the
+    process's CPU is idle (up to a second), which it never is while the device thread fills."""
+    from textual import events
+
+    t0 = time.perf_counter()
+    event = events.Key(key, None)
+    event.set_sender(app)
+    app._driver.send_message(event)
+    while not done():
+        await asyncio.sleep(0.001)
+    t_paint = max((p for p in frames.paints if p >= t0), default=t0)
+    while (f := frames.first_after(t_paint)) is None:
+        await asyncio.sleep(0.001)
+    return f - t0
+
+
 async def app_fill(draft: Path, samples: Path, n: int, presses: int) -> None:
+    from app_latency import Frames
+
     from inspector.session import Inputs
     from inspector.tui.app import InspectorApp
 
@@ -139,6 +160,7 @@ async def app_fill(draft: Path, samples: Path, n: int, presses: int) -> None:
         while main.view is None:
             await pilot.pause(0.05)
         await pilot.press("s", "p", "t")  # serve pinned, train current: the fill runs both
+        frames = Frames(app)
         t0 = time.perf_counter()
         next_press = time.perf_counter() + 1.0
         while True:
@@ -149,12 +171,11 @@ async def app_fill(draft: Path, samples: Path, n: int, presses: int) -> None:
             if presses and time.perf_counter() >= next_press and len(lat) < presses:
                 row = main.rows.get(main.sample, 0)
                 key = "right" if row + 1 < (main.view.n_rows if main.view else 1) else "home"
-                t_key = time.perf_counter()
-                await pilot.press(key)
-                while main.rows.get(main.sample) == row:
-                    await asyncio.sleep(0.001)
-                await pilot.pause(0)
-                lat.append(time.perf_counter() - t_key)
+                lat.append(
+                    await press_and_wait(
+                        app, frames, key, lambda r=row: main.rows.get(main.sample) != r
+                    )
+                )
                 next_press = time.perf_counter() + 1.0
             if done >= n or (app.engine is not None and not app.engine.fill_pending() and done):
                 break
