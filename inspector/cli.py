@@ -7,11 +7,42 @@ app can paint before torch loads.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from inspector import __version__
+from inspector.commands.output import visible
 from inspector.errors import InputError
+
+
+def _integer(text: str) -> int:
+    # ASCII digits only: int() also reads other scripts' digits, which no one means here.
+    t = text.strip()
+    if not t.lstrip("+-").isascii() or not t.lstrip("+-").isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
+    return int(t)
+
+
+def _positive(text: str) -> int:
+    n = _integer(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+    return n
+
+
+def _non_negative(text: str) -> int:
+    n = _integer(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be 0 or more")
+    return n
+
+
+def _port(text: str) -> int:
+    n = _integer(text)
+    if not 1 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: a TCP port is 1..65535")
+    return n
 
 
 def _add_model_args(p: argparse.ArgumentParser, *, samples_optional: bool = True) -> None:
@@ -48,7 +79,7 @@ def _add_model_args(p: argparse.ArgumentParser, *, samples_optional: bool = True
     )
     p.add_argument(
         "--ttt-steps",
-        type=int,
+        type=_positive,
         default=1,
         metavar="K",
         help="teacher-forced TTT steps to run (default 1)",
@@ -78,7 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="W",
         help="train | serve | 0,1,2 | embed,L3,L31 (repeatable; default: train and serve)",
     )
-    p_eval.add_argument("--limit", type=int, metavar="N", help="evaluate only the first N samples")
+    p_eval.add_argument(
+        "--limit", type=_positive, metavar="N", help="evaluate only the first N samples"
+    )
     p_eval.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p_eval.add_argument(
         "--positions", action="store_true", help="include every position in the JSON"
@@ -101,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_doc.add_argument(
         "--samples",
         dest="n_samples",
-        type=int,
+        type=_positive,
         default=8,
         metavar="N",
         help="run the checks on the first N samples (default 8)",
@@ -121,14 +154,30 @@ def build_parser() -> argparse.ArgumentParser:
     p_open.add_argument(
         "--web", action="store_true", help="serve the app in a browser on localhost"
     )
-    p_open.add_argument("--port", type=int, default=8000, help="port for --web (default 8000)")
+    p_open.add_argument("--port", type=_port, default=8000, help="port for --web (default 8000)")
 
     p_demo = sub.add_parser("demo", help="the bundled demo")
     demo_sub = p_demo.add_subparsers(dest="demo_command")
     p_build = demo_sub.add_parser("build", help="rebuild the demo (trains a target and a draft)")
     p_build.add_argument("--out", metavar="DIR", help="output folder (default assets/demo)")
-    p_build.add_argument("--seed", type=int, default=0)
+    p_build.add_argument("--seed", type=_non_negative, default=0)
     return parser
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr)
+    except (BrokenPipeError, OSError):
+        pass
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's last flush must not fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -160,16 +209,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 build_args += ["--out", args.out]
             return demo_main(build_args)
     except InputError as e:
-        print(f"eagle-inspect: error: {e}", file=sys.stderr)
+        _say(f"eagle-inspect: error: {visible(e)}")
         return 2
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # `eagle-inspect eval --json | head`
-        sys.stderr.close()
+    except BrokenPipeError:  # `eagle-inspect eval | head`: the reader left; end quietly
+        _silence_stdout()
         return 0
     except (RuntimeError, MemoryError) as e:  # e.g. CUDA out of memory: one line, exit 1
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"eagle-inspect: failed: {first}", file=sys.stderr)
+        _say(f"eagle-inspect: failed: {visible(first)}")
         return 1
     parser.print_help()
     return 2

@@ -79,11 +79,11 @@ def merge_reports(parts: list[Report]) -> Report:
                 positions=positions,
             )
         )
-    errors = sorted((e for p in parts for e in p.errors), key=lambda e: e.index)
+    skipped = sorted((e for p in parts for e in p.skipped), key=lambda e: e.index or 0)
     return replace(
         first,
         samples=sum(p.samples for p in parts),
         device=f"{first.device} x{len(parts)}",
         wirings=wirings,
-        errors=errors,
+        skipped=skipped,
     )

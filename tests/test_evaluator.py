@@ -83,10 +83,18 @@ def test_caches_stay_within_their_byte_budget(tiny_synthetic):
     assert sizes["predictions"] > 0  # something is kept: the budget is not simply zero
 
 
-def test_non_finite_numbers_are_json_null(ev):
+def test_non_finite_numbers_are_json_null(ev, capsys):
+    """A NaN in a position's numbers is written as null, the document stays valid JSON, and a
+    warning names the sample."""
+    import json
+
+    from inspector.commands.output import write_json
+
     sp = ev.predict(0, ev.wiring("train")).steps[0]
     sp.p_true[0] = np.nan
     sp.topk_p[0, 1] = np.inf
     d = sp.position_dict(0, 0)
-    assert d["p_true"] is None and d["topk"][1][1] is None
-    assert isinstance(d["p_pred"], float)
+    assert write_json({"positions": [d]}) == 2
+    out = json.loads(capsys.readouterr().out)["positions"][0]
+    assert out["p_true"] is None and out["topk"][1][1] is None
+    assert isinstance(out["p_pred"], float)

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
-from rich.markup import escape
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from inspector.commands.common import load_evaluator, resolve_inputs
+from inspector.commands.output import safe, stdout_console, visible, write_json
 from inspector.errors import InputError
 
 if TYPE_CHECKING:
@@ -70,22 +69,13 @@ def run_doctor(args: argparse.Namespace) -> int:
                 progress=report_progress,
             )
     if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=1, allow_nan=False, default=_json_default)
-        sys.stdout.write("\n")
+        write_json(report.to_dict())
     else:
-        out = Console()
+        out = stdout_console()
         for part in render(report):
             out.print(part)
     failed = report.fixed is not None and not report.fixed.verified
     return 1 if failed or report.has_errors else 0
-
-
-def _json_default(o: object) -> object:
-    if isinstance(o, tuple):
-        return list(o)
-    if isinstance(o, float):  # inf / nan: not JSON
-        return None
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 def render(report: DoctorReport) -> list:
@@ -99,7 +89,7 @@ def render(report: DoctorReport) -> list:
     )
     head = Text.assemble(
         ("eagle-inspect doctor", "bold"),
-        f"  {report.checkpoint}  on {len(report.sample_indices)} samples; slots {slots}",
+        visible(f"  {report.checkpoint}  on {len(report.sample_indices)} samples; slots {slots}"),
     )
     if report.pairing_shift:
         head.append(f"; pairing shifted by {report.pairing_shift:+d}", style="yellow")
@@ -108,9 +98,9 @@ def render(report: DoctorReport) -> list:
         title = Text.assemble(
             (f"{f.severity.upper():7}", STYLE.get(f.severity, "")), (f" {f.kind}", "bold")
         )
-        body = [Text(f.summary)]
+        body = [Text(visible(f.summary))]
         if f.fix:
-            body.append(Text.assemble(("fix: ", "bold green"), f.fix))
+            body.append(Text.assemble(("fix: ", "bold green"), visible(f.fix)))
         parts.append(
             Panel(
                 Group(*body),
@@ -151,7 +141,7 @@ def _wiring_table(report: DoctorReport, top: int = 8) -> Table:
         style = "bold" if w.wiring == rec else None
         table.add_row(
             str(i + 1),
-            escape(w.label),
+            safe(w.label),
             ",".join(map(str, w.wiring)),
             w.all_tok.fmt(),
             lp,
@@ -193,7 +183,7 @@ def _fixed_panel(fixed: FixResult) -> Panel:
     v = fixed.verification
     e, f = v.expected, v.fixed
     lines = [
-        Text(f"wrote {fixed.path}"),
+        Text(visible(f"wrote {fixed.path}")),
         *[Text("  - " + c) for c in fixed.changes],
         Text(
             f"verified: ascending wiring {list(fixed.plan.fixed_wiring)} scores {f.hits}/{f.total} "

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import sys
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from inspector.commands.common import load_evaluator, resolve_inputs
+from inspector.commands.output import safe, stdout_console, write_json
+from inspector.errors import InputError
 from inspector.evaluate import Report
 
 
@@ -58,14 +59,27 @@ def run_eval(args: argparse.Namespace) -> int:
         report = gather_report(dist_ctx, report)
         if report is None:  # other ranks: rank 0 prints the merged report
             return 0
-    for e in report.errors:
-        err.print(f"[yellow]skipped sample {e.index}[/]: {e.message}", highlight=False)
+    for e in report.skipped:
+        err.print(f"[yellow]skipped[/] {safe(e.line())}", highlight=False, soft_wrap=True)
+    total = len(report.skipped) + report.samples
+    if report.skipped:
+        err.print(f"used {report.samples} of {total} samples", highlight=False, soft_wrap=True)
+    if report.samples == 0:
+        raise InputError(None, None, f"none of the {total} samples could be used")
     if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=1, allow_nan=False, default=_json_default)
-        sys.stdout.write("\n")
+        replaced = write_json(report.to_dict())
+        if replaced:
+            where = sorted(
+                {p["sample"] for w in report.wirings for p in w.positions if _nonfinite(p)}
+            )
+            err.print(
+                f"{replaced} non-finite numbers (NaN/Inf) written as null"
+                + (f"; samples {', '.join(map(str, where[:10]))}" if where else ""),
+                highlight=False,
+            )
     else:
         # Piped output (logs, CI) gets a wide console so the table never wraps mid-cell.
-        out = Console() if sys.stdout.isatty() else Console(width=200)
+        out = stdout_console(None if sys.stdout.isatty() else 200)
         out.print(render_report(report))
         families = trainer_families(getattr(args, "metrics", "default"), report.layout)
         if families and not report_has_trainer(report):
@@ -79,11 +93,13 @@ def run_eval(args: argparse.Namespace) -> int:
                 out.print(*render_trainer(report, fam))
         if args.per_sample:
             out.print(render_per_sample(report))
-    return 0 if report.samples else 1
+    return 0
 
 
-def _json_default(o: object) -> object:
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+def _nonfinite(position: dict) -> bool:
+    values = [position.get("p_pred"), position.get("p_true"), position.get("loss")]
+    values += [p for _, p in position.get("topk", [])]
+    return any(isinstance(v, float) and not math.isfinite(v) for v in values)
 
 
 def _pct(c) -> str:
@@ -92,7 +108,7 @@ def _pct(c) -> str:
 
 def render_report(report: Report) -> Table:
     """Ours: what serving sees (the true next token, out-of-draft-vocab tokens count as misses)."""
-    title = escape(
+    title = safe(
         f"{report.checkpoint} ({report.layout}) on {report.samples} samples "
         f"({report.sample_format}), {report.device} {report.dtype}"
     )
@@ -108,7 +124,7 @@ def render_report(report: Report) -> Table:
         table.add_column("accept len", justify="right")
     for w in report.wirings:
         name = w.label.split(" [")[0] if " [" in w.label else "custom"
-        row = [name, escape(w.wiring.label(report.slots))]
+        row = [safe(name), safe(w.wiring.label(report.slots))]
         row += [f"{s.all_tok.hits}/{s.all_tok.total} {_pct(s.all_tok)}" for s in w.steps]
         row += [""] * (k_max - len(w.steps))
         s0 = w.steps[0] if w.steps else None
@@ -166,8 +182,8 @@ def render_trainer(report: Report, family: str) -> tuple[Text, Table]:
     else:
         table.add_column("simulated_acc_len", justify="right")
     for w in report.wirings:
-        name = w.label.split(" [")[0] if " [" in w.label else escape(w.wiring.label(report.slots))
-        row = [name]
+        name = w.label.split(" [")[0] if " [" in w.label else w.wiring.label(report.slots)
+        row = [safe(name)]
         if family == "speculators":
             row += [_counts(s.spec_full) for s in w.steps] + [""] * (k_max - len(w.steps))
             row += [_counts(s.spec_cond) for s in w.steps] + [""] * (k_max - len(w.steps))
@@ -188,13 +204,13 @@ def render_per_sample(report: Report) -> Table:
     table.add_column("#", justify="right")
     table.add_column("file")
     for w in report.wirings:
-        table.add_column(escape(w.wiring.label(report.slots)), justify="right")
+        table.add_column(safe(w.wiring.label(report.slots)), justify="right")
     rows = zip(*(w.per_sample for w in report.wirings), strict=True)
     for cells in rows:
         idx, path = cells[0][0], cells[0][1]
         table.add_row(
             str(idx),
-            escape(path.rsplit("/", 1)[-1]),
+            safe(path.rsplit("/", 1)[-1]),
             *(
                 f"{c[2][0].all_tok.hits}/{c[2][0].all_tok.total} {_pct(c[2][0].all_tok)}"
                 for c in cells

@@ -70,7 +70,7 @@ class _Searcher:
 
 
 def _skipped_finding(ws: WiringSearch, n: int) -> Finding:
-    text = wording.samples_skipped(len(ws.skipped), n)
+    text = wording.samples_skipped(ws.skipped, n)
     return Finding("samples", "warning", text.summary, text.fix, _Skipped(dict(ws.skipped)))
 
 

@@ -395,5 +395,11 @@ def serving(cfg: dict, best_label: str, caveats: Sequence[str], slots_reread: bo
     return Text(summary, keys)
 
 
-def samples_skipped(skipped: int, searched: int) -> Text:
-    return Text(f"{skipped} of {searched} samples could not be scored", "check those sample files")
+def samples_skipped(skipped: dict[int, str], searched: int) -> Text:
+    """Names every sample that could not be scored (its file, field and reason), up to five."""
+    shown = [f"#{i} {why}" for i, why in sorted(skipped.items())[:5]]
+    more = f"; and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+    return Text(
+        f"{len(skipped)} of {searched} samples could not be scored: " + "; ".join(shown) + more,
+        "fix or remove those sample files",
+    )

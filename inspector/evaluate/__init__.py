@@ -8,13 +8,13 @@ from inspector.evaluate.predictions import (
     StepPredictions,
     step_metrics,
 )
-from inspector.evaluate.report import Report, SampleError, WiringReport
+from inspector.evaluate.report import Report, SkippedSample, WiringReport
 
 __all__ = [
     "TOP_K",
     "Evaluator",
     "Report",
-    "SampleError",
+    "SkippedSample",
     "SamplePredictions",
     "StepPredictions",
     "WiringReport",

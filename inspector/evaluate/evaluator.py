@@ -27,7 +27,7 @@ from inspector.evaluate.predictions import (
     StepPredictions,
     step_metrics,
 )
-from inspector.evaluate.report import Report, SampleError, WiringReport
+from inspector.evaluate.report import Report, SkippedSample, WiringReport
 from inspector.formats.samples import SampleSet
 from inspector.formats.target import TargetHead
 from inspector.memory import MemoryBudget, resolve_budget, trim_host_heap
@@ -353,13 +353,13 @@ class Evaluator:
         todo = list(range(n)) if indices is None else [i for i in indices if i < n]
         per_wiring: list[list[tuple[int, str, list[StepMetrics]]]] = [[] for _ in wirings]
         pos_rows: list[list[dict]] = [[] for _ in wirings]
-        errors: list[SampleError] = []
+        skipped: list[SkippedSample] = []
         for done, i in enumerate(todo, start=1):
             try:
                 preds = [self.predict(i, w) for w in wirings]
             except InputError as e:
                 # A bad sample is reported and skipped; the others still count.
-                errors.append(SampleError(i, str(self.samples.files[i]), str(e)))
+                skipped.append(SkippedSample.from_error(i, str(self.samples.files[i]), e))
                 preds = []
             for w_idx, pred in enumerate(preds):
                 per_wiring[w_idx].append((i, pred.path, pred.metrics))
@@ -382,13 +382,13 @@ class Evaluator:
         return Report(
             checkpoint=self.draft.path,
             layout=self.draft.layout,
-            samples=len(todo) - len(errors),
+            samples=len(todo) - len(skipped),
             sample_format=self.samples.format,
             device=str(self.device),
             dtype=str(self.draft.dtype).replace("torch.", ""),
             ttt_steps=self.ttt_steps,
             slots=info,
             wirings=reports,
-            errors=errors,
+            skipped=skipped,
             verifier=self.target_head.path if self.target_head is not None else None,
         )

@@ -74,9 +74,8 @@ class StepPredictions:
         return sm, chain
 
     def position_dict(self, r: int, sample: int) -> dict:
-        """The JSON contract for one position (see `eagle-inspect eval --positions`).
-
-        Non-finite probabilities and losses are written as null (JSON has no NaN)."""
+        """The JSON contract for one position (see `eagle-inspect eval --positions`); NaN/Inf stay
+        floats here (the writer turns them into null and names the sample)."""
         in_vocab = bool(self.in_vocab[r])
         return {
             "sample": sample,
@@ -87,23 +86,17 @@ class StepPredictions:
             "true_draft": int(self.true_draft[r]) if in_vocab else None,
             "pred_draft": int(self.pred_draft[r]),
             "pred_target": int(self.pred_target[r]),
-            "p_pred": _finite(self.p_pred[r]),
-            "p_true": _finite(self.p_true[r]),
+            "p_pred": float(self.p_pred[r]),
+            "p_true": float(self.p_true[r]),
             "rank_true": int(self.rank_true[r]) if in_vocab else None,
-            "loss": _finite(self.loss[r]) if in_vocab else None,
+            "loss": float(self.loss[r]) if in_vocab else None,
             "masked": bool(self.masked[r]),
             "in_vocab": in_vocab,
             "hit": bool(self.hit[r]),
             "topk": [
-                [int(t), _finite(p)]
-                for t, p in zip(self.topk_target[r], self.topk_p[r], strict=True)
+                [int(t), float(p)] for t, p in zip(self.topk_target[r], self.topk_p[r], strict=True)
             ],
         }
-
-
-def _finite(x: float) -> float | None:
-    x = float(x)
-    return x if np.isfinite(x) else None
 
 
 @dataclass

@@ -46,10 +46,28 @@ class WiringReport:
 
 
 @dataclass
-class SampleError:
-    index: int
+class SkippedSample:
+    """A sample that could not be used: its file, the field at fault and why."""
+
+    index: int | None
     path: str
-    message: str
+    field: str | None
+    reason: str
+
+    @classmethod
+    def from_error(cls, index: int | None, path: str, e: Exception) -> SkippedSample:
+        return cls(
+            index,
+            getattr(e, "path", None) or path,
+            getattr(e, "field", None),
+            getattr(e, "message", None) or str(e),
+        )
+
+    def line(self) -> str:
+        return ": ".join(p for p in (self.path, self.field, self.reason) if p)
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "path": self.path, "field": self.field, "reason": self.reason}
 
 
 @dataclass
@@ -63,7 +81,7 @@ class Report:
     ttt_steps: int
     slots: list[SlotInfo]
     wirings: list[WiringReport]
-    errors: list[SampleError] = field(default_factory=list)
+    skipped: list[SkippedSample] = field(default_factory=list)
     verifier: str | None = None  # where the verifier's norm + lm_head came from, if anywhere
 
     def to_dict(self) -> dict:
@@ -78,5 +96,5 @@ class Report:
             "verifier": self.verifier,
             "slots": [s.to_dict(i) for i, s in enumerate(self.slots)],
             "wirings": [w.to_dict() for w in self.wirings],
-            "errors": [{"index": e.index, "path": e.path, "error": e.message} for e in self.errors],
+            "skipped": [e.to_dict() for e in self.skipped],
         }

@@ -1,0 +1,78 @@
+"""Writing what the commands produce: untrusted strings made safe for a terminal and for Rich,
+and JSON that is always one complete, valid document."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import IO, Any
+
+from rich.markup import escape
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def visible(text: object) -> str:
+    """`text` with control characters shown as escapes (\\n, \\x1b, ...): a file name or a
+    message can neither break a one-line error nor send escape sequences to the terminal."""
+    out = []
+    for ch in str(text):
+        o = ord(ch)
+        if ch in _NAMED:
+            out.append(_NAMED[ch])
+        elif o < 0x20 or o == 0x7F or 0x80 <= o < 0xA0:
+            out.append(f"\\x{o:02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def safe(text: object) -> str:
+    """`visible(text)` with Rich markup escaped: for any path or input-derived string that is
+    printed through Rich (a file named `run[/bold].pt` must print as such, not crash the table)."""
+    return escape(visible(text))
+
+
+def json_safe(obj: Any) -> tuple[Any, int]:
+    """A copy of `obj` with every NaN / +-Inf float replaced by None (JSON has none of them),
+    and how many were replaced."""
+    count = 0
+
+    def walk(x: Any) -> Any:
+        nonlocal count
+        if isinstance(x, float):
+            if math.isfinite(x):
+                return x
+            count += 1
+            return None
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return [walk(v) for v in x]
+        return x
+
+    return walk(obj), count
+
+
+def write_json(doc: Any, stream: IO[str] | None = None) -> int:
+    """Serialise the whole document first, then write it: a failure can never leave half a
+    document on stdout. Returns how many non-finite numbers were written as null."""
+    clean, count = json_safe(doc)
+    text = json.dumps(clean, indent=1, allow_nan=False)
+    out = stream if stream is not None else sys.stdout
+    out.write(text + "\n")
+    out.flush()
+    return count
+
+
+def stdout_console(width: int | None = None):
+    """A Rich console on stdout whose reader may leave early (`eval | head`): the write raises
+    BrokenPipeError, which the CLI turns into a quiet exit 0 (Rich's own handler exits 1)."""
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError
+
+    return _Console(width=width)

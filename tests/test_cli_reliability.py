@@ -1,0 +1,146 @@
+"""The CLI under hostile names, bad values, closed pipes, bad samples and non-finite numbers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from inspector.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def golden_copy(golden, tmp_path):
+    src = golden / "speculators-basic"
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(src / "checkpoint", ckpt)
+    samples = tmp_path / "samples"
+    shutil.copytree(src / "samples", samples)
+    return ckpt, samples
+
+
+@pytest.mark.parametrize(
+    "argv,flag",
+    [
+        (["--limit", "0"], "--limit"),
+        (["--limit", "-1"], "--limit"),
+        (["--limit", "３"], "--limit"),  # a non-ASCII digit
+        (["--ttt-steps", "0"], "--ttt-steps"),
+        (["--memory-budget", "1k"], "--memory-budget"),
+    ],
+)
+def test_bad_values_exit_2_naming_the_flag(golden_copy, capsys, argv, flag):
+    ckpt, samples = golden_copy
+    with pytest.raises(SystemExit) as e:
+        rc = main(["eval", str(ckpt), str(samples), *argv])
+        raise SystemExit(rc)
+    assert e.value.code == 2
+    assert flag in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("device", ["bogus", "meta", "cuda:7"])
+def test_bad_device_exits_2_with_one_line(golden_copy, capsys, device):
+    ckpt, samples = golden_copy
+    assert main(["eval", str(ckpt), str(samples), "--device", device]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--device" in err[0]
+
+
+def test_non_ascii_digits_name_no_slot(golden_copy, capsys):
+    ckpt, samples = golden_copy
+    assert main(["eval", str(ckpt), str(samples), "--wiring", "٠,1,2"]) == 2
+    assert "wiring" in capsys.readouterr().err
+
+
+def test_markup_and_control_characters_in_file_names(golden_copy, capsys):
+    ckpt, samples = golden_copy
+    odd = samples.parent / "run["  # with the file below: ".../run[/bold].pt", a closing tag
+    odd.mkdir()
+    d = torch.load(samples / "data_0.pt", weights_only=True)
+    d["hidden_states"] = [h[:, :32] for h in d["hidden_states"]]  # skipped, named on stderr
+    torch.save(d, odd / "bold].pt")
+    (samples / "data_0.pt").unlink()
+    (samples / "data_1.pt").rename(samples / "evil\x1b[31m.pt")
+    assert main(["eval", str(ckpt), str(samples), str(odd), "--per-sample"]) == 0
+    cap = capsys.readouterr()
+    out = cap.out
+    assert "run[/bold].pt: hidden_states[0]" in cap.err  # printed as is, not taken as markup
+    assert "\x1b[31m" not in out and "evil\\x1b[31m.pt" in out
+    # a one-line error naming such a file stays one line and shows the escape
+    bad = samples / "bad\nname\x1b.pt"
+    bad.write_bytes(b"not a torch file")
+    assert main(["eval", str(ckpt), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad\\nname\\x1b.pt" in err
+
+
+def test_skipped_samples_are_named_once_and_in_json(golden_copy, capsys):
+    ckpt, samples = golden_copy
+    d = torch.load(samples / "data_2.pt", weights_only=True)
+    d["hidden_states"] = [h[:, :32] for h in d["hidden_states"]]
+    torch.save(d, samples / "data_2.pt")
+    assert main(["eval", str(ckpt), str(samples), "--json"]) == 0
+    cap = capsys.readouterr()
+    doc = json.loads(cap.out)
+    assert doc["samples"] == 2
+    (sk,) = doc["skipped"]
+    assert sk["path"].endswith("data_2.pt") and sk["field"] == "hidden_states[0]"
+    assert "width 32" in sk["reason"]
+    assert cap.err.count("data_2.pt") == 1 and "used 2 of 3 samples" in cap.err
+
+
+def test_every_sample_unusable_is_bad_input(golden_copy, capsys):
+    ckpt, samples = golden_copy
+    for f in samples.glob("*.pt"):
+        d = torch.load(f, weights_only=True)
+        d["hidden_states"] = [h[:, :32] for h in d["hidden_states"]]
+        torch.save(d, f)
+    assert main(["eval", str(ckpt), str(samples), "--json"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and "none of the 3 samples could be used" in cap.err
+
+
+def test_non_finite_positions_are_null_with_a_warning(golden_copy, capsys):
+    ckpt, samples = golden_copy
+    d = torch.load(samples / "data_1.pt", weights_only=True)
+    d["hidden_states"][0][20, :] = float("nan")
+    torch.save(d, samples / "data_1.pt")
+    assert main(["eval", str(ckpt), str(samples), "--json", "--positions"]) == 0
+    cap = capsys.readouterr()
+    doc = json.loads(cap.out)  # valid JSON, whatever the numbers
+    nulls = [p for p in doc["wirings"][0]["positions"] if p["p_pred"] is None]
+    assert nulls and {p["sample"] for p in nulls} == {1}
+    assert "written as null" in cap.err and "samples 1" in cap.err
+
+
+@pytest.mark.parametrize("argv", [["eval", "--limit", "2"], ["eval", "--limit", "1", "--json"]])
+def test_a_reader_that_leaves_early_ends_quietly(argv):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "inspector", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    proc.stdout.close()  # like `| head` that has already exited
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()
+    assert b"Traceback" not in err
+
+
+def test_doctor_names_the_samples_it_could_not_score(golden_copy, capsys):
+    ckpt, samples = golden_copy
+    d = torch.load(samples / "data_2.pt", weights_only=True)
+    d["hidden_states"] = [h[:, :32] for h in d["hidden_states"]]
+    torch.save(d, samples / "data_2.pt")
+    main(["doctor", str(ckpt), str(samples), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    (f,) = [f for f in doc["findings"] if f["kind"] == "samples"]
+    assert f["summary"].startswith("1 of 3 samples could not be scored: #2 ")
+    assert "data_2.pt: hidden_states[0]: width 32" in f["summary"]
