@@ -144,3 +144,26 @@ def test_doctor_names_the_samples_it_could_not_score(golden_copy, capsys):
     (f,) = [f for f in doc["findings"] if f["kind"] == "samples"]
     assert f["summary"].startswith("1 of 3 samples could not be scored: #2 ")
     assert "data_2.pt: hidden_states[0]: width 32" in f["summary"]
+
+
+def test_positions_spooled_to_disk_give_the_in_memory_document(golden, capsys):
+    """`eval --json --positions` streams positions from a spool: the same document as the one
+    built in memory."""
+    from inspector.commands.output import json_safe
+    from inspector.session import Inputs, load_evaluator
+
+    root = golden / "speculators-basic"
+    argv = ["eval", str(root / "checkpoint"), str(root / "samples"), "--json", "--positions"]
+    assert main([*argv, "--ttt-steps", "2", "--device", "cpu"]) == 0
+    streamed = json.loads(capsys.readouterr().out)
+    ev = load_evaluator(
+        Inputs(root / "checkpoint", [str(root / "samples")]), device="cpu", ttt_steps=2
+    )
+    report = ev.run([ev.wiring("train"), ev.wiring("serve")], positions=True)
+    in_memory, _ = json_safe(report.to_dict())
+    assert len(streamed["wirings"][0]["positions"]) == sum(
+        t - 2 - k for t in (37, 50, 64) for k in range(2)
+    )
+    for a, b in zip(streamed["wirings"], in_memory["wirings"], strict=True):
+        assert a["positions"] == b["positions"]
+        assert a["steps"] == b["steps"]

@@ -12,9 +12,10 @@ from rich.table import Table
 from rich.text import Text
 
 from inspector.commands.common import load_evaluator, resolve_inputs
-from inspector.commands.output import safe, stdout_console, write_json
+from inspector.commands.output import safe, stdout_console, write_json, write_json_spooled
 from inspector.errors import InputError
 from inspector.evaluate import Report
+from inspector.evaluate.positions import PositionSpool
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -47,10 +48,13 @@ def run_eval(args: argparse.Namespace) -> int:
         disable=not err.is_terminal or (dist_ctx is not None and not dist_ctx.is_main),
     ) as progress:
         task = progress.add_task("eval", total=n)
+        # Positions go to a spool on disk (one process) or stay in memory for torchrun's gather.
+        want = bool(args.positions and args.json)
+        spool = PositionSpool(len(wirings)) if want and dist_ctx is None else None
         report = ev.run(
             wirings,
             limit=args.limit,
-            positions=args.positions and args.json,
+            positions=spool if spool is not None else want,
             labels=labels,
             progress=lambda done, total: progress.update(task, completed=done, total=total),
             indices=dist_ctx.shard(n) if dist_ctx else None,
@@ -67,11 +71,16 @@ def run_eval(args: argparse.Namespace) -> int:
     if report.samples == 0:
         raise InputError(None, None, f"none of the {total} samples could be used")
     if args.json:
-        replaced = write_json(report.to_dict())
-        if replaced:
+        if spool is not None:
+            replaced = write_json_spooled(report.to_dict(), spool)
+            where = sorted(spool.nonfinite_samples)
+            spool.close()
+        else:
+            replaced = write_json(report.to_dict())
             where = sorted(
                 {p["sample"] for w in report.wirings for p in w.positions if _nonfinite(p)}
             )
+        if replaced:
             err.print(
                 f"{replaced} non-finite numbers (NaN/Inf) written as null"
                 + (f"; samples {', '.join(map(str, where[:10]))}" if where else ""),

@@ -76,3 +76,26 @@ def stdout_console(width: int | None = None):
             raise BrokenPipeError
 
     return _Console(width=width)
+
+
+def write_json_spooled(doc: dict, spool: Any, stream: IO[str] | None = None) -> int:
+    """Like `write_json` for an eval report whose positions are on disk (`PositionSpool`): the
+    document is serialised first with a marker per wiring, then written with each wiring's
+    spooled positions streamed in at its marker. Returns the number of nulls written."""
+    clean, count = json_safe(doc)
+    markers = []
+    for i, w in enumerate(clean.get("wirings", [])):
+        if spool.count(i):
+            w["positions"] = marker = f"\x00positions-{i}\x00"
+            markers.append((json.dumps(marker), i))
+    text = json.dumps(clean, indent=1, allow_nan=False)
+    out = stream if stream is not None else sys.stdout
+    for quoted, i in markers:
+        head, text = text.split(quoted, 1)
+        out.write(head + "[")
+        for chunk in spool.chunks(i):
+            out.write(chunk)
+        out.write("]")
+    out.write(text + "\n")
+    out.flush()
+    return count + spool.nonfinite

@@ -21,6 +21,7 @@ from inspector.cache import ByteLRU
 from inspector.draft import Draft
 from inspector.errors import InputError
 from inspector.evaluate.device import is_oom, release_cached
+from inspector.evaluate.positions import PositionList, PositionSink
 from inspector.evaluate.predictions import (
     TOP_K,
     SamplePredictions,
@@ -343,7 +344,7 @@ class Evaluator:
         wirings: Sequence[Wiring],
         *,
         limit: int | None = None,
-        positions: bool = False,
+        positions: bool | PositionSink = False,
         progress: Callable[[int, int], None] | None = None,
         labels: Sequence[str] | None = None,
         indices: Sequence[int] | None = None,
@@ -352,7 +353,8 @@ class Evaluator:
         n = len(self.samples) if limit is None else min(limit, len(self.samples))
         todo = list(range(n)) if indices is None else [i for i in indices if i < n]
         per_wiring: list[list[tuple[int, str, list[StepMetrics]]]] = [[] for _ in wirings]
-        pos_rows: list[list[dict]] = [[] for _ in wirings]
+        kept = PositionList(len(wirings)) if positions is True else None
+        sink: PositionSink | None = kept if kept is not None else (positions or None)
         skipped: list[SkippedSample] = []
         for done, i in enumerate(todo, start=1):
             try:
@@ -363,9 +365,9 @@ class Evaluator:
                 preds = []
             for w_idx, pred in enumerate(preds):
                 per_wiring[w_idx].append((i, pred.path, pred.metrics))
-                if positions:
+                if sink is not None:
                     for sp in pred.steps:
-                        pos_rows[w_idx].extend(sp.position_dict(r, i) for r in range(len(sp)))
+                        sink.add(w_idx, (sp.position_dict(r, i) for r in range(len(sp))))
             if progress is not None:
                 progress(done, len(todo))
         info = self.slot_info
@@ -375,7 +377,7 @@ class Evaluator:
                 label=(labels[w_idx] if labels else w.label(info)),
                 steps=sum_steps(s for _, _, s in per_wiring[w_idx]),
                 per_sample=per_wiring[w_idx],
-                positions=pos_rows[w_idx],
+                positions=kept.rows[w_idx] if kept is not None else [],
             )
             for w_idx, w in enumerate(wirings)
         ]
