@@ -20,7 +20,8 @@ class RopeConfig:
     rope_type: str = "default"
     scaling: dict = field(default_factory=dict)
     # The dimension the inverse frequencies are spread over, when a trainer's differs from head_dim
-    # (the 2H/heads trap of research/formats.md §2.2). None: head_dim, as every engine does.
+    # (speculators builds its rotary table from a config copy with hidden_size doubled: without an
+    # explicit head_dim, transformers then derives 2H/heads). None: head_dim, as every engine does.
     dim: int | None = None
 
 

@@ -7,9 +7,10 @@ import math
 import pytest
 import torch
 
-from inspector import model as M
+from inspector import model
 from inspector.draft import DraftConfig, RopeConfig
 from inspector.model import Chunking
+from inspector.model import attention as M
 
 
 def _cfg(heads: int, kv_heads: int, head_dim: int) -> DraftConfig:
@@ -29,7 +30,7 @@ def _cfg(heads: int, kv_heads: int, head_dim: int) -> DraftConfig:
 
 def _cache(steps: int, kv_heads: int, t: int, hd: int, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
-    cache = M._LayerCache()
+    cache = M.LayerCache()
     cache.keys = [torch.randn(2, kv_heads, t, hd, generator=g) for _ in range(steps)]
     cache.values = [torch.randn(2, kv_heads, t, hd, generator=g) for _ in range(steps)]
     return cache
@@ -41,7 +42,7 @@ def _dense(cfg: DraftConfig, q: torch.Tensor, cache) -> torch.Tensor:
     v0 = cache.values[0].repeat_interleave(rep, 1)
     dk = [k.repeat_interleave(rep, 1) for k in cache.keys[1:]]
     dv = [v.repeat_interleave(rep, 1) for v in cache.values[1:]]
-    return M._attention_dense(q, k0, v0, dk, dv, 1 / math.sqrt(cfg.head_dim))
+    return M.attention_dense(q, k0, v0, dk, dv, 1 / math.sqrt(cfg.head_dim))
 
 
 @pytest.mark.parametrize("steps", [2, 3, 4])
@@ -53,8 +54,8 @@ def test_fused_merge_equals_dense(steps, heads, kv_heads, hd):
     cache = _cache(steps, kv_heads, t, hd)
     ref = _dense(cfg, q, cache)
     with torch.inference_mode():
-        out = M._attention(cfg, q, cache)
-    assert M._FUSED_OK.get(("cpu", torch.float32)) is True  # the CPU kernel passed its check
+        out = M.attend(cfg, q, cache)
+    assert M.FUSED_OK.get(("cpu", torch.float32)) is True  # the CPU kernel passed its check
     torch.testing.assert_close(out, ref, atol=2e-6, rtol=1e-5)
 
 
@@ -66,9 +67,9 @@ def test_blocked_equals_dense_for_any_block(monkeypatch, block_bytes):
     q = torch.randn(2, 8, t, 16, generator=torch.Generator().manual_seed(3))
     cache = _cache(3, 2, t, 16)
     ref = _dense(cfg, q, cache)
-    monkeypatch.setitem(M._FUSED_OK, ("cpu", torch.float32), False)  # no fused kernel here
+    monkeypatch.setitem(M.FUSED_OK, ("cpu", torch.float32), False)  # no fused kernel here
     with torch.inference_mode():
-        out = M._attention(cfg, q, cache, Chunking(attn_block_bytes=block_bytes))
+        out = M.attend(cfg, q, cache, Chunking(attn_block_bytes=block_bytes))
     torch.testing.assert_close(out, ref, atol=2e-6, rtol=1e-5)
 
 
@@ -76,41 +77,41 @@ def test_inference_never_builds_the_dense_scores(monkeypatch):
     def forbidden(*a, **k):
         raise AssertionError("the [T, T] path ran outside training")
 
-    monkeypatch.setattr(M, "_attention_dense", forbidden)
+    monkeypatch.setattr(M, "attention_dense", forbidden)
     cfg = _cfg(4, 2, 16)
     q = torch.randn(2, 4, 40, 16)
     with torch.inference_mode():
-        M._attention(cfg, q, _cache(3, 2, 40, 16))
+        M.attend(cfg, q, _cache(3, 2, 40, 16))
 
 
 def test_training_keeps_the_dense_path(monkeypatch):
     """With autograd the peers' float32 [T, T] computation runs (the demo build reproduces it)."""
     calls = []
-    real = M._attention_dense
-    monkeypatch.setattr(M, "_attention_dense", lambda *a: calls.append(1) or real(*a))
+    real = M.attention_dense
+    monkeypatch.setattr(M, "attention_dense", lambda *a: calls.append(1) or real(*a))
     cfg = _cfg(4, 2, 16)
     q = torch.randn(2, 4, 20, 16, requires_grad=True)
-    out = M._attention(cfg, q, _cache(2, 2, 20, 16))
+    out = M.attend(cfg, q, _cache(2, 2, 20, 16))
     out.sum().backward()
     assert calls == [1] and q.grad is not None
 
 
 def test_a_failing_fused_kernel_falls_back(monkeypatch):
     """A kernel that is missing or wrong on a device is detected once and the explicit path runs."""
-    monkeypatch.setattr(M, "_FUSED_OK", {})
+    monkeypatch.setattr(M, "FUSED_OK", {})
 
     def wrong(q, k, v, scale):
         out = torch.zeros_like(q)
         return out, torch.zeros(q.shape[:-1])
 
-    monkeypatch.setattr(M, "_fused_causal_lse", wrong)
+    monkeypatch.setattr(M, "fused_causal_lse", wrong)
     cfg = _cfg(4, 2, 16)
     q = torch.randn(2, 4, 30, 16)
     cache = _cache(2, 2, 30, 16)
     ref = _dense(cfg, q, cache)
     with torch.inference_mode():
-        out = M._attention(cfg, q, cache)
-    assert M._FUSED_OK[("cpu", torch.float32)] is False
+        out = M.attend(cfg, q, cache)
+    assert M.FUSED_OK[("cpu", torch.float32)] is False
     torch.testing.assert_close(out, ref, atol=2e-6, rtol=1e-5)
 
 
@@ -122,11 +123,11 @@ def test_iter_steps_matches_forward_steps(tiny_synthetic):
     g = torch.Generator().manual_seed(1)
     h = torch.randn(70, draft.config.hidden_size, generator=g)
     tok = torch.randint(0, draft.config.vocab_size, (70,), generator=g)
-    ref = M.forward_steps(draft, h, tok, steps=3)
+    ref = model.forward_steps(draft, h, tok, steps=3)
     with torch.inference_mode():
         got = [
-            M.draft_logits(draft, z)
-            for _, z in M.iter_steps(draft, h, tok, steps=3, chunking=Chunking(mlp_rows=16))
+            model.draft_logits(draft, z)
+            for _, z in model.iter_steps(draft, h, tok, steps=3, chunking=Chunking(mlp_rows=16))
         ]
     assert [x.shape for x in got] == [x.shape for x in ref] == [(70 - k, 96) for k in range(3)]
     for a, b in zip(got, ref, strict=True):

@@ -63,7 +63,7 @@ def test_formats_and_sums():
 
 
 def test_acceptance_length_reference_example():
-    # formats.md §6: c = (0.747, 0.70, 0.68) gives about 2.63.
+    # The real case's chain c = (0.747, 0.70, 0.68): 1 + 0.747 + 0.523 + 0.356, about 2.63.
     steps = [
         StepMetrics(k, cond=Counts(int(c * 1000), 1000)) for k, c in enumerate((0.747, 0.70, 0.68))
     ]

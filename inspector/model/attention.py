@@ -1,0 +1,222 @@
+"""Attention of the draft layer: causal over step 0, plus one diagonal key per earlier TTT step.
+
+Three implementations of the same math, checked equal by the tests:
+- `attention_dense`: the full [T, T] float32 score matrix, exactly as the peers compute it; used
+  with autograd (the demo builder trains through it and must reproduce bit for bit);
+- the fused path: a fused causal kernel returning its log-sum-exp, merged with the diagonal terms
+  by log-sum-exp (memory linear in T);
+- `attention_blocked`: query rows in blocks of bounded scores, where no fused kernel is usable.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from inspector.draft import DraftConfig
+
+
+class LayerCache:
+    """Keys/values of one layer for steps 0..k: step 0 is read causally, later steps diagonally.
+
+    The step-0 keys/values repeated to the query heads (GQA) are kept once for the later steps.
+    """
+
+    def __init__(self) -> None:
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.k0: torch.Tensor | None = None
+        self.v0: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class Chunking:
+    """Working-memory bounds of one forward on a long sample (the evaluator halves them and
+    retries when a device runs out of memory).
+
+    mlp_rows: rows per MLP matmul (bounds the [rows, intermediate] buffers);
+    attn_block_bytes: scores of one block of query rows in the explicit (unfused) attention; the
+      fused path needs none, it never materialises scores;
+    logits_bytes: the float32 logits of one row chunk and the buffers reduced from them.
+    """
+
+    mlp_rows: int = 4096
+    attn_block_bytes: int = 256 * 2**20
+    logits_bytes: int = 128 * 2**20
+
+    def smaller(self, factor: int) -> Chunking:
+        return Chunking(
+            max(16, self.mlp_rows // factor),
+            max(2**20, self.attn_block_bytes // factor),
+            max(2**20, self.logits_bytes // factor),
+        )
+
+    def logit_rows(self, vocab: int) -> int:
+        """Rows per chunk of [rows, vocab] float32 logits (with ~3 buffers derived from them)."""
+        return max(16, self.logits_bytes // (16 * max(1, vocab)))
+
+
+DEFAULT_CHUNKING = Chunking()
+
+
+def attend(
+    cfg: DraftConfig, q: torch.Tensor, cache: LayerCache, chunking: Chunking = DEFAULT_CHUNKING
+) -> torch.Tensor:
+    """q [B, h, T, hd]; cache holds [B, kvh, T, hd] per step. Returns [B, h, T, hd].
+
+    Step 0 is causal attention (the fused kernel). Step k >= 1 attends causally to the step-0 keys
+    and to its own row's keys of steps 1..k. With autograd on (the demo trains through this code)
+    the whole [T, T] score matrix is built in float32, exactly as the peers compute it; otherwise
+    the memory stays linear in T: the fused causal kernel's output and log-sum-exp are merged with
+    the diagonal terms by log-sum-exp (or, where no fused kernel with log-sum-exp runs, query rows
+    are processed in blocks of at most `chunking.attn_block_bytes` of scores).
+    """
+    rep = cfg.num_heads // cfg.num_kv_heads
+    training = torch.is_grad_enabled() and q.requires_grad
+    # GQA: query head h reads kv head h // rep. In training the repeat is redone per step, as
+    # before: one shared node would sum the gradients in another order (other float bits).
+    if cache.k0 is None or training:
+        cache.k0 = cache.keys[0].repeat_interleave(rep, dim=1)
+        cache.v0 = cache.values[0].repeat_interleave(rep, dim=1)
+    k0, v0 = cache.k0, cache.v0
+    if len(cache.keys) == 1:
+        # Step 0 is plain causal attention: the fused kernel, softmax accumulated in float32.
+        return F.scaled_dot_product_attention(q, k0, v0, is_causal=True)
+    scale = 1.0 / math.sqrt(cfg.head_dim)
+    diag_k = [k.repeat_interleave(rep, dim=1) for k in cache.keys[1:]]
+    diag_v = [v.repeat_interleave(rep, dim=1) for v in cache.values[1:]]
+    if training:
+        return attention_dense(q, k0, v0, diag_k, diag_v, scale)
+    fused = causal_attention_lse(q, k0, v0, scale)
+    if fused is None:
+        return attention_blocked(q, k0, v0, diag_k, diag_v, scale, chunking.attn_block_bytes)
+    out_c, lse = fused
+    # Merge the normalised causal part (weight exp(lse)) with one diagonal key per earlier step.
+    qf = q.float()
+    d = [(qf * k.float()).sum(-1) * scale for k in diag_k]  # [B, h, T] each
+    m = torch.stack([lse, *d]).amax(0)
+    w_c = (lse - m).exp()
+    w_d = [(x - m).exp() for x in d]
+    z = w_c + sum(w_d)
+    out = out_c.float() * (w_c / z)[..., None]
+    for wm, v in zip(w_d, diag_v, strict=True):
+        out = out + (wm / z)[..., None] * v.float()
+    return out.to(q.dtype)
+
+
+def attention_dense(
+    q: torch.Tensor,
+    k0: torch.Tensor,
+    v0: torch.Tensor,
+    diag_k: list[torch.Tensor],
+    diag_v: list[torch.Tensor],
+    scale: float,
+) -> torch.Tensor:
+    """Causal + diagonal attention over the full [T, T] score matrix in float32 (autograd)."""
+    qf = q.float()
+    t = q.shape[2]
+    s0 = (qf @ k0.float().transpose(-1, -2)) * scale  # [B,h,T,T]
+    causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+    s0 = s0.masked_fill(~causal, float("-inf"))
+    diag = [((qf * k.float()).sum(-1, keepdim=True)) * scale for k in diag_k]  # [B,h,T,1]
+    probs = torch.softmax(torch.cat([s0, *diag], dim=-1), dim=-1)
+    out = probs[..., :t] @ v0.float()
+    for m, v in enumerate(diag_v):
+        out = out + probs[..., t + m : t + m + 1] * v.float()
+    return out.to(q.dtype)
+
+
+def attention_blocked(
+    q: torch.Tensor,
+    k0: torch.Tensor,
+    v0: torch.Tensor,
+    diag_k: list[torch.Tensor],
+    diag_v: list[torch.Tensor],
+    scale: float,
+    block_bytes: int,
+) -> torch.Tensor:
+    """The same as `attention_dense`, query rows in blocks: at most block x T scores at once."""
+    b, h, t, _ = q.shape
+    # scores, their exp and the mask: ~3 float32 buffers of [B, h, block, T]
+    block = max(1, min(t, block_bytes // max(1, 12 * b * h * t)))
+    out = torch.empty_like(q)
+    rows = torch.arange(t, device=q.device)
+    for a in range(0, t, block):
+        e = min(t, a + block)
+        qf = q[:, :, a:e].float()
+        s0 = (qf @ k0[:, :, :e].float().transpose(-1, -2)) * scale  # [B, h, blk, e]
+        s0 = s0.masked_fill(rows[None, :e] > rows[a:e, None], float("-inf"))
+        diag = [(qf * k[:, :, a:e].float()).sum(-1, keepdim=True) * scale for k in diag_k]
+        probs = torch.softmax(torch.cat([s0, *diag], dim=-1), dim=-1)
+        o = probs[..., :e] @ v0[:, :, :e].float()
+        for m, v in enumerate(diag_v):
+            o = o + probs[..., e + m : e + m + 1] * v[:, :, a:e].float()
+        out[:, :, a:e] = o.to(q.dtype)
+    return out
+
+
+# Fused causal attention kernels that also return the log-sum-exp of each query row, by device
+# type; None once a kernel is missing or fails its check on this device and dtype.
+FUSED_OK: dict[tuple[str, torch.dtype], bool] = {}
+
+
+def fused_causal_lse(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    aten = torch.ops.aten
+    if q.device.type == "cpu":
+        out, lse = aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, True, attn_mask=None, scale=scale
+        )
+        return out, lse
+    if q.device.type == "cuda":
+        # The memory-efficient kernel takes float32 as well as bf16/fp16 and any head_dim the
+        # drafts use; its log-sum-exp may be padded along the rows.
+        res = aten._scaled_dot_product_efficient_attention(
+            q, k, v, None, True, 0.0, True, scale=scale
+        )
+        return res[0], res[1][..., : q.shape[2]]
+    raise NotImplementedError(q.device.type)
+
+
+def causal_attention_lse(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(softmax(q k^T * scale, causal) v, log-sum-exp per row [B, h, T] float32) from a fused
+    kernel, or None where none is usable. q, k, v [B, h, T, hd] with as many kv heads as q heads.
+
+    These kernels are torch internals; each (device type, dtype) is checked once against the
+    explicit computation on a small problem before it is trusted.
+    """
+    key = (q.device.type, q.dtype)
+    ok = FUSED_OK.get(key)
+    if ok is None:
+        ok = check_fused(q.device, q.dtype, q.shape[-1])
+        FUSED_OK[key] = ok
+    if not ok:
+        return None
+    out, lse = fused_causal_lse(q, k, v, scale)
+    return out, lse.float()
+
+
+def check_fused(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 37, head_dim, generator=gen) for _ in range(3))
+    scale = 1.0 / math.sqrt(head_dim)
+    s = (q @ k.transpose(-1, -2)) * scale
+    s = s.masked_fill(~torch.ones(37, 37, dtype=torch.bool).tril(), float("-inf"))
+    ref_lse = torch.logsumexp(s, -1)
+    ref = torch.softmax(s, -1) @ v
+    try:
+        out, lse = fused_causal_lse(*(x.to(device, dtype) for x in (q, k, v)), scale)
+    except Exception:  # noqa: BLE001 - a missing or unsupported kernel: use the explicit path
+        return False
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    return bool(
+        lse.shape == ref_lse.shape
+        and torch.allclose(lse.float().cpu(), ref_lse, atol=tol, rtol=tol)
+        and torch.allclose(out.float().cpu(), ref, atol=tol, rtol=tol)
+    )

@@ -1,0 +1,199 @@
+"""The draft forward: fc, the EAGLE-3 first layer (and any further layers), TTT steps, logits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+
+from inspector.draft import Draft, DraftConfig
+from inspector.model.attention import DEFAULT_CHUNKING, Chunking, LayerCache, attend
+from inspector.model.rope import apply_rope, rms_norm, rope_cos_sin
+
+
+def fc_input(draft: Draft, slots: list[torch.Tensor]) -> torch.Tensor:
+    """The fc input g for the given wired slots (in fc block order), with the optional norms."""
+    cfg = draft.config
+    w = draft.weights
+    if cfg.fc_norm:
+        slots = [
+            rms_norm(s, w[f"fc_norm.{i}.weight"], cfg.rms_norm_eps) for i, s in enumerate(slots)
+        ]
+    g = torch.cat(slots, dim=-1)
+    if cfg.norm_before_fc:
+        g = rms_norm(g, w["input_norm.weight"], cfg.rms_norm_eps)
+    return g
+
+
+def fc_project(draft: Draft, g: torch.Tensor) -> torch.Tensor:
+    """h = fc(g), [.., H]."""
+    h = g @ draft.weights["fc.weight"].T
+    if "fc.bias" in draft.weights:
+        h = h + draft.weights["fc.bias"]
+    return h
+
+
+def mlp(x: torch.Tensor, w: dict[str, torch.Tensor], p: str) -> torch.Tensor:
+    gate = x @ w[p + "mlp.gate_proj.weight"].T
+    up = x @ w[p + "mlp.up_proj.weight"].T
+    return (F.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+
+
+def _project_qkv(
+    cfg: DraftConfig, w: dict[str, torch.Tensor], p: str, a: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    b, t, _ = a.shape
+    q = (a @ w[p + "self_attn.q_proj.weight"].T).view(b, t, cfg.num_heads, cfg.head_dim)
+    k = (a @ w[p + "self_attn.k_proj.weight"].T).view(b, t, cfg.num_kv_heads, cfg.head_dim)
+    v = (a @ w[p + "self_attn.v_proj.weight"].T).view(b, t, cfg.num_kv_heads, cfg.head_dim)
+    if p + "self_attn.q_proj.bias" in w:
+        q = q + w[p + "self_attn.q_proj.bias"].view(cfg.num_heads, cfg.head_dim)
+        k = k + w[p + "self_attn.k_proj.bias"].view(cfg.num_kv_heads, cfg.head_dim)
+        v = v + w[p + "self_attn.v_proj.bias"].view(cfg.num_kv_heads, cfg.head_dim)
+    if p + "self_attn.q_norm.weight" in w:  # Qwen3-style per-head norms
+        q = rms_norm(q, w[p + "self_attn.q_norm.weight"], cfg.rms_norm_eps)
+        k = rms_norm(k, w[p + "self_attn.k_norm.weight"], cfg.rms_norm_eps)
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+
+def _rowwise_mlp(x: torch.Tensor, w: dict[str, torch.Tensor], p: str, rows: int) -> torch.Tensor:
+    """mlp(x), in row chunks when x is long and no autograd is running (same values per row)."""
+    r = x.shape[-2]
+    if r <= rows or (torch.is_grad_enabled() and x.requires_grad):
+        return mlp(x, w, p)
+    return torch.cat([mlp(x[..., a : a + rows, :], w, p) for a in range(0, r, rows)], dim=-2)
+
+
+def _layer(
+    cfg: DraftConfig,
+    w: dict[str, torch.Tensor],
+    idx: int,
+    hidden: torch.Tensor,
+    embeds: torch.Tensor | None,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    cache: LayerCache,
+    chunking: Chunking,
+) -> torch.Tensor:
+    p = f"layers.{idx}."
+    eps = cfg.rms_norm_eps
+    if idx == 0:
+        # EAGLE-3 first layer: embedding first, then the normed fc output.
+        normed_hidden = rms_norm(hidden, w[p + "hidden_norm.weight"], eps)
+        a = torch.cat([rms_norm(embeds, w[p + "input_layernorm.weight"], eps), normed_hidden], -1)
+        residual = normed_hidden if cfg.norm_before_residual else hidden
+    else:
+        a = rms_norm(hidden, w[p + "input_layernorm.weight"], eps)
+        residual = hidden
+    q, k, v = _project_qkv(cfg, w, p, a)
+    del a
+    q = apply_rope(q, cos, sin)
+    k = apply_rope(k, cos, sin)
+    cache.keys.append(k)
+    cache.values.append(v)
+    o = attend(cfg, q, cache, chunking)
+    b, _, t, _ = o.shape
+    o = (
+        o.transpose(1, 2).reshape(b, t, cfg.num_heads * cfg.head_dim)
+        @ w[p + "self_attn.o_proj.weight"].T
+    )
+    if p + "self_attn.o_proj.bias" in w:
+        o = o + w[p + "self_attn.o_proj.bias"]
+    u = residual + o
+    normed = rms_norm(u, w[p + "post_attention_layernorm.weight"], eps)
+    return u + _rowwise_mlp(normed, w, p, chunking.mlp_rows)
+
+
+def _steps(
+    draft: Draft,
+    h: torch.Tensor,
+    tokens: torch.Tensor,
+    steps: int,
+    position_offset: int,
+    chunking: Chunking = DEFAULT_CHUNKING,
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """(k, x_k [B, R, H]) per step; rows j >= R-k of step k were fed the padding token."""
+    cfg = draft.config
+    w = draft.weights
+    b, r, _ = h.shape
+    embed = w["embed_tokens.weight"]
+    base_pos = torch.arange(r, device=h.device) + position_offset
+    caches = [LayerCache() for _ in range(cfg.num_layers)]
+    hidden = h
+    for k in range(steps):
+        # Step k reads x_{j+1+k}; rows past the end get the padding id 0, as the peers do.
+        # Under causal + diagonal attention they cannot reach the kept rows.
+        tok_k = torch.zeros_like(tokens)
+        tok_k[:, : r - k] = tokens[:, k:]
+        embeds = F.embedding(tok_k, embed).to(hidden.dtype)
+        cos, sin = rope_cos_sin(cfg, base_pos + k, h.device)
+        x = hidden
+        for i in range(cfg.num_layers):
+            x = _layer(cfg, w, i, x, embeds if i == 0 else None, cos, sin, caches[i], chunking)
+        del embeds
+        yield k, x
+        if k + 1 < steps:
+            hidden = rms_norm(x, w["norm.weight"], cfg.rms_norm_eps) if cfg.norm_output else x
+
+
+def iter_steps(
+    draft: Draft,
+    h: torch.Tensor,
+    tokens: torch.Tensor,
+    steps: int = 1,
+    position_offset: int = 1,
+    chunking: Chunking = DEFAULT_CHUNKING,
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """The draft layer output z (pre-norm) of TTT steps 0..steps-1, one step at a time.
+
+    h: fc output, [R, H] or [B, R, H], row j built from the slots at position j.
+    tokens: [R] or [B, R], the token x_{j+1} fed at row j.
+    position_offset: RoPE position of row 0 (speculators feeds position_ids[1:], i.e. 1;
+      SpecForge 0). Only q-k differences matter, so this moves the logits by float rounding only.
+    Yields (k, z_k) with z_k [.., R-k, H]: row j of step k predicts x_{j+2+k} through
+    `draft_logits`. Memory stays linear in R: nothing of size R x vocab is built here.
+    """
+    squeeze = h.dim() == 2
+    if squeeze:
+        h, tokens = h[None], tokens[None]
+    r = h.shape[1]
+    for k, x in _steps(draft, h, tokens, steps, position_offset, chunking):
+        yield k, (x[0, : r - k] if squeeze else x[:, : r - k])
+
+
+def draft_logits(draft: Draft, z: torch.Tensor) -> torch.Tensor:
+    """Draft-vocab logits lm_head(norm(z)) in float32, [.., D]."""
+    normed = rms_norm(z, draft.weights["norm.weight"], draft.config.rms_norm_eps)
+    return (normed @ draft.weights["lm_head.weight"].T).float()
+
+
+def forward_steps(
+    draft: Draft,
+    h: torch.Tensor,
+    tokens: torch.Tensor,
+    steps: int = 1,
+    position_offset: int = 1,
+    return_hidden: bool = False,
+) -> list[torch.Tensor] | tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Draft-vocab logits [.., R-k, D] of TTT steps 0..steps-1 (see `iter_steps` for the inputs).
+
+    Holds every step's logits at once: for training (the demo builder trains through it) and
+    short inputs; long samples go through `iter_steps` + `draft_logits` in row chunks. With
+    return_hidden, also the pre-norm z per step.
+    """
+    squeeze = h.dim() == 2
+    if squeeze:
+        h, tokens = h[None], tokens[None]
+    r = h.shape[1]
+    logits_out: list[torch.Tensor] = []
+    hidden_out: list[torch.Tensor] = []
+    for k, x in _steps(draft, h, tokens, steps, position_offset):
+        logits_out.append(draft_logits(draft, x)[:, : r - k])
+        hidden_out.append(x[:, : r - k])
+    if squeeze:
+        logits_out = [x[0] for x in logits_out]
+        hidden_out = [x[0] for x in hidden_out]
+    if return_hidden:
+        return logits_out, hidden_out
+    return logits_out

@@ -1,0 +1,77 @@
+"""Step 0 at selected rows for many fc outputs of one sample: the doctor's wiring scorer."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from inspector.draft import Draft
+from inspector.model.forward import mlp
+from inspector.model.rope import apply_rope, rms_norm, rope_cos_sin
+
+
+class Step0Shared:
+    """What every fc output of one sample shares in a single-layer draft's step 0.
+
+    The first layer's attention input is cat(input_layernorm(embed(x)), hidden_norm(h)), embedding
+    first, so q = W_q[:, :H] @ norm(e) + W_q[:, H:] @ hidden_norm(h) (likewise k and v). The
+    embedding half, its bias and the RoPE tables depend on the tokens only: computed once here and
+    reused for every wiring of the sample.
+
+    tokens: [R], the token x_{j+1} fed at row j; position_offset: RoPE position of row 0.
+    """
+
+    def __init__(self, draft: Draft, tokens: torch.Tensor, position_offset: int) -> None:
+        cfg, w, p = draft.config, draft.weights, "layers.0."
+        if cfg.num_layers != 1:
+            raise ValueError(f"Step0Shared needs a single-layer draft, got {cfg.num_layers} layers")
+        hs = cfg.hidden_size
+        e = F.embedding(tokens, w["embed_tokens.weight"]).to(w["fc.weight"].dtype)
+        e = rms_norm(e, w[p + "input_layernorm.weight"], cfg.rms_norm_eps)
+        self.rows = int(tokens.numel())
+        self.w_hidden = {n: w[p + f"self_attn.{n}_proj.weight"][:, hs:] for n in "qkv"}
+        self.embed_part = {n: e @ w[p + f"self_attn.{n}_proj.weight"][:, :hs].T for n in "qkv"}
+        for n in "qkv":
+            bias = w.get(p + f"self_attn.{n}_proj.bias")
+            if bias is not None:
+                self.embed_part[n] = self.embed_part[n] + bias
+        pos = torch.arange(self.rows, device=tokens.device) + position_offset
+        self.cos, self.sin = rope_cos_sin(cfg, pos, tokens.device)
+
+
+def step0_logits_at_rows(
+    draft: Draft, shared: Step0Shared, h: torch.Tensor, rows: torch.Tensor
+) -> torch.Tensor:
+    """Draft-vocab logits of step 0 at `rows` only, for a batch of fc outputs h [B, R, H].
+
+    Equal to `forward_steps(draft, h, tokens, steps=1)[0][:, rows]` for a single-layer draft, but
+    keys and values are the only per-row work: queries, o_proj, the MLP and the lm_head run on the
+    selected rows. Returns float32 [B, len(rows), D].
+    """
+    cfg, w, p = draft.config, draft.weights, "layers.0."
+    eps = cfg.rms_norm_eps
+    b, r, _ = h.shape
+    nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    hn = rms_norm(h, w[p + "hidden_norm.weight"], eps)
+    hn_rows = hn[:, rows]
+    q = (shared.embed_part["q"][rows] + hn_rows @ shared.w_hidden["q"].T).view(b, -1, nh, hd)
+    k = (shared.embed_part["k"] + hn @ shared.w_hidden["k"].T).view(b, r, nkv, hd)
+    v = (shared.embed_part["v"] + hn @ shared.w_hidden["v"].T).view(b, r, nkv, hd)
+    if p + "self_attn.q_norm.weight" in w:
+        q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+        k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
+    q = apply_rope(q.transpose(1, 2), shared.cos[rows], shared.sin[rows])
+    k = apply_rope(k.transpose(1, 2), shared.cos, shared.sin)
+    v = v.transpose(1, 2)
+    rep = nh // nkv
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    allowed = torch.arange(r, device=h.device)[None, :] <= rows[:, None]  # causal, [R', R]
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    o = o.transpose(1, 2).reshape(b, -1, nh * hd) @ w[p + "self_attn.o_proj.weight"].T
+    if p + "self_attn.o_proj.bias" in w:
+        o = o + w[p + "self_attn.o_proj.bias"]
+    residual = hn_rows if cfg.norm_before_residual else h[:, rows]
+    u = residual + o
+    z = u + mlp(rms_norm(u, w[p + "post_attention_layernorm.weight"], eps), w, p)
+    normed = rms_norm(z, w["norm.weight"], eps)
+    return (normed @ w["lm_head.weight"].T).float()
