@@ -107,9 +107,10 @@ class EngineCapture:
         if self.fatal:
             return self.fatal
         if n_blocks is not None and len(self.hf_indices) != n_blocks:
+            why = "; ".join((self.source, *self.notes))
             return (
                 f"{self.engine} captures {len(self.hf_indices)} states (HF {list(self.hf_indices)}) "
-                f"for a draft whose fc takes {n_blocks}: the engine cannot serve it"
+                f"for a draft whose fc takes {n_blocks}, so it cannot serve it ({why})"
             )
         return None
 
@@ -134,8 +135,8 @@ def engine_capture(
         if ids is None:
             wanted, source = engine_default_hf(L), "vLLM default (2, L//2, L-3)"
         else:
-            where = "top-level key" if convention == TOP_LEVEL else "eagle_config"
-            wanted, source = list(ids), f"{where}, read as HF indices"
+            where = "top-level" if convention == TOP_LEVEL else "eagle_config"
+            wanted, source = list(ids), f"{where} ids {ids}, read as HF indices"
         if engine == "vllm":
             reach = range(0, L + 1)
         else:

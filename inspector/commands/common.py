@@ -20,23 +20,36 @@ class Inputs:
 
 
 def resolve_inputs(args: argparse.Namespace) -> Inputs:
-    """CKPT/SAMPLES as given, or the bundled demo (draft + samples/train + its target)."""
+    """CKPT/SAMPLES as given, or the bundled demo (draft + samples/train + its target); with
+    --prompts, SAMPLES captured from the target into a cache folder."""
     target = Path(args.target) if getattr(args, "target", None) else None
     embed = Path(args.embed) if getattr(args, "embed", None) else None
     tokenizer = Path(args.tokenizer) if getattr(args, "tokenizer", None) else None
+    prompts = getattr(args, "prompts", None)
+    if prompts and args.samples:
+        raise InputError(prompts, "--prompts", "replaces SAMPLES: pass one or the other")
     if args.checkpoint is None:
         from inspector.demo_paths import demo_paths
 
         demo = demo_paths()
         samples = list(args.samples) or [str(demo.train_samples)]
-        return Inputs(
+        inputs = Inputs(
             demo.draft, samples, target or demo.target, embed, tokenizer or demo.tokenizer, True
         )
-    if not args.samples:
+    elif not args.samples and not prompts:
         raise InputError(
             args.checkpoint, None, "SAMPLES missing: pass a sample folder, glob or files after CKPT"
         )
-    return Inputs(Path(args.checkpoint), list(args.samples), target, embed, tokenizer, False)
+    else:
+        inputs = Inputs(Path(args.checkpoint), list(args.samples), target, embed, tokenizer, False)
+    if prompts:
+        from inspector.capture.cache import prompts_samples
+
+        device = getattr(args, "device", "auto") or "auto"
+        inputs.samples = [
+            str(prompts_samples(prompts, inputs.target, draft=inputs.checkpoint, device=device))
+        ]
+    return inputs
 
 
 def load_evaluator(
