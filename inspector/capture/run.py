@@ -182,8 +182,8 @@ def capture(
 
     from inspector.capture.target import TargetModel
 
-    s = settings or CaptureSettings()
-    p = prepared or prepare(target, input, s)
+    p = prepared or prepare(target, input, settings or CaptureSettings())
+    s = p.settings
     out = Path(out)
     resumed = store.check_output(out, p.key)
     todo = [i for i in range(len(p.records)) if not store.sample_path(out, i).is_file()]
