@@ -1,4 +1,4 @@
-"""eagle-inspect {open, eval, doctor, demo}: argument parsing and dispatch only.
+"""eagle-inspect {open, eval, doctor, capture, demo}: argument parsing and dispatch only.
 
 Heavy imports (torch, textual) happen inside the command functions, so `--help` is instant and the
 app can paint before torch loads.
@@ -67,6 +67,12 @@ def _add_model_args(p: argparse.ArgumentParser, *, samples_optional: bool = True
     p.add_argument(
         "--embed", metavar="FILE", help="safetensors file holding model.embed_tokens.weight"
     )
+    p.add_argument(
+        "--prompts",
+        metavar="INPUT",
+        help="instead of SAMPLES: capture INPUT (JSONL or .txt, see `capture`) through --target "
+        "into a cache folder and use that",
+    )
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
     p.add_argument(
         "--dtype", default="auto", help="auto (as stored) | float32 | bfloat16 | float16"
@@ -89,6 +95,69 @@ def _add_model_args(p: argparse.ArgumentParser, *, samples_optional: bool = True
         metavar="IDS",
         help="HF hidden_states index of every slot, e.g. 0,2,4,6 (0 = embedding output, k = "
         "output of decoder layer k-1; default: data_config.json)",
+    )
+
+
+def _add_capture_parser(sub: argparse._SubParsersAction) -> None:
+    from inspector.capture.conventions import ENGINES
+
+    p = sub.add_parser(
+        "capture",
+        help="run a target model (transformers) over prompts and write speculators v1 samples",
+        description="Run TARGET over INPUT and write the hidden-state slots as speculators v1 "
+        "samples (data_{i}.pt + data_config.json with HF indices) that every command reads. "
+        'INPUT: JSONL lines {"input_ids", "loss_mask"} | {"text"} | {"prompt", "response"} | '
+        '{"messages"}, or a .txt file cut into --max-length samples. Resumable.',
+    )
+    p.add_argument("target_model", metavar="TARGET", help="Hugging Face model folder")
+    p.add_argument("input", metavar="INPUT", help="JSONL file, or a .txt file")
+    p.add_argument("--out", required=True, metavar="DIR", help="new or empty folder (or a rerun's)")
+    p.add_argument(
+        "--layers",
+        metavar="IDS",
+        help="HF hidden_states indices, e.g. 0,2,4,6 (0 = embedding, L = last layer before the "
+        "final norm, always captured last), 'auto' (the draft's configured ids), 'post-norm' "
+        "(an extra slot). Default: auto with --draft, else 2,L//2,L-3,L",
+    )
+    p.add_argument("--draft", metavar="CKPT", help="draft checkpoint, for --layers auto / --engine")
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        help="write the slots exactly as this engine feeds --draft, given its config "
+        "(sglang = since PR #25454, vllm = EagleModelMixin capture)",
+    )
+    p.add_argument(
+        "--generate",
+        type=int,
+        default=0,
+        metavar="N",
+        help="first let the target continue each prompt by up to N tokens; the loss mask covers them",
+    )
+    p.add_argument(
+        "--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed for --temperature sampling")
+    p.add_argument(
+        "--max-length",
+        type=int,
+        metavar="N",
+        help="tokens per sample (default min(2048, max_position_embeddings))",
+    )
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        help="auto (the checkpoint's) | float32 | bfloat16 | float16",
+    )
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
+    p.add_argument(
+        "--device-map",
+        metavar="MAP",
+        help="'auto': spread a model larger than one GPU over all of them (needs accelerate)",
+    )
+    p.add_argument(
+        "--save-dtype",
+        default="bfloat16",
+        help="dtype of the saved slots: bfloat16 (default, as speculators) | float16 | float32",
     )
 
 
@@ -156,6 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_open.add_argument("--port", type=_port, default=8000, help="port for --web (default 8000)")
 
+    _add_capture_parser(sub)
+
     p_demo = sub.add_parser("demo", help="the bundled demo")
     demo_sub = p_demo.add_subparsers(dest="demo_command")
     p_build = demo_sub.add_parser("build", help="rebuild the demo (trains a target and a draft)")
@@ -199,6 +270,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from inspector.commands.open import run_open
 
             return run_open(args)
+        if command == "capture":
+            from inspector.commands.capture import run_capture
+
+            return run_capture(args)
         if command == "demo":
             if args.demo_command != "build":
                 parser.parse_args(["demo", "--help"])

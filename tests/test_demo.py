@@ -78,9 +78,23 @@ def test_assets_are_complete_and_small() -> None:
     assert size < 25_000_000, f"assets/demo is {size / 1e6:.1f} MB"
 
 
-def test_target_files_hold_only_what_the_inspector_needs() -> None:
+def test_target_is_a_complete_hf_llama_checkpoint() -> None:
     t = load_file(str(DEMO / "target" / "model.safetensors"))
-    assert set(t) == {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"}
+    per_layer = (
+        "input_layernorm.weight",
+        "self_attn.q_proj.weight",
+        "self_attn.k_proj.weight",
+        "self_attn.v_proj.weight",
+        "self_attn.o_proj.weight",
+        "post_attention_layernorm.weight",
+        "mlp.gate_proj.weight",
+        "mlp.up_proj.weight",
+        "mlp.down_proj.weight",
+    )
+    layers = {f"model.layers.{i}.{n}" for i in range(6) for n in per_layer}
+    assert set(t) == {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"} | layers
+    assert t["model.layers.5.self_attn.k_proj.weight"].shape == (2 * 32, H)
+    assert t["model.layers.0.mlp.down_proj.weight"].shape == (H, 384)
     cfg = json.loads((DEMO / "target" / "config.json").read_text())
     assert cfg["model_type"] == "llama" and cfg["architectures"] == ["LlamaForCausalLM"]
     assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["head_dim"], cfg["vocab_size"]) == (

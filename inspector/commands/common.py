@@ -25,23 +25,36 @@ def parse_slot_layers(text: str | None) -> list[int] | None:
 
 
 def resolve_inputs(args: argparse.Namespace) -> Inputs:
-    """CKPT/SAMPLES as given, or the bundled demo (draft + samples/train + its target)."""
+    """CKPT/SAMPLES as given, or the bundled demo (draft + samples/train + its target); with
+    --prompts, the samples are captured from the target (cached) instead."""
     target = Path(args.target) if getattr(args, "target", None) else None
     embed = Path(args.embed) if getattr(args, "embed", None) else None
     tokenizer = Path(args.tokenizer) if getattr(args, "tokenizer", None) else None
     slot_layers = parse_slot_layers(getattr(args, "slot_layers", None))
+    prompts = getattr(args, "prompts", None)
+    if prompts and args.samples:
+        raise InputError(prompts, "--prompts", "replaces SAMPLES: pass one or the other")
     if args.checkpoint is None:
-        return demo_inputs(
+        inputs = demo_inputs(
             list(args.samples),
             target=target,
             embed=embed,
             tokenizer=tokenizer,
             slot_layers=slot_layers,
         )
-    if not args.samples:
+    elif not args.samples and not prompts:
         raise InputError(
             args.checkpoint, None, "SAMPLES missing: pass a sample folder, glob or files after CKPT"
         )
-    return Inputs(
-        Path(args.checkpoint), list(args.samples), target, embed, tokenizer, False, slot_layers
-    )
+    else:
+        inputs = Inputs(
+            Path(args.checkpoint), list(args.samples), target, embed, tokenizer, False, slot_layers
+        )
+    if prompts:
+        from inspector.capture.cache import prompts_samples
+
+        device = getattr(args, "device", "auto") or "auto"
+        inputs.samples = [
+            str(prompts_samples(prompts, inputs.target, draft=inputs.checkpoint, device=device))
+        ]
+    return inputs

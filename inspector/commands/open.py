@@ -36,6 +36,7 @@ def web_command(args: argparse.Namespace) -> str:
         ("--target", args.target),
         ("--embed", args.embed),
         ("--tokenizer", getattr(args, "tokenizer", None)),
+        ("--prompts", getattr(args, "prompts", None)),
     ):
         if value:
             argv += [flag, str(Path(value).absolute())]

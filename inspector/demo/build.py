@@ -198,17 +198,9 @@ def build(
     (tdir / "config.json").write_text(
         json.dumps(tcfg.hf_config(eos_id), indent=2, sort_keys=True) + "\n"
     )
-    # Only what the inspector reads (--target: embedding, final norm, lm_head); the full target
-    # is not part of the demo, which keeps the assets small.
-    save_file(
-        {
-            "model.embed_tokens.weight": target.embed_tokens.weight.detach().contiguous(),
-            "model.norm.weight": target.norm.weight.detach().contiguous(),
-            "lm_head.weight": target.lm_head.weight.detach().contiguous(),
-        },
-        str(tdir / "model.safetensors"),
-        metadata={"format": "pt"},
-    )
+    # The complete HF Llama checkpoint (about 5 MB in float32), so transformers loads it with
+    # nothing missing and `eagle-inspect capture` can run it.
+    save_file(target.hf_state_dict(), str(tdir / "model.safetensors"), metadata={"format": "pt"})
     save_draft(draft, out / "draft")
     meta = {"generator": "inspector.demo", "seed": seed, "target": "../../target"}
     save_samples(

@@ -179,6 +179,13 @@ class Target(nn.Module):
                 hidden_states.append(x)
         return self.lm_head(self.norm(x))
 
+    def hf_state_dict(self) -> dict[str, Tensor]:
+        """Every weight under its ``LlamaForCausalLM`` name (``model.`` prefix, ``lm_head`` bare)."""
+        return {
+            (k if k.startswith("lm_head.") else f"model.{k}"): v.detach().contiguous()
+            for k, v in self.state_dict().items()
+        }
+
 
 def lr_at(frac: float, peak: float, warmup: float = 0.05, floor: float = 0.1) -> float:
     """Linear warmup over the first ``warmup`` of training, then cosine decay to ``floor`` * peak."""

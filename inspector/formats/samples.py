@@ -55,15 +55,24 @@ def discover(spec: str | Path | Sequence[str | Path]) -> list[Path]:
     return files
 
 
-def _labels_from_layer_ids(ids: list[int]) -> list[SlotInfo]:
-    return [SlotInfo("embed" if i == 0 else f"L{i}", hf_index=i) for i in ids]
+POST_NORM = "post-norm"  # a layer_ids entry for the target's final norm output
 
 
-def read_data_config(sample_file: Path) -> tuple[list[int] | None, Path | None]:
+def _labels_from_layer_ids(ids: list[int | None]) -> list[SlotInfo]:
+    return [
+        SlotInfo("final(post-norm)", post_norm=True)
+        if i is None
+        else SlotInfo("embed" if i == 0 else f"L{i}", hf_index=i)
+        for i in ids
+    ]
+
+
+def read_data_config(sample_file: Path) -> tuple[list[int | None] | None, Path | None]:
     """HF indices of the slots, from a data_config.json beside the samples (or one folder up).
 
     speculators v1 writes `hidden_states.layer_ids` as decoder-layer output ids (HF index = id + 1);
-    a file stating `"index_convention": "hf"` holds HF indices already.
+    a file stating `"index_convention": "hf"` holds HF indices already, and may name the target's
+    final norm output as `"post-norm"` (returned as None).
     """
     for folder in (sample_file.parent, sample_file.parent.parent):
         path = folder / "data_config.json"
@@ -74,11 +83,13 @@ def read_data_config(sample_file: Path) -> tuple[list[int] | None, Path | None]:
         ids = hs.get("layer_ids")
         if ids is None:
             return None, path
-        if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
-            raise InputError(path, "hidden_states.layer_ids", "expected a list of integers")
         convention = hs.get("index_convention", cfg.get("index_convention", "speculators"))
+        if not isinstance(ids, list) or not all(
+            isinstance(i, int) or (convention == "hf" and i == POST_NORM) for i in ids
+        ):
+            raise InputError(path, "hidden_states.layer_ids", "expected a list of integers")
         if convention == "hf":
-            return list(ids), path
+            return [None if i == POST_NORM else i for i in ids], path
         return [i + 1 for i in ids], path
     return None, None
 
@@ -134,7 +145,7 @@ def detect_format(path: Path, data: dict | None) -> str:
 
 
 def _slot_info_for(
-    fmt: str, n_slots: int, layer_ids: list[int] | None, path: Path
+    fmt: str, n_slots: int, layer_ids: list[int | None] | None, path: Path
 ) -> list[SlotInfo]:
     if fmt == "specforge":
         n_aux = n_slots - 1
@@ -158,7 +169,7 @@ def _slot_info_for(
         infos[-1] = SlotInfo("target")
     # speculators (v0/v1/v2) keep the verifier's last pre-norm state as the final slot.
     last = infos[-1]
-    infos[-1] = SlotInfo(last.label, last.hf_index, post_norm=False, verifier=True)
+    infos[-1] = SlotInfo(last.label, last.hf_index, post_norm=last.post_norm, verifier=True)
     return infos
 
 
@@ -194,7 +205,7 @@ def _v2_rows(folder: Path) -> dict[int, tuple[torch.Tensor | None, torch.Tensor]
 
 
 def load_sample(
-    path: Path, layer_ids: list[int] | None = None, *, v2_rows: dict | None = None
+    path: Path, layer_ids: list[int | None] | None = None, *, v2_rows: dict | None = None
 ) -> Sample:
     """Load one sample file into a canonical Sample."""
     path = Path(path)

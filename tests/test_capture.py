@@ -1,0 +1,364 @@
+"""`eagle-inspect capture` on the demo target (transformers, CPU): the slots it writes equal the
+demo's stored ones, the draft scores the same on them, every INPUT form, --generate, resuming,
+refusing other folders, --prompts and bad inputs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from inspector.capture.run import CaptureSettings, capture
+from inspector.cli import main
+from inspector.errors import InputError
+from inspector.formats import SampleSet
+
+DEMO = Path(__file__).resolve().parent.parent / "assets" / "demo"
+TARGET = DEMO / "target"
+DRAFT = DEMO / "draft"
+STORED = DEMO / "samples" / "train"
+N_TRAIN = 48
+
+
+def _stored(i: int) -> dict:
+    return torch.load(STORED / f"data_{i}.pt", weights_only=True)
+
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def demo_ids_input(tmp_path_factory) -> Path:
+    """The demo's own training token ids and loss masks, as {"input_ids", "loss_mask"} lines."""
+    rows = []
+    for i in range(N_TRAIN):
+        d = _stored(i)
+        rows.append({"input_ids": d["input_ids"].tolist(), "loss_mask": d["loss_mask"].tolist()})
+    return _jsonl(tmp_path_factory.mktemp("inp") / "train_ids.jsonl", rows)
+
+
+@pytest.fixture(scope="module")
+def recaptured(demo_ids_input, tmp_path_factory) -> Path:
+    """The demo's training samples captured again, slots from the draft's config (auto)."""
+    out = tmp_path_factory.mktemp("cap") / "train"
+    res = capture(TARGET, demo_ids_input, out, CaptureSettings(draft=str(DRAFT), device="cpu"))
+    assert res.written == N_TRAIN and res.plan.slots == (0, 2, 4, 6)
+    return out
+
+
+def _eval_json(capsys, samples: Path, *extra: str) -> dict:
+    argv = ["eval", str(DRAFT), str(samples), "--target", str(TARGET), "--json", "--device", "cpu"]
+    assert main([*argv, *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+# --- the demo, captured again --------------------------------------------------------------------
+
+
+def test_full_demo_target_loads_in_transformers_with_nothing_missing() -> None:
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from inspector.demo.target import Target, TargetConfig
+
+    model, info = AutoModelForCausalLM.from_pretrained(str(TARGET), output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    cfg = json.loads((TARGET / "config.json").read_text())
+    ours = Target(TargetConfig(**{k: cfg[k] for k in TargetConfig.__dataclass_fields__})).eval()
+    sd = {
+        k.removeprefix("model."): v for k, v in load_file(str(TARGET / "model.safetensors")).items()
+    }
+    ours.load_state_dict(sd)
+    ids = _stored(0)["input_ids"][None]
+    with torch.no_grad():
+        theirs = model(ids).logits
+        mine = ours(ids)
+    torch.testing.assert_close(theirs, mine, rtol=1e-4, atol=1e-4)
+
+
+def test_captured_slots_equal_the_stored_ones(recaptured) -> None:
+    cfg = json.loads((recaptured / "data_config.json").read_text())
+    assert cfg["hidden_states"]["layer_ids"] == [0, 2, 4, 6]
+    assert cfg["hidden_states"]["index_convention"] == "hf"
+    assert cfg["capture"]["complete"] is True
+    for i in range(N_TRAIN):
+        a, b = torch.load(recaptured / f"data_{i}.pt", weights_only=True), _stored(i)
+        assert torch.equal(a["input_ids"], b["input_ids"])
+        assert torch.equal(a["loss_mask"], b["loss_mask"])
+        assert len(a["hidden_states"]) == 4
+        for s in range(4):  # slot 3 is the last layer's output before the final norm
+            x, y = a["hidden_states"][s].float(), b["hidden_states"][s].float()
+            assert a["hidden_states"][s].dtype == torch.bfloat16
+            # Both are bf16-rounded float32 values: at most one bf16 step (2^-8 relative) apart.
+            assert bool(((x - y).abs() <= y.abs() * 2**-7 + 1e-6).all()), (i, s)
+
+
+def test_the_draft_scores_the_same_on_the_captured_set(recaptured, capsys) -> None:
+    doc = _eval_json(capsys, recaptured)
+    got = {w["label"].split()[0]: w["steps"][0]["all_tok"] for w in doc["wirings"]}
+    # The demo's committed figures (build_info.json): train [embed, L2, L4], serve [L2, L4, L6].
+    assert (got["train"]["hits"], got["train"]["total"]) == (3944, 5421)
+    assert (got["serve"]["hits"], got["serve"]["total"]) == (1264, 5421)
+    # Verifier match reads slot 3 through the final norm + lm_head: same on both sets.
+    sub = ("--limit", "8")
+    mine = _eval_json(capsys, recaptured, *sub)
+    stored = _eval_json(capsys, STORED, *sub)
+    for a, b in zip(mine["wirings"], stored["wirings"], strict=True):
+        assert a["steps"][0] == b["steps"][0]
+
+
+def test_engine_capture_on_the_demo(tmp_path, demo_ids_input, capsys) -> None:
+    first = tmp_path / "two.jsonl"
+    first.write_text("".join(demo_ids_input.read_text().splitlines(keepends=True)[:2]))
+    out = tmp_path / "vllm"
+    argv = ["capture", str(TARGET), str(first), "--out", str(out), "--draft", str(DRAFT)]
+    assert main([*argv, "--engine", "vllm", "--device", "cpu"]) == 0
+    cfg = json.loads((out / "data_config.json").read_text())
+    assert cfg["hidden_states"]["layer_ids"] == [0, 2, 4, 6]
+    assert cfg["capture"]["plan"]["engine"]["fc_slots"] == [0, 1, 2]
+    # SGLang ignores the speculators top-level ids; its default [2, 3, 3] for 6 layers gives two
+    # states for a three-block fc: refused with one line.
+    capsys.readouterr()
+    code = main([*argv[:4], str(tmp_path / "sg"), *argv[5:], "--engine", "sglang"])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot serve" in err and len(err.strip().splitlines()) == 1
+
+
+# --- INPUT forms ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def chat_target(tmp_path_factory) -> Path:
+    """The demo target with a tokenizer_config.json carrying a small chat template."""
+    d = tmp_path_factory.mktemp("chat") / "target"
+    shutil.copytree(TARGET, d)
+    template = (
+        "{% for m in messages %}<|endoftext|>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<|endoftext|>assistant: {% endif %}"
+    )
+    (d / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+    return d
+
+
+def _one(out: Path, i: int = 0) -> dict:
+    return torch.load(out / f"data_{i}.pt", weights_only=True)
+
+
+def test_text_and_prompt_response_forms(tmp_path) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(TARGET))
+    p, r = "def add(a, b):\n", "    return a + b\n"
+    inp = _jsonl(tmp_path / "in.jsonl", [{"text": p + r}, {"prompt": p, "response": r}])
+    out = tmp_path / "out"
+    capture(TARGET, inp, out, CaptureSettings(layers="2,4", device="cpu"))
+    a, b = _one(out, 0), _one(out, 1)
+    assert a["input_ids"].tolist() == tok(p + r)["input_ids"] and bool(a["loss_mask"].all())
+    np_, nr = len(tok(p)["input_ids"]), len(tok(r)["input_ids"])
+    assert b["loss_mask"].tolist() == [0] * np_ + [1] * nr
+    assert len(b["hidden_states"]) == 3  # 2, 4 and the last layer, appended
+    assert SampleSet(out).slot_info[-1].verifier
+
+
+def test_messages_form_masks_assistant_turns(tmp_path, chat_target) -> None:
+    from transformers import AutoTokenizer
+
+    msgs = [
+        {"role": "user", "content": "add"},
+        {"role": "assistant", "content": "a + b"},
+        {"role": "user", "content": "sub"},
+        {"role": "assistant", "content": "a - b"},
+    ]
+    inp = _jsonl(tmp_path / "chat.jsonl", [{"messages": msgs}])
+    out = tmp_path / "out"
+    capture(chat_target, inp, out, CaptureSettings(device="cpu"))
+    d = _one(out)
+    tok = AutoTokenizer.from_pretrained(str(chat_target))
+    masked = tok.decode(d["input_ids"][d["loss_mask"].bool()].tolist())
+    unmasked = tok.decode(d["input_ids"][~d["loss_mask"].bool()].tolist())
+    assert masked.split() == ["a", "+", "b", "a", "-", "b"]
+    assert "add" in unmasked and "sub" in unmasked and "assistant:" in unmasked
+    assert "+" not in unmasked and "-" not in unmasked
+
+
+def test_txt_is_cut_into_max_length_samples(tmp_path) -> None:
+    text = (Path(__file__).resolve().parent / "conftest.py").read_text() * 3
+    inp = tmp_path / "code.txt"
+    inp.write_text(text)
+    out = tmp_path / "out"
+    res = capture(TARGET, inp, out, CaptureSettings(layers="0,6", max_length=64, device="cpu"))
+    lengths = [len(_one(out, i)["input_ids"]) for i in range(res.samples)]
+    assert res.samples >= 3 and set(lengths[:-1]) == {64} and lengths[-1] <= 64
+    assert SampleSet(out).slot_info[0].label == "embed"
+
+
+def test_post_norm_slot_is_the_final_norm_output(tmp_path, demo_ids_input) -> None:
+    inp = _jsonl(tmp_path / "one.jsonl", [json.loads(demo_ids_input.read_text().splitlines()[0])])
+    out = tmp_path / "out"
+    s = CaptureSettings(layers="4,post-norm", save_dtype="float32", device="cpu")
+    capture(TARGET, inp, out, s)
+    infos = SampleSet(out).slot_info
+    assert [i.label for i in infos] == ["L4", "final(post-norm)", "L6"]
+    assert infos[1].post_norm and not infos[1].verifier and infos[2].verifier
+    from safetensors.torch import load_file
+
+    w = load_file(str(TARGET / "model.safetensors"))["model.norm.weight"]
+    pre, post = _one(out)["hidden_states"][2], _one(out)["hidden_states"][1]
+    want = w * pre * torch.rsqrt(pre.pow(2).mean(-1, keepdim=True) + 1e-5)
+    torch.testing.assert_close(post, want, rtol=1e-5, atol=1e-5)
+
+
+# --- --generate ----------------------------------------------------------------------------------
+
+
+def test_generate_is_deterministic_and_masks_the_continuation(tmp_path) -> None:
+    inp = _jsonl(tmp_path / "p.jsonl", [{"text": "import os\n"}, {"text": "class A:\n"}])
+
+    def run(name: str, **kw) -> list[dict]:
+        s = CaptureSettings(layers="6", generate=12, device="cpu", **kw)
+        capture(TARGET, inp, tmp_path / name, s)
+        return [_one(tmp_path / name, i) for i in range(2)]
+
+    g1, g2 = run("g1"), run("g2")
+    t1, t2, t3 = (run(n, temperature=1.0, seed=s) for n, s in (("t1", 7), ("t2", 7), ("t3", 8)))
+    for a, b in ((g1, g2), (t1, t2)):
+        assert all(torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(a, b, strict=True))
+    assert any(not torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(t1, t3, strict=True))
+    for d in g1:
+        m = d["loss_mask"]
+        assert int(m.sum()) == 12 and bool(m[-12:].all()) and not bool(m[:-12].any())
+    # Greedy: every continuation token is the target's argmax after the tokens before it.
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(TARGET))
+    ids = g1[0]["input_ids"]
+    with torch.no_grad():
+        pred = model(ids[None]).logits[0].argmax(-1)
+    assert torch.equal(pred[-13:-1], ids[-12:])
+
+
+# --- resuming and folders ------------------------------------------------------------------------
+
+
+def test_resume_skips_written_samples_and_refuses_other_folders(tmp_path, demo_ids_input) -> None:
+    inp = _jsonl(
+        tmp_path / "three.jsonl",
+        [json.loads(line) for line in demo_ids_input.read_text().splitlines()[:3]],
+    )
+    out = tmp_path / "out"
+    s = CaptureSettings(layers="2", device="cpu")
+    assert capture(TARGET, inp, out, s).written == 3
+    before = (out / "data_1.pt").read_bytes()
+    (out / "data_1.pt").unlink()
+    (out / ".data_1.pt.partial").write_bytes(b"half")  # an interrupted write
+    again = capture(TARGET, inp, out, s)
+    assert (again.written, again.skipped) == (1, 2)
+    assert (out / "data_1.pt").read_bytes() == before
+    assert capture(TARGET, inp, out, s).written == 0
+    # Other settings into the same folder, and a folder that is not a capture: refused.
+    with pytest.raises(InputError, match="other settings"):
+        capture(TARGET, inp, out, CaptureSettings(layers="4", device="cpu"))
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(InputError, match="not an eagle-inspect capture"):
+        capture(TARGET, inp, foreign, s)
+    assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
+
+
+def test_prompts_option_captures_once_into_the_cache(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    inp = _jsonl(tmp_path / "p.jsonl", [{"text": "for i in range(10):\n    print(i)\n"}] * 2)
+    argv = ["eval", str(DRAFT), "--prompts", str(inp), "--target", str(TARGET), "--json"]
+    assert main([*argv, "--device", "cpu"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["samples"] == 2
+    (folder,) = (tmp_path / "cache" / "eagle-inspect" / "captures").iterdir()
+    stamp = (folder / "data_0.pt").stat().st_mtime_ns
+    assert main([*argv, "--device", "cpu"]) == 0  # reused, not captured again
+    assert (folder / "data_0.pt").stat().st_mtime_ns == stamp
+    capsys.readouterr()
+    assert main(["eval", str(DRAFT), "--prompts", str(inp)]) == 2
+    assert "--target" in capsys.readouterr().err
+
+
+def test_open_with_prompts_alone_uses_the_demo_draft_and_target(tmp_path, monkeypatch) -> None:
+    from inspector.cli import build_parser
+    from inspector.commands.common import resolve_inputs
+    from inspector.commands.open import web_command
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    inp = tmp_path / "code.txt"
+    inp.write_text("import sys\nprint(sys.argv)\n" * 4)
+    args = build_parser().parse_args(["open", "--prompts", str(inp), "--device", "cpu"])
+    inputs = resolve_inputs(args)
+    assert inputs.checkpoint.resolve() == DRAFT.resolve()
+    (folder,) = inputs.samples
+    assert Path(folder).parent == tmp_path / "cache" / "eagle-inspect" / "captures"
+    assert SampleSet(folder).layer_ids == [0, 2, 4, 6]
+    assert "--prompts" in web_command(args)  # each browser tab resolves the same cache folder
+
+
+# --- bad inputs: one line, exit 2 ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "suffix", "needle"),
+    [
+        ('{"input_ids": [1, 2, 600]}\n', ".jsonl", "out of range"),
+        ("def f():\n    pass\n", ".jsonl", "not JSON"),
+        ('{"prompt": "a"}\n', ".jsonl", "response"),
+        ('{"question": "a"}\n', ".jsonl", "no input_ids, text"),
+        ('{"input_ids": [1, 2, 3], "loss_mask": [1]}\n', ".jsonl", "loss_mask"),
+        ('{"input_ids": [1, 2]}\n', ".jsonl", "at least 3"),
+        ('{"messages": [{"role": "user", "content": "hi"}]}\n', ".jsonl", "chat_template"),
+        ("", ".jsonl", "no samples"),
+    ],
+)
+def test_bad_inputs_are_one_line_errors(tmp_path, capsys, content, suffix, needle) -> None:
+    inp = tmp_path / f"in{suffix}"
+    inp.write_text(content)
+    code = main(["capture", str(TARGET), str(inp), "--out", str(tmp_path / "o"), "--layers", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_text_without_a_tokenizer_is_a_one_line_error(tmp_path, capsys) -> None:
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for f in ("config.json", "model.safetensors"):
+        shutil.copy(TARGET / f, bare / f)
+    inp = _jsonl(tmp_path / "t.jsonl", [{"text": "x = 1"}])
+    code = main(["capture", str(bare), str(inp), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "tokenizer" in err and len(err.strip().splitlines()) == 1
+    # Exact ids need no tokenizer.
+    ids = _jsonl(tmp_path / "i.jsonl", [{"input_ids": [5, 6, 7, 8]}])
+    assert (
+        main(["capture", str(bare), str(ids), "--out", str(tmp_path / "o2"), "--device", "cpu"])
+        == 0
+    )
+
+
+def test_incomplete_target_is_refused(tmp_path, capsys) -> None:
+    from safetensors.torch import load_file, save_file
+
+    part = tmp_path / "part"
+    shutil.copytree(TARGET, part)
+    w = load_file(str(part / "model.safetensors"))
+    save_file(
+        {k: v for k, v in w.items() if ".layers.5." not in k}, str(part / "model.safetensors")
+    )
+    ids = _jsonl(tmp_path / "i.jsonl", [{"input_ids": [5, 6, 7, 8]}])
+    code = main(["capture", str(part), str(ids), "--out", str(tmp_path / "o"), "--device", "cpu"])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("eagle-inspect: error")]
+    assert code == 2 and len(errors) == 1 and "model.layers.5." in errors[0], err
+    assert "MISSING" not in err  # transformers' own load report is kept quiet
+    assert not (tmp_path / "o").exists()
