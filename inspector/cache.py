@@ -9,7 +9,6 @@ is the sum of its values' `nbytes`. A value larger than the whole budget is retu
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any, Generic, TypeVar
@@ -17,30 +16,27 @@ from typing import Any, Generic, TypeVar
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
-_SMALL = 64  # what a scalar or a small object costs, roughly
+_MAX_DEPTH = 8
 
 
 def nbytes(obj: Any, _depth: int = 0) -> int:
-    """Approximate memory held by `obj`: tensors and arrays by their data, containers and
-    dataclasses by their members (strings by their length)."""
-    if obj is None or _depth > 6:
+    """Bytes of data held by `obj`: tensors and arrays by their data, strings by their length,
+    containers and dataclasses by the sum of their members; anything else counts 0 (the few
+    scalars around per-sample arrays are noise next to them)."""
+    if obj is None or _depth > _MAX_DEPTH:
         return 0
-    n = getattr(obj, "nbytes", None)  # numpy arrays, torch tensors (>= 2.1)
+    n = getattr(obj, "nbytes", None)  # numpy arrays and torch tensors
     if isinstance(n, int):
         return n
-    if hasattr(obj, "element_size") and hasattr(obj, "nelement"):
-        return int(obj.element_size() * obj.nelement())
     if isinstance(obj, str | bytes):
-        return len(obj) + 49
+        return len(obj)
     if isinstance(obj, dict):
-        return _SMALL + sum(nbytes(v, _depth + 1) + _SMALL for v in obj.values())
+        return sum(nbytes(v, _depth + 1) for v in obj.values())
     if isinstance(obj, list | tuple | set | frozenset):
-        return _SMALL + sum(nbytes(v, _depth + 1) + 8 for v in obj)
+        return sum(nbytes(v, _depth + 1) for v in obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return _SMALL + sum(
-            nbytes(getattr(obj, f.name), _depth + 1) for f in dataclasses.fields(obj)
-        )
-    return sys.getsizeof(obj, _SMALL)
+        return sum(nbytes(getattr(obj, f.name), _depth + 1) for f in dataclasses.fields(obj))
+    return 0
 
 
 class ByteLRU(Generic[K, V]):

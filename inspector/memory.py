@@ -75,10 +75,10 @@ def parse_size(text: str, total: int | None = None, *, what: str = "--memory-bud
     return n
 
 
-def available_host_bytes() -> int:
+def available_host_bytes(meminfo: str = "/proc/meminfo") -> int:
     """RAM available to new allocations (MemAvailable), or total RAM where that is unknown."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as f:
+        with open(meminfo, encoding="ascii") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024

@@ -79,7 +79,7 @@ def parse_wiring(text: str | Sequence[int], infos: Sequence[SlotInfo], n_blocks:
         by_label = {s.label.lower(): i for i, s in enumerate(infos)}
         slots: list[int] = []
         for p in parts:
-            if p.lstrip("-").isascii() and p.lstrip("-").isdigit():
+            if p.isascii() and p.lstrip("-").isdigit():
                 slots.append(int(p))
             elif p.lower() in by_label:
                 slots.append(by_label[p.lower()])

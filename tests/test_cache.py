@@ -22,9 +22,16 @@ def test_nbytes_counts_data_not_entries():
     assert nbytes(torch.zeros(10, 4)) == 160
     assert nbytes(torch.zeros(10, dtype=torch.bfloat16)) == 20
     assert nbytes(np.zeros(8, dtype=np.int64)) == 64
-    h = Holder(np.zeros(100, dtype=np.float32), [torch.zeros(50), "abc"])
-    assert 600 <= nbytes(h) < 1000
-    assert nbytes(None) == 0
+    assert nbytes("abc") == 3 and nbytes(b"ab") == 2 and nbytes(7) == 0 and nbytes(None) == 0
+    h = Holder(np.zeros(100, dtype=np.float32), [torch.zeros(50), "abc", (np.zeros(2),)])
+    assert nbytes(h) == 400 + 200 + 3 + 16
+    assert nbytes({"x": torch.zeros(3), "y": {"z": np.zeros(1)}}) == 12 + 8
+    assert nbytes({1, 2}) == 0 and nbytes(frozenset()) == 0
+    deep: list = [np.zeros(1)]
+    for _ in range(7):
+        deep = [deep]
+    assert nbytes(deep) == 8  # eight levels deep still counted
+    assert nbytes([deep]) == 0  # past that, no recursion without end
 
 
 def test_evicts_least_recently_used_by_bytes():
@@ -47,6 +54,32 @@ def test_value_over_budget_is_returned_not_kept():
     big = np.zeros(100)
     assert c.put(2, big) is big
     assert 2 not in c and 1 in c and c.bytes == 40
+    exact = np.zeros(100, dtype=np.uint8)  # exactly the budget: kept, alone
+    c.put(3, exact)
+    assert list(c.keys()) == [3] and c.bytes == 100
+    assert ByteLRU(0).put("k", b"x") == b"x" and len(ByteLRU(-5)) == 0
+    z: ByteLRU[str, bytes] = ByteLRU(0)
+    z.put("k", b"x")
+    assert "k" not in z and z.max_bytes == 0
+
+
+def test_get_peek_put_again_and_clear():
+    c: ByteLRU[str, np.ndarray] = ByteLRU(1000)
+    a, b = np.zeros(2), np.zeros(3)
+    c.put("a", a)
+    c.put("b", b)
+    assert c.get("a") is a and c.get("nope", "d") == "d"
+    assert list(c.keys()) == ["b", "a"]
+    assert c.peek("b") is b and list(c.keys()) == ["b", "a"]  # peek keeps the order
+    c.touch("b")
+    assert list(c.keys()) == ["a", "b"]
+    c.touch("missing")
+    c.put("a", np.zeros(10))  # replacing a key: its old bytes go
+    assert c.bytes == 24 + 80 and list(c.keys()) == ["b", "a"]
+    c.clear()
+    assert c.bytes == 0 and len(c) == 0
+    c.put("x", np.zeros(1))
+    assert c.bytes == 8
 
 
 def test_get_or_make_touch_pop_and_resize():
@@ -90,6 +123,75 @@ def test_parse_size_rejects_nonsense_naming_the_flag(text):
     with pytest.raises(InputError) as e:
         parse_size(text, 2**30)
     assert "--memory-budget" in str(e.value)
+
+
+def test_available_host_bytes_reads_meminfo(tmp_path, monkeypatch):
+    from inspector import memory
+
+    f = tmp_path / "meminfo"
+    f.write_text("MemTotal: 1000 kB\nMemFree: 10 kB\nMemAvailable:     2048 kB\n")
+    assert memory.available_host_bytes(str(f)) == 2048 * 1024
+    f.write_text("MemTotal: 1000 kB\n")  # no MemAvailable line: total RAM from sysconf
+    monkeypatch.setattr(memory.os, "sysconf", lambda k: {"SC_PAGE_SIZE": 4096}.get(k, 10))
+    assert memory.available_host_bytes(str(f)) == 40960
+    assert memory.available_host_bytes(str(tmp_path / "missing")) == 40960
+
+    def broken(k):
+        raise ValueError(k)
+
+    monkeypatch.setattr(memory.os, "sysconf", broken)
+    assert memory.available_host_bytes(str(tmp_path / "missing")) == 8 * 2**30
+
+
+def test_budget_on_a_gpu(monkeypatch):
+    from inspector import memory
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setattr(memory, "available_host_bytes", lambda: 100 * 2**30)
+    monkeypatch.setattr(memory, "free_device_bytes", lambda d: 80 * 2**30)
+    b = resolve_budget(None, "cuda")
+    assert b.host == 25 * 2**30 and b.device == 32 * 2**30
+    b = resolve_budget("10%", "cuda")
+    assert b.host == 10 * 2**30 and b.device == 8 * 2**30
+    b = resolve_budget("100G", "cuda")  # a size caps the device at what is free
+    assert b.host == 100 * 2**30 and b.device == 80 * 2**30
+    monkeypatch.setattr(memory, "free_device_bytes", lambda d: None)
+    assert resolve_budget("2G", "cpu") == MemoryBudget(2 * 2**30, None)
+    monkeypatch.setattr(memory, "available_host_bytes", lambda: 100)  # a tiny machine: the floor
+    assert resolve_budget(None, "cpu").host == 64 * 2**20
+
+
+def test_free_device_bytes(monkeypatch):
+    import torch
+
+    from inspector import memory
+
+    assert memory.free_device_bytes("cpu") is None
+    assert memory.free_device_bytes(torch.device("cpu")) is None
+    seen = []
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d: seen.append(d) or (123, 456))
+    assert memory.free_device_bytes(torch.device("cuda", 1)) == 123
+    assert seen == [torch.device("cuda", 1)]
+
+
+def test_trim_host_heap_calls_malloc_trim(monkeypatch):
+    from inspector import memory
+
+    calls = []
+
+    class Libc:
+        def malloc_trim(self, pad):
+            calls.append(pad)
+
+    monkeypatch.setattr(memory, "_LIBC", Libc())
+    memory.trim_host_heap()
+    assert calls == [0]
+    monkeypatch.setattr(memory, "_LIBC", False)  # no glibc: nothing to call
+    memory.trim_host_heap()
+    assert calls == [0]
+    monkeypatch.setattr(memory, "_LIBC", None)  # first call finds the real libc (or none)
+    memory.trim_host_heap()
+    assert memory._LIBC is not None
 
 
 def test_budget_from_env_and_defaults(monkeypatch):

@@ -68,3 +68,63 @@ def test_acceptance_length_reference_example():
         StepMetrics(k, cond=Counts(int(c * 1000), 1000)) for k, c in enumerate((0.747, 0.70, 0.68))
     ]
     assert acceptance_length(steps) == pytest.approx(2.63, abs=0.01)
+
+
+def _full(step, base):
+    c = [Counts(base + i, 10 * (base + i) + 1) for i in range(9)]
+    return StepMetrics(step, *c)
+
+
+def test_step_metrics_sum_every_field():
+    a, b = _full(1, 1), _full(1, 20)
+    s = a + b
+    assert s.step == 1
+    for f in ("all_tok", "in_vocab", "coverage", "cond", "verifier_a", "verifier_b"):
+        assert getattr(s, f) == getattr(a, f) + getattr(b, f), f
+    for f in ("spec_full", "spec_cond", "specforge"):
+        assert getattr(s, f) == getattr(a, f) + getattr(b, f), f
+    # optional counts: one side missing keeps the other; both missing stays missing
+    only_b = StepMetrics(1) + b
+    assert only_b.verifier_a == b.verifier_a and only_b.specforge == b.specforge
+    only_a = a + StepMetrics(1)
+    assert only_a.spec_full == a.spec_full and only_a.verifier_b == a.verifier_b
+    none = StepMetrics(1) + StepMetrics(1)
+    assert none.verifier_a is None and none.spec_cond is None and not none.has_trainer
+
+
+def test_step_metrics_json_contract():
+    m = StepMetrics(2, Counts(1, 4), Counts(1, 2), Counts(2, 4), Counts(1, 3))
+    assert m.to_dict() == {
+        "step": 2,
+        "all_tok": {"hits": 1, "total": 4, "acc": 0.25},
+        "in_vocab": {"hits": 1, "total": 2, "acc": 0.5},
+        "coverage": 0.5,
+        "coverage_counts": {"hits": 2, "total": 4, "acc": 0.5},
+        "cond_acc": 1 / 3,
+        "cond": {"hits": 1, "total": 3, "acc": 1 / 3},
+    }
+    m.verifier_a, m.verifier_b = Counts(3, 4), Counts(2, 4)
+    m.spec_full, m.spec_cond, m.specforge = Counts(5, 8), Counts(5, 6), Counts(4, 8)
+    d = m.to_dict()
+    assert d["verifier_match_speculators"] == {"hits": 3, "total": 4, "acc": 0.75}
+    assert d["verifier_match_eagle"] == {"hits": 2, "total": 4, "acc": 0.5}
+    assert d["trainer"] == {
+        "speculators": {
+            "full_acc": {"hits": 5, "total": 8, "acc": 0.625},
+            "cond_acc": {"hits": 5, "total": 6, "acc": 5 / 6},
+        },
+        "specforge": {"acc": {"hits": 4, "total": 8, "acc": 0.5}},
+    }
+    m.spec_full = m.spec_cond = None  # SpecForge's alone
+    assert m.has_trainer and set(m.to_dict()["trainer"]) == {"specforge"}
+    m.specforge, m.spec_full, m.spec_cond = None, Counts(1, 2), Counts(1, 1)
+    assert set(m.to_dict()["trainer"]) == {"speculators"}
+    m.spec_cond = None  # half of speculators' pair: not shown as its metrics
+    assert m.has_trainer and m.to_dict()["trainer"] == {}
+
+
+def test_acceptance_length_stops_at_a_step_without_rows():
+    steps = [StepMetrics(0, cond=Counts(1, 2)), StepMetrics(1), StepMetrics(2, cond=Counts(1, 1))]
+    assert acceptance_length(steps) == 1.5
+    assert acceptance_length([]) == 1.0
+    assert sum_steps([]) == []

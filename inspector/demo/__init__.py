@@ -14,8 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-# Where the committed demo lives: <repo>/assets/demo.
-DEFAULT_OUT = Path(__file__).resolve().parent.parent.parent / "assets" / "demo"
+from inspector.demo_paths import default_demo_root
+
+# Where the committed demo lives (the one definition: inspector.demo_paths).
+DEFAULT_OUT = default_demo_root()
 
 
 def build(
