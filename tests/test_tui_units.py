@@ -155,7 +155,7 @@ def test_export_document_from_engine(tmp_path, monkeypatch):
 
 # --- formatting ----------------------------------------------------------------------------------
 def test_number_formats():
-    from inspector.tui.view import fmt_float, fmt_norm
+    from inspector.formatting import fmt_float, fmt_norm
 
     assert fmt_float(float("nan")) == "NaN" and fmt_float(float("inf")) == "Inf"
     assert fmt_float(float("-inf")) == "-Inf"
