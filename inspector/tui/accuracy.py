@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from rich.cells import cell_len
 from rich.text import Text
 
-from inspector.formatting import pct
+from inspector.formatting import fmt_float, pct
 from inspector.tui.view import cell, wiring_name
 
 if TYPE_CHECKING:
@@ -89,9 +89,9 @@ def by_step(metrics: str, steps: Sequence[StepMetrics]) -> str:
         return f"{full}% / {cond}%"
     if metrics == "specforge":
         sim = simulated_acc_len([s.specforge.acc if s.specforge else None for s in steps])
-        sim_text = "-" if sim is None else f"{sim:.3f}"
+        sim_text = "-" if sim is None else fmt_float(sim, 3)
         return f"{_step_pcts(steps, lambda s: s.specforge)}%  {sim_text}"
-    return f"{_step_pcts(steps, lambda s: s.all_tok)}%  τ {acceptance_length(steps):.2f}"
+    return f"{_step_pcts(steps, lambda s: s.all_tok)}%  τ {fmt_float(acceptance_length(steps))}"
 
 
 def accuracy_text(st: ViewModel, *, metrics: str, narrow: bool, width: int) -> Text | None:
