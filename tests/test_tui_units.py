@@ -169,6 +169,17 @@ def test_number_formats():
     assert fmt_norm(float("nan")) == "NaN"
 
 
+def test_one_percent_formatter_and_escaped_text():
+    from inspector.formatting import pct, printable
+    from inspector.metrics import Counts
+
+    assert pct(0.3125) == "31.2%" and pct(None) == "-"
+    assert pct(-0.0123, suffix="", signed=True) == "-1.2" and pct(0.5, suffix="") == "50.0"
+    assert Counts(386, 1235).fmt() == f"386/1235 {pct(386 / 1235)}"
+    assert printable("run[/bold].pt") == "run[/bold].pt"  # markup is the renderer's business
+    assert printable("a\x1b[31mb\nc\td\x07é\u200b") == "a\\x1b[31mb\\nc\\td\\x07é\\u200b"
+
+
 def test_importing_the_app_imports_neither_torch_nor_numpy():
     code = (
         "import sys, inspector.commands.open, inspector.tui.app, inspector.tui.engine;"
