@@ -167,3 +167,25 @@ async def test_keys_queued_behind_a_closing_dialog_never_pop_the_main_screen(tmp
         await back_to_main(app, pilot)
         await pilot.press("right")
         assert app.main.state.view is not None
+
+
+async def test_doctor_findings_naming_hostile_files_are_escaped(tmp_path, monkeypatch):
+    import inspector.doctor as doctor_pkg
+    from inspector.doctor import DoctorReport, Finding
+
+    inputs = synthetic_inputs(tmp_path, n_samples=2, seq_len=40)
+    report = DoctorReport(
+        best_wiring=(0, 1, 2),
+        wirings=[],
+        findings=[Finding("samples", "warning", f"{HOSTILE}.pt could not be scored", HOSTILE)],
+        serving_config={},
+    )
+    monkeypatch.setattr(doctor_pkg, "diagnose", lambda ev, n_samples=4, **kw: report)
+    app = make_app(inputs, fill=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, fill=False)
+        await pilot.press("d")
+        await until(pilot, lambda: "could not be scored" in screen_text(app))
+        text = screen_text(app)
+        assert "\x1b" not in text and "[link=x]\\x1b[31m" in text
+        await pilot.press("escape")

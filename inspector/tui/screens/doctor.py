@@ -160,7 +160,7 @@ class DoctorScreen(Dialog[WiringKey | None]):
             t = Text()
             t.append(f"{f.severity:<7} ", style=SEVERITY_STYLE.get(f.severity, ""))
             t.append(f"{f.kind}: ", style="bold")
-            t.append(f.summary)
+            t.append(printable(f.summary))  # summaries may name sample files
             if f.wiring is not None:
                 t.append("  ⏎ apply", style="italic")
             options.append(Option(t))
@@ -180,7 +180,7 @@ class DoctorScreen(Dialog[WiringKey | None]):
         f = self.findings[index]
         parts: list[Text] = []
         if f.fix:
-            parts.append(Text.assemble(("fix ", "bold"), f.fix))
+            parts.append(Text.assemble(("fix ", "bold"), printable(f.fix)))
         if f.wiring is not None:
             label = self.session.wiring_label(f.wiring)
             parts.append(Text.assemble(("wiring ", "bold"), label, "  (Enter applies it)"))
