@@ -131,7 +131,7 @@ class Frames:
 
         app._display = display
         main = app.main
-        for name in ("_paint_position", "_paint_view"):
+        for name in ("paint_position", "paint_view"):
             method = getattr(main, name)
 
             def wrapped(*a, _m=method, **kw):
@@ -149,9 +149,9 @@ async def wait_idle(pilot) -> None:
     app = pilot.app
     while True:
         await pilot.pause(0.01)
-        if not app.main.pending and app.engine is not None and app.engine.idle:
+        if not app.main.state.pending and app.engine is not None and app.engine.idle:
             await pilot.pause(0.05)
-            if app.engine.idle and not app.main.pending:
+            if app.engine.idle and not app.main.state.pending:
                 return
 
 
@@ -183,34 +183,34 @@ async def key_latencies(inputs: Inputs, moves: int, switches: int) -> dict[str, 
     }
     async with app.run_test(size=(120, 40)) as pilot:
         frames = Frames(app)
-        while app.main.view is None:
+        while app.main.state.view is None:
             await pilot.pause(0.05)
         await wait_idle(pilot)
         main = app.main
-        n = len(main.session.files)
+        n = len(main.state.session.files)
 
         # position moves
         for _ in range(moves):
-            target = main.rows[main.sample] + 1
+            target = main.state.rows[main.state.sample] + 1
             out["position move"].append(
                 await timed_key(
-                    pilot, frames, "right", lambda t=target: main.rows[main.sample] == t
+                    pilot, frames, "right", lambda t=target: main.state.rows[main.state.sample] == t
                 )
             )
 
         # cached sample switches: ] onto the prefetched next sample
         for _ in range(min(switches, n - 1)):
             await wait_idle(pilot)
-            s = main.sample + 1
+            s = main.state.sample + 1
             out["sample switch cached"].append(
                 await timed_key(
                     pilot,
                     frames,
                     "right_square_bracket",
-                    lambda s=s: main.view is not None and main.view.sample == s,
+                    lambda s=s: main.state.view is not None and main.state.view.sample == s,
                 )
             )
-        visited = set(range(main.sample + 2))
+        visited = set(range(main.state.sample + 2))
 
         # uncached sample switches: Enter on a far row of the sample list
         lst = main.query_one("SampleList")
@@ -229,24 +229,28 @@ async def key_latencies(inputs: Inputs, moves: int, switches: int) -> dict[str, 
                     pilot,
                     frames,
                     "enter",
-                    lambda s=s: main.view is not None and main.view.sample == s,
+                    lambda s=s: main.state.view is not None and main.state.view.sample == s,
                 )
             )
             visited |= {s - 1, s, s + 1}
         main.set_focus(None)
 
         # wiring toggles on samples never run under serve
-        serve = main.session.presets["serve"]
-        train = main.session.presets["train"]
-        for s in far[:switches] or [main.sample]:
+        serve = main.state.session.presets["serve"]
+        train = main.state.session.presets["train"]
+        for s in far[:switches] or [main.state.sample]:
             main.set_sample(s)
             await wait_idle(pilot)
-            if main.wiring != train:
+            if main.state.wiring != train:
                 main.set_wiring(train)
                 await wait_idle(pilot)
 
             def on(w):
-                return lambda: main.view is not None and main.view.wiring == w and not main.pending
+                return lambda: (
+                    main.state.view is not None
+                    and main.state.view.wiring == w
+                    and not main.state.pending
+                )
 
             out["wiring toggle first"].append(await timed_key(pilot, frames, "s", on(serve)))
             await wait_idle(pilot)
@@ -264,7 +268,7 @@ async def screenshot(inputs: Inputs, path: Path) -> None:
     app = InspectorApp(inputs)
     async with app.run_test(size=(120, 40)) as pilot:
         main = app.main
-        while main.view is None or main.totals.get(main.wiring) is None:
+        while main.state.view is None or main.state.totals.get(main.state.wiring) is None:
             await pilot.pause(0.05)
         for key in ("s", "p", "t", "home", "f"):
             await pilot.press(key)

@@ -157,7 +157,7 @@ async def app_fill(draft: Path, samples: Path, n: int, presses: int) -> None:
     lat: list[float] = []
     async with app.run_test(size=(120, 40)) as pilot:
         main = app.main
-        while main.view is None:
+        while main.state.view is None:
             await pilot.pause(0.05)
         await pilot.press("s", "p", "t")  # serve pinned, train current: the fill runs both
         frames = Frames(app)
@@ -165,15 +165,19 @@ async def app_fill(draft: Path, samples: Path, n: int, presses: int) -> None:
         next_press = time.perf_counter() + 1.0
         while True:
             await pilot.pause(0.2)
-            done = min((t.n_samples for t in main.totals.values()), default=0)
-            if len(main.totals) >= 2:
+            done = min((t.n_samples for t in main.state.totals.values()), default=0)
+            if len(main.state.totals) >= 2:
                 trace.append((done, rss_anon()))
             if presses and time.perf_counter() >= next_press and len(lat) < presses:
-                row = main.rows.get(main.sample, 0)
-                key = "right" if row + 1 < (main.view.n_rows if main.view else 1) else "home"
+                row = main.state.rows.get(main.state.sample, 0)
+                key = (
+                    "right"
+                    if row + 1 < (main.state.view.n_rows if main.state.view else 1)
+                    else "home"
+                )
                 lat.append(
                     await press_and_wait(
-                        app, frames, key, lambda r=row: main.rows.get(main.sample) != r
+                        app, frames, key, lambda r=row: main.state.rows.get(main.state.sample) != r
                     )
                 )
                 next_press = time.perf_counter() + 1.0

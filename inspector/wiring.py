@@ -12,16 +12,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from inspector.errors import InputError
-from inspector.sample import SlotInfo
+
+if TYPE_CHECKING:  # the app imports this module before torch: no torch (inspector.sample) here
+    from inspector.sample import SlotInfo
 
 PRESETS = ("train", "serve")
+
+WiringKey = tuple[int, ...]  # a wiring's slots, as the views key their caches and rows by it
 
 
 @dataclass(frozen=True)
 class Wiring:
-    slots: tuple[int, ...]  # slot index feeding fc block 0..N-1
+    slots: WiringKey  # slot index feeding fc block 0..N-1
 
     def label(self, infos: Sequence[SlotInfo]) -> str:
         return (

@@ -296,7 +296,7 @@ def test_slot_layers_on_eval_doctor_and_open(demo, unstated, capsys):
     assert json.loads(capsys.readouterr().out)["configured_wiring"] == list(TRAIN)
     args = build_parser().parse_args(["open", *base])
     assert "--slot-layers 0,2,4,6" in web_command(args)
-    ev, _, _ = build_app(args).loader(lambda text: None)
+    ev = build_app(args).loader(lambda text: None).ev
     assert [s.label for s in ev.slot_info] == ["embed", "L2", "L4", "L6"]
 
 

@@ -84,15 +84,15 @@ async def test_full_flow_matches_eval_json(dataset, syn, capsys):
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         main = app.main
-        assert main.wiring == tuple(train_r["wiring"])
-        target = pick_position(main.view)
+        assert main.state.wiring == tuple(train_r["wiring"])
+        target = pick_position(main.state.view)
         await pilot.press("g", *str(target), "enter")
-        assert main.rows[0] == target
+        assert main.state.rows[0] == target
         assert f"pos {target} " in widget_text(app, "#detail")
 
         await pilot.press("s")
         await settle(pilot)
-        assert main.wiring == tuple(serve_r["wiring"])
+        assert main.state.wiring == tuple(serve_r["wiring"])
         bar = widget_text(app, "#accuracy")
         s0 = serve_r["per_sample"][0]["steps"][0]
         assert fmt(s0["all_tok"]) in bar  # this sample
@@ -111,7 +111,9 @@ async def test_full_flow_matches_eval_json(dataset, syn, capsys):
 
         await pilot.press("p", "t")
         await settle(pilot)
-        assert main.wiring == tuple(train_r["wiring"]) and main.ref == tuple(serve_r["wiring"])
+        assert main.state.wiring == tuple(train_r["wiring"]) and main.state.ref == tuple(
+            serve_r["wiring"]
+        )
         hits = {}
         for w in (train_r, serve_r):
             hits[tuple(w["wiring"])] = {
@@ -123,7 +125,7 @@ async def test_full_flow_matches_eval_json(dataset, syn, capsys):
             for j in masked
             if hits[tuple(train_r["wiring"])][j] != hits[tuple(serve_r["wiring"])][j]
         )
-        assert main.view.flipped_rows.tolist() == flipped
+        assert main.state.view.flipped_rows.tolist() == flipped
         bar = widget_text(app, "#accuracy")
         assert f"flipped vs ◆ {len(flipped)}" in bar
         # both rows side by side: current (train) and the pinned reference (serve)
@@ -131,7 +133,7 @@ async def test_full_flow_matches_eval_json(dataset, syn, capsys):
         if flipped:
             await pilot.press("home", "f")
             first = flipped[0] if flipped[0] > 0 else flipped[min(1, len(flipped) - 1)]
-            assert main.rows[0] == first
+            assert main.state.rows[0] == first
             assert str(first) in widget_text(app, "#accuracy")
         # sample list: current, reference and Δ for sample 0
         cur = train_r["per_sample"][0]["steps"][0]["all_tok"]["acc"]
@@ -143,15 +145,15 @@ async def test_full_flow_matches_eval_json(dataset, syn, capsys):
 async def test_ui_repaints_while_a_forward_runs(syn):
     """The device thread is parked inside predict(); the screen still updates, keys still work,
     held keys are coalesced into one forward, and stale results are not painted."""
-    from inspector.tui.engine import default_loader
+    from inspector.tui.loader import default_loader
 
     base = default_loader(syn)
     holder: dict = {}
     calls: list = []
 
     def loader(progress):
-        ev, decoder, notes = base(progress)
-        gated = GatedEvaluator(ev)
+        res = base(progress)
+        gated = GatedEvaluator(res.ev)
         orig = gated.predict
 
         def predict(i, w):
@@ -159,8 +161,8 @@ async def test_ui_repaints_while_a_forward_runs(syn):
             return orig(i, w)
 
         gated.predict = predict  # type: ignore[method-assign]
-        holder["ev"] = gated
-        return gated, decoder, notes
+        holder["ev"] = res.ev = gated
+        return res
 
     app = make_app(syn, loader=loader, fill=False)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -183,9 +185,9 @@ async def test_ui_repaints_while_a_forward_runs(syn):
         await pilot.press("s")  # serve: not cached, the forward blocks
         await until(pilot, lambda: gated.entered.is_set())
         await until(pilot, lambda: any("computing" in w for w in written))
-        assert app.main.pending
+        assert app.main.state.pending
         # Keys keep working while the device is busy: the cursor moves on the data shown.
-        r0 = app.main.rows[0]
+        r0 = app.main.state.rows[0]
         written.clear()
         await pilot.press("right")
         await until(pilot, lambda: any(f"pos {r0 + 1}" in w for w in written))
@@ -194,12 +196,12 @@ async def test_ui_repaints_while_a_forward_runs(syn):
         await pilot.press("escape")
         # A held ] : three sample switches queue while blocked; only the last one is computed.
         await pilot.press("right_square_bracket", "right_square_bracket", "right_square_bracket")
-        assert app.main.sample == 3
-        gen = app.main.gen
+        assert app.main.state.sample == 3
+        gen = app.main.state.gen
         gated.gate.set()
         await settle(pilot, fill=False)
-        assert app.main.view.sample == 3 and app.main.applied_gen == gen
-        assert app.main.view.wiring == app.main.session.presets["serve"]
+        assert app.main.state.view.sample == 3 and app.main.state.applied_gen == gen
+        assert app.main.state.view.wiring == app.main.state.session.presets["serve"]
         computed = [i for i, _ in calls]
         assert computed[0] == 0  # the blocked forward (sample 0 under serve)
         assert {1, 2}.isdisjoint(computed[:2])  # samples 1 and 2 were skipped
@@ -214,7 +216,7 @@ async def test_bad_sample_is_marked_and_the_app_keeps_working(tmp_path, capsys):
     async with app.run_test(size=(120, 40), notifications=True) as pilot:
         await settle(pilot)
         main = app.main
-        assert set(main.errors) >= {1}  # sample 1 is marked
+        assert set(main.state.errors) >= {1}  # sample 1 is marked
         lst = main.query_one("SampleList")
         assert lst.get_row("1")[0].plain == "✗" and lst.get_row("1")[3].plain == "error"
         assert any("sample #1 skipped" in m for m in main.messages)
@@ -223,25 +225,25 @@ async def test_bad_sample_is_marked_and_the_app_keeps_working(tmp_path, capsys):
         assert fmt(ref["wirings"][0]["steps"][0]["all_tok"]) in widget_text(app, "#accuracy")
         await pilot.press("right_square_bracket")
         await settle(pilot)
-        assert main.sample == 1 and main.view is None
+        assert main.state.sample == 1 and main.state.view is None
         assert "sample #1: " in screen_text(app)
         await pilot.press("right_square_bracket")
         await settle(pilot)
-        assert main.view is not None and main.view.sample == 2
+        assert main.state.view is not None and main.state.view.sample == 2
         await pilot.press("right", "s")
         await settle(pilot)
-        assert main.view.wiring == main.session.presets["serve"]
+        assert main.state.view.wiring == main.state.session.presets["serve"]
 
 
 async def test_out_of_memory_is_reported_and_retried(syn):
-    from inspector.tui.engine import default_loader
+    from inspector.tui.loader import default_loader
 
     base = default_loader(syn)
     fail = {"on": True}
 
     def loader(progress):
-        ev, decoder, notes = base(progress)
-        gated = GatedEvaluator(ev)
+        res = base(progress)
+        gated = GatedEvaluator(res.ev)
         orig = gated.predict
 
         def predict(i, w):
@@ -250,7 +252,8 @@ async def test_out_of_memory_is_reported_and_retried(syn):
             return orig(i, w)
 
         gated.predict = predict  # type: ignore[method-assign]
-        return gated, decoder, notes
+        res.ev = gated
+        return res
 
     app = make_app(syn, loader=loader, fill=False)
     async with app.run_test(size=(120, 40), notifications=True) as pilot:
@@ -263,7 +266,11 @@ async def test_out_of_memory_is_reported_and_retried(syn):
         fail["on"] = False
         await pilot.press("left_square_bracket", "right_square_bracket")
         await settle(pilot, fill=False)
-        assert main.view is not None and main.view.sample == 1 and 1 not in main.errors
+        assert (
+            main.state.view is not None
+            and main.state.view.sample == 1
+            and 1 not in main.state.errors
+        )
 
 
 async def test_bad_wiring_is_reported(syn):
@@ -272,7 +279,7 @@ async def test_bad_wiring_is_reported(syn):
         await settle(pilot, fill=False)
         main = app.main
         assert any("--wiring 9,9,9" in m for m in main.messages)
-        assert main.wiring == main.session.presets["train"]  # fell back, still working
+        assert main.state.wiring == main.state.session.presets["train"]  # fell back, still working
         assert not main.set_wiring((0, 1))
         assert any("bad wiring" in m for m in main.messages)
 
@@ -305,7 +312,7 @@ def test_first_paint_before_torch(syn):
         assert "torch" not in sys.modules
         app = InspectorApp(Inputs(Path({str(syn.checkpoint)!r}), [{syn.samples[0]!r}], None, None, None, False))
         async def auto(pilot):
-            while app.main.session is None:
+            while app.main.state.session is None:
                 await pilot.pause(0.05)
             app.exit()
         app.run(headless=True, size=(120, 40), auto_pilot=auto)
@@ -378,7 +385,7 @@ def test_bare_command_opens_the_demo(monkeypatch):
 async def test_slot_panel_shows_norms_blocks_and_nonfinite(tmp_path):
     import torch
 
-    from inspector.tui.view import fmt_norm
+    from inspector.formatting import fmt_norm
 
     inputs = synthetic_inputs(tmp_path, n_samples=2, seq_len=40)
     f = Path(inputs.samples[0], "data_0.pt")
@@ -397,8 +404,8 @@ async def test_slot_panel_shows_norms_blocks_and_nonfinite(tmp_path):
         assert l6[2:4] == ["Inf", "Inf"]  # the norm at the cursor and the masked mean
         lines = {ln.split()[0]: ln.split() for ln in text.splitlines()[1:] if ln.strip()}
         # The other slots: the engine's norms at the cursor, the fc block fed and its weight norm.
-        norms = main.view.data.slot_norms
-        fc = main.session.fc_norms
+        norms = main.state.view.data.slot_norms
+        fc = main.state.session.fc_norms
         l2 = lines["L2"]
         assert l2[1] == "2" and l2[2] == fmt_norm(norms[1, 20]) and l2[4] == "b1"
         assert l2[5] == fmt_norm(fc[1])
@@ -421,3 +428,66 @@ async def test_ttt_steps_and_acceptance_length(syn, capsys):
         assert by_step in bar
         assert "K=3" in screen_text(app)
         assert "TTT" in widget_text(app, "#detail")
+
+
+@pytest.mark.skipif(not demo_available(), reason="assets/demo not built")
+async def test_trainer_views_match_eval_json(capsys):
+    """`v` shows speculators' then SpecForge's own metrics (the demo checkpoint is a speculators
+    layout, so its trainer comes first), the same counts as eval --json, then ours again."""
+    inputs = demo_inputs()
+    ref = eval_json(capsys, inputs, "train", extra=("--ttt-steps", "2"))["wirings"][0]
+    app = make_app(inputs, ttt_steps=2)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
+        main = app.main
+        assert main.state.session.layout == "speculators" and main.state.session.has_verifier
+        sample0 = ref["per_sample"][0]["steps"]
+        tot = ref["steps"]
+        await pilot.press("v")
+        assert main.metrics == "speculators"
+        bar = widget_text(app, "#accuracy")
+        spec = tot[0]["trainer"]["speculators"]
+        assert fmt(spec["full_acc"]) in bar and fmt(spec["cond_acc"]) in bar
+        assert fmt(sample0[0]["trainer"]["speculators"]["full_acc"]) in bar
+        full_by_step = " ".join(
+            f"{100 * s['trainer']['speculators']['full_acc']['acc']:.1f}" for s in tot
+        )
+        assert f"{full_by_step}% / " in bar
+        assert "speculators' own" in main.query_one("#accuracy").border_title
+        await pilot.press("v")
+        assert main.metrics == "specforge"
+        bar = widget_text(app, "#accuracy")
+        assert fmt(tot[0]["trainer"]["specforge"]["acc"]) in bar
+        assert fmt(sample0[0]["trainer"]["specforge"]["acc"]) in bar
+        assert f"{ref['specforge_simulated_acc_len']:.3f}" in bar
+        assert fmt(tot[0]["all_tok"]) not in bar
+        await pilot.press("v")
+        assert main.metrics == "ours" and fmt(tot[0]["all_tok"]) in widget_text(app, "#accuracy")
+
+
+async def test_trainer_view_without_target_says_it_needs_target(syn):
+    app = make_app(syn, fill=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, fill=False)
+        await pilot.press("v")
+        bar = widget_text(app, "#accuracy")
+        assert app.main.metrics == "speculators" and "needs --target" in bar
+        await pilot.press("f1")
+        await until(pilot, lambda: type(app.screen).__name__ == "HelpScreen")
+        help_md = app.screen.query_one("#help-md").content.markup  # the whole text, scrolled or not
+        for term in ("full_acc_k", "cond_acc_k", "acc_k", "simulated_acc_len", "in-vocab"):
+            assert f"**{term}**" in help_md
+        assert "Which one is your training log?" in help_md
+        await pilot.press("escape")
+
+
+async def test_palette_switches_the_accuracy_view(syn):
+    app = make_app(syn, fill=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, fill=False)
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"accuracy view")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await until(pilot, lambda: app.main.metrics == "speculators")

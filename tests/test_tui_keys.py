@@ -28,7 +28,7 @@ async def shared_app(inputs):
     app = make_app(inputs, fill=True)
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await settle(pilot)
-        assert app.main.session is not None, app.main.messages
+        assert app.main.state.session is not None, app.main.messages
         yield app, pilot
 
 
@@ -38,19 +38,20 @@ async def reset(app, pilot) -> None:
     while len(app.screen_stack) > 1:
         app.pop_screen()
         await pilot.pause()
-    main.pins.clear()
+    main.state.pins.clear()
     main.mask_only = False
     main.colour = "hit"
+    main.metrics = "ours"
     main.query_one("TokenStrip").set_mode("hit")
     lst = main.query_one("SampleList")
     lst.sort_mode = 0
     lst.apply_sort()
-    main.rows.clear()
-    main.set_wiring(main.session.presets["train"])
+    main.state.rows.clear()
+    main.set_wiring(main.state.session.presets["train"])
     main.set_sample(0)
-    main.gen += 1
-    main.view = None
-    main._request_view()
+    main.state.gen += 1
+    main.state.view = None
+    main.request_view()
     main.messages.clear()
     main.set_focus(None)
     await settle(pilot)
@@ -69,7 +70,7 @@ async def opened_fill(opened):
 
 
 def row(app) -> int:
-    return app.main.rows[app.main.sample]
+    return app.main.state.rows[app.main.state.sample]
 
 
 @pytest.mark.parametrize("key", ["right", "l"])
@@ -94,7 +95,7 @@ async def test_previous_position(opened, key):
 async def test_home_end(opened):
     app, pilot = opened
     await pilot.press("end")
-    assert row(app) == app.main.view.n_rows - 1
+    assert row(app) == app.main.state.view.n_rows - 1
     await pilot.press("home")
     assert row(app) == 0
 
@@ -105,18 +106,18 @@ async def test_sample_keys(opened, key, delta):
     if delta < 0:
         await pilot.press("right_square_bracket")
         await settle(pilot, fill=False)
-    s0 = app.main.sample
+    s0 = app.main.state.sample
     await pilot.press(key)
     await settle(pilot, fill=False)
-    assert app.main.sample == s0 + delta
-    assert app.main.view.sample == s0 + delta
+    assert app.main.state.sample == s0 + delta
+    assert app.main.state.view.sample == s0 + delta
     assert f"sample #{s0 + delta} of 3" in screen_text(app)
 
 
 @pytest.mark.parametrize("key", ["n", "f8"])
 async def test_next_miss(opened, key):
     app, pilot = opened
-    v = app.main.view
+    v = app.main.state.view
     r0 = row(app)
     await pilot.press(key)
     r1 = row(app)
@@ -128,7 +129,7 @@ async def test_next_miss(opened, key):
 @pytest.mark.parametrize("key", ["N", "shift+f8"])
 async def test_previous_miss(opened, key):
     app, pilot = opened
-    v = app.main.view
+    v = app.main.state.view
     await pilot.press("end")
     r0 = row(app)
     await pilot.press(key)
@@ -144,14 +145,14 @@ async def test_flip_keys_step_through_flipped_positions(opened):
     assert any("pin a reference" in m for m in main.messages)
     await pilot.press("s", "p", "t")  # pin serve, back to train
     await settle(pilot, fill=False)
-    assert main.ref == main.session.presets["serve"]
+    assert main.state.ref == main.state.session.presets["serve"]
     # Find a sample with flips (random drafts flip few positions).
     for _ in range(3):
-        if len(main.view.flipped_rows):
+        if len(main.state.view.flipped_rows):
             break
         await pilot.press("right_square_bracket")
         await settle(pilot, fill=False)
-    flips = main.view.flipped_rows
+    flips = main.state.view.flipped_rows
     assert len(flips), "no flipped position in any synthetic sample"
     await pilot.press("home", "f")
     assert row(app) == int(flips[0]) or (
@@ -181,18 +182,18 @@ async def test_goto(opened):
 async def test_wiring_editor(opened):
     app, pilot = opened
     main = app.main
-    w0 = main.wiring
+    w0 = main.state.wiring
     await pilot.press("w")
     assert type(app.screen).__name__ == "WiringEditor"
     await pilot.press("down", "down", "right", "enter")  # block 2: next slot
     await settle(pilot, fill=False)
-    assert main.wiring == (w0[0], w0[1], (w0[2] + 1) % 4)
-    assert main.view.wiring == main.wiring
+    assert main.state.wiring == (w0[0], w0[1], (w0[2] + 1) % 4)
+    assert main.state.view.wiring == main.state.wiring
     await pilot.press("w", "s", "enter")  # the serve preset from inside the editor
     await settle(pilot, fill=False)
-    assert main.wiring == main.session.presets["serve"]
+    assert main.state.wiring == main.state.session.presets["serve"]
     await pilot.press("w", "0", "escape")  # cancelled: unchanged
-    assert main.wiring == main.session.presets["serve"]
+    assert main.state.wiring == main.state.session.presets["serve"]
 
 
 async def test_train_and_serve_presets(opened):
@@ -200,12 +201,12 @@ async def test_train_and_serve_presets(opened):
     main = app.main
     await pilot.press("s")
     await settle(pilot, fill=False)
-    serve = main.session.presets["serve"]
-    assert main.wiring == serve and main.view.wiring == serve
+    serve = main.state.session.presets["serve"]
+    assert main.state.wiring == serve and main.state.view.wiring == serve
     assert "fc ← [L2, L4, L6] serve" in screen_text(app)
     await pilot.press("t")
     await settle(pilot, fill=False)
-    assert main.wiring == main.session.presets["train"]
+    assert main.state.wiring == main.state.session.presets["train"]
     assert "fc ← [embed, L2, L4] train" in screen_text(app)
 
 
@@ -214,17 +215,17 @@ async def test_pin_and_unpin(opened):
     main = app.main
     await pilot.press("p")
     await settle(pilot, fill=False)
-    assert main.pins == [main.wiring]
+    assert main.state.pins == [main.state.wiring]
     assert "ref ◆" in screen_text(app)
     await pilot.press("p")
     await settle(pilot, fill=False)
-    assert main.pins == []
+    assert main.state.pins == []
 
 
 async def test_mask_toggle(opened):
     app, pilot = opened
     main = app.main
-    masked = set(main.view.masked_rows.tolist())
+    masked = set(main.state.view.masked_rows.tolist())
     await pilot.press("home")
     assert row(app) not in masked  # the synthetic prompt is unmasked
     await pilot.press("m")
@@ -259,7 +260,7 @@ async def test_sort_cycle(opened_fill):
     assert seen == [1, 2, 3, 4, 0]
     await pilot.press("o", "o")  # by cur accuracy, lowest first
     order = [int(lst.get_row_at(r)[1].plain) for r in range(lst.row_count)]
-    accs = [app.main.stats[(i, app.main.wiring)][0].all_tok.acc for i in order]
+    accs = [app.main.state.stats[(i, app.main.state.wiring)][0].all_tok.acc for i in order]
     assert accs == sorted(accs)
 
 
@@ -274,8 +275,11 @@ async def test_export(opened, tmp_path, monkeypatch):
     assert len(files) == 1 and not list(tmp_path.glob(".*.tmp"))
     doc = json.loads(files[0].read_text())
     slots = {tuple(w["wiring"]) for w in doc["wirings"]}
-    assert {app.main.session.presets["train"], app.main.session.presets["serve"]} <= slots
-    n_rows = app.main.view.n_rows
+    assert {
+        app.main.state.session.presets["train"],
+        app.main.state.session.presets["serve"],
+    } <= slots
+    n_rows = app.main.state.view.n_rows
     assert all(len(w["positions"]) == n_rows for w in doc["wirings"])
     assert doc["wirings"][0]["positions"][0]["true_text"] is not None
 
@@ -294,7 +298,7 @@ async def test_doctor_screen_applies_wiring(opened, monkeypatch):
 
     app, pilot = opened
     main = app.main
-    serve = main.session.presets["serve"]
+    serve = main.state.session.presets["serve"]
     report = DoctorReport(
         best_wiring=serve,
         wirings=[],
@@ -321,7 +325,7 @@ async def test_doctor_screen_applies_wiring(opened, monkeypatch):
     await pilot.press("down", "enter")
     await settle(pilot, fill=False)
     assert type(app.screen).__name__ == "MainScreen"
-    assert main.wiring == serve
+    assert main.state.wiring == serve
 
 
 async def test_doctor_screen_shows_failure(opened, monkeypatch):
@@ -406,18 +410,21 @@ async def test_command_palette_runs_actions(opened):
     await pilot.pause(0.3)
     await pilot.press("enter")
     await settle(pilot, fill=False)
-    assert app.main.wiring == app.main.session.presets["serve"]
+    assert app.main.state.wiring == app.main.state.session.presets["serve"]
 
 
 async def test_every_key_in_help_and_palette():
+    """Help and palette read the bindings themselves: every binding's title and keys are listed."""
+    from inspector.tui.keys import MAIN_KEYS, actions, describe
     from inspector.tui.screens.help import keys_markdown
-    from inspector.tui.screens.main import ACTIONS, MainScreen
+    from inspector.tui.screens.main import MainScreen
 
+    assert MainScreen.BINDINGS is MAIN_KEYS
     md = keys_markdown()
-    actions = {b.action for b in MainScreen.BINDINGS}
-    assert actions <= set(ACTIONS)
-    for a in actions:
-        assert ACTIONS[a][0] in md
+    for b in MAIN_KEYS:
+        title, text = describe(b)
+        assert title and text and f"**{title}**: {text}." in md, b
+    assert len({a.title for a in actions()}) == len(actions())  # no two actions share a title
     for key in [
         "←",
         "→",
@@ -430,28 +437,42 @@ async def test_every_key_in_help_and_palette():
         "`N`",
         "Shift+F8",
         "`f`",
+        "`F`",
         "`g`",
         "`w`",
         "`t`",
         "`s`",
         "`p`",
+        "`v`",
         "`m`",
+        "`c`",
         "`o`",
         "`e`",
         "`d`",
         "F1",
         "?",
         "`q`",
+        "Home",
+        "End",
     ]:
         assert key in md, key
 
 
 async def test_palette_lists_every_action(opened):
-    from inspector.tui.screens.main import ACTIONS
+    from inspector.tui.keys import actions
 
     app, _ = opened
-    titles = {c.title for c in app.get_system_commands(app.main)}
-    assert {t for t, _ in ACTIONS.values()} <= titles
+    commands = {c.title: c.help for c in app.get_system_commands(app.main)}
+    for a in actions():
+        assert commands.get(a.title) == a.text, a.title
+
+
+async def test_palette_refuses_what_needs_a_sample(opened):
+    app, pilot = opened
+    main = app.main
+    main.state.view = None  # as while the first sample computes
+    assert not main.ready_for("step") and not main.ready_for("export")
+    assert main.ready_for("help") and main.ready_for("preset") and main.ready_for("cycle_metrics")
 
 
 async def test_click_on_token_moves_cursor(opened):
@@ -469,7 +490,7 @@ async def test_sample_list_enter_opens_sample(opened):
     lst.focus()
     await pilot.press("down", "down", "enter")
     await settle(pilot, fill=False)
-    assert app.main.sample == 2
+    assert app.main.state.sample == 2
 
 
 async def test_rows_are_predictions_of_token_j_plus_2(inputs):

@@ -54,3 +54,10 @@ def test_colour_by_p_masked_only_100x30(snap_compare):
 def test_wiring_editor_120x40(snap_compare):
     app = make_app(demo_inputs())
     assert snap_compare(app, terminal_size=(120, 40), run_before=run_then("w", "down", "right"))
+
+
+def test_trainer_view_120x40(snap_compare):
+    """Serve pinned, back on train, `v`: speculators' own full_acc / cond_acc per wiring."""
+    app = make_app(demo_inputs())
+    keys = ("s", "p", "t", "v")
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_then(*keys))

@@ -74,12 +74,16 @@ async def settle(pilot, *, fill: bool = True, timeout: float = 30.0) -> None:
         await pilot.pause(0.02)
         main = app.main
         eng = app.engine
-        if main.session is None and main.status == "load failed":
+        if main.state.session is None and main.status == "load failed":
             return
         if (
-            main.session is not None
-            and not main.pending
-            and (main.view is not None or main.wiring is None or main.errors.get(main.sample))
+            main.state.session is not None
+            and not main.state.pending
+            and (
+                main.state.view is not None
+                or main.state.wiring is None
+                or main.state.errors.get(main.state.sample)
+            )
             and eng is not None
             and eng.idle
             and (not fill or not eng.fill_pending())

@@ -155,7 +155,7 @@ def test_export_document_from_engine(tmp_path, monkeypatch):
 
 # --- formatting ----------------------------------------------------------------------------------
 def test_number_formats():
-    from inspector.tui.view import fmt_float, fmt_norm
+    from inspector.formatting import fmt_float, fmt_norm
 
     assert fmt_float(float("nan")) == "NaN" and fmt_float(float("inf")) == "Inf"
     assert fmt_float(float("-inf")) == "-Inf"
@@ -167,6 +167,17 @@ def test_number_formats():
         "2.5e6",
     ]
     assert fmt_norm(float("nan")) == "NaN"
+
+
+def test_one_percent_formatter_and_escaped_text():
+    from inspector.formatting import pct, printable
+    from inspector.metrics import Counts
+
+    assert pct(0.3125) == "31.2%" and pct(None) == "-"
+    assert pct(-0.0123, suffix="", signed=True) == "-1.2" and pct(0.5, suffix="") == "50.0"
+    assert Counts(386, 1235).fmt() == f"386/1235 {pct(386 / 1235)}"
+    assert printable("run[/bold].pt") == "run[/bold].pt"  # markup is the renderer's business
+    assert printable("a\x1b[31mb\nc\td\x07é\u200b") == "a\\x1b[31mb\\nc\\td\\x07é\\u200b"
 
 
 def test_importing_the_app_imports_neither_torch_nor_numpy():

@@ -16,6 +16,7 @@ from inspector.commands.output import safe, stdout_console, write_json, write_js
 from inspector.errors import InputError
 from inspector.evaluate import Report
 from inspector.evaluate.positions import PositionSpool
+from inspector.formatting import pct
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -112,7 +113,7 @@ def _nonfinite(position: dict) -> bool:
 
 
 def _pct(c) -> str:
-    return "-" if c.acc is None else f"{100 * c.acc:.1f}%"
+    return pct(c.acc)
 
 
 def render_report(report: Report) -> Table:
@@ -134,10 +135,10 @@ def render_report(report: Report) -> Table:
     for w in report.wirings:
         name = w.label.split(" [")[0] if " [" in w.label else "custom"
         row = [safe(name), safe(w.wiring.label(report.slots))]
-        row += [f"{s.all_tok.hits}/{s.all_tok.total} {_pct(s.all_tok)}" for s in w.steps]
+        row += [s.all_tok.fmt() for s in w.steps]
         row += [""] * (k_max - len(w.steps))
         s0 = w.steps[0] if w.steps else None
-        row.append(f"{s0.in_vocab.hits}/{s0.in_vocab.total} {_pct(s0.in_vocab)}" if s0 else "-")
+        row.append(s0.in_vocab.fmt() if s0 else "-")
         row.append(_pct(s0.coverage) if s0 else "-")
         if k_max > 1:
             row.append(f"{w.acceptance_length:.2f}")
@@ -205,7 +206,7 @@ def render_trainer(report: Report, family: str) -> tuple[Text, Table]:
 
 
 def _counts(c) -> str:
-    return "-" if c is None else f"{c.hits}/{c.total} {_pct(c)}"
+    return "-" if c is None else c.fmt()
 
 
 def render_per_sample(report: Report) -> Table:
@@ -220,9 +221,6 @@ def render_per_sample(report: Report) -> Table:
         table.add_row(
             str(idx),
             safe(path.rsplit("/", 1)[-1]),
-            *(
-                f"{c[2][0].all_tok.hits}/{c[2][0].all_tok.total} {_pct(c[2][0].all_tok)}"
-                for c in cells
-            ),
+            *(c[2][0].all_tok.fmt() for c in cells),
         )
     return table

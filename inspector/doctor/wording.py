@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from inspector.doctor.report import VocabRepair, WiringCase
+from inspector.formatting import pct
 
 if TYPE_CHECKING:
     from inspector.doctor.alignment import AlignmentFacts
@@ -26,10 +27,6 @@ WRITE_FIXED = "eagle-inspect doctor CKPT SAMPLES --write-fixed OUT"
 class Text(NamedTuple):
     summary: str
     fix: str = ""
-
-
-def pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
 
 
 # --- vocab map ---------------------------------------------------------------------------------

@@ -10,13 +10,16 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual.app import App, SystemCommand
 from textual.screen import Screen
 
-from inspector.tui.engine import Engine, Loader, default_loader
-from inspector.tui.screens.main import ACTIONS, MainScreen
+from inspector.tui.engine import Engine
+from inspector.tui.keys import ActionHelp, actions
+from inspector.tui.loader import Loader, default_loader
+from inspector.tui.messages import DeviceEvent
+from inspector.tui.screens.main import MainScreen
 
 if TYPE_CHECKING:
     from inspector.session import Inputs
@@ -78,8 +81,9 @@ class InspectorApp(App):
         self.t_first_paint = time.perf_counter()
         self.torch_at_first_paint = "torch" in sys.modules
         self.numpy_at_first_paint = "numpy" in sys.modules
+        main = self.main
         self.engine = Engine(
-            self.main.post_message,
+            lambda event: main.post_message(DeviceEvent(event)),
             self.loader,
             initial_wiring=self.initial_wiring,
             fill=self.fill,
@@ -95,11 +99,11 @@ class InspectorApp(App):
         yield from super().get_system_commands(screen)
         if not isinstance(screen, MainScreen):
             return
-        for action, (title, help_text) in ACTIONS.items():
-            yield SystemCommand(title, help_text, partial(self._palette_action, screen, action))
+        for a in actions(screen.BINDINGS):
+            yield SystemCommand(a.title, a.text, partial(self._palette_action, screen, a))
 
-    async def _palette_action(self, screen: MainScreen, action: str) -> Any:
-        if not screen.ready_for(action.split("(")[0]):
-            self.notify(f"{ACTIONS[action][0]}: not available yet")
+    async def _palette_action(self, screen: MainScreen, a: ActionHelp) -> None:
+        if not screen.ready_for(a.name):
+            self.notify(f"{a.title}: not available yet", markup=False)
             return
-        await self.run_action(action, screen)
+        await self.run_action(a.action, screen)

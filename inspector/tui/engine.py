@@ -1,7 +1,8 @@
-"""The one thread that owns the device, and the messages it sends back to the UI.
+"""The one thread that owns the device.
 
 Everything that touches torch runs here: loading, forwards, slot norms, the doctor, exports. The UI
-thread only posts requests and reads the numpy results that come back as messages.
+thread only posts requests and reads the numpy results that come back as `events` (plain
+dataclasses: this module never imports Textual; the app turns them into messages).
 
 Requests are not a plain queue:
 - a view request (sample + wirings) *replaces* any view request not yet started, so a held key
@@ -21,202 +22,26 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from textual.message import Message
-
 from inspector.cache import ByteLRU
+from inspector.tui.events import (
+    Event,
+    Loaded,
+    LoadFailed,
+    LoadProgress,
+    StatsBatch,
+    TaskDone,
+    ViewData,
+    ViewFailed,
+)
+from inspector.tui.loader import Loader
+from inspector.tui.summary import SampleData, Session, build_sample_data, error_text, make_session
 
-if TYPE_CHECKING:  # numpy/torch types only; never imported at module load
-    import numpy as np
-
-    from inspector.formats.tokenizer import TokenDecoder
-    from inspector.memory import MemoryBudget
-    from inspector.session import Inputs
-
-WiringKey = tuple[int, ...]
-
-
-# --- data sent to the UI ---------------------------------------------------------------------
-@dataclass
-class Session:
-    """What the UI needs to know about the loaded draft and sample set."""
-
-    checkpoint: str
-    name: str
-    layout: str
-    device: str
-    dtype: str
-    files: list[str]
-    sample_format: str
-    slot_info: list[Any]  # SlotInfo
-    n_blocks: int
-    ttt_steps: int
-    fc_norms: list[float]
-    presets: dict[str, WiringKey | None]
-    preset_errors: dict[str, str]
-    initial: WiringKey | None
-    initial_error: str | None
-    decoder: TokenDecoder
-    tokenizer: str | None
-    input_paths: list[str]
-    notes: list[str] = field(default_factory=list)
-    load_s: float = 0.0
-    budget: MemoryBudget | None = None  # the caches' byte budget (the app's views take a share)
-
-    def slot_label(self, i: int) -> str:
-        return self.slot_info[i].label if 0 <= i < len(self.slot_info) else f"s{i}"
-
-    def wiring_label(self, w: Sequence[int]) -> str:
-        return "[" + ", ".join(self.slot_label(i) for i in w) + "]"
-
-    def preset_name(self, w: Sequence[int]) -> str | None:
-        for name, p in self.presets.items():
-            if p is not None and tuple(p) == tuple(w):
-                return name
-        return None
-
-
-@dataclass
-class SampleData:
-    """The wiring-independent part of a sample, as numpy (computed once per sample)."""
-
-    index: int
-    path: str
-    length: int
-    input_ids: np.ndarray  # int64 [T]
-    loss_mask: np.ndarray  # bool [T]
-    texts: list[str]  # visible text of every token
-    ends_line: list[bool]
-    slot_norms: np.ndarray  # [S, T] float32, NaN/Inf kept
-    slot_mean: np.ndarray  # [S] mean norm over the hidden states of loss-masked rows
-    slot_nonfinite: np.ndarray  # [S] count of positions with a NaN/Inf norm
-    warnings: list[str] = field(default_factory=list)
-
-
-# --- messages ----------------------------------------------------------------------------------
-class LoadProgress(Message):
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
-
-
-class Loaded(Message):
-    def __init__(self, session: Session) -> None:
-        super().__init__()
-        self.session = session
-
-
-class LoadFailed(Message):
-    def __init__(self, error: str) -> None:
-        super().__init__()
-        self.error = error
-
-
-class ViewData(Message):
-    """Predictions of one sample under some wirings; prefetch=True when nobody asked to see it."""
-
-    def __init__(self, gen: int, sample: SampleData, preds: dict[WiringKey, Any], prefetch: bool):
-        super().__init__()
-        self.gen = gen
-        self.sample = sample
-        self.preds = preds
-        self.prefetch = prefetch
-
-
-class ViewFailed(Message):
-    def __init__(self, gen: int, sample: int, error: str, kind: str) -> None:
-        super().__init__()
-        self.gen = gen
-        self.sample = sample
-        self.error = error
-        self.kind = kind  # "sample" (bad input), "oom", "error"
-
-
-class StatsBatch(Message):
-    """Per-sample metrics (sample, wiring, [StepMetrics], length) and failed samples."""
-
-    def __init__(
-        self,
-        items: list[tuple[int, WiringKey, list, int]],
-        errors: list[tuple[int, str]],
-    ) -> None:
-        super().__init__()
-        self.items = items
-        self.errors = errors
-
-
-class TaskDone(Message):
-    def __init__(self, kind: str, result: Any = None, error: str | None = None) -> None:
-        super().__init__()
-        self.kind = kind
-        self.result = result
-        self.error = error
-
-
-# --- loading -------------------------------------------------------------------------------------
-Loader = Callable[[Callable[[str], None]], tuple[Any, "TokenDecoder", list[str]]]
-
-
-def default_loader(
-    inputs: Inputs,
-    *,
-    device: str = "auto",
-    dtype: str = "auto",
-    ttt_steps: int = 1,
-    memory_budget: str | None = None,
-) -> Loader:
-    """A loader for the real inputs: evaluator exactly as the CLI builds it, plus the tokenizer."""
-
-    def load(progress: Callable[[str], None]) -> tuple[Any, TokenDecoder, list[str]]:
-        progress("importing torch")
-        import torch
-
-        leave_a_core_for_the_ui(torch, device)
-
-        from inspector.session import load_decoder, load_evaluator
-
-        progress(f"loading {inputs.checkpoint} onto {device}")
-        ev = load_evaluator(
-            inputs, device=device, dtype=dtype, ttt_steps=ttt_steps, memory_budget=memory_budget
-        )
-        progress(f"reading the first of {len(ev.samples)} samples")
-        ev.samples.first  # noqa: B018 - slot layout comes from the first sample
-        decoder, notes = load_decoder(inputs)
-        return ev, decoder, notes
-
-    return load
-
-
-def leave_a_core_for_the_ui(torch: Any, device: str) -> None:
-    """On CPU, run torch on all cores but one, so the UI thread keeps a core of its own.
-
-    torch's intra-op threads spin while they wait; with as many of them as cores, the UI thread
-    and every forward fight for the same cores and both slow down many times over (measured on
-    2 cores: 0.34 s instead of 5 ms per demo sample). OMP_NUM_THREADS, when set, wins.
-    """
-    import os
-
-    if os.environ.get("OMP_NUM_THREADS") or str(device).startswith("cuda"):
-        return
-    if str(device) == "auto" and torch.cuda.is_available():
-        return
-    cores = os.cpu_count() or 1
-    if cores > 1 and torch.get_num_threads() >= cores:
-        torch.set_num_threads(cores - 1)
-
-
-def _error_text(e: BaseException) -> str:
-    from inspector.errors import InputError
-
-    if isinstance(e, InputError):
-        return str(e)
-    return f"{type(e).__name__}: {e}"
-
-
-def _is_oom(e: BaseException) -> bool:
-    return "OutOfMemoryError" in type(e).__name__ or "out of memory" in str(e).lower()
+if TYPE_CHECKING:
+    from inspector.metrics import StepMetrics
+    from inspector.wiring import WiringKey
 
 
 # --- the engine ----------------------------------------------------------------------------------
@@ -236,7 +61,7 @@ class Engine:
 
     def __init__(
         self,
-        post: Callable[[Message], Any],
+        post: Callable[[Event], Any],
         loader: Loader,
         *,
         initial_wiring: str | None = None,
@@ -257,7 +82,7 @@ class Engine:
         self._fill_pos: dict[WiringKey, int] = {}
         self._done: set[tuple[int, WiringKey]] = set()
         self._bad: set[int] = set()
-        self._stats: list[tuple[int, WiringKey, list, int]] = []
+        self._stats: list[tuple[int, WiringKey, list[StepMetrics], int]] = []
         self._stat_errors: list[tuple[int, str]] = []
         self._last_flush = time.monotonic()
         self._current = 0
@@ -323,7 +148,7 @@ class Engine:
             return self._next_fill() is not None or bool(self._stats or self._stat_errors)
 
     # --- the thread --------------------------------------------------------------------------------
-    def _send(self, message: Message) -> None:
+    def _send(self, message: Event) -> None:
         try:
             self._post(message)
         except Exception:  # noqa: BLE001 - the app may be closing
@@ -332,15 +157,25 @@ class Engine:
     def _run(self) -> None:
         t0 = time.perf_counter()
         try:
-            ev, decoder, notes = self._loader(lambda text: self._send(LoadProgress(text)))
-            self.ev = ev
-            budget = getattr(ev, "budget", None)
+            res = self._loader(lambda text: self._send(LoadProgress(text)))
+            self.ev = res.ev
+            budget = getattr(res.ev, "budget", None)
             self._sample_data.max_bytes = (
                 budget.host_share("app_samples") if budget is not None else 256 * 2**20
             )
-            self.session = self._make_session(ev, decoder, notes, time.perf_counter() - t0)
+            self._bad.update(i for i, _ in res.skipped)
+            self.session = make_session(
+                res.ev,
+                res.decoder,
+                res.notes,
+                initial_spec=self._initial_spec,
+                input_paths=self._input_paths,
+                load_s=time.perf_counter() - t0,
+                first_sample=res.first_sample,
+                skipped=res.skipped,
+            )
         except BaseException as e:  # noqa: BLE001 - reported in the app, which stays up
-            self._send(LoadFailed(_error_text(e)))
+            self._send(LoadFailed(error_text(e)))
             return
         self._send(Loaded(self.session))
         while True:
@@ -376,91 +211,14 @@ class Engine:
                     return self._flush_stats
                 self._cond.wait()
 
-    def _make_session(self, ev: Any, decoder: TokenDecoder, notes: list[str], load_s: float):
-        draft = ev.draft
-        infos = ev.slot_info
-        presets: dict[str, WiringKey | None] = {}
-        preset_errors: dict[str, str] = {}
-        for name in ("train", "serve"):
-            try:
-                presets[name] = ev.wiring(name).slots
-            except Exception as e:  # noqa: BLE001
-                presets[name] = None
-                preset_errors[name] = _error_text(e)
-        initial: WiringKey | None = None
-        initial_error = None
-        spec = self._initial_spec or "train"
-        try:
-            initial = ev.wiring(spec).slots
-        except Exception as e:  # noqa: BLE001
-            initial_error = f"--wiring {spec}: {_error_text(e)}"
-            initial = presets.get("train") or presets.get("serve")
-        all_notes = list(getattr(draft, "notes", []) or []) + notes
-        return Session(
-            checkpoint=str(draft.path),
-            name=str(draft.name),
-            layout=str(draft.layout),
-            device=str(ev.device),
-            dtype=str(draft.dtype).replace("torch.", ""),
-            files=[str(f) for f in ev.samples.files],
-            sample_format=str(ev.samples.format),
-            slot_info=list(infos),
-            n_blocks=int(ev.n_blocks),
-            ttt_steps=int(ev.ttt_steps),
-            fc_norms=[float(x) for x in draft.fc_block_norms()],
-            presets=presets,
-            preset_errors=preset_errors,
-            initial=initial,
-            initial_error=initial_error,
-            decoder=decoder,
-            tokenizer=decoder.source,
-            input_paths=self._input_paths,
-            notes=all_notes,
-            load_s=load_s,
-            budget=getattr(ev, "budget", None),
-        )
-
     # --- jobs --------------------------------------------------------------------------------------
     def sample_data(self, i: int) -> SampleData:
         """The wiring-independent arrays of sample i (device thread only)."""
         cached = self._sample_data.get(i)
         if cached is not None:
             return cached
-        import numpy as np
-
-        ev = self.ev
-        s = ev.samples[i]
-        ids = s.input_ids.numpy().astype(np.int64)
-        mask = s.loss_mask.numpy().astype(bool)
-        norms = np.asarray(ev.slot_norms(i), dtype=np.float32)
-        t = ids.size
-        # Row j reads the hidden states at position j and counts when loss_mask[j + 1] is set.
-        rows = np.zeros(t, dtype=bool)
-        rows[: max(t - 2, 0)] = mask[1 : t - 1]
-        sel = rows if rows.any() else np.ones(t, dtype=bool)
-        with np.errstate(invalid="ignore", over="ignore"):
-            mean = norms[:, sel].astype(np.float64).mean(axis=1)
-        nonfinite = (~np.isfinite(norms)).sum(axis=1)
         decoder = self.session.decoder if self.session else None
-        if decoder is not None:
-            texts = [decoder.visible(int(x)) for x in ids]
-            ends = [decoder.ends_line(int(x)) for x in ids]
-        else:
-            texts, ends = [str(int(x)) for x in ids], [False] * t
-        data = SampleData(
-            index=i,
-            path=str(s.path),
-            length=t,
-            input_ids=ids,
-            loss_mask=mask,
-            texts=texts,
-            ends_line=ends,
-            slot_norms=norms,
-            slot_mean=mean,
-            slot_nonfinite=nonfinite,
-            warnings=list(s.warnings),
-        )
-        return self._sample_data.put(i, data)
+        return self._sample_data.put(i, build_sample_data(self.ev, i, decoder))
 
     def _predict_all(self, i: int, wirings: Sequence[WiringKey]) -> dict[WiringKey, Any]:
         from inspector.wiring import Wiring
@@ -481,21 +239,31 @@ class Engine:
         self._stats.append((i, w, list(pred.metrics), length))
 
     def _failed(self, i: int, e: BaseException) -> tuple[str, str]:
-        if _is_oom(e):
-            try:
-                import torch
-
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-            except Exception:  # noqa: BLE001
-                pass
-            return "oom", f"out of device memory on sample #{i}: {_error_text(e)}"
+        """(kind, text) of a failed job on sample i; a bad sample is not tried again."""
         from inspector.errors import InputError
 
+        if self._free_after_oom(e):
+            return "oom", f"out of device memory on sample #{i}: {error_text(e)}"
         if isinstance(e, InputError):
             self._bad.add(i)
-            return "sample", _error_text(e)
-        return "error", _error_text(e)
+            return "sample", error_text(e)
+        return "error", error_text(e)
+
+    @staticmethod
+    def _free_after_oom(e: BaseException) -> bool:
+        """After an out-of-memory error, hand the allocator's cached blocks back; True if it was one."""
+        from inspector.evaluate import is_oom
+
+        if not is_oom(e):
+            return False
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001 - freeing is best effort
+            pass
+        return True
 
     def _serve_view(self, req: _ViewRequest) -> None:
         self._current = req.sample
@@ -581,8 +349,7 @@ class Engine:
         try:
             result = fn(self.ev)
         except Exception as e:  # noqa: BLE001 - shown in the app
-            if _is_oom(e):
-                self._failed(-1, e)
-            self._send(TaskDone(kind, error=_error_text(e)))
+            self._free_after_oom(e)
+            self._send(TaskDone(kind, error=error_text(e)))
         else:
             self._send(TaskDone(kind, result=result))

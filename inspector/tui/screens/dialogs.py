@@ -5,11 +5,23 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, ScreenResultType
 from textual.widgets import Input, Label
 
 
-class GotoScreen(ModalScreen[int | None]):
+class Dialog(ModalScreen[ScreenResultType]):
+    """A modal screen that closes only while it is on top.
+
+    Textual's `dismiss` pops whatever screen is on top. Keys queued faster than screens change
+    (a held Enter, a paste, Enter then Escape) can reach a dialog after it was dismissed: its
+    second dismiss would pop the screen underneath, the main screen included."""
+
+    def close(self, result: ScreenResultType | None = None) -> None:
+        if self.is_current:
+            self.dismiss(result)
+
+
+class GotoScreen(Dialog[int | None]):
     """Ask for a position number; Enter jumps, Escape cancels."""
 
     BINDINGS = [Binding("escape", "cancel", "cancel")]
@@ -27,12 +39,12 @@ class GotoScreen(ModalScreen[int | None]):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         text = event.value.strip()
         if not text:
-            self.dismiss(None)
+            self.close(None)
             return
         try:
-            self.dismiss(int(text))
+            self.close(int(text))
         except ValueError:
-            self.notify(f"{text!r} is not a position", severity="error")
+            self.notify(f"{text!r} is not a position", severity="error", markup=False)
 
     def action_cancel(self) -> None:
-        self.dismiss(None)
+        self.close(None)

@@ -19,15 +19,18 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
-from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
+from inspector.formatting import printable
+from inspector.tui.screens.dialogs import Dialog
+from inspector.wiring import WiringKey
+
 if TYPE_CHECKING:
     from inspector.doctor import DoctorReport, Finding
-    from inspector.tui.engine import Engine, Session
+    from inspector.tui.engine import Engine
+    from inspector.tui.summary import Session
 
-WiringKey = tuple[int, ...]
 N_SAMPLES = 4
 SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "green"}
 
@@ -94,7 +97,7 @@ def doctor_job(
     return job
 
 
-class DoctorScreen(ModalScreen[WiringKey | None]):
+class DoctorScreen(Dialog[WiringKey | None]):
     BINDINGS = [
         Binding("escape,q", "close", "close"),
         Binding("a", "apply_best", "apply best wiring"),
@@ -128,7 +131,7 @@ class DoctorScreen(ModalScreen[WiringKey | None]):
 
     def on_doctor_progress(self, m: DoctorProgress) -> None:
         if self.report is None:
-            self.query_one("#doctor-status", Static).update(m.text)
+            self.query_one("#doctor-status", Static).update(Text(printable(m.text)))
 
     def on_doctor_finished(self, m: DoctorFinished) -> None:
         outcome = m.outcome
@@ -136,7 +139,9 @@ class DoctorScreen(ModalScreen[WiringKey | None]):
             return
         if outcome.report is None:
             status = self.query_one("#doctor-status", Static)
-            status.update(Text(f"doctor failed: {outcome.error}", style="bold red"))
+            status.update(
+                Text(f"doctor failed: {printable(outcome.error or '')}", style="bold red")
+            )
             return
         self.show_report(outcome.report)
 
@@ -155,7 +160,7 @@ class DoctorScreen(ModalScreen[WiringKey | None]):
             t = Text()
             t.append(f"{f.severity:<7} ", style=SEVERITY_STYLE.get(f.severity, ""))
             t.append(f"{f.kind}: ", style="bold")
-            t.append(f.summary)
+            t.append(printable(f.summary))  # summaries may name sample files
             if f.wiring is not None:
                 t.append("  ⏎ apply", style="italic")
             options.append(Option(t))
@@ -175,7 +180,7 @@ class DoctorScreen(ModalScreen[WiringKey | None]):
         f = self.findings[index]
         parts: list[Text] = []
         if f.fix:
-            parts.append(Text.assemble(("fix ", "bold"), f.fix))
+            parts.append(Text.assemble(("fix ", "bold"), printable(f.fix)))
         if f.wiring is not None:
             label = self.session.wiring_label(f.wiring)
             parts.append(Text.assemble(("wiring ", "bold"), label, "  (Enter applies it)"))
@@ -193,19 +198,19 @@ class DoctorScreen(ModalScreen[WiringKey | None]):
         i = event.option_index
         w = self.findings[i].wiring if i < len(self.findings) else None
         if w is None:
-            self.notify("this finding names no wiring to apply")
+            self.notify("this finding names no wiring to apply", markup=False)
             return
-        self.dismiss(tuple(int(x) for x in w))
+        self.close(tuple(int(x) for x in w))
 
     def action_apply_best(self) -> None:
         if self.report is None:
-            self.notify("no result yet")
+            self.notify("no result yet", markup=False)
             return
-        self.dismiss(tuple(int(x) for x in self.report.best_wiring))
+        self.close(tuple(int(x) for x in self.report.best_wiring))
 
     def action_close(self) -> None:
         self._cancel.set()
-        self.dismiss(None)
+        self.close(None)
 
     def on_unmount(self) -> None:
         self._cancel.set()

@@ -5,21 +5,10 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
-KEY_NAMES = {
-    "left": "←",
-    "right": "→",
-    "left_square_bracket": "[",
-    "right_square_bracket": "]",
-    "question_mark": "?",
-    "f1": "F1",
-    "f8": "F8",
-    "shift+f8": "Shift+F8",
-    "home": "Home",
-    "end": "End",
-}
+from inspector.tui.keys import actions
+from inspector.tui.screens.dialogs import Dialog
 
 METRICS = """\
 ## Positions
@@ -37,18 +26,34 @@ token ids. The sparkline is p(true) by position (mean per cell).
 
 ## Accuracy bar
 
-* **all-tok**: hits / loss-masked positions, where a hit means the draft's top-1 (mapped to a
-  target id through d2t) equals the true next token. A true token outside the draft vocabulary is
-  a miss, as in serving. The same numbers as `eagle-inspect eval`.
-* **in-vocab**: the same over positions whose true token is in the draft vocabulary.
-* **sample** columns are the current sample; **all samples** sums every sample (the count in
-  brackets shows how many are done while the background fill runs).
-* **●** is the current wiring, **◆** the reference (the last pinned wiring), **◇** older pins.
-* **flipped**: loss-masked positions whose hit/miss differs between ● and ◆ (✓→✗ were hits under
-  the reference and are misses now). `f` steps through them.
-* With `--ttt-steps K` > 1: all-tok of each teacher-forced step and **τ**, the expected accepted
-  length of a greedy chain, 1 + Σ_k Π_{m≤k} c_m, where c_m is
-  the accuracy of step m given steps < m hit at the same position.
+Per wiring: this sample, then all samples (dim while the background fill still runs; the heading
+says how many are done). **●** is the current wiring, **◆** the reference (the last pinned
+wiring), **◇** older pins. `v` switches the numbers: ours, then the checkpoint layout's trainer,
+then the other trainer. Which number is which:
+
+* **all-tok** (ours): hits / loss-masked positions; a hit is the draft's top-1 (mapped to a target
+  id through d2t) equal to the true next token, so a true token outside the draft vocab is a miss.
+  This is what serving accepts, and `eagle-inspect eval`'s number.
+* **in-vocab** (ours): the same over positions whose true token is in the draft vocabulary;
+  **coverage** (`eval`) is the share of true tokens in the draft vocab, the ceiling of all-tok.
+* **τ / accept len** (ours, `--ttt-steps K` > 1): 1 + Σ_k Π_{m≤k} c_m, the expected accepted
+  tokens per greedy draft round; c_m is step m's accuracy given steps < m hit at the same position.
+* **full_acc_k** (speculators): a row hits when steps 0..k *all* match the verifier's argmax within
+  the draft vocab (cumulative); its rows include the one after the last token (no true token needed).
+* **cond_acc_k** (speculators): the full_acc_k hits over the rows whose steps < k all matched: the
+  chance that step k holds given the chain held so far.
+* **acc_k** (SpecForge): per step, teacher forced, the draft matches the target's *full-vocab*
+  argmax (a label outside the draft vocab is a miss); rows where loss_mask[j+k] is set, the
+  sample's last mask entry forced to 0.
+* **simulated_acc_len** (SpecForge): Σ_k Π_{m≤k} acc_m (no +1).
+
+**Which one is your training log?** A speculators log shows full_acc / cond_acc on verifier
+targets, including the row after the last token; a SpecForge log shows acc_k against the target's
+full-vocab argmax (its teacher runs in bf16, so a few near-tie rows may differ). The serving number
+is ours (all-tok). The trainers' numbers need the verifier's norm + lm_head: open with `--target`.
+
+* **flipped**: loss-masked positions whose hit/miss (ours) differs between ● and ◆ (✓→✗ were hits
+  under the reference and are misses now). `f` steps through them.
 
 ## Position detail
 
@@ -81,19 +86,12 @@ input folder.
 
 
 def keys_markdown() -> str:
-    from inspector.tui.screens.main import ACTIONS, MainScreen
-
-    by_action: dict[str, list[str]] = {}
-    for b in MainScreen.BINDINGS:
-        assert isinstance(b, Binding)
-        keys = [KEY_NAMES.get(k.strip(), k.strip()) for k in b.key.split(",")]
-        by_action.setdefault(b.action, []).extend(keys)
+    """Every key of the main screen with its title and text (from the bindings themselves)."""
     lines = ["## Keys", ""]
-    for action, keys in by_action.items():
-        title, desc = ACTIONS.get(action, (action, ""))
-        key_text = " ".join(f"`{k}`" for k in dict.fromkeys(keys))
-        lines.append(f"* {key_text} **{title}**: {desc}")
-    lines.append("* `ctrl+p` **Command palette**: every action by name")
+    for a in actions():
+        key_text = " ".join(f"`{k}`" for k in dict.fromkeys(a.keys))
+        lines.append(f"* {key_text} **{a.title}**: {a.text}.")
+    lines.append("* `ctrl+p` **Command palette**: every action by name.")
     lines.append("")
     lines.append(
         "In the sample list, ↑/↓ move and Enter opens a sample. "
@@ -102,7 +100,7 @@ def keys_markdown() -> str:
     return "\n".join(lines)
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(Dialog[None]):
     BINDINGS = [
         Binding("escape,q,f1,question_mark", "close", "close"),
     ]
@@ -115,4 +113,4 @@ class HelpScreen(ModalScreen[None]):
             yield Static(Markdown(text, hyperlinks=False), id="help-md")
 
     def action_close(self) -> None:
-        self.dismiss(None)
+        self.close(None)

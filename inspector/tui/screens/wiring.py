@@ -9,16 +9,17 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Static
 
+from inspector.formatting import fmt_float, printable
+from inspector.tui.screens.dialogs import Dialog
+from inspector.wiring import WiringKey
+
 if TYPE_CHECKING:
-    from inspector.tui.engine import Session
-
-WiringKey = tuple[int, ...]
+    from inspector.tui.summary import Session
 
 
-class WiringEditor(ModalScreen[WiringKey | None]):
+class WiringEditor(Dialog[WiringKey | None]):
     """↑/↓ choose the fc block, ←/→ (or a digit) its slot, t/s presets, Enter applies."""
 
     BINDINGS = [
@@ -71,7 +72,7 @@ class WiringEditor(ModalScreen[WiringKey | None]):
                 else:
                     line.append(cell, style="dim")
             norm = s.fc_norms[b] if b < len(s.fc_norms) else float("nan")
-            table.add_row("▶" if b == self.block else " ", f"b{b}", f"{norm:.2f}", line)
+            table.add_row("▶" if b == self.block else " ", f"b{b}", fmt_float(norm), line)
         w = tuple(self.choice)
         summary = Text(f"fc ← {s.wiring_label(w)}")
         name = s.preset_name(w)
@@ -100,16 +101,17 @@ class WiringEditor(ModalScreen[WiringKey | None]):
     def action_preset(self, name: str) -> None:
         w = self.session.presets.get(name)
         if w is None:
-            self.notify(self.session.preset_errors.get(name, f"no {name} preset"), severity="error")
+            error = self.session.preset_errors.get(name, f"no {name} preset")
+            self.notify(printable(error), severity="error", markup=False)
             return
         self.choice = list(w)
         self._paint()
 
     def action_apply(self) -> None:
-        self.dismiss(tuple(self.choice))
+        self.close(tuple(self.choice))
 
     def action_cancel(self) -> None:
-        self.dismiss(None)
+        self.close(None)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "apply":

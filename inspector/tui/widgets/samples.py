@@ -7,6 +7,8 @@ from collections.abc import Callable
 from rich.text import Text
 from textual.widgets import DataTable
 
+from inspector.formatting import pct
+
 SORTS = (
     ("#", "index"),
     ("len", "length, longest first"),
@@ -14,6 +16,7 @@ SORTS = (
     ("ref", "reference accuracy, lowest first"),
     ("Δ", "cur − ref, largest drop first"),
 )
+COLUMN_SORTS = {"idx": 0, "len": 1, "cur": 2, "ref": 3, "delta": 4}  # column key -> sort mode
 
 
 class SampleList(DataTable):
@@ -52,7 +55,7 @@ class SampleList(DataTable):
     @staticmethod
     def _pct(x: float | None) -> Text:
         return Text(
-            "…" if x is None else f"{100 * x:.1f}",
+            "…" if x is None else pct(x, suffix=""),
             justify="right",
             style="dim" if x is None else "",
         )
@@ -89,9 +92,10 @@ class SampleList(DataTable):
             self.update_cell(key, "cur", self._pct(cur))
             self.update_cell(key, "ref", self._pct(ref) if has_ref else "")
             if cur is not None and ref is not None:
-                d = 100 * (cur - ref)
-                style = "red" if d < -0.05 else "green" if d > 0.05 else ""
-                self.update_cell(key, "delta", Text(f"{d:+.1f}", style=style, justify="right"))
+                d = cur - ref
+                style = "red" if d < -0.0005 else "green" if d > 0.0005 else ""
+                delta = Text(pct(d, suffix="", signed=True), style=style, justify="right")
+                self.update_cell(key, "delta", delta)
             else:
                 self.update_cell(key, "delta", "")
 
@@ -129,6 +133,15 @@ class SampleList(DataTable):
             return (d is None, d or 0.0, i)
 
         return key
+
+    def cycle_sort(self, current: int, mode: int | None = None) -> str:
+        """Sort by the next mode (or by `mode`), keep sample `current` under the cursor; returns
+        the sort's description."""
+        self.sort_mode = (self.sort_mode + 1) % len(SORTS) if mode is None else mode
+        self.apply_sort(current)
+        name, desc = SORTS[self.sort_mode]
+        self.border_title = f"samples · {name}"
+        return desc
 
     def apply_sort(self, current: int | None = None) -> None:
         self.sort("idx", key=self.sort_key())

@@ -18,11 +18,11 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-# Token kinds (per token index t; the prediction of row t-2 at TTT step 0).
-NONE, PROMPT, HIT, MISS, OOV = 0, 1, 2, 3, 4
+from inspector.formatting import printable
+from inspector.tui.view import HIT, MISS, NONE, P_BINS, PROMPT
+
 GAP = -1  # stands for a run of hidden (prompt) tokens when only masked positions are shown
 GAP_TEXT = "⋯"
-P_BINS = 10
 
 
 class TokenStrip(ScrollView, can_focus=False):
@@ -72,8 +72,8 @@ class TokenStrip(ScrollView, can_focus=False):
         return self._cursor
 
     def show_message(self, text: str) -> None:
-        """Replace the tokens with one line of text (loading, errors)."""
-        self._message = text
+        """Replace the tokens with one line of text (loading, errors; control characters escaped)."""
+        self._message = printable(text)
         self._texts, self._ends, self._kind, self._pbin, self._show = [], [], [], [], []
         self._cursor = None
         self._relayout()

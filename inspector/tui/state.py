@@ -1,0 +1,364 @@
+"""The main screen's state, without Textual: what is shown, what is known about the set.
+
+`ViewModel` holds the loaded session, the current sample, wiring and pins, the cursor row of each
+sample, the per-sample metrics and the set totals, the failed samples, and the UI-side caches of
+engine results. Its methods change that state and return what the screen must repaint or say; the
+screen (`screens/main.py`) only wires widgets, messages and keys to it. Tests drive it directly.
+
+Rows are the engine's positions: row j feeds x_{j+1} and predicts x_{j+2}.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from inspector.cache import ByteLRU
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from inspector.metrics import StepMetrics
+    from inspector.tui.summary import SampleData, Session
+    from inspector.tui.view import ViewState
+    from inspector.wiring import WiringKey
+
+MAX_PINS = 3
+# Actions that need a sample on screen (the command palette offers them only then).
+NEEDS_VIEW = {"step", "edge", "jump", "goto", "export"}
+FALLBACK_CACHE_BYTES = 256 * 2**20  # a loader without a memory budget (tests)
+
+# The accuracy bar's views: ours (what serving sees) and each trainer's own metrics.
+METRICS = ("ours", "speculators", "specforge")
+
+
+def metrics_order(layout: str) -> tuple[str, ...]:
+    """The order `v` cycles through: ours, then the checkpoint layout's trainer, then the other."""
+    trainers = [m for m in METRICS[1:] if m == layout] + [m for m in METRICS[1:] if m != layout]
+    return ("ours", *trainers)
+
+
+def next_metrics(current: str, layout: str) -> str:
+    order = metrics_order(layout)
+    return order[(order.index(current) + 1) % len(order)] if current in order else order[0]
+
+
+@dataclass
+class SetTotals:
+    """Metrics summed over every sample scored so far under one wiring (`StepMetrics.__add__`
+    sums ours and the trainers' counts alike)."""
+
+    steps: list[StepMetrics]
+    n_samples: int
+
+
+class ListRow(NamedTuple):
+    """One sample-list row: length, step-0 all-tok under the current and reference wirings."""
+
+    length: int | None
+    cur: float | None
+    ref: float | None
+    has_ref: bool
+
+
+class ViewModel:
+    """State of the main screen (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.session: Session | None = None
+        self.sample = 0
+        self.wiring: WiringKey | None = None
+        self.pins: list[WiringKey] = []  # oldest first; the last is the reference
+        self.gen = 0  # generation of the latest view request
+        self.applied_gen = -1  # generation of the view on screen
+        self.pending = False  # a view request is out and nothing newer is shown
+        self.view: ViewState | None = None
+        self.rows: dict[int, int] = {}  # cursor row per sample
+        self.stats: dict[tuple[int, WiringKey], list[StepMetrics]] = {}
+        self.lengths: dict[int, int] = {}
+        self.errors: dict[int, str] = {}
+        self.totals: dict[WiringKey, SetTotals] = {}
+        # Sized by the budget once loaded; what is on screen is held by `view` in any case.
+        self.preds: ByteLRU[tuple[int, WiringKey], Any] = ByteLRU(0)
+        self.samples: ByteLRU[int, SampleData] = ByteLRU(0)
+        self.warned: set[tuple[int, str]] = set()
+
+    # --- session ------------------------------------------------------------------------------
+    def load(self, session: Session) -> list[tuple[int, str]]:
+        """Take a loaded session; returns the samples already known to be unusable."""
+        self.session = session
+        if session.budget is not None:
+            self.preds.max_bytes = session.budget.host_share("app_predictions")
+            self.samples.max_bytes = session.budget.host_share("app_samples")
+        else:
+            self.preds.max_bytes = self.samples.max_bytes = FALLBACK_CACHE_BYTES
+        self.wiring = session.initial
+        self.sample = session.first_sample
+        return [(i, e) for i, e in session.skipped if self.mark_error(i, e)]
+
+    @property
+    def n_samples(self) -> int:
+        return len(self.session.files) if self.session is not None else 0
+
+    @property
+    def n_good(self) -> int:
+        return self.n_samples - len(self.errors)
+
+    @property
+    def ref(self) -> WiringKey | None:
+        return self.pins[-1] if self.pins else None
+
+    def view_wirings(self) -> list[WiringKey]:
+        """The current wiring first, then the pins (oldest first; the last is the reference)."""
+        return [] if self.wiring is None else [self.wiring, *self.pins]
+
+    def distinct(self) -> list[WiringKey]:
+        return list(dict.fromkeys(self.view_wirings()))
+
+    @property
+    def shown(self) -> ViewState | None:
+        """The view, when it is of the current sample (not a stale one kept while computing)."""
+        v = self.view
+        return v if v is not None and v.sample == self.sample else None
+
+    @property
+    def row(self) -> int | None:
+        return None if self.view is None else self.rows.get(self.view.sample)
+
+    def neighbours(self) -> list[int]:
+        return [s for s in (self.sample + 1, self.sample - 1) if 0 <= s < self.n_samples]
+
+    def missing(self, samples: Sequence[int]) -> list[int]:
+        """Those of `samples` without predictions for every shown wiring in the UI cache."""
+        ws = self.distinct()
+        return [s for s in samples if any((s, w) not in self.preds for w in ws)]
+
+    # --- results from the device thread ----------------------------------------------------------
+    def remember_sample(self, data: SampleData) -> list[str]:
+        """Cache a sample's data; returns its warnings not shown before."""
+        self.samples.put(data.index, data)
+        self.lengths[data.index] = data.length
+        new = [w for w in data.warnings if (data.index, w) not in self.warned]
+        self.warned.update((data.index, w) for w in new)
+        return new
+
+    def add_stats(self, i: int, w: WiringKey, metrics: list[StepMetrics], length: int) -> bool:
+        """Count sample i under w in the set totals (once; never a failed sample)."""
+        from inspector.metrics import sum_steps
+
+        if length:
+            self.lengths[i] = length
+        key = (i, w)
+        if key in self.stats or i in self.errors:
+            return False
+        self.stats[key] = metrics
+        tot = self.totals.get(w)
+        if tot is None:
+            self.totals[w] = SetTotals(sum_steps([metrics]), 1)
+        else:
+            tot.steps = sum_steps([tot.steps, metrics])
+            tot.n_samples += 1
+        return True
+
+    def mark_error(self, i: int, error: str) -> bool:
+        """Sample i failed: its metrics leave the totals (as eval skips it). False if known."""
+        from inspector.metrics import sum_steps
+
+        if i in self.errors:
+            return False
+        self.errors[i] = error
+        for w in {w for (j, w) in self.stats if j == i}:
+            del self.stats[(i, w)]
+            tot = self.totals.get(w)
+            if tot is not None:
+                rest = [m for (_, ww), m in self.stats.items() if ww == w]
+                tot.steps = sum_steps(rest)
+                tot.n_samples = len(rest)
+        return True
+
+    def clear_error(self, i: int) -> bool:
+        """A retry of sample i worked (e.g. after an out-of-memory error)."""
+        return self.errors.pop(i, None) is not None
+
+    def add_predictions(self, data: SampleData, preds: dict[WiringKey, Any]) -> bool:
+        """Cache predictions of a sample; True when the set totals moved."""
+        added = False
+        for w, pred in preds.items():
+            self.preds.put((data.index, w), pred)
+            added |= self.add_stats(data.index, w, pred.metrics, data.length)
+        return added
+
+    def list_row(self, i: int) -> ListRow | None:
+        if self.wiring is None:
+            return None
+        cur = self.stats.get((i, self.wiring))
+        ref = self.stats.get((i, self.ref)) if self.ref is not None else None
+        return ListRow(
+            self.lengths.get(i),
+            cur[0].all_tok.acc if cur else None,
+            ref[0].all_tok.acc if ref else None,
+            self.ref is not None,
+        )
+
+    def sample_metrics(self) -> dict[WiringKey, list[StepMetrics]]:
+        """Step metrics of the current sample under each shown wiring computed so far."""
+        out = {}
+        for w in self.distinct():
+            m = self.stats.get((self.sample, w))
+            if m:
+                out[w] = m
+        return out
+
+    def scored(self) -> int:
+        """Samples counted in the totals of every shown wiring (the bar's 'k/n samples')."""
+        return min(
+            (t.n_samples for w in self.view_wirings() if (t := self.totals.get(w))), default=0
+        )
+
+    # --- the view ---------------------------------------------------------------------------------
+    def build_view(self, mask_only: bool) -> bool:
+        """Build the view of the current sample from the UI cache; False if something is missing."""
+        from inspector.tui.view import build_view
+
+        data = self.samples.get(self.sample)
+        if data is None or self.wiring is None:
+            return False
+        preds = {}
+        for w in self.distinct():
+            p = self.preds.get((self.sample, w))
+            if p is None:
+                return False
+            preds[w] = p
+        v = build_view(data, self.wiring, preds[self.wiring], [(w, preds[w]) for w in self.pins])
+        self.view = v
+        if v.sample not in self.rows:
+            self.rows[v.sample] = int(v.masked_rows[0]) if len(v.masked_rows) else 0
+        self.rows[v.sample] = min(self.rows[v.sample], v.n_rows - 1)
+        if mask_only:
+            self.snap_to_masked()
+        return True
+
+    def request(self) -> int:
+        """A new view request: its generation number."""
+        self.gen += 1
+        return self.gen
+
+    def applied(self) -> None:
+        self.pending = False
+        self.applied_gen = self.gen
+
+    # --- the cursor ---------------------------------------------------------------------------------
+    def set_row(self, row: int) -> bool:
+        """Move the cursor (clamped); False when it did not move."""
+        v = self.view
+        if v is None:
+            return False
+        row = max(0, min(int(row), v.n_rows - 1))
+        if self.rows.get(v.sample) == row:
+            return False
+        self.rows[v.sample] = row
+        return True
+
+    def _stops(self, mask_only: bool) -> np.ndarray | None:
+        v = self.view
+        return v.masked_rows if v is not None and mask_only and len(v.masked_rows) else None
+
+    def snap_to_masked(self) -> None:
+        """Move the cursor onto the nearest loss-masked row at or after it."""
+        import numpy as np
+
+        v = self.view
+        if v is None or not len(v.masked_rows):
+            return
+        row = self.rows[v.sample]
+        i = int(np.searchsorted(v.masked_rows, row))
+        self.rows[v.sample] = int(v.masked_rows[min(i, len(v.masked_rows) - 1)])
+
+    def step_target(self, delta: int, mask_only: bool) -> int | None:
+        """The row one step left (delta < 0) or right, over masked rows only with mask_only."""
+        import numpy as np
+
+        v = self.view
+        if v is None:
+            return None
+        row = self.rows[v.sample]
+        rows = self._stops(mask_only)
+        if rows is None:
+            return row + delta
+        i = int(np.searchsorted(rows, row))
+        if delta > 0:
+            i = i + 1 if i < len(rows) and rows[i] == row else i
+        else:
+            i -= 1
+        return int(rows[max(0, min(i, len(rows) - 1))])
+
+    def edge_target(self, last: bool, mask_only: bool) -> int | None:
+        v = self.view
+        if v is None:
+            return None
+        rows = self._stops(mask_only)
+        if rows is None:
+            return v.n_rows - 1 if last else 0
+        return int(rows[-1] if last else rows[0])
+
+    def jump_target(self, rows: np.ndarray | None, forward: bool) -> int | None:
+        """The next (or previous) of `rows` from the cursor, wrapping; None when there is none."""
+        import numpy as np
+
+        v = self.view
+        if v is None or rows is None or not len(rows):
+            return None
+        row = self.rows[v.sample]
+        if forward:
+            i = int(np.searchsorted(rows, row, side="right"))
+            return int(rows[i] if i < len(rows) else rows[0])
+        i = int(np.searchsorted(rows, row, side="left")) - 1
+        return int(rows[i] if i >= 0 else rows[-1])
+
+    def ready_for(self, action: str) -> bool:
+        """Whether an action (its name, without arguments) can run now."""
+        if action in ("help", "quit"):
+            return True
+        if self.session is None or self.wiring is None:
+            return False
+        return action not in NEEDS_VIEW or self.view is not None
+
+    # --- sample and wiring -------------------------------------------------------------------------
+    def select_sample(self, i: int) -> bool:
+        """Make sample i (clamped) current; False when it already is and is shown."""
+        if self.session is None:
+            return False
+        i = max(0, min(int(i), self.n_samples - 1))
+        if i == self.sample and self.shown is not None:
+            return False
+        self.sample = i
+        return True
+
+    def parse_wiring(self, w: Sequence[int]) -> WiringKey:
+        """w validated against the slots and fc blocks (InputError when it does not fit)."""
+        from inspector.wiring import parse_wiring
+
+        assert self.session is not None
+        s = self.session
+        return parse_wiring(list(w), s.slot_info, s.n_blocks).slots
+
+    def toggle_pin(self) -> bool | None:
+        """Pin the current wiring as the reference, or unpin it; True when pinned, None if none."""
+        w = self.wiring
+        if w is None:
+            return None
+        if w in self.pins:
+            self.pins.remove(w)
+            return False
+        self.pins.append(w)
+        if len(self.pins) > MAX_PINS:
+            self.pins.pop(0)
+        return True
+
+    def export_wirings(self, i: int) -> list[WiringKey]:
+        """Every wiring computed so far for sample i (the shown ones first); the shown ones if none."""
+        seen = [w for (j, w) in self.stats if j == i]
+        shown = self.distinct()
+        ordered = [w for w in shown if w in seen] + [w for w in seen if w not in shown]
+        return list(dict.fromkeys(ordered)) or shown

@@ -1,0 +1,181 @@
+"""What the device thread hands the UI: a summary of the loaded session and, per sample, its
+wiring-independent arrays. Plain data (numpy, str), built on the device thread; no Textual here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from inspector.wiring import Wiring
+
+if TYPE_CHECKING:  # numpy/torch types only; never imported at module load
+    import numpy as np
+
+    from inspector.formats.tokenizer import TokenDecoder
+    from inspector.memory import MemoryBudget
+    from inspector.sample import SlotInfo
+    from inspector.wiring import WiringKey
+
+
+@dataclass
+class Session:
+    """What the UI needs to know about the loaded draft and sample set."""
+
+    checkpoint: str
+    name: str
+    layout: str  # "speculators" or "specforge": the trainer whose metrics the bar shows first
+    device: str
+    dtype: str
+    files: list[str]
+    sample_format: str
+    slot_info: list[SlotInfo]
+    n_blocks: int
+    ttt_steps: int
+    fc_norms: list[float]
+    presets: dict[str, WiringKey | None]
+    preset_errors: dict[str, str]
+    initial: WiringKey | None
+    initial_error: str | None
+    decoder: TokenDecoder
+    tokenizer: str | None
+    input_paths: list[str]
+    notes: list[str] = field(default_factory=list)
+    load_s: float = 0.0
+    budget: MemoryBudget | None = None  # the caches' byte budget (the app's views take a share)
+    has_verifier: bool = False  # the trainers' own metrics need the verifier's head (--target)
+    first_sample: int = 0  # the first sample that loads (the slot layout comes from it)
+    skipped: list[tuple[int, str]] = field(default_factory=list)  # samples before it: (i, error)
+
+    def slot_label(self, i: int) -> str:
+        return self.slot_info[i].label if 0 <= i < len(self.slot_info) else f"s{i}"
+
+    def wiring_label(self, w: Sequence[int]) -> str:
+        """'[embed, L2, L4]': `Wiring.label`, the one label every view shows."""
+        return Wiring(tuple(w)).label(self.slot_info)
+
+    def preset_name(self, w: Sequence[int]) -> str | None:
+        for name, p in self.presets.items():
+            if p is not None and tuple(p) == tuple(w):
+                return name
+        return None
+
+
+@dataclass
+class SampleData:
+    """The wiring-independent part of a sample, as numpy (computed once per sample)."""
+
+    index: int
+    path: str
+    length: int
+    input_ids: np.ndarray  # int64 [T]
+    loss_mask: np.ndarray  # bool [T]
+    texts: list[str]  # visible text of every token
+    ends_line: list[bool]
+    slot_norms: np.ndarray  # [S, T] float32, NaN/Inf kept
+    slot_mean: np.ndarray  # [S] mean norm over the hidden states of loss-masked rows
+    slot_nonfinite: np.ndarray  # [S] count of positions with a NaN/Inf norm
+    warnings: list[str] = field(default_factory=list)
+
+
+def error_text(e: BaseException) -> str:
+    """An InputError as its one line (file: field: message); anything else with its type."""
+    from inspector.errors import InputError
+
+    if isinstance(e, InputError):
+        return str(e)
+    return f"{type(e).__name__}: {e}"
+
+
+def make_session(
+    ev: Any,
+    decoder: TokenDecoder,
+    notes: list[str],
+    *,
+    initial_spec: str | None,
+    input_paths: Sequence[str],
+    load_s: float,
+    first_sample: int = 0,
+    skipped: Sequence[tuple[int, str]] = (),
+) -> Session:
+    """The session summary of a loaded evaluator; the presets and `--wiring` resolved (or why not)."""
+    draft = ev.draft
+    presets: dict[str, WiringKey | None] = {}
+    preset_errors: dict[str, str] = {}
+    for name in ("train", "serve"):
+        try:
+            presets[name] = ev.wiring(name).slots
+        except Exception as e:  # noqa: BLE001 - shown in the app
+            presets[name] = None
+            preset_errors[name] = error_text(e)
+    initial: WiringKey | None = None
+    initial_error = None
+    spec = initial_spec or "train"
+    try:
+        initial = ev.wiring(spec).slots
+    except Exception as e:  # noqa: BLE001 - shown in the app, which falls back to a preset
+        initial_error = f"--wiring {spec}: {error_text(e)}"
+        initial = presets.get("train") or presets.get("serve")
+    return Session(
+        checkpoint=str(draft.path),
+        name=str(draft.name),
+        layout=str(draft.layout),
+        device=str(ev.device),
+        dtype=str(draft.dtype).replace("torch.", ""),
+        files=[str(f) for f in ev.samples.files],
+        sample_format=str(ev.samples.format),
+        slot_info=list(ev.slot_info),
+        n_blocks=int(ev.n_blocks),
+        ttt_steps=int(ev.ttt_steps),
+        fc_norms=[float(x) for x in draft.fc_block_norms()],
+        presets=presets,
+        preset_errors=preset_errors,
+        initial=initial,
+        initial_error=initial_error,
+        decoder=decoder,
+        tokenizer=decoder.source,
+        input_paths=list(input_paths),
+        notes=list(getattr(draft, "notes", []) or []) + list(notes),
+        load_s=load_s,
+        budget=getattr(ev, "budget", None),
+        has_verifier=bool(getattr(ev, "has_verifier", False)),
+        first_sample=first_sample,
+        skipped=list(skipped),
+    )
+
+
+def build_sample_data(ev: Any, i: int, decoder: TokenDecoder | None) -> SampleData:
+    """Sample i's tokens as text, its loss mask and the norm of every slot at every position."""
+    import numpy as np
+
+    s = ev.samples[i]
+    ids = s.input_ids.numpy().astype(np.int64)
+    mask = s.loss_mask.numpy().astype(bool)
+    norms = np.asarray(ev.slot_norms(i), dtype=np.float32)
+    t = ids.size
+    # Row j reads the hidden states at position j and counts when loss_mask[j + 1] is set.
+    rows = np.zeros(t, dtype=bool)
+    rows[: max(t - 2, 0)] = mask[1 : t - 1]
+    sel = rows if rows.any() else np.ones(t, dtype=bool)
+    with np.errstate(invalid="ignore", over="ignore"):
+        mean = norms[:, sel].astype(np.float64).mean(axis=1)
+    nonfinite = (~np.isfinite(norms)).sum(axis=1)
+    if decoder is not None:
+        texts = [decoder.visible(int(x)) for x in ids]
+        ends = [decoder.ends_line(int(x)) for x in ids]
+    else:
+        texts, ends = [str(int(x)) for x in ids], [False] * t
+    return SampleData(
+        index=i,
+        path=str(s.path),
+        length=t,
+        input_ids=ids,
+        loss_mask=mask,
+        texts=texts,
+        ends_line=ends,
+        slot_norms=norms,
+        slot_mean=mean,
+        slot_nonfinite=nonfinite,
+        warnings=list(s.warnings),
+    )

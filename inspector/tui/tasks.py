@@ -1,0 +1,53 @@
+"""Tasks the screens submit to the device thread (`Engine.submit`): each is a function of the
+evaluator, run on the device thread, whose result or error comes back as a `TaskDone`. No Textual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from inspector.tui.summary import Session
+    from inspector.wiring import WiringKey
+
+
+def export_task(
+    session: Session,
+    sample: int,
+    wirings: Sequence[WiringKey],
+    input_ids: np.ndarray | None,
+) -> Callable[[Any], Path]:
+    """Write sample `sample`'s predictions under `wirings` to JSON in the working directory
+    (`inspector.export`, which refuses input folders); returns the file written."""
+    s = session
+    labels = []
+    for w in wirings:
+        name = s.preset_name(w)
+        labels.append((f"{name} {s.wiring_label(w)}" if name else s.wiring_label(w), tuple(w)))
+    decode = s.decoder.raw if s.decoder.has_text else None
+
+    def job(ev: Any) -> Path:
+        from inspector.export import export_sample
+        from inspector.wiring import Wiring
+
+        preds = [(label, ev.predict(sample, Wiring(w))) for label, w in labels]
+        return export_sample(
+            preds,
+            sample_index=sample,
+            sample_path=s.files[sample],
+            input_paths=s.input_paths,
+            checkpoint=s.checkpoint,
+            layout=s.layout,
+            slot_labels=[x.label for x in s.slot_info],
+            ttt_steps=s.ttt_steps,
+            device=s.device,
+            dtype=s.dtype,
+            input_ids=input_ids,
+            decode=decode,
+        )
+
+    return job

@@ -1,0 +1,321 @@
+"""The app's state, bars and loader without Textual: set totals, errors, pins, the cursor, the
+accuracy views (ours and the trainers'), and the first-loadable-sample rule."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from inspector.errors import InputError
+from inspector.metrics import Counts, StepMetrics
+from inspector.tui.loader import FirstLoadable, first_loadable, use_first_loadable
+from inspector.tui.state import ViewModel, metrics_order, next_metrics
+from inspector.tui.summary import Session
+from inspector.tui.view import ViewState
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAIN, SERVE, OTHER = (0, 1, 2), (1, 2, 3), (0, 2, 3)
+
+
+def session(n: int = 4, *, layout: str = "speculators", ttt: int = 1, verifier: bool = True):
+    from inspector.sample import SlotInfo
+
+    return Session(
+        checkpoint="/x/draft",
+        name="draft",
+        layout=layout,
+        device="cpu",
+        dtype="float32",
+        files=[f"/x/s/data_{i}.pt" for i in range(n)],
+        sample_format="speculators-v1",
+        slot_info=[SlotInfo("embed", 0), SlotInfo("L2", 2), SlotInfo("L4", 4), SlotInfo("L6", 6)],
+        n_blocks=3,
+        ttt_steps=ttt,
+        fc_norms=[1.0, 2.0, 3.0],
+        presets={"train": TRAIN, "serve": SERVE},
+        preset_errors={},
+        initial=TRAIN,
+        initial_error=None,
+        decoder=SimpleNamespace(has_text=False, visible=str),
+        tokenizer=None,
+        input_paths=[],
+        has_verifier=verifier,
+    )
+
+
+def steps(hits: int, total: int, *, spec=None, sf=None, k: int = 0) -> list[StepMetrics]:
+    return [
+        StepMetrics(
+            k,
+            all_tok=Counts(hits, total),
+            in_vocab=Counts(hits, total - 1),
+            coverage=Counts(total - 1, total),
+            cond=Counts(hits, total),
+            spec_full=Counts(*spec) if spec else None,
+            spec_cond=Counts(spec[0], spec[1] + 1) if spec else None,
+            specforge=Counts(*sf) if sf else None,
+        )
+    ]
+
+
+def loaded(**kw) -> ViewModel:
+    st = ViewModel()
+    st.load(session(**kw))
+    return st
+
+
+# --- set totals and errors ---------------------------------------------------------------------
+def test_totals_sum_every_count_once():
+    st = loaded()
+    assert st.add_stats(0, TRAIN, steps(3, 10, spec=(4, 11), sf=(2, 9)), 12)
+    assert st.add_stats(1, TRAIN, steps(5, 10, spec=(6, 11), sf=(5, 9)), 12)
+    assert not st.add_stats(1, TRAIN, steps(5, 10), 12)  # counted once
+    tot = st.totals[TRAIN]
+    s0 = tot.steps[0]
+    assert tot.n_samples == 2 and (s0.all_tok.hits, s0.all_tok.total) == (8, 20)
+    assert (s0.spec_full.hits, s0.spec_full.total) == (10, 22)  # the trainers' counts sum too
+    assert (s0.spec_cond.hits, s0.spec_cond.total) == (10, 24)
+    assert (s0.specforge.hits, s0.specforge.total) == (7, 18)
+    assert st.lengths == {0: 12, 1: 12}
+
+
+def test_a_sample_failing_after_it_was_counted_leaves_the_totals():
+    st = loaded()
+    st.add_stats(0, TRAIN, steps(3, 10), 12)
+    st.add_stats(1, TRAIN, steps(5, 10), 12)
+    st.add_stats(1, SERVE, steps(1, 10), 12)
+    assert st.mark_error(1, "data_1.pt: input_ids: bad")
+    assert not st.mark_error(1, "again")
+    assert st.totals[TRAIN].n_samples == 1 and st.totals[TRAIN].steps[0].all_tok.hits == 3
+    assert st.totals[SERVE].n_samples == 0 and st.totals[SERVE].steps == []
+    assert not st.add_stats(1, TRAIN, steps(5, 10), 12)  # a failed sample is never counted
+    assert st.n_good == 3
+    assert st.clear_error(1) and not st.clear_error(1)
+
+
+def test_load_marks_the_samples_skipped_before_the_first_usable_one():
+    st = ViewModel()
+    s = session()
+    s.first_sample, s.skipped = 2, [(0, "data_0.pt: bad"), (1, "data_1.pt: bad")]
+    assert st.load(s) == [(0, "data_0.pt: bad"), (1, "data_1.pt: bad")]
+    assert st.sample == 2 and st.wiring == TRAIN and set(st.errors) == {0, 1}
+    assert st.preds.max_bytes > 0 and st.samples.max_bytes > 0
+
+
+def test_list_rows_and_sample_metrics_follow_the_reference():
+    st = loaded()
+    st.add_stats(0, TRAIN, steps(3, 10), 12)
+    st.add_stats(0, SERVE, steps(1, 10), 12)
+    assert st.list_row(0) == (12, 0.3, None, False)
+    st.wiring = SERVE
+    assert st.toggle_pin() is True and st.ref == SERVE
+    st.wiring = TRAIN
+    assert st.list_row(0) == (12, 0.3, 0.1, True)
+    assert list(st.sample_metrics()) == [TRAIN, SERVE]
+    assert st.scored() == 1
+
+
+def test_pins_keep_the_last_three_and_unpin():
+    st = loaded()
+    for w in (TRAIN, SERVE, OTHER, (3, 2, 1)):
+        st.wiring = w
+        assert st.toggle_pin() is True
+    assert st.pins == [SERVE, OTHER, (3, 2, 1)] and st.ref == (3, 2, 1)
+    assert st.toggle_pin() is False and st.pins == [SERVE, OTHER]
+    assert st.view_wirings() == [(3, 2, 1), SERVE, OTHER]
+
+
+def test_export_wirings_shown_first_then_the_others():
+    st = loaded()
+    st.add_stats(0, OTHER, steps(1, 10), 12)
+    st.add_stats(0, SERVE, steps(1, 10), 12)
+    st.add_stats(0, TRAIN, steps(1, 10), 12)
+    assert st.export_wirings(0) == [TRAIN, OTHER, SERVE]
+    assert st.export_wirings(3) == [TRAIN]  # nothing computed: the shown wirings
+
+
+def test_select_sample_clamps_and_parse_wiring_validates():
+    st = loaded()
+    assert st.select_sample(99) and st.sample == 3
+    assert st.neighbours() == [2]
+    assert st.parse_wiring([0, 1, 2]) == TRAIN
+    with pytest.raises(InputError, match="fc takes 3"):
+        st.parse_wiring([0, 1])
+
+
+# --- the cursor -----------------------------------------------------------------------------------
+def view_with(n_rows: int, masked: list[int], misses: list[int], flips: list[int]) -> ViewState:
+    pred = SimpleNamespace(steps=[SimpleNamespace(pos=np.arange(n_rows))])
+    data = SimpleNamespace(index=0, length=n_rows + 2)
+    return ViewState(
+        data,  # type: ignore[arg-type]
+        TRAIN,
+        pred,
+        [],
+        masked_rows=np.array(masked),
+        miss_rows=np.array(misses),
+        flipped_rows=np.array(flips),
+    )
+
+
+def test_cursor_steps_jumps_and_masked_stops():
+    st = loaded()
+    st.view = view_with(10, masked=[3, 4, 7], misses=[4, 7], flips=[])
+    st.rows[0] = 0
+    assert st.step_target(+1, mask_only=False) == 1
+    assert st.step_target(+1, mask_only=True) == 3
+    st.rows[0] = 4
+    assert st.step_target(+1, mask_only=True) == 7
+    assert st.step_target(-1, mask_only=True) == 3
+    assert st.edge_target(True, mask_only=True) == 7 and st.edge_target(True, False) == 9
+    assert st.jump_target(st.view.miss_rows, forward=True) == 7
+    st.rows[0] = 7
+    assert st.jump_target(st.view.miss_rows, forward=True) == 4  # wraps
+    assert st.jump_target(st.view.flipped_rows, forward=True) is None
+    assert not st.set_row(7) and st.set_row(50) and st.rows[0] == 9  # clamped
+    st.rows[0] = 5
+    st.snap_to_masked()
+    assert st.rows[0] == 7
+
+
+def test_ready_for_needs_a_session_and_a_view():
+    st = ViewModel()
+    assert st.ready_for("help") and not st.ready_for("preset")
+    st.load(session())
+    assert st.ready_for("preset") and not st.ready_for("step") and not st.ready_for("export")
+    st.view = view_with(4, [1], [], [])
+    assert st.ready_for("step") and st.ready_for("export")
+
+
+# --- the accuracy views ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "layout,order",
+    [
+        ("speculators", ("ours", "speculators", "specforge")),
+        ("specforge", ("ours", "specforge", "speculators")),
+    ],
+)
+def test_v_cycles_ours_then_the_layouts_trainer(layout, order):
+    assert metrics_order(layout) == order
+    seen, m = [], "ours"
+    for _ in range(3):
+        m = next_metrics(m, layout)
+        seen.append(m)
+    assert tuple(seen) == (*order[1:], "ours")
+
+
+def bar(st: ViewModel, metrics: str, width: int = 200) -> str:
+    from inspector.tui.accuracy import accuracy_text
+
+    text = accuracy_text(st, metrics=metrics, narrow=False, width=width)
+    assert text is not None
+    return text.plain
+
+
+def test_trainer_views_show_the_trainers_counts():
+    st = loaded()
+    st.add_stats(0, TRAIN, steps(3, 10, spec=(4, 11), sf=(2, 9)), 12)
+    st.add_stats(1, TRAIN, steps(5, 10, spec=(6, 11), sf=(5, 9)), 12)
+    ours = bar(st, "ours")
+    assert "sample all-tok" in ours and "3/10 30.0%" in ours and "8/20 40.0%" in ours
+    assert "2/4 samples all-tok" in ours
+    spec = bar(st, "speculators")
+    assert "sample full_acc_0" in spec and "cond_acc_0" in spec
+    assert "4/11 36.4%" in spec and "4/12 33.3%" in spec  # this sample: full, cond
+    assert "10/22 45.5%" in spec and "10/24 41.7%" in spec  # the set
+    assert "3/10" not in spec and "cumulative" in spec
+    sf = bar(st, "specforge")
+    assert "sample acc_0" in sf and "2/9 22.2%" in sf and "7/18 38.9%" in sf
+    assert "full-vocab argmax" in sf
+
+
+def test_trainer_views_without_the_verifier_say_it_needs_target():
+    st = loaded(verifier=False)
+    st.add_stats(0, TRAIN, steps(3, 10), 12)
+    for metrics in ("speculators", "specforge"):
+        text = bar(st, metrics)
+        assert "needs --target" in text and "%" not in text.split("\n")[1]
+    assert "needs --target" not in bar(st, "ours")
+
+
+def test_trainer_views_by_step_and_simulated_acc_len():
+    from inspector.tui.accuracy import by_step
+
+    k_steps = [
+        StepMetrics(0, specforge=Counts(8, 10), spec_full=Counts(6, 10), spec_cond=Counts(6, 10)),
+        StepMetrics(1, specforge=Counts(5, 10), spec_full=Counts(3, 10), spec_cond=Counts(3, 6)),
+    ]
+    assert by_step("specforge", k_steps) == "80.0 50.0%  1.200"  # 0.8 + 0.8 * 0.5
+    assert by_step("speculators", k_steps) == "60.0 30.0% / 60.0 50.0%"
+    st = loaded(ttt=2)
+    st.add_stats(0, TRAIN, k_steps, 12)
+    assert "acc s0..s1, simulated_acc_len" in bar(st, "specforge")
+
+
+# --- the first sample that loads ------------------------------------------------------------------
+class FakeSet:
+    """A sample set whose file 0 is corrupt; `skips` = it finds its first usable sample itself."""
+
+    def __init__(self, bad: set[int], n: int = 4, *, skips: bool = False) -> None:
+        self.bad, self.n, self.skips = bad, n, skips
+        self.files = [f"data_{i}.pt" for i in range(n)]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        if i in self.bad:
+            raise InputError(self.files[i], "input_ids", "corrupt")
+        return SimpleNamespace(slot_info=[f"slots of {i}"], format="speculators-v1")
+
+    @property
+    def first(self):
+        start = min(set(range(self.n)) - self.bad) if self.skips else 0
+        return self[start]
+
+    @property
+    def slot_info(self):
+        return self.first.slot_info
+
+
+@pytest.mark.parametrize("skips", [False, True])
+def test_the_layout_comes_from_the_first_sample_that_loads(skips):
+    ev = SimpleNamespace(samples=FakeSet({0, 1}, skips=skips))
+    first, skipped = use_first_loadable(ev)
+    assert first == 2 and [i for i, _ in skipped] == [0, 1]
+    assert "data_0.pt: input_ids: corrupt" in skipped[0][1]
+    assert isinstance(ev.samples, FirstLoadable) != skips  # wrapped only when it cannot skip
+    assert ev.samples.slot_info == ["slots of 2"] and ev.samples.files[0] == "data_0.pt"
+    with pytest.raises(InputError):
+        ev.samples[0]  # a bad file still fails when read
+
+
+def test_no_usable_sample_is_one_input_error():
+    with pytest.raises(InputError, match="none of the 3 sample files is usable"):
+        first_loadable(FakeSet({0, 1, 2}, n=3))
+    ev = SimpleNamespace(samples=FakeSet(set()))
+    assert use_first_loadable(ev) == (0, []) and not isinstance(ev.samples, FirstLoadable)
+
+
+def test_the_engine_side_never_imports_textual():
+    code = (
+        "import sys, inspector.tui.engine, inspector.tui.state, inspector.tui.loader, "
+        "inspector.tui.summary, inspector.tui.events, inspector.tui.tasks, inspector.tui.view, "
+        "inspector.tui.panels, inspector.tui.accuracy;"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'torch')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert out.stdout.strip() == "[]", out.stderr
