@@ -10,22 +10,13 @@ from typing import IO, Any
 
 from rich.markup import escape
 
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+from inspector.formatting import printable
 
 
 def visible(text: object) -> str:
     """`text` with control characters shown as escapes (\\n, \\x1b, ...): a file name or a
     message can neither break a one-line error nor send escape sequences to the terminal."""
-    out = []
-    for ch in str(text):
-        o = ord(ch)
-        if ch in _NAMED:
-            out.append(_NAMED[ch])
-        elif o < 0x20 or o == 0x7F or 0x80 <= o < 0xA0:
-            out.append(f"\\x{o:02x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+    return printable(str(text))
 
 
 def safe(text: object) -> str:

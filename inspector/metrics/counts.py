@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from inspector.formatting import pct
+
 
 @dataclass
 class Counts:
@@ -23,8 +25,7 @@ class Counts:
 
     def fmt(self) -> str:
         """'386/1235 31.3%', the form the field reads logs in."""
-        pct = f"{100 * self.acc:.1f}%" if self.acc is not None else "-"
-        return f"{self.hits}/{self.total} {pct}"
+        return f"{self.hits}/{self.total} {pct(self.acc)}"
 
 
 @dataclass
