@@ -132,7 +132,9 @@ def test_available_host_bytes_reads_meminfo(tmp_path, monkeypatch):
     f.write_text("MemTotal: 1000 kB\nMemFree: 10 kB\nMemAvailable:     2048 kB\n")
     assert memory.available_host_bytes(str(f)) == 2048 * 1024
     f.write_text("MemTotal: 1000 kB\n")  # no MemAvailable line: total RAM from sysconf
-    monkeypatch.setattr(memory.os, "sysconf", lambda k: {"SC_PAGE_SIZE": 4096}.get(k, 10))
+    monkeypatch.setattr(
+        memory.os, "sysconf", {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 10}.__getitem__
+    )
     assert memory.available_host_bytes(str(f)) == 40960
     assert memory.available_host_bytes(str(tmp_path / "missing")) == 40960
 
@@ -189,9 +191,14 @@ def test_trim_host_heap_calls_malloc_trim(monkeypatch):
     monkeypatch.setattr(memory, "_LIBC", False)  # no glibc: nothing to call
     memory.trim_host_heap()
     assert calls == [0]
-    monkeypatch.setattr(memory, "_LIBC", None)  # first call finds the real libc (or none)
+    monkeypatch.setattr(memory, "_LIBC", None)  # the first call finds the real libc (or none)
     memory.trim_host_heap()
-    assert memory._LIBC is not None
+    import platform
+
+    if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        assert hasattr(memory._LIBC, "malloc_trim")
+    else:
+        assert memory._LIBC is False
 
 
 def test_budget_from_env_and_defaults(monkeypatch):
@@ -217,3 +224,25 @@ def test_shares_split_the_host_budget_on_cpu():
     assert device_total >= 150  # the device caches get what the host caches leave
     gpu = MemoryBudget(host=1000, device=9000)
     assert gpu.device_share("projections") == 6000
+
+
+def test_percentages_and_floors_of_parse_size():
+    assert parse_size("100%", 1000) == 1000
+    assert parse_size("0.5%", 2**40) == int(2**40 * 0.005)
+    assert parse_size("64M") == 64 * 2**20  # the floor itself is allowed
+    with pytest.raises(InputError, match=r"at least 64M"):
+        parse_size(str(64 * 2**20 - 1))
+    with pytest.raises(InputError, match="a percentage needs a known total") as e:
+        parse_size("10%", None, what="--x")
+    assert e.value.field == "--x"
+    assert parse_size(" 8 G ") == 8 * 2**30
+
+
+def test_free_device_bytes_of_a_device_name(monkeypatch):
+    import torch
+
+    from inspector import memory
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d: (77, 99))
+    assert memory.free_device_bytes("cuda") == 77  # a plain string names the device too
+    assert memory.free_device_bytes("cpu") is None

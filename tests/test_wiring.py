@@ -35,16 +35,15 @@ def test_serve_preset_takes_the_last_pre_norm_slots():
 
 
 def test_presets_need_enough_slots():
-    with pytest.raises(
-        InputError, match="preset 'train' needs 4 non-verifier slots, the samples have 3"
-    ):
+    msg = "preset 'train' needs 4 non-verifier slots, the samples have 3"
+    with pytest.raises(InputError, match=msg) as e1:
         train_wiring(SPEC, 4)
-    with pytest.raises(
-        InputError, match="preset 'serve' needs 4 pre-norm slots, the samples have 3"
-    ):
+    msg = "preset 'serve' needs 4 pre-norm slots, the samples have 3"
+    with pytest.raises(InputError, match=msg) as e2:
         serve_wiring(FORGE, 4)
-    with pytest.raises(InputError, match="unknown preset 'best'"):
+    with pytest.raises(InputError, match=r"unknown preset 'best' \(train, serve\)") as e3:
         preset("best", SPEC, 3)
+    assert e1.value.field == e2.value.field == e3.value.field == "wiring"
 
 
 @pytest.mark.parametrize(
@@ -54,6 +53,7 @@ def test_presets_need_enough_slots():
         ("SERVE", (1, 2, 3)),
         (" 2,1,0 ", (2, 1, 0)),
         ("[0, 3, 1]", (0, 3, 1)),
+        ("[[2,0,1]]", (2, 0, 1)),
         ("embed,l3,L31", (0, 1, 2)),
         ("L59,embed,L3", (3, 0, 1)),
         ((1, 2, 3), (1, 2, 3)),
