@@ -297,13 +297,8 @@ class Evaluator:
             rank = (logits > true_logit).sum(-1) + 1
             parts.append((top_i, (top_logit - lse).exp(), (true_logit - lse)[:, 0], rank))
         del z
-        if parts:
-            top_i, top_p, true_logp, rank = (torch.cat(x) for x in zip(*parts, strict=True))
-        else:
-            top_i = torch.zeros(0, kk, dtype=torch.long, device=ids.device)
-            top_p = torch.zeros(0, kk, device=ids.device)
-            true_logp = torch.zeros(0, device=ids.device)
-            rank = torch.zeros(0, dtype=torch.long, device=ids.device)
+        # Every step has at least one labelled row (steps <= T-2), so parts is never empty.
+        top_i, top_p, true_logp, rank = (torch.cat(x) for x in zip(*parts, strict=True))
         pred_draft = top_i[:, 0]
         pred_target = self._d2t_abs[pred_draft]
         p_true = torch.where(in_vocab, true_logp.exp(), 0.0)
