@@ -268,3 +268,111 @@ def test_slot_layers_relabel_the_slots(golden_ev):
     assert [s.label for s in ev.slot_info] == ["embed", "L3", "L17", "L30"]
     assert [s.hf_index for s in ev.slot_info] == [0, 3, 17, 30]
     assert ev.slot_info[3].verifier
+
+
+def test_small_chunks_equal_the_plain_computation(tiny_synthetic):
+    """Many row chunks (16 rows) and the tail row in its own chunk: the same numbers."""
+    from inspector.model import Chunking
+
+    draft_dir, sample_dir = tiny_synthetic
+    ev = Evaluator(load_draft(draft_dir), SampleSet(sample_dir), ttt_steps=3)
+    ev.chunking = Chunking(logits_bytes=1)  # 16-row chunks; 40 tokens -> 38, 37, 36 rows
+    w = ev.wiring("train")
+    for sp, r in zip(ev.predict(0, w).steps, _reference(ev, 0, w, 3), strict=True):
+        np.testing.assert_array_equal(sp.pred_target, r["pred_target"])
+        np.testing.assert_array_equal(sp.rank_true, r["rank_true"])
+        np.testing.assert_allclose(sp.p_true, r["p_true"], rtol=2e-4, atol=1e-6)
+        assert sp.tail_pred_target == r["tail"]
+
+
+def test_chain_and_cond_counts_follow_the_rows(golden_ev):
+    """cond at step k counts the rows whose steps < k all hit (masked), hits where step k also does."""
+    p = golden_ev.predict(1, golden_ev.wiring("train"))
+    alive = p.steps[0].masked.copy()
+    for k, (sp, m) in enumerate(zip(p.steps, p.metrics, strict=True)):
+        n = len(sp)
+        alive_k = alive[:n] & sp.masked
+        assert (m.cond.total, m.cond.hits) == (int(alive_k.sum()), int((alive_k & sp.hit).sum())), k
+        alive = alive_k & sp.hit
+
+
+def test_predictions_are_cached_per_sample_and_wiring(golden_ev):
+    w = golden_ev.wiring("serve")
+    a = golden_ev.predict(0, w)
+    assert golden_ev.predict(0, w) is a
+    assert golden_ev.predict(1, w) is not a
+
+
+def test_out_of_memory_retries_then_gives_up_and_frees_other_samples(tiny_synthetic, monkeypatch):
+    from inspector.evaluate import evaluator as evaluator_module
+
+    draft_dir, sample_dir = tiny_synthetic
+    ev = Evaluator(load_draft(draft_dir), SampleSet(sample_dir))
+    w = ev.wiring("train")
+    ev.predict(0, w)
+    ev.predict(2, w)
+    ev.fc_output(1, w)  # sample 1's slots and projections are on the device
+    attempts = []
+
+    def oom(*a, **k):
+        attempts.append(k["chunking"].mlp_rows)
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(evaluator_module, "iter_steps", oom)
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        ev.predict(1, w)
+    assert attempts == [4096, 2048, 1024, 512, 256]
+    assert {k[0] for k in ev._dev_slots.keys()} == {1}  # noqa: SLF001 - the cache is the subject
+    assert {k[0] for k in ev._proj.keys()} == {1}  # noqa: SLF001
+
+
+def test_skipped_samples_in_the_report(tiny_synthetic):
+
+    draft_dir, sample_dir = tiny_synthetic
+    d = torch.load(sample_dir / "data_1.pt", weights_only=True)
+    d["hidden_states"] = [h[:, :8] for h in d["hidden_states"]]
+    torch.save(d, sample_dir / "data_1.pt")
+    ev = Evaluator(load_draft(draft_dir), SampleSet(sample_dir))
+    r = ev.run([ev.wiring("train")])
+    (s,) = r.skipped
+    assert s.index == 1 and s.path == str(sample_dir / "data_1.pt")
+    assert s.field == "hidden_states[0]" and r.verifier is None and r.samples == 2
+
+
+def test_verifier_targets_and_matches(request):
+    """With the target's head: the verifier's full-vocab and within-draft-vocab argmax per row, and
+    our verifier-match counts, against a direct computation (the demo, two samples)."""
+    from pathlib import Path
+
+    from inspector.formats import read_target_head
+    from inspector.model import rms_norm
+
+    demo = Path(request.config.rootpath) / "assets" / "demo"
+    head = read_target_head(demo / "target")
+    ev = Evaluator(
+        load_draft(demo / "draft"),
+        SampleSet(demo / "samples" / "train"),
+        ttt_steps=2,
+        target_head=head,
+    )
+    d2t = ev.draft.vocab.draft_to_target
+    seen_differ = False
+    for i in (0, 1):
+        s = ev.samples[i]
+        y = rms_norm(s.slots[3], head.norm_weight, head.rms_norm_eps) @ head.lm_head.T
+        v_full = y.argmax(-1).numpy()
+        v_in = d2t[y[:, d2t].argmax(-1)].numpy()
+        seen_differ |= bool((v_full != v_in).any())
+        p = ev.predict(i, ev.wiring("train"))
+        for sp, m in zip(p.steps, p.metrics, strict=True):
+            n, k = len(sp), sp.step
+            np.testing.assert_array_equal(sp.verifier_target, v_full[1 + k : 1 + k + n])
+            np.testing.assert_array_equal(sp.verifier_in_vocab_target, v_in[1 + k : 1 + k + n])
+            a = (sp.pred_target == v_in[1 + k : 1 + k + n]) & sp.masked
+            b = (sp.pred_target == v_full[1 + k : 1 + k + n]) & sp.masked
+            assert (m.verifier_a.hits, m.verifier_b.hits) == (int(a.sum()), int(b.sum()))
+            assert m.verifier_a.total == m.verifier_b.total == int(sp.masked.sum())
+            assert m.has_trainer
+    assert seen_differ  # the two targets differ somewhere: a swap would be seen
+    r = ev.run([ev.wiring("train")], limit=1)
+    assert r.verifier == str(demo / "target")
