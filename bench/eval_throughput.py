@@ -136,7 +136,7 @@ def main() -> None:
         tokens = 2 * sum(s.length - 2 for s in samples)  # positions evaluated, both wirings
 
         def ours() -> float:
-            ev = Evaluator(draft, samples, sample_cache=n_samples)
+            ev = Evaluator(draft, samples)
             ws = [ev.wiring("train"), ev.wiring("serve")]
             sync(device)
             t = time.perf_counter()

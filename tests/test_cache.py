@@ -176,27 +176,47 @@ def test_free_device_bytes(monkeypatch):
     assert seen == [torch.device("cuda", 1)]
 
 
-def test_trim_host_heap_calls_malloc_trim(monkeypatch):
+def test_trim_host_heap_trims_only_above_min_free(monkeypatch):
     from inspector import memory
 
     calls = []
+
+    class Info:
+        fordblks = 300
 
     class Libc:
         def malloc_trim(self, pad):
             calls.append(pad)
 
+        def mallinfo2(self):
+            return Info()
+
     monkeypatch.setattr(memory, "_LIBC", Libc())
-    memory.trim_host_heap()
+    assert memory.heap_free_bytes() == 300
+    assert memory.trim_host_heap(301) is False and calls == []
+    assert memory.trim_host_heap(300) is True and calls == [0]
+    assert memory.trim_host_heap() is False  # the default threshold is far above 300 bytes
     assert calls == [0]
+
+    class OldLibc:  # glibc < 2.33: no mallinfo2, so the free size is unknown: always trim
+        def malloc_trim(self, pad):
+            calls.append(pad)
+
+    monkeypatch.setattr(memory, "_LIBC", OldLibc())
+    assert memory.heap_free_bytes() is None
+    assert memory.trim_host_heap() is True and calls == [0, 0]
+
     monkeypatch.setattr(memory, "_LIBC", False)  # no glibc: nothing to call
-    memory.trim_host_heap()
-    assert calls == [0]
+    assert memory.heap_free_bytes() is None
+    assert memory.trim_host_heap(0) is False and calls == [0, 0]
+
     monkeypatch.setattr(memory, "_LIBC", None)  # the first call finds the real libc (or none)
     memory.trim_host_heap()
     import platform
 
     if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
         assert hasattr(memory._LIBC, "malloc_trim")
+        assert hasattr(memory._LIBC, "mallinfo2") == (memory.heap_free_bytes() is not None)
     else:
         assert memory._LIBC is False
 

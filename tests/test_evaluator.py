@@ -83,6 +83,27 @@ def test_caches_stay_within_their_byte_budget(tiny_synthetic):
     assert sizes["predictions"] > 0  # something is kept: the budget is not simply zero
 
 
+def test_heap_is_trimmed_after_each_new_prediction_at_a_quarter_of_the_budget(
+    tiny_synthetic, monkeypatch
+):
+    from inspector.memory import TRIM_FREE_BYTES
+
+    draft_dir, sample_dir = tiny_synthetic
+    seen = []
+    monkeypatch.setattr(evaluator_module, "trim_host_heap", lambda n: seen.append(n))
+    small = Evaluator(
+        load_draft(draft_dir), SampleSet(sample_dir), budget=MemoryBudget(host=400, device=None)
+    )
+    small.predict(0, small.wiring("train"))
+    assert seen == [100]
+    big = Evaluator(
+        load_draft(draft_dir), SampleSet(sample_dir), budget=MemoryBudget(host=2**40, device=None)
+    )
+    big.predict(1, big.wiring("serve"))
+    big.predict(1, big.wiring("serve"))  # cached: nothing new was computed, nothing to trim
+    assert seen == [100, TRIM_FREE_BYTES]
+
+
 def test_non_finite_numbers_are_json_null(ev, capsys):
     """A NaN in a position's numbers is written as null, the document stays valid JSON, and a
     warning names the sample."""

@@ -31,7 +31,7 @@ from inspector.evaluate.predictions import (
 from inspector.evaluate.report import Report, SkippedSample, WiringReport
 from inspector.formats.samples import SampleSet
 from inspector.formats.target import TargetHead
-from inspector.memory import MemoryBudget, resolve_budget, trim_host_heap
+from inspector.memory import TRIM_FREE_BYTES, MemoryBudget, resolve_budget, trim_host_heap
 from inspector.metrics import StepMetrics, sum_steps
 from inspector.model import (
     DEFAULT_CHUNKING,
@@ -239,7 +239,7 @@ class Evaluator:
                 self._dev_slots.pop_where(lambda k: k[0] != index)
                 self._proj.pop_where(lambda k: k[0] != index)
                 release_cached(self.device)
-        trim_host_heap()
+        trim_host_heap(min(TRIM_FREE_BYTES, self.budget.host // 4))
         return self._preds.put(key, result)
 
     @torch.inference_mode()
