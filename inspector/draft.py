@@ -20,7 +20,8 @@ class RopeConfig:
     rope_type: str = "default"
     scaling: dict = field(default_factory=dict)
     # The dimension the inverse frequencies are spread over, when a trainer's differs from head_dim
-    # (the 2H/heads trap of research/formats.md §2.2). None: head_dim, as every engine does.
+    # (a trainer that built its rotary table for hidden_size*2 / heads when head_dim was absent).
+    # None: head_dim, as every engine does.
     dim: int | None = None
 
 
@@ -80,6 +81,15 @@ class VocabMap:
         return VocabMap(d2t=self.d2t.to(device), t2d=self.t2d.to(device))
 
 
+@dataclass(frozen=True)
+class StoredVocab:
+    """d2t and t2d exactly as the checkpoint stores them (None: not stored), before the loader
+    repairs or fills in anything: what a check of the stored map must look at."""
+
+    d2t: torch.Tensor | None
+    t2d: torch.Tensor | None
+
+
 @dataclass
 class Draft:
     """Config + tensors under canonical names.
@@ -98,6 +108,8 @@ class Draft:
     path: str = ""
     layout: str = "unknown"  # what the loader detected, e.g. "speculators", "specforge"
     notes: list[str] = field(default_factory=list)  # non-fatal remarks from loading
+    # The vocab map as stored in the weight file; None when the draft was not loaded from files.
+    stored_vocab: StoredVocab | None = None
 
     @property
     def device(self) -> torch.device:

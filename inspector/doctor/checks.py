@@ -15,8 +15,7 @@ from inspector.doctor.search import Progress, Scorer, clearly_better, paired_hit
 from inspector.draft import Draft, RopeConfig
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
-from inspector.formats.checkpoint import canonical_name
-from inspector.formats.tensorfiles import find_weight_file, read_json, read_tensors, tensor_names
+from inspector.formats.tensorfiles import read_json
 from inspector.metrics import Counts
 from inspector.sample import SlotInfo
 
@@ -55,17 +54,9 @@ def _severity_for_gain(gain: float) -> str:
 # --- vocab_map ---------------------------------------------------------------------------------
 def raw_vocab_tensors(draft: Draft) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """d2t and t2d exactly as stored in the checkpoint (the loaded VocabMap may be repaired)."""
-    if not draft.path:
+    if draft.stored_vocab is None:
         return draft.vocab.d2t.cpu(), draft.vocab.t2d.cpu()
-    try:
-        wf = find_weight_file(Path(draft.path))
-        names = {canonical_name(n): n for n in tensor_names(wf)}
-        wanted = [names[k] for k in ("d2t", "t2d") if k in names]
-        raw = read_tensors(wf, wanted) if wanted else {}
-    except InputError:
-        return draft.vocab.d2t.cpu(), draft.vocab.t2d.cpu()
-    by_canon = {canonical_name(k): v for k, v in raw.items()}
-    return by_canon.get("d2t"), by_canon.get("t2d")
+    return draft.stored_vocab.d2t, draft.stored_vocab.t2d
 
 
 def analyse_vocab(d2t: torch.Tensor | None, t2d: torch.Tensor | None, d: int, v: int) -> dict:
