@@ -52,7 +52,11 @@ def run_eval(args: argparse.Namespace) -> int:
         if report is None:  # other ranks: rank 0 prints the merged report
             return 0
     for e in report.errors:
-        err.print(f"[yellow]skipped sample {e.index}[/]: {e.message}", highlight=False)
+        err.print(
+            f"[yellow]skipped sample {e.index}[/]: {escape(e.message)}",
+            highlight=False,
+            soft_wrap=True,  # one line per skipped file, however narrow the terminal
+        )
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=1, allow_nan=False, default=_json_default)
         sys.stdout.write("\n")

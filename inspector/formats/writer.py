@@ -82,7 +82,9 @@ def check_out(
         target = Path(out).resolve()
         exists = target.exists()
     except (OSError, ValueError) as e:
-        raise InputError(out, field, f"not a usable path: {one_line(str(e))}") from None
+        raise InputError(
+            one_line(str(out)), field, f"not a usable path: {one_line(str(e))}"
+        ) from None
     for folder in _input_folders(inputs):
         if target == folder or folder in target.parents:
             raise InputError(out, field, f"must be a new folder outside the input folder {folder}")
