@@ -889,3 +889,23 @@ def test_target_tied_head_and_nested_config(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"tie_word_embeddings": False}))
     with pytest.raises(InputError, match="lm_head.weight: tensor not found"):
         read_target_head(tmp_path)
+
+
+# --- tokenizer ----------------------------------------------------------------------------------
+def test_tokenizer_file_is_read_safely(tmp_path: Path) -> None:
+    from inspector.formats.tokenizer import TokenDecoder, find_tokenizer
+
+    os.mkfifo(tmp_path / "tokenizer.json")
+    with pytest.raises(InputError, match="no tokenizer.json here"):
+        find_tokenizer(tmp_path)
+    with pytest.raises(InputError, match="is a FIFO, not a regular file"):
+        TokenDecoder.load(tmp_path / "tokenizer.json")
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(65 * 2**20)
+    with pytest.raises(InputError, match="larger than the 67108864 bytes allowed"):
+        TokenDecoder.load(big)
+    (tmp_path / "bad.json").write_text('{"model": 3}')
+    with pytest.raises(InputError, match="not a readable tokenizer.json") as e:
+        TokenDecoder.load(tmp_path / "bad.json")
+    assert "\n" not in str(e.value)

@@ -10,12 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from hostile import World, build_world, snapshot, tied_bin
 from safetensors.torch import load_file
 
-from inspector.cli import main
 from inspector.errors import InputError
-from inspector.formats import load_draft
 from inspector.formats import writer as writer_mod
 from inspector.formats.writer import DraftFiles, check_out, side_files, write_draft
 
@@ -156,35 +153,3 @@ def test_demo_draft_resaved_through_the_writer_is_byte_identical(tmp_path: Path)
     save_draft(load_demo_draft(DEMO / "draft"), tmp_path / "draft")
     for name in ("config.json", "model.safetensors"):
         assert (tmp_path / "draft" / name).read_bytes() == (DEMO / "draft" / name).read_bytes()
-
-
-# --- --write-fixed through the CLI -------------------------------------------------------------
-@pytest.fixture
-def world(tmp_path: Path) -> World:
-    return build_world(tmp_path / "w")
-
-
-def test_write_fixed_from_a_bin_with_tied_tensors(world: World, capsys) -> None:
-    tied_bin(world)
-    (world.ckpt / "tokenizer.json").write_text("{}")
-    (world.ckpt / "leak.txt").symlink_to(world.root / "target" / "config.json")
-    before = snapshot(world.root)
-    out = world.root / "fixed"
-    argv = ["doctor", str(world.ckpt), str(world.samples), "--device", "cpu", "--json"]
-    rc = main([*argv, "--write-fixed", str(out)])
-    cap = capsys.readouterr()
-    assert rc in (0, 1), cap.err
-    assert json.loads(cap.out)["fixed"]["verified"] is True
-    assert sorted(p.name for p in out.iterdir()) == [
-        "config.json",
-        "model.safetensors",
-        "tokenizer.json",
-    ]
-    after = snapshot(world.root)
-    assert {k: v for k, v in after.items() if not k.startswith("fixed")} == before
-    fixed = load_draft(out)
-    assert torch.equal(fixed.weights["norm.weight"], torch.ones(64))
-    # A retry into the same OUT is refused, and changes nothing.
-    assert main([*argv, "--write-fixed", str(out)]) == 2
-    assert "not empty" in capsys.readouterr().err
-    assert snapshot(world.root) == after
