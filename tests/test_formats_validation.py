@@ -909,3 +909,83 @@ def test_tokenizer_file_is_read_safely(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not a readable tokenizer.json") as e:
         TokenDecoder.load(tmp_path / "bad.json")
     assert "\n" not in str(e.value)
+
+
+def test_read_embedding_sources(tmp_path: Path) -> None:
+    from inspector.formats import read_embedding
+
+    emb = torch.randn(8, 4)
+    save_file(
+        {"model.embed_tokens.weight": emb, "x": torch.ones(1)}, str(tmp_path / "e.safetensors")
+    )
+    assert torch.equal(read_embedding(tmp_path / "e.safetensors", (8, 4)), emb)
+    assert torch.equal(read_embedding(tmp_path / "e.safetensors"), emb)  # any shape
+    with pytest.raises(InputError) as e:
+        read_embedding(tmp_path / "e.safetensors", (8, 5))
+    assert str(e.value) == (
+        f"{tmp_path / 'e.safetensors'}: model.embed_tokens.weight: shape (8, 4), expected (8, 5)"
+        " (the draft's [vocab_size, hidden_size])"
+    )
+    # a target folder whose LM is nested (multimodal), weights in a torch .bin (no header)
+    folder = tmp_path / "t"
+    folder.mkdir()
+    torch.save({"model.language_model.embed_tokens.weight": emb}, folder / "pytorch_model.bin")
+    assert torch.equal(read_embedding(folder, (8, 4)), emb)
+    with pytest.raises(InputError) as e:
+        read_embedding(folder, (9, 4))
+    assert e.value.field == "model.language_model.embed_tokens.weight"
+    assert (
+        e.value.message == "shape (8, 4), expected (9, 4) (the draft's [vocab_size, hidden_size])"
+    )
+    save_file({"norm.weight": torch.ones(4)}, str(tmp_path / "n.safetensors"))
+    with pytest.raises(InputError) as e:
+        read_embedding(tmp_path / "n.safetensors")
+    assert (e.value.field, e.value.message) == ("model.embed_tokens.weight", "tensor not found")
+    with pytest.raises(InputError) as e:
+        read_embedding(tmp_path / "gone.safetensors")
+    assert str(e.value) == f"{tmp_path / 'gone.safetensors'}: file not found"
+    for bad, text in (
+        (torch.ones(8, 4, dtype=torch.int64), "dtype torch.int64, expected a floating type"),
+        (torch.full((8, 4), math.nan), "contains NaN or Inf"),
+    ):
+        save_file({"embed_tokens.weight": bad}, str(tmp_path / "b.safetensors"))
+        with pytest.raises(InputError) as e:
+            read_embedding(tmp_path / "b.safetensors", (8, 4))
+        assert (e.value.field, e.value.message) == ("embed_tokens.weight", text)
+
+
+def test_target_head_to_device_and_dtype(base: World) -> None:
+    head = read_target_head(base.target, vocab_size=V, hidden_size=H)
+    moved = head.to("cpu", torch.float16)
+    assert moved.lm_head.dtype == torch.float16 and moved.norm_weight.dtype == torch.float16
+    assert torch.allclose(moved.lm_head.float(), head.lm_head, atol=1e-2)
+    assert (moved.rms_norm_eps, moved.path) == (head.rms_norm_eps, head.path)
+    no_norm = type(head)(None, head.lm_head, 0.1, "p").to("cpu")
+    assert no_norm.norm_weight is None and no_norm.lm_head.dtype == torch.float32
+    assert (no_norm.rms_norm_eps, no_norm.path) == (0.1, "p")
+
+
+def test_target_head_errors_name_the_file(tmp_path: Path) -> None:
+    save_file({"model.norm.weight": torch.ones(4)}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(InputError) as e:
+        read_target_head(tmp_path)
+    assert str(e.value) == f"{tmp_path / 'model.safetensors'}: lm_head.weight: tensor not found"
+    (tmp_path / "config.json").write_text(json.dumps({"rms_norm_eps": -1}))
+    with pytest.raises(InputError) as e:
+        read_target_head(tmp_path)
+    assert (
+        str(e.value)
+        == f"{tmp_path / 'config.json'}: rms_norm_eps: expected a positive number, got -1"
+    )
+    save_file(
+        {"lm_head.weight": torch.ones(6, 4), "model.norm.weight": torch.ones(4)},
+        str(tmp_path / "model.safetensors"),
+    )
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(InputError) as e:
+        read_target_head(tmp_path, vocab_size=6, hidden_size=5)
+    assert e.value.message == (
+        "shape (6, 4), expected (6, 5) (the draft's vocab_size and target_hidden_size)"
+    )
+    head = read_target_head(tmp_path, vocab_size=6)  # half a shape: nothing checked
+    assert head.rms_norm_eps == 1e-6 and head.norm_weight.shape == (4,)

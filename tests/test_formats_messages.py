@@ -1,0 +1,491 @@
+"""The exact line a user reads for each refused input (file, field, message), and the smaller
+behaviours around it: speculators v2 datasets, sharded and torch weight files, OUT checks.
+
+Each assertion compares the whole `file: field: message` text, so a message that loses its file,
+its field or its words fails here (the hostile corpus checks the file and the field only)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from inspector.errors import InputError
+from inspector.formats import SampleSet, load_draft
+from inspector.formats import writer as writer_mod  # its os and save_file, patched
+from inspector.formats.checkpoint import rope_config
+from inspector.formats.config import parse_draft_config
+from inspector.formats.files import file_kind
+from inspector.formats.samples import load_sample
+from inspector.formats.tensorfiles import (
+    find_weight_file,
+    read_tensors,
+    shard_map,
+    tensor_headers,
+    tensor_names,
+)
+from inspector.formats.vocab import integer_ids, mask_of
+from inspector.formats.writer import DraftFiles, check_out, write_draft
+
+
+def _err(fn, *args, **kwargs) -> str:
+    with pytest.raises(InputError) as e:
+        fn(*args, **kwargs)
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+# --- speculators v2: hidden states in safetensors, ids and masks in an Arrow dataset ------------
+pa = pytest.importorskip("pyarrow")
+
+
+def _v2(root: Path, rows: list[tuple[list[int], list]], *, arrow: dict | None = None) -> Path:
+    import pyarrow.ipc as ipc
+
+    hs = root / "hidden_states"
+    hs.mkdir(parents=True)
+    for i, (ids, _) in enumerate(rows):
+        save_file(
+            {"hidden_states": torch.randn(len(ids), 3, 4), "token_ids": torch.tensor(ids)},
+            str(hs / f"hs_{i}.safetensors"),
+        )
+    cols = arrow or {"input_ids": [r[0] for r in rows], "loss_mask": [r[1] for r in rows]}
+    table = pa.table(cols)
+    with ipc.new_stream(str(root / "data-00000-of-00001.arrow"), table.schema) as w:
+        w.write_table(table)
+    return hs
+
+
+def test_v2_rows_in_natural_order_across_arrow_files(tmp_path: Path) -> None:
+    import pyarrow.ipc as ipc
+
+    rows = [([1, 2, 3], [0, 1, 1]), ([4, 5, 6, 7], [1, 1, 0, 1])]
+    hs = _v2(tmp_path, rows[:1])
+    # a second Arrow file holds row 1; "...-2" sorts before "...-10" only in natural order
+    (tmp_path / "data-00000-of-00001.arrow").rename(tmp_path / "data-2.arrow")
+    table = pa.table({"input_ids": [rows[1][0]], "loss_mask": [rows[1][1]]})
+    with ipc.new_stream(str(tmp_path / "data-10.arrow"), table.schema) as w:
+        w.write_table(table)
+    save_file(
+        {"hidden_states": torch.randn(4, 3, 4), "token_ids": torch.tensor(rows[1][0])},
+        str(hs / "hs_1.safetensors"),
+    )
+    ss = SampleSet(hs)
+    assert ss[0].loss_mask.tolist() == [0, 1, 1] and ss[0].input_ids.tolist() == [1, 2, 3]
+    assert ss[1].loss_mask.tolist() == [1, 1, 0, 1] and ss[1].format == "speculators-v2"
+    assert len(ss[1].slots) == 3 and not ss[1].warnings
+
+
+def test_v2_without_input_ids_column_trusts_the_hidden_state_file(tmp_path: Path) -> None:
+    hs = _v2(tmp_path, [([1, 2, 3], [0, 1, 1])], arrow={"loss_mask": [[0, 1, 1]]})
+    assert SampleSet(hs)[0].loss_mask.tolist() == [0, 1, 1]
+
+
+def test_v2_errors(tmp_path: Path) -> None:
+    hs = _v2(tmp_path / "a", [([1, 2, 3], [0, 1, 1])], arrow={"input_ids": [[1, 2, 3]]})
+    arrow = tmp_path / "a" / "data-00000-of-00001.arrow"
+    assert _err(SampleSet, hs) == f"{arrow}: loss_mask: column missing"
+    hs = _v2(tmp_path / "b", [([1, 2, 3], [0, 1, 1])], arrow={"loss_mask": [[0, None, 1]]})
+    arrow = tmp_path / "b" / "data-00000-of-00001.arrow"
+    assert _err(SampleSet, hs).startswith(f"{arrow}: row 0: not a list of integers: ")
+    hs = _v2(tmp_path / "c", [([1, 2, 3], [0, 2, 1])])
+    f = hs / "hs_0.safetensors"
+    assert _err(SampleSet(hs).__getitem__, 0) == (
+        f"{f}: loss_mask: value 2 at position 1: expected 0 or 1"
+    )
+    hs = _v2(tmp_path / "d", [([1, 2, 3], [0, 1, 1])])
+    (tmp_path / "d" / "data-00000-of-00001.arrow").write_bytes(b"not arrow")
+    assert _err(SampleSet, hs).startswith(
+        f"{tmp_path / 'd' / 'data-00000-of-00001.arrow'}: unreadable Arrow file: "
+    )
+    hs = _v2(tmp_path / "e", [([1, 2, 3], [0, 1, 1])])
+    save_file(
+        {"hidden_states": torch.randn(2, 3, 4), "token_ids": torch.tensor([1, 2, 3])},
+        str(hs / "hs_0.safetensors"),
+    )
+    assert _err(SampleSet(hs).__getitem__, 0) == (
+        f"{hs / 'hs_0.safetensors'}: hidden_states: shape (2, 3, 4) torch.float32, "
+        "expected floating [3, n, H]"
+    )
+    save_file(
+        {
+            "hidden_states": torch.ones(3, 3, 4, dtype=torch.int32),
+            "input_ids": torch.tensor([1, 2, 3]),
+        },
+        str(hs / "hs_0.safetensors"),
+    )
+    assert "expected floating [3, n, H]" in _err(SampleSet(hs).__getitem__, 0)
+    save_file(
+        {"hidden_states": torch.randn(3, 3, 4), "input_ids": torch.tensor([1, 2, 9])},
+        str(hs / "hs_0.safetensors"),
+    )
+    assert _err(SampleSet(hs, vocab_size=5).__getitem__, 0) == (
+        f"{hs / 'hs_0.safetensors'}: input_ids: token id 9 at position 2 is outside the vocabulary [0, 5)"
+    )
+
+
+def test_v2_mask_length_differs(tmp_path: Path) -> None:
+    hs = _v2(tmp_path, [([1, 2, 3], [0, 1, 1, 1])], arrow={"loss_mask": [[0, 1, 1, 1]]})
+    assert _err(SampleSet(hs).__getitem__, 0) == (
+        f"{hs / 'hs_0.safetensors'}: token_ids: differ from the dataset row's input_ids"
+    )
+
+
+def test_v2_without_a_dataset_warns(tmp_path: Path) -> None:
+    hs = tmp_path / "hidden_states"
+    hs.mkdir()
+    save_file(
+        {"hidden_states": torch.randn(3, 2, 4), "token_ids": torch.tensor([1, 2, 3])},
+        str(hs / "hs_0.safetensors"),
+    )
+    s = SampleSet(hs)[0]
+    assert s.loss_mask.tolist() == [1, 1, 1]
+    assert s.warnings == ["no loss mask found beside the v2 hidden states: every position counts"]
+
+
+# --- samples ---------------------------------------------------------------------------------
+def test_sample_messages(tmp_path: Path) -> None:
+    f = tmp_path / "data_0.pt"
+    torch.save(
+        {
+            "input_ids": torch.tensor([1, 2, 300]),
+            "hidden_states": [torch.ones(3, 2)] * 2,
+            "loss_mask": torch.tensor([0, 1, 3]),
+        },
+        f,
+    )
+    assert _err(load_sample, f, vocab_size=256) == (
+        f"{f}: input_ids: token id 300 at position 2 is outside the vocabulary [0, 256)"
+    )
+    assert _err(load_sample, f) == f"{f}: loss_mask: value 3 at position 2: expected 0 or 1"
+    torch.save(
+        {
+            "input_ids": [1, 2, 3],
+            "hidden_states": [torch.ones(3, 2)] * 2,
+            "loss_mask": torch.ones(3),
+        },
+        f,
+    )
+    assert _err(load_sample, f) == f"{f}: input_ids: expected a tensor, got list"
+    torch.save({"hidden_states": [torch.ones(3, 2)] * 2, "loss_mask": torch.ones(3)}, f)
+    assert _err(load_sample, f) == f"{f}: input_ids: missing"
+    torch.save([1, 2], f)
+    assert _err(load_sample, f) == f"{f}: expected a dict of tensors"
+    torch.save(
+        {
+            "input_ids": torch.arange(3),
+            "loss_mask": torch.ones(3) * 1j,
+            "hidden_states": [torch.ones(3, 2)] * 2,
+        },
+        f,
+    )
+    assert _err(load_sample, f) == f"{f}: loss_mask: dtype torch.complex64, expected 0/1 values"
+    assert _err(load_sample, tmp_path / "gone.pt") == f"{tmp_path / 'gone.pt'}: file not found"
+    os.mkfifo(tmp_path / "fifo.pt")
+    assert _err(load_sample, tmp_path / "fifo.pt") == (
+        f"{tmp_path / 'fifo.pt'}: is a FIFO, not a regular file"
+    )
+
+
+def test_slot_labels_carry_hf_indices(tmp_path: Path) -> None:
+    (tmp_path / "data_config.json").write_text(
+        json.dumps({"layer_ids": [0, 3], "index_convention": "hf"})
+    )
+    torch.save(
+        {
+            "input_ids": torch.arange(3),
+            "hidden_states": [torch.ones(3, 2)] * 2,
+            "loss_mask": torch.ones(3),
+        },
+        tmp_path / "data_0.pt",
+    )
+    info = SampleSet(tmp_path).slot_info
+    assert [(s.label, s.hf_index, s.verifier) for s in info] == [
+        ("embed", 0, False),
+        ("L3", 3, True),
+    ]
+
+
+def test_discover_messages(tmp_path: Path) -> None:
+    from inspector.formats.samples import discover
+
+    os.mkfifo(tmp_path / "x.pt")
+    assert _err(discover, tmp_path / "x.pt") == f"{tmp_path / 'x.pt'}: is a FIFO, not a sample file"
+    assert _err(discover, tmp_path / "nope") == f"{tmp_path / 'nope'}: no such file or folder"
+    assert _err(discover, [str(tmp_path / "*.ckpt")]) == (
+        f"{tmp_path / '*.ckpt'}: no sample files found (.pt, .ckpt, hs_*.safetensors)"
+    )
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "model.safetensors").write_bytes(b"")
+    (tmp_path / "d" / "data_10.pt").write_bytes(b"")
+    (tmp_path / "d" / "data_9.pt").write_bytes(b"")
+    assert [p.name for p in discover(tmp_path / "d")] == ["data_9.pt", "data_10.pt"]
+    assert [p.name for p in discover(str(tmp_path / "d" / "*.pt"))] == ["data_9.pt", "data_10.pt"]
+
+
+def test_iterating_a_set(tmp_path: Path) -> None:
+    for i in range(2):
+        torch.save(
+            {
+                "input_ids": torch.arange(3) + i,
+                "hidden_states": [torch.ones(3, 2)] * 2,
+                "loss_mask": torch.ones(3),
+            },
+            tmp_path / f"data_{i}.pt",
+        )
+    ss = SampleSet(tmp_path)
+    assert [s.input_ids.tolist() for s in ss] == [[0, 1, 2], [1, 2, 3]]
+    with pytest.raises(IndexError):
+        ss[2]
+    with pytest.raises(IndexError):
+        ss[-1]
+    assert ss.skipped == []
+
+
+# --- vocab ----------------------------------------------------------------------------------
+def test_vocab_messages() -> None:
+    wf = Path("w.safetensors")
+    assert _err(integer_ids, wf, "d2t", torch.tensor([True])) == (
+        "w.safetensors: d2t: dtype torch.bool, expected integers"
+    )
+    assert _err(integer_ids, wf, "d2t", torch.tensor([0.5])) == (
+        "w.safetensors: d2t: holds a non-integer value 0.5 at index 0"
+    )
+    assert _err(mask_of, wf, "t2d", torch.tensor([0, 3])) == (
+        "w.safetensors: t2d: holds 3 at index 1: expected 0 or 1"
+    )
+    assert integer_ids(wf, "d2t", torch.tensor([1, 2], dtype=torch.int32)).dtype == torch.int64
+    assert mask_of(wf, "t2d", torch.tensor([0.0, 1.0])).tolist() == [False, True]
+
+
+# --- config ---------------------------------------------------------------------------------
+def test_config_messages() -> None:
+    base = {"hidden_size": 8, "num_attention_heads": 2, "intermediate_size": 8, "vocab_size": 10}
+    assert _err(parse_draft_config, "c.json", {**base, "rms_norm_eps": "x"}) == (
+        "c.json: rms_norm_eps: expected a positive number, got 'x'"
+    )
+    assert _err(parse_draft_config, "c.json", {**base, "hidden_size": None}) == (
+        "c.json: hidden_size: missing: expected a positive integer"
+    )
+    assert _err(
+        parse_draft_config, "c.json", {**base, "rope_scaling": {"rope_type": "llama3"}}
+    ) == ("c.json: rope_scaling.factor: missing: expected a positive number")
+    assert (
+        _err(
+            parse_draft_config,
+            "c.json",
+            {**base, "rope_scaling": {"rope_type": "yarn", "factor": 2, "beta_fast": 0}},
+        )
+        == "c.json: rope_scaling.beta_fast: expected a positive number, got 0"
+    )
+    assert _err(parse_draft_config, "c.json", {**base, "rope_scaling": {"type": "x"}}) == (
+        "c.json: rope_scaling.type: unknown RoPE type 'x' (known: default, linear, dynamic, llama3, yarn)"
+    )
+    assert _err(parse_draft_config, "c.json", {**base, "draft_vocab_size": 11}) == (
+        "c.json: draft_vocab_size: 11 exceeds vocab_size 10"
+    )
+    layer = {**base, "draft_vocab_size": 11}
+    assert _err(
+        parse_draft_config,
+        "c.json",
+        {"speculators_model_type": "eagle3", "transformer_layer_config": layer},
+    ) == ("c.json: transformer_layer_config.draft_vocab_size: 11 exceeds vocab_size 10")
+    assert _err(parse_draft_config, "c.json", {**base, "num_key_value_heads": 3}) == (
+        "c.json: num_key_value_heads: 3 does not divide 2 heads"
+    )
+    # a scaling object without a type is a default rope (its keys kept as stored)
+    cfg = parse_draft_config("c.json", {**base, "rope_scaling": {"factor": 2.0}}).config
+    assert cfg.rope.rope_type == "default" and cfg.rope.scaling == {"factor": 2.0}
+    assert _err(rope_config, {"rope_theta": "1"}, {}, "t/config.json") == (
+        "t/config.json: rope_theta: expected a positive number, got '1'"
+    )
+    assert _err(rope_config, {}, {"rope_theta": -1}, "t/config.json") == (
+        "t/config.json: rope_theta: expected a positive number, got -1"
+    )
+
+
+def test_dtype_option(tmp_path: Path) -> None:
+    from hostile import build_world
+
+    w = build_world(tmp_path / "w")
+    assert load_draft(w.ckpt, dtype="bf16").dtype == torch.bfloat16
+    assert load_draft(w.ckpt, dtype=torch.float16).dtype == torch.float16
+    assert load_draft(w.ckpt, dtype="auto").dtype == torch.float32
+    assert load_draft(w.ckpt / "config.json").path == str(w.ckpt)  # a file: its folder
+    assert _err(load_draft, w.ckpt, dtype="int8") == (
+        "--dtype: unknown dtype 'int8' (auto, float32, bfloat16, float16)"
+    )
+    assert (
+        _err(load_draft, tmp_path / "none") == f"{tmp_path / 'none'}: checkpoint folder not found"
+    )
+    d = load_draft(w.ckpt)
+    assert d.vocab.d2t.dtype == torch.int64 and d.stored_vocab.d2t.dtype == torch.int64
+    assert d.layout == "speculators" and d.name == "draft"
+
+
+# --- weight files ---------------------------------------------------------------------------
+def test_weight_file_messages(tmp_path: Path) -> None:
+    idx = tmp_path / "model.safetensors.index.json"
+    idx.write_text(json.dumps({"weight_map": [["a", "x.safetensors"]]}))
+    assert _err(shard_map, idx) == (
+        f"{idx}: weight_map: missing or not an object of tensor name -> shard file"
+    )
+    idx.write_text(json.dumps({"weight_map": {"a": ""}}))
+    assert _err(shard_map, idx) == f"{idx}: weight_map[a]: expected a shard file name"
+    idx.write_text(json.dumps({"weight_map": {"a": "x\u0000.safetensors"}}))
+    assert _err(shard_map, idx) == f"{idx}: weight_map[a]: expected a shard file name"
+    idx.write_text(json.dumps({"weight_map": {"a": "../x.safetensors", "b": "../x.safetensors"}}))
+    assert (
+        _err(shard_map, idx)
+        == f"{idx}: weight_map[a]: '../x.safetensors' lies outside the checkpoint folder"
+    )
+    idx.write_text(json.dumps({"weight_map": {"a": "/abs/x.safetensors"}}))
+    assert (
+        _err(shard_map, idx)
+        == f"{idx}: weight_map[a]: '/abs/x.safetensors' lies outside the checkpoint folder"
+    )
+    save_file({"a": torch.ones(2)}, str(tmp_path / "s1.safetensors"))
+    torch.save({"b": torch.zeros(3), "meta": "not a tensor", 5: torch.ones(1)}, tmp_path / "s2.bin")
+    idx.write_text(
+        json.dumps({"weight_map": {"a": "s1.safetensors", "b": "s2.bin", "c": "s2.bin"}})
+    )
+    assert tensor_names(idx) == ["a", "b", "c"]
+    assert tensor_headers(idx) is None  # a torch shard has no header to read
+    assert (
+        _err(read_tensors, idx) == f"{tmp_path / 's2.bin'}: c: tensor named by {idx.name} not found"
+    )
+    got = read_tensors(idx, ["a", "b"])
+    assert set(got) == {"a", "b"} and torch.equal(got["b"], torch.zeros(3))
+    # a .bin file: names, tensors, a nested state_dict, non-tensors dropped
+    torch.save({"state_dict": {"x": torch.ones(2), "step": 3}}, tmp_path / "w.bin")
+    assert tensor_names(tmp_path / "w.bin") == ["x"]
+    assert tensor_headers(tmp_path / "w.bin") is None
+    assert list(read_tensors(tmp_path / "w.bin")) == ["x"]
+    assert (
+        _err(read_tensors, tmp_path / "w.bin", ["y"])
+        == f"{tmp_path / 'w.bin'}: y: tensor not found"
+    )
+    torch.save([torch.ones(1)], tmp_path / "l.bin")
+    assert (
+        _err(read_tensors, tmp_path / "l.bin")
+        == f"{tmp_path / 'l.bin'}: expected a dict of tensors"
+    )
+    assert _err(read_tensors, tmp_path / "s1.safetensors", ["zz"]) == (
+        f"{tmp_path / 's1.safetensors'}: zz: tensor not found"
+    )
+    assert tensor_names(tmp_path / "s1.safetensors") == ["a"]
+    assert list(tensor_headers(tmp_path / "s1.safetensors")) == ["a"]
+    assert list(load_file(str(tmp_path / "s1.safetensors"))) == ["a"]
+
+
+def test_find_weight_file(tmp_path: Path) -> None:
+    assert _err(find_weight_file, tmp_path).startswith(
+        f"{tmp_path}: no weights found (looked for model.safetensors"
+    )
+    save_file({"a": torch.ones(1)}, str(tmp_path / "one.safetensors"))
+    assert find_weight_file(tmp_path) == tmp_path / "one.safetensors"
+    save_file({"a": torch.ones(1)}, str(tmp_path / "two.safetensors"))
+    assert "no weights found" in _err(find_weight_file, tmp_path)  # two candidates: ambiguous
+    torch.save({"a": torch.ones(1)}, tmp_path / "pytorch_model.bin")
+    assert find_weight_file(tmp_path) == tmp_path / "pytorch_model.bin"
+    os.mkfifo(tmp_path / "model.safetensors")
+    assert _err(find_weight_file, tmp_path) == (
+        f"{tmp_path / 'model.safetensors'}: is a FIFO, not a regular file"
+    )
+
+
+def test_file_kinds() -> None:
+    import stat
+
+    assert file_kind(stat.S_IFDIR) == "a folder"
+    assert file_kind(stat.S_IFIFO) == "a FIFO"
+    assert file_kind(stat.S_IFCHR) == "a device" and file_kind(stat.S_IFBLK) == "a device"
+    assert file_kind(stat.S_IFSOCK) == "a socket"
+    assert file_kind(stat.S_IFLNK) == "not a regular file"
+
+
+# --- writer ---------------------------------------------------------------------------------
+def _plan() -> DraftFiles:
+    return DraftFiles({"a": 1}, {"x": torch.ones(1)})
+
+
+def test_check_out_messages(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    assert _err(check_out, ckpt / "fixed", [ckpt], "--write-fixed") == (
+        f"{ckpt / 'fixed'}: --write-fixed: must be a new folder outside the input folder {ckpt}"
+    )
+    (tmp_path / "f").write_text("x")
+    assert (
+        _err(check_out, tmp_path / "f", [], "--out")
+        == f"{tmp_path / 'f'}: --out: exists and is not a folder"
+    )
+    assert check_out(ckpt, [], None) == ckpt  # an empty folder is fine
+    (ckpt / "x").write_text("x")
+    assert _err(check_out, ckpt, []) == f"{ckpt}: exists and is not empty: a new folder is needed"
+    assert _err(check_out, str(tmp_path / "a\0b"), [], "--out") == (
+        f"{tmp_path}/a\\x00b: --out: not a usable path: embedded null byte"
+    )
+    # a relative glob whose first part is a pattern: its folder is the working directory
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert "outside the input folder" in _err(check_out, "fixed", ["*.pt"])
+        assert check_out(tmp_path / "ckpt2", ["ckpt/*.pt"]) == tmp_path / "ckpt2"
+    finally:
+        os.chdir(cwd)
+
+
+def test_write_draft_errors_leave_nothing(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "file").write_text("x")
+    assert _err(write_draft, _plan(), tmp_path / "file" / "out", field="--write-fixed").startswith(
+        f"{tmp_path / 'file' / 'out'}: --write-fixed: cannot write: "
+    )
+
+    def no_mkdir(self, *a, **k):
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(Path, "mkdir", no_mkdir)
+    assert _err(write_draft, _plan(), tmp_path / "new" / "deeper" / "out", field="--out") == (
+        f"{tmp_path / 'new' / 'deeper' / 'out'}: --out: cannot create: Permission denied"
+    )
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_write_draft_rename_race(tmp_path: Path, monkeypatch) -> None:
+    real = os.rename
+
+    def someone_else_wrote_out(src, dst):
+        (Path(dst) / "theirs").write_text("x")
+        return real(src, dst)
+
+    (tmp_path / "out").mkdir()
+    monkeypatch.setattr(writer_mod.os, "rename", someone_else_wrote_out)
+    msg = _err(write_draft, _plan(), tmp_path / "out", field="--out")
+    assert msg.startswith(f"{tmp_path / 'out'}: --out: cannot write: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no partial sibling left
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["theirs"]
+
+
+def test_shared_views_and_dtypes_survive_the_write(tmp_path: Path) -> None:
+    base = torch.arange(6, dtype=torch.int64)
+    tensors = {
+        "full": base,
+        "same": base,
+        "t": base.view(2, 3).t(),
+        "b": torch.tensor([True, False]),
+        "e": torch.zeros(0),
+        "e2": torch.zeros(0, 3),
+    }
+    write_draft(DraftFiles({}, tensors), tmp_path / "out")
+    got = load_file(str(tmp_path / "out" / "model.safetensors"))
+    assert set(got) == set(tensors)
+    for k, t in tensors.items():
+        assert got[k].dtype == t.dtype and torch.equal(got[k], t), k
+    assert torch.equal(base, torch.arange(6))
