@@ -489,3 +489,66 @@ def test_shared_views_and_dtypes_survive_the_write(tmp_path: Path) -> None:
     for k, t in tensors.items():
         assert got[k].dtype == t.dtype and torch.equal(got[k], t), k
     assert torch.equal(base, torch.arange(6))
+
+
+def test_torch_sample_layouts(tmp_path: Path) -> None:
+    f = tmp_path / "data_0.pt"
+    base = {"input_ids": torch.arange(3), "loss_mask": torch.ones(3)}
+    torch.save({**base, "target": torch.ones(3, 2)}, f)  # v0 needs both keys
+    assert (
+        _err(load_sample, f) == f"{f}: unknown sample layout (keys: input_ids, loss_mask, target)"
+    )
+    torch.save({**base, "hidden_state": torch.ones(3, 2)}, f)
+    assert (
+        _err(load_sample, f)
+        == f"{f}: unknown sample layout (keys: hidden_state, input_ids, loss_mask)"
+    )
+    torch.save({**base, "hidden_states": torch.ones(3, 2)}, f)  # v1 keeps a list
+    assert "unknown sample layout" in _err(load_sample, f)
+    torch.save({**base, "hidden_states": (torch.ones(3, 2), torch.ones(3, 2))}, f)
+    assert load_sample(f).format == "speculators-v1"
+    # width-1 slots are slots too
+    torch.save({**base, "aux_hidden_state": torch.ones(3, 3), "hidden_state": torch.ones(3, 1)}, f)
+    s = load_sample(f)
+    assert s.format == "specforge" and len(s.slots) == 4 and s.slot_info[-1].post_norm
+    torch.save({**base, "hidden_state": torch.ones(3, 1), "target": torch.ones(3, 1)}, f)
+    s = load_sample(f)
+    assert s.format == "speculators-v0" and len(s.slots) == 2 and s.slot_info[-1].label == "target"
+    torch.save({**base, "aux_hidden_state": torch.ones(3, 0), "hidden_state": torch.ones(3, 0)}, f)
+    assert _err(load_sample, f) == f"{f}: aux_hidden_state: width 0 not a multiple of 0"
+    torch.save({**base, "aux_hidden_state": torch.ones(3, 0), "hidden_state": torch.ones(3, 2)}, f)
+    assert _err(load_sample, f) == f"{f}: aux_hidden_state: width 0 not a multiple of 2"
+    torch.save({**base, "aux_hidden_state": torch.ones(3, 4), "hidden_state": torch.ones(2, 2)}, f)
+    assert _err(load_sample, f) == f"{f}: hidden_state: shape (2, 2), expected [3, hidden]"
+    torch.save({**base, "aux_hidden_state": torch.ones(3, 4), "hidden_state": torch.ones(3, 3)}, f)
+    assert _err(load_sample, f) == f"{f}: aux_hidden_state: width 4 not a multiple of 3"
+    torch.save({**base, "hidden_states": [torch.ones(3, 2)]}, f)
+    assert _err(load_sample, f) == f"{f}: hidden_states: 1 slots; at least 2 expected"
+    torch.save({**base, "hidden_states": [torch.ones(3, 2), torch.ones(2, 2)]}, f)
+    assert _err(load_sample, f) == f"{f}: hidden_states[1]: shape (2, 2), expected [3, hidden]"
+    torch.save({"input_ids": torch.arange(3), "hidden_states": [torch.ones(3, 2)] * 2}, f)
+    assert _err(load_sample, f) == f"{f}: loss_mask: missing"
+
+
+def test_sample_cache_is_a_small_lru(tmp_path: Path, monkeypatch) -> None:
+    import inspector.formats.samples as samples_mod
+
+    for i in range(3):
+        torch.save(
+            {
+                "input_ids": torch.arange(3),
+                "hidden_states": [torch.ones(3, 2)] * 2,
+                "loss_mask": torch.ones(3),
+            },
+            tmp_path / f"data_{i}.pt",
+        )
+    loads: list[str] = []
+    real = samples_mod.load_sample
+    monkeypatch.setattr(
+        samples_mod, "load_sample", lambda p, *a, **k: loads.append(p.name) or real(p, *a, **k)
+    )
+    ss = SampleSet(tmp_path, cache_size=2)
+    for i in (0, 1, 0, 2, 0, 1):
+        ss[i]
+    # 0 and 1 cached; 0 used again; 2 evicts 1 (the least recent); 0 still cached; 1 reloads
+    assert loads == ["data_0.pt", "data_1.pt", "data_2.pt", "data_1.pt"]

@@ -168,10 +168,9 @@ def _slots_2d(path: Path, key: str, t: object, n: int) -> torch.Tensor:
     return t
 
 
-def detect_format(path: Path, data: dict | None) -> str:
-    if path.suffix == ".safetensors":
-        return "speculators-v2"
-    if data is None or not isinstance(data, dict):
+def detect_format(path: Path, data: object) -> str:
+    """The layout of a loaded torch sample (speculators v2 files are safetensors, not these)."""
+    if not isinstance(data, dict):
         raise InputError(path, None, "expected a dict of tensors")
     if "hidden_states" in data and isinstance(data["hidden_states"], list | tuple):
         return "speculators-v1"
