@@ -552,3 +552,181 @@ def test_sample_cache_is_a_small_lru(tmp_path: Path, monkeypatch) -> None:
         ss[i]
     # 0 and 1 cached; 0 used again; 2 evicts 1 (the least recent); 0 still cached; 1 reloads
     assert loads == ["data_0.pt", "data_1.pt", "data_2.pt", "data_1.pt"]
+
+
+def test_discover_globs_and_folders(tmp_path: Path) -> None:
+    from inspector.formats.samples import discover
+
+    (tmp_path / "a" / "deep").mkdir(parents=True)
+    for name in (
+        "a/data_2.pt",
+        "a/data_10.pt",
+        "a/deep/data_1.ckpt",
+        "a/model.safetensors",
+        "a/notes.txt",
+    ):
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "a" / "hs_0.safetensors").write_bytes(b"")
+    os.mkfifo(tmp_path / "a" / "data_3.pt")  # a FIFO in a folder is not a sample file
+    assert [str(p.relative_to(tmp_path)) for p in discover(tmp_path / "a")] == [
+        "a/data_2.pt",
+        "a/data_10.pt",
+        "a/deep/data_1.ckpt",
+        "a/hs_0.safetensors",
+    ]
+    # a recursive glob, in natural order of the whole path; several specs keep their order
+    assert [p.name for p in discover(str(tmp_path / "a" / "**" / "data_*.*"))] == [
+        "data_2.pt",
+        "data_3.pt",
+        "data_10.pt",
+        "data_1.ckpt",
+    ]
+    got = discover([tmp_path / "a" / "data_10.pt", str(tmp_path / "a" / "data_2.pt")])
+    assert [p.name for p in got] == ["data_10.pt", "data_2.pt"]
+    assert (
+        _err(discover, [tmp_path / "x", tmp_path / "y"])
+        == f"{tmp_path / 'x'}: no such file or folder"
+    )
+    (tmp_path / "empty").mkdir()
+    assert _err(discover, [tmp_path / "empty", str(tmp_path / "empty" / "*.pt")]) == (
+        f"{tmp_path / 'empty'}, {tmp_path / 'empty' / '*.pt'}: no sample files found (.pt, .ckpt, hs_*.safetensors)"
+    )
+
+
+def test_data_config_messages(tmp_path: Path) -> None:
+    from inspector.formats.samples import read_data_config
+
+    cfg = tmp_path / "data_config.json"
+    f = tmp_path / "data_0.pt"
+    for content, text in [
+        (
+            {"hidden_states": {"layer_ids": [0, True]}},
+            "hidden_states.layer_ids: expected a list of integers, got [0, True]",
+        ),
+        ({"layer_ids": [1.0]}, "layer_ids: expected a list of integers, got [1.0]"),
+        (
+            {"hidden_states": {"layer_ids": [3, -1]}},
+            "hidden_states.layer_ids: -1 is negative: layer ids count from 0",
+        ),
+        (
+            {"layer_ids": [1], "index_convention": "HF"},
+            "index_convention: 'HF': expected 'hf' or 'speculators'",
+        ),
+        (
+            {"hidden_states": {"layer_ids": [1]}, "index_convention": 3},
+            "index_convention: 3: expected 'hf' or 'speculators'",
+        ),
+    ]:
+        cfg.write_text(json.dumps(content))
+        assert _err(read_data_config, f) == f"{cfg}: {text}"
+    # the convention may sit at the top level of a nested file
+    cfg.write_text(json.dumps({"hidden_states": {"layer_ids": [1]}, "index_convention": "hf"}))
+    assert read_data_config(f) == ([1], cfg)
+    cfg.write_text(
+        json.dumps(
+            {
+                "hidden_states": {"layer_ids": [1], "index_convention": "speculators"},
+                "index_convention": "hf",
+            }
+        )
+    )
+    assert read_data_config(f) == ([2], cfg)  # the nested one wins
+
+
+def test_slot_and_mask_messages(tmp_path: Path) -> None:
+    f = tmp_path / "data_0.pt"
+    base = {"input_ids": torch.arange(4), "loss_mask": torch.ones(4)}
+    torch.save(
+        {**base, "hidden_states": [torch.ones(4, 2), torch.ones(4, 2, dtype=torch.int32)]}, f
+    )
+    assert (
+        _err(load_sample, f)
+        == f"{f}: hidden_states[1]: dtype torch.int32, expected a floating type"
+    )
+    torch.save({**base, "hidden_states": [torch.ones(1, 4, 2), torch.ones(1, 4, 2)]}, f)
+    assert [tuple(s.shape) for s in load_sample(f).slots] == [(4, 2), (4, 2)]  # [1, T, H] is [T, H]
+    torch.save({**base, "hidden_states": [torch.ones(2, 4, 2), torch.ones(4, 2)]}, f)
+    assert _err(load_sample, f) == f"{f}: hidden_states[0]: shape (2, 4, 2), expected [4, hidden]"
+    torch.save({**base, "hidden_states": [torch.ones(4, 2), 7]}, f)
+    assert _err(load_sample, f) == f"{f}: hidden_states[1]: expected a tensor, got int"
+    torch.save(
+        {
+            "input_ids": torch.arange(4),
+            "loss_mask": torch.ones(2, 2),
+            "hidden_states": [torch.ones(4, 2)] * 2,
+        },
+        f,
+    )
+    assert _err(load_sample, f) == f"{f}: loss_mask: shape (2, 2), expected [4]"
+    torch.save(
+        {
+            "input_ids": torch.arange(4).view(2, 2),
+            "loss_mask": torch.ones(4),
+            "hidden_states": [torch.ones(4, 2)] * 2,
+        },
+        f,
+    )
+    assert (
+        _err(load_sample, f)
+        == f"{f}: input_ids: expected integer ids [T] with T >= 3, got shape (2, 2)"
+    )
+
+
+def test_default_cache_holds_four_samples(tmp_path: Path, monkeypatch) -> None:
+    import inspector.formats.samples as samples_mod
+
+    for i in range(5):
+        torch.save(
+            {
+                "input_ids": torch.arange(3),
+                "hidden_states": [torch.ones(3, 2)] * 2,
+                "loss_mask": torch.ones(3),
+            },
+            tmp_path / f"data_{i}.pt",
+        )
+    loads: list[str] = []
+    real = samples_mod.load_sample
+    monkeypatch.setattr(
+        samples_mod, "load_sample", lambda p, *a, **k: loads.append(p.name) or real(p, *a, **k)
+    )
+    ss = SampleSet(tmp_path)
+    for i in (0, 1, 2, 3, 0, 4, 0, 1):
+        ss[i]
+    assert loads == ["data_0.pt", "data_1.pt", "data_2.pt", "data_3.pt", "data_4.pt", "data_1.pt"]
+
+
+def test_write_draft_messages_name_the_option(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "link.json").symlink_to(tmp_path / "elsewhere.json")
+    (tmp_path / "elsewhere.json").write_text("{}")
+    plan = DraftFiles({}, {"x": torch.ones(1)}, (ckpt / "link.json",))
+    assert _err(write_draft, plan, tmp_path / "out") == (
+        f"{ckpt / 'link.json'}: not a regular file of the checkpoint folder: not copied"
+    )
+    (ckpt / "config.json").write_text("{}")
+    plan = DraftFiles({}, {"x": torch.ones(1)}, (ckpt / "config.json",))
+    assert "not copied" in _err(write_draft, plan, tmp_path / "out")  # written from the plan
+    assert _err(write_draft, _plan(), ckpt / "fixed", inputs=[ckpt], field="--write-fixed") == (
+        f"{ckpt / 'fixed'}: --write-fixed: must be a new folder outside the input folder {ckpt}"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "elsewhere.json"]
+
+
+def test_failed_parent_creation_removes_what_it_made(tmp_path: Path, monkeypatch) -> None:
+    real = Path.mkdir
+    made: list[Path] = []
+
+    def second_fails(self, *a, **k):
+        if made:
+            raise OSError(errno.EROFS, "Read-only file system")
+        made.append(self)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "mkdir", second_fails)
+    out = tmp_path / "a" / "b" / "out"
+    assert _err(write_draft, _plan(), out, field="--out") == (
+        f"{out}: --out: cannot create: Read-only file system"
+    )
+    monkeypatch.undo()
+    assert made == [tmp_path / "a"] and list(tmp_path.iterdir()) == []
