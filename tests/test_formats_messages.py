@@ -730,3 +730,90 @@ def test_failed_parent_creation_removes_what_it_made(tmp_path: Path, monkeypatch
     )
     monkeypatch.undo()
     assert made == [tmp_path / "a"] and list(tmp_path.iterdir()) == []
+
+
+def test_vocab_map_messages() -> None:
+    from inspector.formats.vocab import vocab_map
+
+    wf = Path("w.safetensors")
+    for args, text in [
+        ((None, None, 2, 4), "d2t: absent but draft_vocab_size 2 != vocab_size 4"),
+        ((None, torch.ones(4), 4, 4), "d2t: absent while t2d is present"),
+        ((torch.tensor([0]), None, 2, 4), "d2t: has 1 entries, expected draft_vocab_size 2"),
+        (
+            (torch.tensor([0, 3]), None, 2, 4),
+            "d2t: maps draft ids to target ids outside [0, 4) (offsets expected: target = draft + d2t)",
+        ),
+        (
+            (torch.tensor([0, 1]), torch.tensor([1, 0, 1]), 2, 4),
+            "t2d: has 3 entries, expected vocab_size 4",
+        ),
+        (
+            (torch.tensor([0, 1]), torch.tensor([1, 1, 1, 0]), 2, 4),
+            "t2d: marks 3 tokens, expected draft_vocab_size 2",
+        ),
+        (
+            (torch.tensor([0, 1]), torch.tensor([1, 1, 0, 0]), 2, 4),
+            "d2t: disagrees with t2d: nonzero(t2d) != arange(D) + d2t",
+        ),
+        ((torch.tensor([0.5, 1]), None, 2, 4), "d2t: holds a non-integer value 0.5 at index 0"),
+        (
+            (torch.tensor([0, 1]), torch.tensor([0, 2, 0, 1]), 2, 4),
+            "t2d: holds 2 at index 1: expected 0 or 1",
+        ),
+    ]:
+        assert _err(vocab_map, *args, wf) == f"w.safetensors: {text}"
+    m = vocab_map(torch.tensor([0, 1]), None, 2, 4, wf)
+    assert m.t2d.dtype == torch.bool and m.d2t.dtype == torch.int64
+    notes: list[str] = []
+    m = vocab_map(torch.tensor([1, 3]), None, 2, 4, wf, strict=False, notes=notes)  # ids, no t2d
+    assert m.d2t.tolist() == [1, 2] and m.t2d.dtype == torch.bool
+    assert notes == ["d2t holds absolute target ids, not offsets: read as ids"]
+    m = vocab_map(torch.tensor([1, 3]), None, 2, 4, wf, strict=False)  # notes optional
+    assert m.d2t.tolist() == [1, 2]
+
+
+def test_lenient_vocab_edges() -> None:
+    from inspector.formats.vocab import vocab_map
+
+    wf = Path("w")
+    # offsets that reach the last target id exactly are valid offsets: nothing to repair
+    notes: list[str] = []
+    m = vocab_map(torch.tensor([0, 2]), None, 2, 4, wf, strict=False, notes=notes)
+    assert m.d2t.tolist() == [0, 2] and notes == []
+    # ids including 0 and V-1 are valid ids
+    m = vocab_map(
+        torch.tensor([0, 3]), torch.tensor([1, 0, 0, 1]), 2, 4, wf, strict=False, notes=notes
+    )
+    assert m.d2t.tolist() == [0, 2] and notes == [
+        "d2t holds absolute target ids, not offsets: read as ids"
+    ]
+    # duplicated offsets are not valid offsets; valid as ids they are read as ids
+    notes.clear()
+    m = vocab_map(
+        torch.tensor([1, 0]), torch.tensor([1, 1, 0, 0]), 2, 4, wf, strict=False, notes=notes
+    )
+    assert m.d2t.tolist() == [1, -1] and notes == [
+        "d2t holds absolute target ids, not offsets: read as ids"
+    ]
+    # a t2d of the wrong length is ignored by the repair, then refused by the strict checks
+    notes.clear()
+    with pytest.raises(InputError, match="t2d: has 3 entries"):
+        vocab_map(
+            torch.tensor([0, 1]), torch.tensor([1, 0, 1]), 2, 4, wf, strict=False, notes=notes
+        )
+    # neither offsets nor ids in range: no repair
+    with pytest.raises(InputError, match="outside"):
+        vocab_map(torch.tensor([-1, 7]), None, 2, 4, wf, strict=False, notes=notes)
+    assert notes == []
+
+
+def test_embedding_found_under_a_short_name(tmp_path: Path) -> None:
+    from inspector.formats import read_embedding
+
+    emb = torch.randn(4, 2)
+    save_file(
+        {"backbone.embed.weight": emb, "backbone.norm.weight": torch.ones(2)},
+        str(tmp_path / "w.safetensors"),
+    )
+    assert torch.equal(read_embedding(tmp_path / "w.safetensors", (4, 2)), emb)
