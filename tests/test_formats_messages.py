@@ -817,3 +817,166 @@ def test_embedding_found_under_a_short_name(tmp_path: Path) -> None:
         str(tmp_path / "w.safetensors"),
     )
     assert torch.equal(read_embedding(tmp_path / "w.safetensors", (4, 2)), emb)
+
+
+def test_file_reading_messages(tmp_path: Path) -> None:
+    from inspector.formats.files import check_regular, read_bytes, read_json
+
+    os.mkfifo(tmp_path / "fifo")
+    assert (
+        _err(check_regular, tmp_path / "fifo", "cfg")
+        == f"{tmp_path / 'fifo'}: cfg: is a FIFO, not a regular file"
+    )
+    assert (
+        _err(check_regular, tmp_path / "none", "cfg") == f"{tmp_path / 'none'}: cfg: file not found"
+    )
+    assert (
+        _err(check_regular, tmp_path / "a\0b")
+        == f"{tmp_path}/a\0b: cannot read: embedded null byte"
+    )
+    (tmp_path / "f").write_bytes(b"12345")
+    assert (
+        _err(read_bytes, tmp_path / "f", 4, "x")
+        == f"{tmp_path / 'f'}: x: 5 bytes: larger than the 4 bytes allowed"
+    )
+    assert read_bytes(tmp_path / "f", 5) == b"12345"
+    assert (
+        _err(read_bytes, tmp_path / "fifo", 4, "x")
+        == f"{tmp_path / 'fifo'}: x: is a FIFO, not a regular file"
+    )
+    (tmp_path / "d").mkdir()
+    assert _err(read_json, tmp_path / "d") == f"{tmp_path / 'd'}: is a folder, not a regular file"
+    (tmp_path / "j").write_text("[]")
+    assert _err(read_json, tmp_path / "j") == f"{tmp_path / 'j'}: expected a JSON object"
+    (tmp_path / "j").write_text("{")
+    assert _err(read_json, tmp_path / "j").startswith(
+        f"{tmp_path / 'j'}: not valid JSON: Expecting"
+    )
+
+
+def test_read_bytes_never_blocks_on_a_fifo_swapped_in(tmp_path: Path, monkeypatch) -> None:
+    """The regular-file check and the open race: the open itself must not block on a FIFO."""
+    import inspector.formats.files as files_mod
+
+    os.mkfifo(tmp_path / "fifo")
+    monkeypatch.setattr(files_mod, "check_regular", lambda path, field=None: 0)
+    assert (
+        _err(files_mod.read_bytes, tmp_path / "fifo", 10)
+        == f"{tmp_path / 'fifo'}: not a regular file"
+    )
+
+
+def test_safetensors_header_messages(tmp_path: Path) -> None:
+    from inspector.formats.headers import safetensors_header
+
+    f = tmp_path / "w.safetensors"
+    f.write_bytes(b"\x01")
+    assert _err(safetensors_header, f) == f"{f}: not a safetensors file: shorter than its header"
+    f.write_bytes((2**64 - 1).to_bytes(8, "little") + b"{}")
+    assert _err(safetensors_header, f) == f"{f}: not a safetensors file: header length {2**64 - 1}"
+    f.write_bytes((4).to_bytes(8, "little") + b"{}")
+    assert _err(safetensors_header, f) == f"{f}: not a safetensors file: header length 4"
+    f.write_bytes((2).to_bytes(8, "little") + b"[]")
+    assert _err(safetensors_header, f) == f"{f}: not a safetensors file: header is not an object"
+    f.write_bytes((2).to_bytes(8, "little") + b"{x")
+    assert _err(safetensors_header, f).startswith(f"{f}: not a safetensors file: Expecting")
+    header = json.dumps({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 12]}}).encode()
+    f.write_bytes(len(header).to_bytes(8, "little") + header + bytes(8))
+    assert (
+        _err(safetensors_header, f)
+        == f"{f}: a: header data_offsets [0, 12] lie outside the file's 8 data bytes"
+    )
+    header = json.dumps(
+        {
+            "a": {"dtype": "F32", "shape": [0, 3], "data_offsets": [0, 0]},
+            "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, True]},
+        }
+    ).encode()
+    f.write_bytes(len(header).to_bytes(8, "little") + header + bytes(8))
+    assert _err(safetensors_header, f) == f"{f}: b: header data_offsets is not [begin, end]"
+    header = json.dumps(
+        {
+            "a": {"dtype": "F32", "shape": [0, 3], "data_offsets": [0, 0]},
+            "b": {"dtype": "F32", "shape": [True], "data_offsets": [0, 4]},
+        }
+    ).encode()
+    f.write_bytes(len(header).to_bytes(8, "little") + header + bytes(8))
+    assert _err(safetensors_header, f) == f"{f}: b: header shape [True] is not a list of sizes"
+    header = json.dumps(
+        {
+            "a": {"dtype": "F32", "shape": [0, 3], "data_offsets": [0, 0]},
+            "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+        }
+    ).encode()
+    f.write_bytes(len(header).to_bytes(8, "little") + header + bytes(8))
+    h = safetensors_header(f)
+    assert (
+        h["a"].shape == (0, 3)
+        and h["b"].begin == 8 + len(header)
+        and h["b"].end == 16 + len(header)
+    )
+    header = json.dumps({"a": {"shape": [2], "data_offsets": [0, 8]}}).encode()
+    f.write_bytes(len(header).to_bytes(8, "little") + header + bytes(8))
+    assert _err(safetensors_header, f) == f"{f}: a: header dtype missing"
+    header = json.dumps({"a": [1]}).encode()
+    f.write_bytes(len(header).to_bytes(8, "little") + header + bytes(8))
+    assert _err(safetensors_header, f) == f"{f}: a: header entry is not an object"
+
+
+def test_more_config_edges() -> None:
+    flat = {"hidden_size": 4, "num_attention_heads": 4, "intermediate_size": 8, "vocab_size": 10}
+    c = parse_draft_config("c.json", flat).config
+    assert c.head_dim == 1 and c.draft_vocab_size == 10 and c.target_hidden_size == 4
+    # rope_parameters of a scaled type are used even with a legacy rope_scaling beside them
+    r = rope_config(
+        {
+            "rope_parameters": {"rope_type": "linear", "factor": 2.0},
+            "rope_scaling": {"type": "llama3", "factor": 8.0},
+        },
+        {},
+        "c.json",
+    )
+    assert (r.rope_type, r.scaling) == ("linear", {"factor": 2.0})
+    r = rope_config(
+        {"rope_scaling": {"rope_type": "linear", "factor": 3.0}}, {}, "c.json"
+    )  # nested only
+    assert (r.rope_type, r.scaling) == ("linear", {"factor": 3.0})
+    r = rope_config(
+        {}, {"rope_scaling": {"rope_type": "linear", "factor": 4.0}}, "c.json"
+    )  # top only
+    assert (r.rope_type, r.scaling) == ("linear", {"factor": 4.0})
+    assert _err(parse_draft_config, "c.json", {"speculators_model_type": "eagle2"}) == (
+        "c.json: speculators_model_type: 'eagle2' is not an EAGLE-3 draft"
+    )
+
+
+def test_load_draft_fields_and_devices(tmp_path: Path) -> None:
+    from hostile import build_world
+
+    w = build_world(tmp_path / "w")
+    d = load_draft(w.ckpt)
+    assert (d.name, d.path, d.layout, d.notes) == ("draft", str(w.ckpt), "speculators", [])
+    assert d.weights["fc.weight"].dtype == torch.float32 and d.vocab.t2d.dtype == torch.bool
+    m = load_draft(w.ckpt, device="meta")
+    assert m.device.type == "meta" and m.vocab.d2t.device.type == "meta"
+    assert m.stored_vocab.d2t.device.type == "cpu"  # what was stored stays as read
+    h = load_draft(w.ckpt, dtype="float16")
+    assert h.dtype == torch.float16 and h.vocab.d2t.dtype == torch.int64
+
+
+def test_token_id_zero_and_float16_edges(tmp_path: Path) -> None:
+    from inspector.formats.samples import slot_warnings
+
+    f = tmp_path / "data_0.pt"
+    torch.save(
+        {
+            "input_ids": torch.tensor([0, 1, 0]),
+            "hidden_states": [torch.ones(3, 2)] * 2,
+            "loss_mask": torch.ones(3),
+        },
+        f,
+    )
+    assert load_sample(f, vocab_size=2).input_ids.tolist() == [0, 1, 0]
+    exact = torch.full((2, 2), 65504.0)  # representable in float16: no overflow
+    assert slot_warnings([exact]) == []
+    assert slot_warnings([torch.zeros(0, 4)]) == []
