@@ -980,3 +980,359 @@ def test_token_id_zero_and_float16_edges(tmp_path: Path) -> None:
     exact = torch.full((2, 2), 65504.0)  # representable in float16: no overflow
     assert slot_warnings([exact]) == []
     assert slot_warnings([torch.zeros(0, 4)]) == []
+
+
+# --- edges the second mutation run showed --------------------------------------------------
+def test_read_bytes_os_errors_and_a_file_that_grew(tmp_path: Path, monkeypatch) -> None:
+    import inspector.formats.files as files_mod
+
+    f = tmp_path / "c.json"
+    f.write_bytes(b"{}" * 10)
+
+    def denied(*a, **k):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(files_mod.os, "open", denied)
+    assert _err(files_mod.read_bytes, f, 100, "cfg") == f"{f}: cfg: cannot read: Permission denied"
+    monkeypatch.undo()
+    monkeypatch.setattr(files_mod, "check_regular", lambda path, field=None: 1)  # grew since
+    assert _err(files_mod.read_bytes, f, 5, "cfg") == f"{f}: cfg: larger than the 5 bytes allowed"
+    os.mkfifo(tmp_path / "fifo")
+    assert (
+        _err(files_mod.read_bytes, tmp_path / "fifo", 5, "cfg")
+        == f"{tmp_path / 'fifo'}: cfg: not a regular file"
+    )
+    monkeypatch.undo()
+    from inspector.formats.files import check_regular
+
+    assert (
+        _err(check_regular, tmp_path / "a\0b", "cfg")
+        == f"{tmp_path}/a\0b: cfg: cannot read: embedded null byte"
+    )
+
+
+def test_pickles_of_every_protocol_with_memo(tmp_path: Path) -> None:
+    import io
+    import pickle
+    import zipfile as zf
+
+    from inspector.formats.headers import check_torch_zip
+
+    shared = ["x"] * 3
+    for protocol in (0, 1, 2):
+        buf = io.BytesIO()
+        pickle.dump({"a": shared, "b": shared, "c": (shared, shared)}, buf, protocol=protocol)
+        f = tmp_path / f"p{protocol}.pt"
+        with zf.ZipFile(f, "w") as z:
+            z.writestr("archive/data.pkl", buf.getvalue())
+        check_torch_zip(f)  # PUT/GET (protocol 0), BINPUT/BINGET (1, 2) followed
+    # a late tied tensor: memo indices past 255 are fetched with LONG_BINGET
+    state = {f"t{i}": torch.full((2,), float(i)) for i in range(300)}
+    state["tied"] = state["t299"]
+    torch.save(state, tmp_path / "late.pt", pickle_protocol=2)
+    check_torch_zip(tmp_path / "late.pt")
+    f = tmp_path / "under.pt"
+    with zf.ZipFile(f, "w") as z:
+        z.writestr("archive/data.pkl", b"\x80\x020.")  # POP on an empty stack
+    assert _err(check_torch_zip, f) == f"{f}: data.pkl: malformed pickle: stack underflow at POP"
+
+
+def test_text_persistent_ids_and_long_ids(tmp_path: Path) -> None:
+    import zipfile as zf
+
+    from inspector.formats.headers import check_torch_zip
+
+    f = tmp_path / "p0.pt"
+    with zf.ZipFile(f, "w") as z:
+        z.writestr("archive/data.pkl", b"Pstorage0\n.")  # protocol 0: a text persistent id
+    assert _err(check_torch_zip, f) == f"{f}: data.pkl: unexpected persistent id 'storage0'"
+    long_id = "k" * 200
+    with zf.ZipFile(f, "w") as z:
+        z.writestr("archive/data.pkl", b"P" + long_id.encode() + b"\n.")
+    msg = _err(check_torch_zip, f)
+    assert (
+        msg == f"{f}: data.pkl: unexpected persistent id '{'k' * 79}"
+    )  # the id cut at 80 characters
+
+
+def test_crc_errors_and_the_pickle_size_bound(tmp_path: Path, monkeypatch) -> None:
+    import zipfile as zf
+
+    import inspector.formats.headers as headers
+
+    f = tmp_path / "s.pt"
+    torch.save({"a": torch.zeros(2)}, f)
+    with zf.ZipFile(f) as z:
+        info = next(i for i in z.infolist() if i.filename.endswith("data.pkl"))
+    raw = bytearray(f.read_bytes())
+    start = raw.index(b"\x80\x02")  # the pickle's first bytes, inside its record
+    raw[start + 5] ^= 0xFF
+    g = tmp_path / "crc.pt"
+    g.write_bytes(bytes(raw))
+    assert _err(headers.check_torch_zip, g).startswith(
+        f"{g}: not a readable zip archive: Bad CRC-32"
+    )
+    monkeypatch.setattr(headers, "MAX_PICKLE_BYTES", info.file_size)
+    headers.check_torch_zip(f)  # exactly at the bound: fine
+    monkeypatch.setattr(headers, "MAX_PICKLE_BYTES", info.file_size - 1)
+    assert "larger than a tensor description can be" in _err(headers.check_torch_zip, f)
+
+
+def test_rebuild_calls_are_recognised_by_name_only(tmp_path: Path) -> None:
+    import io
+    import pickle
+    import zipfile as zf
+    from collections import OrderedDict
+
+    import torch._utils
+
+    from inspector.formats.headers import check_torch_zip
+
+    class Ref:
+        def __init__(self, pid):
+            self.pid = pid
+
+    class Call:
+        def __init__(self, fn, *args):
+            self.fn, self.args = fn, args
+
+        def __reduce__(self):
+            return (self.fn, self.args)
+
+    class P(pickle.Pickler):
+        def persistent_id(self, obj):
+            return obj.pid if isinstance(obj, Ref) else None
+
+    def archive(obj, protocol=2) -> Path:
+        buf = io.BytesIO()
+        P(buf, protocol=protocol).dump(obj)
+        f = tmp_path / "r.pt"
+        with zf.ZipFile(f, "w") as z:
+            z.writestr("archive/data.pkl", buf.getvalue())
+            z.writestr("archive/data/0", bytes(24))
+        return f
+
+    pid = ("storage", torch.FloatStorage, "0", "cpu", 6)
+    # another callable with view-like arguments is not a tensor view
+    check_torch_zip(archive({"x": Call(OrderedDict, Ref(pid), 0, (99,), (1,))}))
+    # the four-argument form of the rebuild call is checked
+    f = archive({"x": Call(torch._utils._rebuild_tensor_v2, Ref(pid), 0, (99,), (1,))})
+    assert (
+        _err(check_torch_zip, f)
+        == f"{f}: data/0: a tensor of shape [99] needs 99 elements; the record holds 6"
+    )
+    # and so are views pickled with STACK_GLOBAL (protocol 4)
+    f = archive(
+        {"x": Call(torch._utils._rebuild_tensor_v2, Ref(pid), 0, (7,), (1,), False, OrderedDict())},
+        4,
+    )
+    assert (
+        _err(check_torch_zip, f)
+        == f"{f}: data/0: a tensor of shape [7] needs 7 elements; the record holds 6"
+    )
+
+
+def test_v2_and_torch_samples_missing_keys(tmp_path: Path) -> None:
+    hs = tmp_path / "hidden_states"
+    hs.mkdir()
+    f = hs / "hs_0.safetensors"
+    save_file({"token_ids": torch.tensor([1, 2, 3])}, str(f))
+    assert _err(load_sample, f) == f"{f}: hidden_states: missing"
+    save_file({"hidden_states": torch.ones(3, 2, 2)}, str(f))
+    assert _err(load_sample, f) == f"{f}: input_ids: missing"
+    save_file(
+        {"hidden_states": torch.ones(3, 2, 2), "token_ids": torch.tensor([1.0, 2, 3])}, str(f)
+    )
+    assert (
+        _err(load_sample, f) == f"{f}: token_ids: dtype torch.float32, expected integer token ids"
+    )
+    p = tmp_path / "data_0.ckpt"
+    base = {"input_ids": torch.arange(3), "loss_mask": torch.ones(3)}
+    torch.save({**base, "aux_hidden_state": torch.ones(3, 4)}, p)
+    assert _err(load_sample, p) == f"{p}: hidden_state: missing"
+    torch.save({**base, "aux_hidden_state": 5, "hidden_state": torch.ones(3, 2)}, p)
+    assert _err(load_sample, p) == f"{p}: aux_hidden_state: expected a tensor, got int"
+    torch.save({**base, "aux_hidden_state": torch.ones(2, 4), "hidden_state": torch.ones(3, 2)}, p)
+    assert _err(load_sample, p) == f"{p}: aux_hidden_state: shape (2, 4), expected [3, hidden]"
+    torch.save({**base, "hidden_states": [torch.ones(3, 2), torch.ones(3, 4)]}, p)
+    assert _err(load_sample, p) == f"{p}: hidden_states: slots have different widths [2, 4]"
+
+
+def test_v2_row_ids_must_match_token_ids(tmp_path: Path) -> None:
+    hs = _v2(
+        tmp_path,
+        [([1, 2, 3], [0, 1, 1])],
+        arrow={"input_ids": [[1, 2, 4]], "loss_mask": [[0, 1, 1]]},
+    )
+    assert _err(SampleSet(hs).__getitem__, 0) == (
+        f"{hs / 'hs_0.safetensors'}: token_ids: differ from the dataset row's input_ids"
+    )
+
+
+def test_skipped_sample_to_dict() -> None:
+    from inspector.formats import SkippedSample
+
+    s = SkippedSample(3, "a/data_3.pt", "loss_mask", "value 2 at position 1: expected 0 or 1")
+    assert s.to_dict() == {
+        "path": "a/data_3.pt",
+        "field": "loss_mask",
+        "reason": "value 2 at position 1: expected 0 or 1",
+    }
+    assert SkippedSample(0, "x", None, "r").to_dict() == {"path": "x", "field": None, "reason": "r"}
+
+
+def test_speculators_top_level_draft_vocab_is_named_there() -> None:
+    layer = {"hidden_size": 8, "num_attention_heads": 2, "intermediate_size": 8, "vocab_size": 10}
+    cfg = {
+        "speculators_model_type": "eagle3",
+        "draft_vocab_size": 11,
+        "transformer_layer_config": layer,
+    }
+    assert (
+        _err(parse_draft_config, "c.json", cfg)
+        == "c.json: draft_vocab_size: 11 exceeds vocab_size 10"
+    )
+
+
+def test_target_reads_only_the_tensors_it_needs(tmp_path: Path) -> None:
+    from inspector.formats import read_target_head
+
+    save_file(
+        {"lm_head.weight": torch.ones(4, 2), "model.norm.weight": torch.ones(2)},
+        str(tmp_path / "a.safetensors"),
+    )
+    index = {
+        "weight_map": {
+            "lm_head.weight": "a.safetensors",
+            "model.norm.weight": "a.safetensors",
+            "model.layers.0.x": "missing.safetensors",
+        }
+    }
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    head = read_target_head(
+        tmp_path, vocab_size=4, hidden_size=2
+    )  # the missing shard is never opened
+    assert head.lm_head.shape == (4, 2)
+    save_file({"lm_head.weight": torch.ones(4, 2)}, str(tmp_path / "a.safetensors"))
+    index["weight_map"]["model.norm.weight"] = "gone.safetensors"
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert _err(read_target_head, tmp_path) == (
+        f"{tmp_path / 'gone.safetensors'}: shard named by model.safetensors.index.json is missing"
+    )
+
+
+def test_embedding_from_a_target_is_checked_too(tmp_path: Path) -> None:
+    from hostile import build_world
+
+    w = build_world(tmp_path / "w")
+    state = load_file(str(w.weights))
+    del state["embed_tokens.weight"]
+    save_file(state, str(w.weights))
+    save_file(
+        {"model.embed_tokens.weight": torch.ones(256, 8)}, str(w.target / "model.safetensors")
+    )
+    assert _err(load_draft, w.ckpt, target=w.target) == (
+        f"{w.target / 'model.safetensors'}: model.embed_tokens.weight: shape (256, 8), expected (256, 64)"
+        " (the draft's [vocab_size, hidden_size])"
+    )
+    state["fc.weight"] = state.pop("fc.weight")
+    del state["fc.weight"]
+    save_file(state, str(w.weights))
+    assert (
+        _err(load_draft, w.ckpt)
+        == f"{w.weights}: fc.weight: tensor not found: not an EAGLE-3 draft"
+    )
+
+
+def test_lenient_load_notes_what_it_repaired(tmp_path: Path) -> None:
+    from hostile import build_world
+
+    w = build_world(tmp_path / "w")
+    state = load_file(str(w.weights))
+    state["d2t"] = state["d2t"] + torch.arange(96)
+    save_file(state, str(w.weights))
+    d = load_draft(w.ckpt, strict=False)
+    assert d.notes == ["d2t holds absolute target ids, not offsets: read as ids"]
+
+
+def test_sglang_extra_layer_shapes_are_all_checked(tmp_path: Path) -> None:
+    from hostile import build_world
+
+    w = build_world(tmp_path / "w")
+    state = load_file(str(w.weights))
+    g = torch.Generator().manual_seed(0)
+    for name, shape in {
+        "self_attn.q_proj.weight": (64, 64),
+        "self_attn.k_proj.weight": (32, 64),
+        "self_attn.v_proj.weight": (32, 64),
+        "self_attn.o_proj.weight": (64, 64),
+        "mlp.gate_proj.weight": (128, 64),
+        "mlp.up_proj.weight": (128, 64),
+        "mlp.down_proj.weight": (64, 128),
+        "hidden_norm.weight": (64,),
+        "post_attention_layernorm.weight": (3,),  # wrong: checked after the borrowed input norm
+    }.items():
+        state["model.additional_layers.0." + name] = torch.randn(*shape, generator=g)
+    save_file(state, str(w.weights))
+    cfg = json.loads(w.config.read_text())
+    cfg["transformer_layer_config"]["num_hidden_layers"] = 2
+    w.config.write_text(json.dumps(cfg))
+    assert (
+        _err(load_draft, w.ckpt)
+        == f"{w.weights}: layers.1.post_attention_layernorm.weight: shape (3,), expected (64,)"
+    )
+
+
+def test_input_folders_with_glob_characters_only_in_patterns(tmp_path: Path) -> None:
+    (tmp_path / "Xdir").mkdir()
+    (tmp_path / "Xdir" / "data_0.pt").write_bytes(b"")
+    assert check_out(tmp_path / "other", [tmp_path / "Xdir" / "data_0.pt"]) == tmp_path / "other"
+    assert "outside" in _err(check_out, tmp_path / "Xdir" / "o", [str(tmp_path / "Xdir" / "*.pt")])
+
+
+def test_check_out_not_empty_names_the_option(tmp_path: Path) -> None:
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "x").write_text("x")
+    assert (
+        _err(check_out, tmp_path / "o", [], "--out")
+        == f"{tmp_path / 'o'}: --out: exists and is not empty: a new folder is needed"
+    )
+
+
+def test_os_errors_without_a_strerror(tmp_path: Path, monkeypatch) -> None:
+    def fail(*a, **k):
+        raise OSError("quota exceeded")
+
+    monkeypatch.setattr(writer_mod, "save_file", fail)
+    assert (
+        _err(write_draft, _plan(), tmp_path / "o", field="--out")
+        == f"{tmp_path / 'o'}: --out: cannot write: quota exceeded"
+    )
+    monkeypatch.undo()
+    monkeypatch.setattr(Path, "mkdir", fail)
+    assert _err(write_draft, _plan(), tmp_path / "a" / "o", field="--out") == (
+        f"{tmp_path / 'a' / 'o'}: --out: cannot create: quota exceeded"
+    )
+
+
+def test_safetensors_reads(tmp_path: Path) -> None:
+    from inspector.formats.tensorfiles import read_safetensors
+
+    f = tmp_path / "w.safetensors"
+    save_file({"a": torch.ones(2), "b": torch.zeros(3)}, str(f))
+    assert list(read_safetensors(f, ["a"])) == ["a"]
+    assert sorted(read_safetensors(f)) == ["a", "b"]
+    raw = json.dumps({"x": {"dtype": "NEW", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    f.write_bytes(len(raw).to_bytes(8, "little") + raw + bytes(4))
+    assert _err(read_safetensors, f).startswith(f"{f}: not a readable safetensors file: ")
+    idx = tmp_path / "model.safetensors.index.json"
+    save_file({"a": torch.ones(2), "b": torch.zeros(3)}, str(tmp_path / "s.safetensors"))
+    idx.write_text(json.dumps({"weight_map": {"a": "s.safetensors", "b": "s.safetensors"}}))
+    assert list(read_tensors(idx, ["a"])) == ["a"]
+    assert _err(read_tensors, idx, ["c"]) == f"{idx}: c: not in weight_map"
+    assert _err(
+        find_weight_file, tmp_path / "nothing" if (tmp_path / "nothing").mkdir() is None else None
+    ) == (
+        f"{tmp_path / 'nothing'}: no weights found (looked for model.safetensors, "
+        "model.safetensors.index.json, pytorch_model.bin, pytorch_model.bin.index.json)"
+    )

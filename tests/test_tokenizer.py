@@ -153,7 +153,7 @@ def test_piece_styles_are_detected(spec: dict, kind: str) -> None:
 def test_byte_pieces_and_fallbacks() -> None:
     spec = {"added_tokens": [{"content": "<|eot|>"}, {"id": 9}]}
     pieces = {0: "<0xC3>", 1: "<0xZZ>", 2: "<0x0A0>", 3: "<|eot|>", 4: "empty", 5: "<0X0A>"}
-    d = TokenDecoder(_FakeTokenizer(spec, pieces, decoded={2: "two"}), None)
+    d = TokenDecoder(_FakeTokenizer(spec, pieces, decoded={2: "two", 3: "not special"}), None)
     assert d.raw(0) == "\\xc3"  # half a character: an escape, not U+FFFD
     assert d.raw(1) == "<0xZZ>" and d.raw(2) == "two"
     assert d.raw(3) == "<|eot|>" and d.raw(4) == "empty"  # decoded to nothing: the piece

@@ -100,7 +100,7 @@ def load_draft(
     notes: list[str] = []
     cfg = _settle_config(parsed, weights, weight_file, cfg_path, strict, notes)
     _attach_embedding(weights, cfg, weight_file, embed, target, notes)
-    _validate(cfg, weights, weight_file, cfg_path)
+    _validate(cfg, weights, weight_file)
     stored = StoredVocab(weights.pop("d2t", None), weights.pop("t2d", None))
     vocab = vocab_map(
         stored.d2t,
@@ -225,7 +225,8 @@ def _resolve_dtype(dtype: str | torch.dtype | None, stored: torch.dtype) -> torc
     return DTYPES[dtype]
 
 
-def _validate(cfg: DraftConfig, w: dict[str, torch.Tensor], wf: Path, cfg_path: Path) -> None:
+def _validate(cfg: DraftConfig, w: dict[str, torch.Tensor], wf: Path) -> None:
+    """Every tensor the forward pass reads: present, of its shape, floating, finite."""
     h, hd, nh, nkv = cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
     for i in range(cfg.num_layers):
         p = f"layers.{i}."

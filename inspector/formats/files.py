@@ -45,7 +45,7 @@ def check_regular(path: str | Path, field: str | None = None) -> int:
     except FileNotFoundError:
         raise InputError(path, field, "file not found") from None
     except (OSError, ValueError) as e:
-        raise InputError(path, field, f"cannot read: {one_line(str(e))}") from None
+        raise InputError(path, field, f"cannot read: {os_text(e)}") from None
     if not stat.S_ISREG(st.st_mode):
         raise InputError(path, field, f"is {file_kind(st.st_mode)}, not a regular file")
     return st.st_size
@@ -64,7 +64,7 @@ def read_bytes(path: str | Path, limit: int, field: str | None = None) -> bytes:
                 raise InputError(path, field, "not a regular file")
             data = f.read(limit + 1)
     except OSError as e:
-        raise InputError(path, field, f"cannot read: {one_line(str(e))}") from None
+        raise InputError(path, field, f"cannot read: {os_text(e)}") from None
     if len(data) > limit:
         raise InputError(path, field, f"larger than the {limit} bytes allowed")
     return data
@@ -88,6 +88,11 @@ _ADVICE = re.compile(
     r"weights_only|re-running|trusted source|documentation|file an issue|in pytorch 2\.6",
     re.IGNORECASE,
 )
+
+
+def os_text(e: BaseException) -> str:
+    """An OS error's own words ("Permission denied"), without the errno prefix, on one line."""
+    return one_line(getattr(e, "strerror", None) or str(e))
 
 
 def one_line(text: str) -> str:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.errors import InputError
-from inspector.formats.files import check_regular, one_line
+from inspector.formats.files import check_regular, one_line, os_text
 
 MAX_PICKLE_BYTES = 32 * 1024 * 1024  # data.pkl describes tensors; ~150 bytes per tensor
 MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit
@@ -116,7 +116,7 @@ def _scan(pkl: bytes) -> _PickleScan:
         elif name in ("GET", "BINGET", "LONG_BINGET"):
             stack.append(memo[arg])
         elif name == "GLOBAL":
-            stack.append(("global", str(arg).replace("\n", " ")))
+            stack.append(("global", arg))  # genops gives "module name"
         elif name == "STACK_GLOBAL":
             mod, attr = stack.pop(-2), stack.pop()
             stack.append(("global", f"{mod} {attr}"))
@@ -286,7 +286,7 @@ def safetensors_header(path: Path) -> dict[str, TensorHeader]:
                 raise InputError(path, None, f"not a safetensors file: header length {n}")
             raw = f.read(n)
     except OSError as e:
-        raise InputError(path, None, f"cannot read: {one_line(str(e))}") from None
+        raise InputError(path, None, f"cannot read: {os_text(e)}") from None
     try:
         header = json.loads(raw)
     except (ValueError, RecursionError) as e:

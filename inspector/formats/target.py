@@ -43,7 +43,7 @@ def _read_checked(
 ) -> dict[str, torch.Tensor]:
     """Read tensors whose expected shapes are given (None: any), checking the declared shape in
     the safetensors header first, so a wrong-sized tensor is refused without reading it."""
-    headers = tensor_headers(weight_file) or {}
+    headers = tensor_headers(weight_file, list(wanted)) or {}
     for name, shape in wanted.items():
         if shape is not None and name in headers and headers[name].shape != shape:
             raise InputError(

@@ -79,6 +79,12 @@ def shard_map(index_path: Path) -> dict[str, Path]:
     return shards
 
 
+def _existing_shard(index_path: Path, shard: Path) -> Path:
+    if not shard.exists():
+        raise InputError(shard, None, f"shard named by {index_path.name} is missing")
+    return shard
+
+
 def load_torch_file(path: Path) -> object:
     """torch.load restricted to tensors and plain containers: never runs pickled code.
 
@@ -110,16 +116,20 @@ def read_safetensors(path: Path, names: list[str] | None = None) -> dict[str, to
     return out
 
 
-def tensor_headers(weight_file: Path) -> dict[str, TensorHeader] | None:
-    """Declared dtype and shape of every tensor, without reading data; None for torch files."""
+def tensor_headers(
+    weight_file: Path, names: list[str] | None = None
+) -> dict[str, TensorHeader] | None:
+    """Declared dtype and shape of the named tensors (all when None), without reading data;
+    None for torch files. Of a sharded index, only the shards holding those tensors are opened."""
     if weight_file.name.endswith(".index.json"):
         shards = shard_map(weight_file)
-        if not all(p.suffix == ".safetensors" for p in shards.values()):
+        wanted = [n for n in (names if names is not None else shards) if n in shards]
+        if not all(shards[n].suffix == ".safetensors" for n in wanted):
             return None
         out: dict[str, TensorHeader] = {}
-        for shard in sorted(set(shards.values())):
-            out.update(safetensors_header(shard))
-        return {n: out[n] for n in shards if n in out}
+        for shard in sorted({shards[n] for n in wanted}):
+            out.update(safetensors_header(_existing_shard(weight_file, shard)))
+        return {n: out[n] for n in wanted if n in out}
     if weight_file.suffix == ".safetensors":
         return safetensors_header(weight_file)
     return None
@@ -158,8 +168,7 @@ def read_tensors(weight_file: Path, names: list[str] | None = None) -> dict[str,
             by_shard.setdefault(shard_of[n], []).append(n)
         out: dict[str, torch.Tensor] = {}
         for shard, shard_names in by_shard.items():
-            if not shard.exists():
-                raise InputError(shard, None, f"shard named by {weight_file.name} is missing")
+            _existing_shard(weight_file, shard)
             if shard.suffix == ".safetensors":
                 out.update(read_safetensors(shard, shard_names))
             else:

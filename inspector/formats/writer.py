@@ -25,7 +25,7 @@ import torch
 from safetensors.torch import save_file
 
 from inspector.errors import InputError
-from inspector.formats.files import one_line
+from inspector.formats.files import one_line, os_text
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -144,9 +144,7 @@ def write_draft(
         for d in reversed(created):
             _rmdir_quietly(d)
         if isinstance(e, OSError):
-            raise InputError(
-                out, field, f"cannot write: {one_line(e.strerror or str(e))}"
-            ) from None
+            raise InputError(out, field, f"cannot write: {os_text(e)}") from None
         raise
     return target
 
@@ -160,7 +158,7 @@ def _make_parents(target: Path, out: str | Path, field: str | None) -> list[Path
     except OSError as e:
         for p in reversed(missing):
             _rmdir_quietly(p)
-        raise InputError(out, field, f"cannot create: {one_line(e.strerror or str(e))}") from None
+        raise InputError(out, field, f"cannot create: {os_text(e)}") from None
     return missing
 
 
