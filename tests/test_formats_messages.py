@@ -1336,3 +1336,22 @@ def test_safetensors_reads(tmp_path: Path) -> None:
         f"{tmp_path / 'nothing'}: no weights found (looked for model.safetensors, "
         "model.safetensors.index.json, pytorch_model.bin, pytorch_model.bin.index.json)"
     )
+
+
+def test_last_edges(tmp_path: Path) -> None:
+    from inspector.formats import read_embedding
+    from inspector.formats.samples import discover
+    from inspector.formats.vocab import vocab_map
+
+    # a missing path with an X in it is a missing path, not a glob
+    assert _err(discover, tmp_path / "XX") == f"{tmp_path / 'XX'}: no such file or folder"
+    # ids that reach V are not valid ids either: no repair, the strict error
+    assert _err(vocab_map, torch.tensor([1, 4]), None, 2, 4, Path("w"), strict=False) == (
+        "w: d2t: maps draft ids to target ids outside [0, 4) (offsets expected: target = draft + d2t)"
+    )
+    # a torch file has no header: the shape is checked once read, naming the file
+    torch.save({"model.embed_tokens.weight": torch.ones(3, 2)}, tmp_path / "e.bin")
+    assert _err(read_embedding, tmp_path / "e.bin", (3, 4)) == (
+        f"{tmp_path / 'e.bin'}: model.embed_tokens.weight: shape (3, 2), expected (3, 4)"
+        " (the draft's [vocab_size, hidden_size])"
+    )
