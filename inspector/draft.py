@@ -81,6 +81,15 @@ class VocabMap:
         return VocabMap(d2t=self.d2t.to(device), t2d=self.t2d.to(device))
 
 
+@dataclass(frozen=True)
+class StoredVocab:
+    """d2t and t2d exactly as the checkpoint stores them (None: not stored), before the loader
+    repairs or fills in anything: what a check of the stored map must look at."""
+
+    d2t: torch.Tensor | None
+    t2d: torch.Tensor | None
+
+
 @dataclass
 class Draft:
     """Config + tensors under canonical names.
@@ -99,6 +108,8 @@ class Draft:
     path: str = ""
     layout: str = "unknown"  # what the loader detected, e.g. "speculators", "specforge"
     notes: list[str] = field(default_factory=list)  # non-fatal remarks from loading
+    # The vocab map as stored in the weight file; None when the draft was not loaded from files.
+    stored_vocab: StoredVocab | None = None
 
     @property
     def device(self) -> torch.device:

@@ -91,10 +91,13 @@ def load_evaluator(
         device=dev,
         strict=strict,
     )
-    samples = SampleSet(inputs.samples)
+    cfg = draft.config
+    samples = SampleSet(inputs.samples, vocab_size=cfg.vocab_size)
     head = None
     if inputs.target is not None:
-        head = read_target_head(inputs.target).to(dev, draft.dtype)
+        head = read_target_head(
+            inputs.target, vocab_size=cfg.vocab_size, hidden_size=cfg.target_hidden_size
+        ).to(dev, draft.dtype)
     return Evaluator(
         draft,
         samples,

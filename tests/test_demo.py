@@ -254,7 +254,20 @@ def test_tiny_build_end_to_end(tmp_path: Path) -> None:
         draft_batch=4,
     )
     logs: list[str] = []
+    # A user's own files in the output folder survive; what the builder owns is replaced.
+    (tmp_path / "samples" / "mine").mkdir(parents=True)
+    (tmp_path / "samples" / "mine" / "keep.pt").write_bytes(b"mine")
+    (tmp_path / "samples" / "train").mkdir()
+    (tmp_path / "samples" / "train" / "data_99.pt").write_bytes(b"stale")
+    (tmp_path / "draft").mkdir()
+    (tmp_path / "draft" / "old.bin").write_bytes(b"stale")
     info = build(tmp_path, seed=1, progress=logs.append, plan=plan)
+    assert (tmp_path / "samples" / "mine" / "keep.pt").read_bytes() == b"mine"
+    assert not (tmp_path / "samples" / "train" / "data_99.pt").exists()
+    assert sorted(p.name for p in (tmp_path / "draft").iterdir()) == [
+        "config.json",
+        "model.safetensors",
+    ]
     assert any("done" in line for line in logs)
     assert len(list((tmp_path / "samples" / "train").glob("data_*.pt"))) == 4
     assert len(list((tmp_path / "samples" / "held").glob("data_*.pt"))) == 4

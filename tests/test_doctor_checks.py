@@ -394,12 +394,11 @@ def test_raw_vocab_tensors(syn, tmp_path):
     draft = load_draft(bad, strict=False)
     d2t, t2d = raw_vocab_tensors(draft)
     assert torch.equal(d2t, absolute) and torch.equal(t2d, w["t2d"])  # as stored
-    d2t, t2d = raw_vocab_tensors(replace(draft, path=""))  # no folder: the loaded map
+    d2t, t2d = raw_vocab_tensors(replace(draft, stored_vocab=None))  # not from files: as loaded
     assert torch.equal(d2t, w["d2t"]) and torch.equal(t2d, draft.vocab.t2d)
-    d2t, _ = raw_vocab_tensors(replace(draft, path=str(tmp_path / "gone")))
-    assert torch.equal(d2t, w["d2t"])  # unreadable folder: the loaded map
-    none = _draft_copy(syn[0], tmp_path / "none", drop=("d2t", "t2d"))
-    assert raw_vocab_tensors(replace(draft, path=str(none))) == (None, None)
+    from inspector.draft import StoredVocab
+
+    assert raw_vocab_tensors(replace(draft, stored_vocab=StoredVocab(None, None))) == (None, None)
 
 
 def test_vocab_check(syn, tmp_path):

@@ -500,17 +500,20 @@ def _refused(ev, report, out) -> InputError:
 def test_write_fixed_refuses_bad_outputs(syn, tmp_path):
     ev = _ev(*syn)
     report = _report(ev)
-    for out in (syn[0], syn[0] / "sub", syn[0].parent):
+    for out in (syn[0], syn[0] / "sub"):
         e = _refused(ev, report, out)
         assert e.path == str(out)
-        assert e.message == f"must be a new folder outside the checkpoint {syn[0]}"
+        assert e.message == f"must be a new folder outside the input folder {syn[0]}"
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("")
     (tmp_path / "file").write_text("")
-    for out in (tmp_path / "full", tmp_path / "file"):
+    for out, why in (
+        (syn[0].parent, "exists and is not empty: a new folder is needed"),  # holds the input
+        (tmp_path / "full", "exists and is not empty: a new folder is needed"),
+        (tmp_path / "file", "exists and is not a folder"),
+    ):
         e = _refused(ev, report, out)
-        assert e.path == str(out)
-        assert e.message == "exists and is not empty: the fixed checkpoint needs a new folder"
+        assert (e.path, e.message) == (str(out), why)
     (tmp_path / "empty").mkdir()
     assert write_fixed(ev, report, tmp_path / "empty").verified
     assert write_fixed(ev, report, tmp_path / "new" / "deeper" / "out").verified
@@ -578,15 +581,12 @@ def test_write_fixed_rope_keys_in_other_places(syn, tmp_path):
     assert layer["rope_parameters"] == {"rope_theta": 20000.0, "rope_type": "default"}
     assert "rope_scaling" not in layer and "rope_scaling" not in cfg
 
-    # A rope_parameters that is not an object is left alone: theta goes beside it.
+    # A rope_parameters that is not an object is refused when the draft loads, before any fix.
     def odd(c):
         c["transformer_layer_config"]["rope_parameters"] = "see rope_theta"
 
-    ev = _ev(_copy(syn[0], tmp_path / "odd", config=odd), syn[1])
-    theta = _finding("rope", "error", ConfigFix(rope_theta=30000.0))
-    write_fixed(ev, _report(ev, (0, 1, 2), [theta]), tmp_path / "b")
-    layer = _cfg(tmp_path / "b")["transformer_layer_config"]
-    assert (layer["rope_parameters"], layer["rope_theta"]) == ("see rope_theta", 30000.0)
+    with pytest.raises(InputError, match="rope_parameters: expected an object"):
+        _ev(_copy(syn[0], tmp_path / "odd", config=odd), syn[1])
 
 
 def test_write_fixed_copies_other_tensors_as_stored(normed, syn, tmp_path):

@@ -66,7 +66,8 @@ def test_fc_width_not_multiple_of_slot_width(ckpt):
 def test_q_proj_disagrees_with_head_dim(ckpt):
     _edit_config(ckpt, lambda c: c["transformer_layer_config"].__setitem__("head_dim", 32))
     with pytest.raises(
-        InputError, match=r"config.json: head_dim: is 32, but q_proj.weight has 64 = 4 x 16 rows"
+        InputError,
+        match=r"config.json: transformer_layer_config.head_dim: is 32, but q_proj.weight has 64 = 4 x 16 rows",
     ):
         load_draft(ckpt)
 
@@ -139,7 +140,9 @@ def test_nan_in_a_slot_is_reported_not_crashed(ckpt, samples):
 def test_truncated_safetensors(ckpt):
     data = (ckpt / "model.safetensors").read_bytes()
     (ckpt / "model.safetensors").write_bytes(data[: len(data) // 2])
-    with pytest.raises(InputError, match=r"model.safetensors: not a readable safetensors file"):
+    with pytest.raises(
+        InputError, match=r"model.safetensors: .*data_offsets .* lie outside the file"
+    ):
         load_draft(ckpt)
 
 
@@ -178,8 +181,14 @@ def test_malicious_pickle_is_refused_and_never_runs(samples, tmp_path):
     _Evil.marker = tmp_path / "pwned"
     with open(samples / "data_0.pt", "wb") as f:
         pickle.dump({"input_ids": _Evil()}, f)
-    with pytest.raises(InputError, match="data_0.pt: cannot load with weights_only=True"):
+    with pytest.raises(InputError, match="data_0.pt: not a torch zip archive"):
         SampleSet(samples)[0]
+    # The same object inside a torch zip archive: the safe loader refuses it, and the message
+    # never passes on torch's advice to disable that loader.
+    torch.save({"input_ids": _Evil()}, samples / "data_1.pt")
+    with pytest.raises(InputError, match="data_1.pt: unsafe or unreadable: .*posix.system") as e:
+        SampleSet(samples)[1]
+    assert "weights_only" not in str(e.value) and "\n" not in str(e.value)
     assert not _Evil.marker.exists()
 
 

@@ -42,6 +42,9 @@ from inspector.demo.draft import (
 from inspector.demo.target import TargetConfig, top1_accuracy, train_target
 from inspector.demo.tokenizer import EOS, encode_documents, train_tokenizer
 
+# The entries of the output folder a build writes, and so replaces.
+OWNED = ("target", "draft", "samples/train", "samples/held", "build_info.json")
+
 
 @dataclass(frozen=True)
 class BuildPlan:
@@ -189,9 +192,13 @@ def build(
 
     # 5. Write everything.
     saved_train = train_recs[: plan.n_saved_train]
-    for sub in ("target", "draft", "samples"):
-        if (out / sub).exists():
+    # Only what the builder owns is replaced: a user's own files in out/ (out/samples/mine/...)
+    # stay where they are.
+    for sub in OWNED:
+        if (out / sub).is_dir() and not (out / sub).is_symlink():
             shutil.rmtree(out / sub)
+        elif (out / sub).exists() or (out / sub).is_symlink():
+            (out / sub).unlink()
     tdir = out / "target"
     tdir.mkdir(parents=True)
     tok.save(str(tdir / "tokenizer.json"))
@@ -225,7 +232,7 @@ def build(
     total = round(time.perf_counter() - t_start, 1)
     size = sum(
         p.stat().st_size
-        for sub in ("target", "draft", "samples")
+        for sub in ("target", "draft", "samples/train", "samples/held")
         for p in (out / sub).rglob("*")
         if p.is_file()
     )

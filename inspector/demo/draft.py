@@ -16,10 +16,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import Tensor
 
 from inspector.demo.target import lr_at, progress_fraction
+from inspector.formats.writer import DraftFiles, write_draft
 from inspector.model import Draft, DraftConfig, RopeConfig, VocabMap, fc_project, forward_steps
 
 TRAIN_WIRING = (0, 1, 2)  # speculators v1 standardize_data_v1: cat(hidden_states[:-1])
@@ -324,15 +325,19 @@ def speculators_config(config: DraftConfig, verifier_name: str) -> dict:
     }
 
 
-def save_draft(draft: Draft, folder: Path, verifier_name: str = "../target") -> None:
-    """config.json + model.safetensors (float32, speculators tensor names, d2t/t2d included)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().float().contiguous() for k, v in draft.weights.items()}
-    tensors["d2t"] = draft.vocab.d2t.to(torch.int64).contiguous()
-    tensors["t2d"] = draft.vocab.t2d.to(torch.bool).contiguous()
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+def draft_files(draft: Draft, verifier_name: str = "../target") -> DraftFiles:
+    """The demo draft as a checkpoint: float32 tensors under speculators names, d2t/t2d
+    included, and the config speculators writes (keys sorted)."""
+    tensors = {k: v.detach().float() for k, v in draft.weights.items()}
+    tensors["d2t"] = draft.vocab.d2t.to(torch.int64)
+    tensors["t2d"] = draft.vocab.t2d.to(torch.bool)
     cfg = speculators_config(draft.config, verifier_name)
-    (folder / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    return DraftFiles(config=cfg, tensors=tensors, sort_keys=True)
+
+
+def save_draft(draft: Draft, folder: Path, verifier_name: str = "../target") -> None:
+    """Write the demo draft into the new (or empty) folder `folder`."""
+    write_draft(draft_files(draft, verifier_name), folder, field="--out")
 
 
 def load_demo_draft(folder: Path) -> Draft:

@@ -15,16 +15,13 @@ it; `verify_fixed` scores the written checkpoint against the original.
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 
 from inspector.doctor.report import (
     ConfigFix,
@@ -39,9 +36,9 @@ from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats.checkpoint import canonical_name, load_draft
 from inspector.formats.tensorfiles import find_weight_file, read_json, read_tensors
+from inspector.formats.writer import DraftFiles, check_out, side_files, write_draft
 from inspector.metrics import Counts
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 CONFIG_KINDS = ("norm_before_residual", "rope", "head_dim")
 
 
@@ -156,16 +153,6 @@ def _write_config(config: dict, layout: str, fixes: dict, hf_sorted: list[int] |
     return changes
 
 
-def _check_out(src: Path, out: Path) -> None:
-    s, o = src.resolve(), out.resolve()
-    if o == s or s in o.parents or o in s.parents:
-        raise InputError(out, "--write-fixed", f"must be a new folder outside the checkpoint {src}")
-    if o.exists() and (not o.is_dir() or any(o.iterdir())):
-        raise InputError(
-            out, "--write-fixed", "exists and is not empty: the fixed checkpoint needs a new folder"
-        )
-
-
 def write_fixed(
     ev: Evaluator,
     report: DoctorReport,
@@ -182,7 +169,9 @@ def write_fixed(
         raise InputError(None, "--write-fixed", "the draft was not loaded from a folder")
     src = Path(draft.path)
     out = Path(out)
-    _check_out(src, out)
+    # OUT may lie in none of the folders read: checked now, before the work, and when writing.
+    inputs = (src, *{Path(f).parent for f in ev.samples.files}, target, embed)
+    check_out(out, inputs, "--write-fixed")
     plan = plan_fix(report)
     order = list(plan.block_order)
     fixed_wiring = plan.fixed_wiring
@@ -218,14 +207,10 @@ def write_fixed(
     if fix_vocab:
         changes.append("d2t rewritten as offsets, t2d rebuilt from it")
 
-    out.mkdir(parents=True, exist_ok=True)
-    for f in sorted(src.iterdir()):
-        if f.is_file() and f.suffix not in WEIGHT_SUFFIXES and not f.name.endswith(".index.json"):
-            shutil.copy2(f, out / f.name)
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     config = read_json(src / "config.json")
     changes += _write_config(config, draft.layout, fixes, hf_sorted)
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    files = DraftFiles(config=config, tensors=tensors, side_files=side_files(src))
+    write_draft(files, out, inputs=inputs, field="--write-fixed")
     if progress is not None:
         progress("write fixed", 1, 2)
 

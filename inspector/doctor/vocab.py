@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -24,8 +23,6 @@ from inspector.doctor.report import Finding, VocabRepair
 from inspector.draft import Draft
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
-from inspector.formats.checkpoint import canonical_name
-from inspector.formats.tensorfiles import find_weight_file, read_tensors, tensor_names
 from inspector.metrics import Counts
 
 LOW_COVERAGE = 0.7  # below this share of true tokens in the draft vocab, warn
@@ -91,18 +88,11 @@ class VocabFacts:
 
 
 def raw_vocab_tensors(draft: Draft) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """d2t and t2d exactly as stored in the checkpoint (the loaded VocabMap may be repaired)."""
-    if not draft.path:
+    """d2t and t2d exactly as stored in the checkpoint (the loaded VocabMap may be repaired);
+    the loaded map for a draft that was not read from files."""
+    if draft.stored_vocab is None:
         return draft.vocab.d2t.cpu(), draft.vocab.t2d.cpu()
-    try:
-        wf = find_weight_file(Path(draft.path))
-        names = {canonical_name(n): n for n in tensor_names(wf)}
-        wanted = [names[k] for k in ("d2t", "t2d") if k in names]
-        raw = read_tensors(wf, wanted) if wanted else {}
-    except InputError:
-        return draft.vocab.d2t.cpu(), draft.vocab.t2d.cpu()
-    by_canon = {canonical_name(k): v for k, v in raw.items()}
-    return by_canon.get("d2t"), by_canon.get("t2d")
+    return draft.stored_vocab.d2t, draft.stored_vocab.t2d
 
 
 def analyse_vocab(

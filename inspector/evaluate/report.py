@@ -1,9 +1,11 @@
-"""Whole-set results: per wiring, the summed counts and (optionally) every position."""
+"""Whole-set results: per wiring, the summed counts and (optionally) every position; the samples
+skipped (`SkippedSample`, defined with the sample loader that records them)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from inspector.formats.samples import SkippedSample
 from inspector.metrics import StepMetrics, acceptance_length, simulated_acc_len
 from inspector.sample import SlotInfo
 from inspector.wiring import Wiring
@@ -43,31 +45,6 @@ class WiringReport:
         if self.positions:
             d["positions"] = self.positions
         return d
-
-
-@dataclass
-class SkippedSample:
-    """A sample that could not be used: its file, the field at fault and why."""
-
-    index: int | None
-    path: str
-    field: str | None
-    reason: str
-
-    @classmethod
-    def from_error(cls, index: int | None, path: str, e: Exception) -> SkippedSample:
-        return cls(
-            index,
-            getattr(e, "path", None) or path,
-            getattr(e, "field", None),
-            getattr(e, "message", None) or str(e),
-        )
-
-    def line(self) -> str:
-        return ": ".join(p for p in (self.path, self.field, self.reason) if p)
-
-    def to_dict(self) -> dict:
-        return {"index": self.index, "path": self.path, "field": self.field, "reason": self.reason}
 
 
 @dataclass

@@ -1,14 +1,20 @@
-"""Files -> canonical objects: draft checkpoints, samples, target tensors, tokenizers."""
+"""Files -> canonical objects (draft checkpoints, samples, target tensors, tokenizers), and the
+one writer of draft checkpoints. docs/formats.md describes the formats and the rules."""
 
-from inspector.formats.checkpoint import load_draft
-from inspector.formats.samples import SampleSet, load_sample
+from inspector.formats.checkpoint import load_draft, rope_config
+from inspector.formats.samples import SampleSet, SkippedSample, load_sample
 from inspector.formats.target import TargetHead, read_embedding, read_target_head
+from inspector.formats.writer import DraftFiles, write_draft
 
 __all__ = [
+    "DraftFiles",
     "SampleSet",
+    "SkippedSample",
     "TargetHead",
     "load_draft",
     "load_sample",
     "read_embedding",
     "read_target_head",
+    "rope_config",
+    "write_draft",
 ]

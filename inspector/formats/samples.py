@@ -7,23 +7,42 @@
   "aux_hidden_state": [1,T,N*H]}.
 - speculators v2 `hs_{i}.safetensors`: {"hidden_states": [T, n, H], "token_ids": [T]}, loss mask from
   the Arrow dataset beside it when pyarrow is installed, else all ones (with a warning).
+
+Each sample is validated as it loads: integer token ids inside the target vocabulary (when the
+set knows it), a loss mask of 0s and 1s, floating slots of one width. A file that fails is an
+InputError naming the file and the field; a `SampleSet` records it once in `skipped` and goes on
+with the others.
 """
 
 from __future__ import annotations
 
 import glob
+import os
 import re
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from inspector.errors import InputError
-from inspector.formats.tensorfiles import load_torch_file, read_json
+from inspector.formats.files import check_regular, file_kind
+from inspector.formats.tensorfiles import load_torch_file, read_json, read_safetensors
 from inspector.sample import Sample, SlotInfo
 
 SAMPLE_SUFFIXES = (".pt", ".ckpt", ".safetensors")
+FLOAT16_MAX = 65504.0  # the largest finite float16: a capture in fp16 saturates to inf past it
+INTEGER_DTYPES = (
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint16,
+    torch.uint32,
+    torch.uint64,
+)
 
 
 def _natural_key(p: Path) -> list:
@@ -42,6 +61,8 @@ def discover(spec: str | Path | Sequence[str | Path]) -> list[Path]:
             files.extend(sorted(found, key=_natural_key))
         elif p.is_file():
             files.append(p)
+        elif p.exists():
+            raise InputError(s, None, f"is {file_kind(os.stat(p).st_mode)}, not a sample file")
         elif any(c in str(s) for c in "*?["):
             files.extend(
                 sorted((Path(f) for f in glob.glob(str(s), recursive=True)), key=_natural_key)
@@ -76,18 +97,29 @@ def read_data_config(sample_file: Path) -> tuple[list[int | None] | None, Path |
     """
     for folder in (sample_file.parent, sample_file.parent.parent):
         path = folder / "data_config.json"
-        if not path.is_file():
+        if not path.exists():
             continue
         cfg = read_json(path)
-        hs = cfg.get("hidden_states") if isinstance(cfg.get("hidden_states"), dict) else cfg
+        nested = isinstance(cfg.get("hidden_states"), dict)
+        hs = cfg["hidden_states"] if nested else cfg
+        key = "hidden_states.layer_ids" if nested else "layer_ids"
         ids = hs.get("layer_ids")
         if ids is None:
             return None, path
         convention = hs.get("index_convention", cfg.get("index_convention", "speculators"))
+        if convention not in ("hf", "speculators"):
+            raise InputError(
+                path, "index_convention", f"{convention!r}: expected 'hf' or 'speculators'"
+            )
         if not isinstance(ids, list) or not all(
-            isinstance(i, int) or (convention == "hf" and i == POST_NORM) for i in ids
+            (isinstance(i, int) and not isinstance(i, bool))
+            or (convention == "hf" and i == POST_NORM)
+            for i in ids
         ):
-            raise InputError(path, "hidden_states.layer_ids", "expected a list of integers")
+            raise InputError(path, key, f"expected a list of integers, got {ids!r}")
+        numbers = [i for i in ids if i != POST_NORM]
+        if any(i < 0 for i in numbers):
+            raise InputError(path, key, f"{min(numbers)} is negative: layer ids count from 0")
         if convention == "hf":
             return [None if i == POST_NORM else i for i in ids], path
         return [i + 1 for i in ids], path
@@ -103,23 +135,42 @@ def _tensor(path: Path, data: dict, key: str) -> torch.Tensor:
     return t
 
 
-def _ids(path: Path, data: dict, key: str) -> torch.Tensor:
-    t = _tensor(path, data, key).squeeze()
-    if t.dim() != 1 or t.is_floating_point() or t.numel() < 3:
+def _ids(path: Path, t: torch.Tensor, key: str, vocab_size: int | None) -> torch.Tensor:
+    """Token ids [T], integers in [0, vocab_size)."""
+    t = t.squeeze()
+    if t.dtype not in INTEGER_DTYPES:
+        raise InputError(path, key, f"dtype {t.dtype}, expected integer token ids")
+    if t.dim() != 1 or t.numel() < 3:
         raise InputError(
             path, key, f"expected integer ids [T] with T >= 3, got shape {tuple(t.shape)}"
         )
-    return t.long()
-
-
-def _mask(path: Path, data: dict, n: int, key: str = "loss_mask") -> torch.Tensor:
-    t = _tensor(path, data, key).squeeze().long()
-    if t.dim() != 1 or t.numel() != n:
-        raise InputError(path, key, f"shape {tuple(t.shape)}, expected [{n}]")
+    t = t.long()
+    bad = t < 0 if vocab_size is None else (t < 0) | (t >= vocab_size)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        where = "negative" if vocab_size is None else f"outside the vocabulary [0, {vocab_size})"
+        raise InputError(path, key, f"token id {int(t[i])} at position {i} is {where}")
     return t
 
 
-def _slots_2d(path: Path, key: str, t: torch.Tensor, n: int) -> torch.Tensor:
+def _mask(path: Path, t: torch.Tensor, n: int, key: str = "loss_mask") -> torch.Tensor:
+    """A loss mask [n] of 0s and 1s (bool, integer or float storage), as int64."""
+    t = t.squeeze()
+    if t.dim() != 1 or t.numel() != n:
+        raise InputError(path, key, f"shape {tuple(t.shape)}, expected [{n}]")
+    if t.is_complex():
+        raise InputError(path, key, f"dtype {t.dtype}, expected 0/1 values")
+    if t.dtype != torch.bool:
+        bad = (t != 0) & (t != 1)
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0])
+            raise InputError(path, key, f"value {t[i].item()} at position {i}: expected 0 or 1")
+    return t.long()
+
+
+def _slots_2d(path: Path, key: str, t: object, n: int) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise InputError(path, key, f"expected a tensor, got {type(t).__name__}")
     if t.dim() == 3 and t.shape[0] == 1:
         t = t[0]
     if t.dim() != 2 or t.shape[0] != n:
@@ -129,10 +180,9 @@ def _slots_2d(path: Path, key: str, t: torch.Tensor, n: int) -> torch.Tensor:
     return t
 
 
-def detect_format(path: Path, data: dict | None) -> str:
-    if path.suffix == ".safetensors":
-        return "speculators-v2"
-    if data is None or not isinstance(data, dict):
+def detect_format(path: Path, data: object) -> str:
+    """The layout of a loaded torch sample (speculators v2 files are safetensors, not these)."""
+    if not isinstance(data, dict):
         raise InputError(path, None, "expected a dict of tensors")
     if "hidden_states" in data and isinstance(data["hidden_states"], list | tuple):
         return "speculators-v1"
@@ -187,6 +237,7 @@ def _v2_rows(folder: Path) -> dict[int, tuple[torch.Tensor | None, torch.Tensor]
             continue
         rows: dict[int, tuple[torch.Tensor | None, torch.Tensor]] = {}
         for f in arrows:
+            check_regular(f)
             try:
                 with open(f, "rb") as fh:
                     table = ipc.open_stream(fh).read_all()
@@ -198,82 +249,111 @@ def _v2_rows(folder: Path) -> dict[int, tuple[torch.Tensor | None, torch.Tensor]
                 table.column("input_ids").to_pylist() if "input_ids" in table.column_names else None
             )
             for i, m in enumerate(table.column("loss_mask").to_pylist()):
-                row_ids = torch.tensor(ids[i], dtype=torch.long) if ids is not None else None
-                rows[len(rows)] = (row_ids, torch.tensor(m, dtype=torch.long))
+                try:
+                    row_ids = torch.tensor(ids[i], dtype=torch.long) if ids is not None else None
+                    rows[len(rows)] = (row_ids, torch.tensor(m))
+                except (TypeError, ValueError, RuntimeError, OverflowError) as e:
+                    raise InputError(f, f"row {i}", f"not a list of integers: {e}") from None
         return rows
     return None
 
 
+def _load_v2(
+    path: Path, v2_rows: dict | None, vocab_size: int | None, warnings: list[str]
+) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+    data = read_safetensors(path)
+    hs = _tensor(path, data, "hidden_states")
+    key = "token_ids" if "token_ids" in data else "input_ids"
+    ids = _ids(path, _tensor(path, data, key), key, vocab_size)
+    if hs.dim() != 3 or hs.shape[0] != ids.numel() or not hs.is_floating_point():
+        raise InputError(
+            path,
+            "hidden_states",
+            f"shape {tuple(hs.shape)} {hs.dtype}, expected floating [{ids.numel()}, n, H]",
+        )
+    slots = [hs[:, i] for i in range(hs.shape[1])]
+    m = re.search(r"(\d+)", path.stem)
+    row = v2_rows.get(int(m.group(1))) if v2_rows is not None and m is not None else None
+    if row is None:
+        warnings.append("no loss mask found beside the v2 hidden states: every position counts")
+        return ids, slots, torch.ones_like(ids)
+    row_ids, mask = row
+    if mask.numel() != ids.numel() or (row_ids is not None and not torch.equal(row_ids, ids)):
+        raise InputError(path, key, "differ from the dataset row's input_ids")
+    return ids, slots, _mask(path, mask, ids.numel())
+
+
+def _load_torch_sample(
+    path: Path, vocab_size: int | None
+) -> tuple[str, torch.Tensor, list[torch.Tensor], torch.Tensor]:
+    data = load_torch_file(path)
+    fmt = detect_format(path, data)
+    assert isinstance(data, dict)
+    ids = _ids(path, _tensor(path, data, "input_ids"), "input_ids", vocab_size)
+    t = ids.numel()
+    mask = _mask(path, _tensor(path, data, "loss_mask"), t)
+    if fmt == "speculators-v1":
+        raw = data["hidden_states"]
+        if len(raw) < 2:
+            raise InputError(path, "hidden_states", f"{len(raw)} slots; at least 2 expected")
+        slots = [_slots_2d(path, f"hidden_states[{i}]", s, t) for i, s in enumerate(raw)]
+        return fmt, ids, slots, mask
+    # specforge: aux [T, N*H] + final [T, H]; speculators-v0: hidden_state [T, N*H] + target [T, H]
+    cat_key, final_key = (
+        ("aux_hidden_state", "hidden_state") if fmt == "specforge" else ("hidden_state", "target")
+    )
+    final = _slots_2d(path, final_key, _tensor(path, data, final_key), t)
+    cat = _slots_2d(path, cat_key, _tensor(path, data, cat_key), t)
+    width = final.shape[1]
+    if width == 0 or cat.shape[1] % width or cat.shape[1] == 0:
+        raise InputError(path, cat_key, f"width {cat.shape[1]} not a multiple of {width}")
+    return fmt, ids, [*cat.split(width, dim=1), final], mask
+
+
+def slot_warnings(slots: Sequence[torch.Tensor]) -> list[str]:
+    """Non-finite values and float16 overflow, named per slot (the sample still loads)."""
+    out: list[str] = []
+    for i, s in enumerate(slots):
+        finite = torch.isfinite(s)
+        if not bool(finite.all()):
+            out.append(f"slot {i} contains NaN/Inf")
+        peak = float(s.abs().masked_fill(~finite, 0).max()) if s.numel() else 0.0
+        if s.dtype == torch.float16 and (peak >= FLOAT16_MAX or bool(torch.isinf(s).any())):
+            out.append(
+                f"slot {i} reaches the float16 limit {FLOAT16_MAX:g}: the capture overflowed"
+            )
+        elif peak > FLOAT16_MAX:
+            out.append(
+                f"slot {i} holds |values| up to {peak:.3g}, beyond float16's {FLOAT16_MAX:g}: "
+                "--dtype float16 would overflow"
+            )
+    return out
+
+
 def load_sample(
-    path: Path, layer_ids: list[int | None] | None = None, *, v2_rows: dict | None = None
+    path: Path,
+    layer_ids: list[int | None] | None = None,
+    *,
+    v2_rows: dict | None = None,
+    vocab_size: int | None = None,
 ) -> Sample:
-    """Load one sample file into a canonical Sample."""
+    """Load and validate one sample file into a canonical Sample.
+
+    `vocab_size`: the target vocabulary the draft embeds, when known; a token id outside it
+    (or negative) is refused here rather than failing inside the forward pass.
+    """
     path = Path(path)
-    if not path.is_file():
-        raise InputError(path, None, "file not found")
+    check_regular(path)
     warnings: list[str] = []
     if path.suffix == ".safetensors":
-        from safetensors import safe_open
-
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                data = {k: f.get_tensor(k) for k in f.keys()}
-        except Exception as e:  # noqa: BLE001
-            raise InputError(path, None, f"not a readable safetensors file: {e}") from e
-        hs = _tensor(path, data, "hidden_states")
-        ids = _ids(path, data, "token_ids" if "token_ids" in data else "input_ids")
-        if hs.dim() != 3 or hs.shape[0] != ids.numel():
-            raise InputError(
-                path, "hidden_states", f"shape {tuple(hs.shape)}, expected [{ids.numel()}, n, H]"
-            )
-        slots = [hs[:, i] for i in range(hs.shape[1])]
-        m = re.search(r"(\d+)", path.stem)
-        row = v2_rows.get(int(m.group(1))) if v2_rows is not None and m is not None else None
-        if row is None:
-            mask = torch.ones_like(ids)
-            warnings.append("no loss mask found beside the v2 hidden states: every position counts")
-        else:
-            row_ids, mask = row
-            if mask.numel() != ids.numel() or (
-                row_ids is not None and not torch.equal(row_ids, ids)
-            ):
-                raise InputError(path, "token_ids", "differ from the dataset row's input_ids")
         fmt = "speculators-v2"
+        ids, slots, mask = _load_v2(path, v2_rows, vocab_size, warnings)
     else:
-        data = load_torch_file(path)
-        fmt = detect_format(path, data)
-        ids = _ids(path, data, "input_ids")
-        t = ids.numel()
-        mask = _mask(path, data, t)
-        if fmt == "speculators-v1":
-            raw = data["hidden_states"]
-            if len(raw) < 2:
-                raise InputError(path, "hidden_states", f"{len(raw)} slots; at least 2 expected")
-            slots = [_slots_2d(path, f"hidden_states[{i}]", s, t) for i, s in enumerate(raw)]
-        elif fmt == "specforge":
-            final = _slots_2d(path, "hidden_state", _tensor(path, data, "hidden_state"), t)
-            aux = _slots_2d(path, "aux_hidden_state", _tensor(path, data, "aux_hidden_state"), t)
-            width = final.shape[1]
-            if aux.shape[1] % width:
-                raise InputError(
-                    path, "aux_hidden_state", f"width {aux.shape[1]} not a multiple of {width}"
-                )
-            slots = [*aux.split(width, dim=1), final]
-        else:  # speculators-v0
-            final = _slots_2d(path, "target", _tensor(path, data, "target"), t)
-            cat = _slots_2d(path, "hidden_state", _tensor(path, data, "hidden_state"), t)
-            width = final.shape[1]
-            if cat.shape[1] % width:
-                raise InputError(
-                    path, "hidden_state", f"width {cat.shape[1]} not a multiple of {width}"
-                )
-            slots = [*cat.split(width, dim=1), final]
+        fmt, ids, slots, mask = _load_torch_sample(path, vocab_size)
     widths = {s.shape[1] for s in slots}
     if len(widths) != 1:
         raise InputError(path, "hidden_states", f"slots have different widths {sorted(widths)}")
-    for i, s in enumerate(slots):
-        if not bool(torch.isfinite(s).all()):
-            warnings.append(f"slot {i} contains NaN/Inf")
+    warnings += slot_warnings(slots)
     info = _slot_info_for(fmt, len(slots), layer_ids, path)
     return Sample(
         input_ids=ids,
@@ -286,11 +366,49 @@ def load_sample(
     )
 
 
-class SampleSet:
-    """An ordered list of sample files, loaded one at a time with a small LRU cache."""
+@dataclass(frozen=True)
+class SkippedSample:
+    """A sample that could not be used: its file, the field at fault and why (an InputError's
+    parts, so every view can name the file once, in one line)."""
 
-    def __init__(self, spec: str | Path | Sequence[str | Path], cache_size: int = 4) -> None:
+    index: int | None
+    path: str
+    field: str | None
+    reason: str
+
+    @classmethod
+    def from_error(cls, index: int | None, path: str, e: Exception) -> SkippedSample:
+        return cls(
+            index,
+            getattr(e, "path", None) or path,
+            getattr(e, "field", None),
+            getattr(e, "message", None) or str(e),
+        )
+
+    def line(self) -> str:
+        return ": ".join(p for p in (self.path, self.field, self.reason) if p)
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "path": self.path, "field": self.field, "reason": self.reason}
+
+
+class SampleSet:
+    """An ordered list of sample files, loaded one at a time with a small LRU cache.
+
+    A file that fails to load is recorded once in `skipped` (later reads re-raise the same
+    error without reading the file again); the slot layout comes from the first file that loads,
+    and a set where none loads is an InputError.
+    """
+
+    def __init__(
+        self,
+        spec: str | Path | Sequence[str | Path],
+        cache_size: int = 4,
+        *,
+        vocab_size: int | None = None,
+    ) -> None:
         self.files = discover(spec)
+        self.vocab_size = vocab_size
         self.layer_ids, self.data_config = read_data_config(self.files[0])
         self._v2_rows = None
         if self.files[0].suffix == ".safetensors":
@@ -298,6 +416,7 @@ class SampleSet:
         self._cache: OrderedDict[int, Sample] = OrderedDict()
         self._cache_size = cache_size
         self._first: Sample | None = None
+        self._failed: dict[int, InputError] = {}
 
     def __len__(self) -> int:
         return len(self.files)
@@ -309,14 +428,30 @@ class SampleSet:
     def __getitem__(self, i: int) -> Sample:
         if i < 0 or i >= len(self.files):
             raise IndexError(i)
+        if i in self._failed:
+            raise self._failed[i]
         if i in self._cache:
             self._cache.move_to_end(i)
             return self._cache[i]
-        sample = load_sample(self.files[i], self.layer_ids, v2_rows=self._v2_rows)
+        try:
+            sample = load_sample(
+                self.files[i], self.layer_ids, v2_rows=self._v2_rows, vocab_size=self.vocab_size
+            )
+        except InputError as e:
+            self._failed[i] = e
+            raise
         self._cache[i] = sample
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return sample
+
+    @property
+    def skipped(self) -> list[SkippedSample]:
+        """The files that failed to load so far, in file order, each once."""
+        return [
+            SkippedSample(i, str(self.files[i]), e.field, e.message)
+            for i, e in sorted(self._failed.items())
+        ]
 
     @property
     def format(self) -> str:
@@ -324,8 +459,19 @@ class SampleSet:
 
     @property
     def first(self) -> Sample:
+        """The first sample that loads (the set's slot layout); InputError when none does."""
         if self._first is None:
-            self._first = self[0]
+            for i in range(len(self.files)):
+                try:
+                    self._first = self[i]
+                    break
+                except InputError:
+                    continue
+            else:
+                e = self._failed[0]
+                n = len(self.files)
+                more = f"; none of the {n} sample files is usable" if n > 1 else ""
+                raise InputError(e.path, e.field, e.message + more)
         return self._first
 
     @property

@@ -14,6 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from inspector.errors import InputError
+from inspector.formats.files import MAX_JSON_BYTES, one_line, read_bytes
 
 TOKENIZER_FILE = "tokenizer.json"
 
@@ -123,10 +124,13 @@ class TokenDecoder:
             from tokenizers import Tokenizer
         except ImportError:  # pragma: no cover - tokenizers is a dependency
             return cls()
+        data = read_bytes(path, MAX_JSON_BYTES)  # a regular file of bounded size
         try:
-            tok = Tokenizer.from_file(str(path))
+            tok = Tokenizer.from_str(data.decode("utf-8"))
         except Exception as e:  # noqa: BLE001 - any parse failure is an input error
-            raise InputError(path, None, f"not a readable tokenizer.json: {e}") from e
+            raise InputError(
+                path, None, f"not a readable tokenizer.json: {one_line(str(e))}"
+            ) from e
         return cls(tok, str(path))
 
     @property

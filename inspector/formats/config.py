@@ -1,0 +1,252 @@
+"""config.json -> a validated `DraftConfig`: every key the inspector reads, typed and range-checked
+once, at load, so nothing downstream meets a string where a number belongs.
+
+Two layouts (see docs/formats.md):
+- speculators: `speculators_model_type: "eagle3"` with the decoder's keys nested under
+  `transformer_layer_config`; draft-level keys (`draft_vocab_size`, `norm_before_residual`,
+  `eagle_aux_hidden_state_layer_ids`, ...) at the top.
+- EAGLE / SpecForge / SGLang: one flat Llama config; aux layer ids, when present, under
+  `eagle_config.eagle_aux_hidden_state_layer_ids` in SGLang's numbering (HF index - 1).
+
+Every error names the file and the key's dotted path, e.g.
+`config.json: transformer_layer_config.rope_scaling.factor: expected a positive number, got '8'`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from inspector.draft import DraftConfig, RopeConfig
+from inspector.errors import InputError
+
+# The RoPE types the forward pass implements (inspector.model.rope_inv_freq).
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
+DEFAULT_ROPE_THETA = 10000.0  # EAGLE / SpecForge drafts without rope_theta use this
+DEFAULT_RMS_NORM_EPS = 1e-6
+
+_MISSING = object()
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+class ConfigReader:
+    """Typed reads from one JSON object; every error names the file and the key's dotted path."""
+
+    def __init__(self, path: str | Path | None, obj: dict, prefix: str = "") -> None:
+        self.path = path
+        self.obj = obj
+        self.prefix = prefix
+
+    def error(self, key: str, message: str) -> InputError:
+        return InputError(self.path, self.prefix + key, message)
+
+    def get(self, key: str, default: object = None) -> object:
+        """The raw value; `default` when the key is absent or null."""
+        v = self.obj.get(key)
+        return default if v is None else v
+
+    def has(self, key: str) -> bool:
+        return self.obj.get(key) is not None
+
+    def positive_int(self, key: str, default: object = _MISSING) -> int:
+        v = self.obj.get(key)
+        if v is None:
+            if default is _MISSING:
+                raise self.error(key, "missing: expected a positive integer")
+            return default  # type: ignore[return-value]
+        if not _is_number(v) or not math.isfinite(v) or int(v) != v or v <= 0:
+            raise self.error(key, f"expected a positive integer, got {v!r}")
+        return int(v)
+
+    def positive_number(self, key: str, default: float | None = None) -> float:
+        """A finite number > 0; `default` when absent (None: required)."""
+        v = self.obj.get(key)
+        if v is None:
+            if default is None:
+                raise self.error(key, "missing: expected a positive number")
+            return default
+        if not _is_number(v) or not math.isfinite(v) or v <= 0:
+            raise self.error(key, f"expected a positive number, got {v!r}")
+        return float(v)
+
+    def number(self, key: str) -> None:
+        """Check that an optional key, when present, is a finite number."""
+        v = self.obj.get(key)
+        if v is not None and (not _is_number(v) or not math.isfinite(v)):
+            raise self.error(key, f"expected a number, got {v!r}")
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        v = self.obj.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise self.error(key, f"expected true or false, got {v!r}")
+        return v
+
+    def text(self, key: str, default: str) -> str:
+        v = self.obj.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, str):
+            raise self.error(key, f"expected a string, got {v!r}")
+        return v
+
+    def int_list(self, key: str, minimum: int) -> tuple[int, ...] | None:
+        v = self.obj.get(key)
+        if v is None:
+            return None
+        if not isinstance(v, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in v
+        ):
+            raise self.error(key, f"expected a list of integers, got {v!r}")
+        low = [i for i in v if i < minimum]
+        if low:
+            raise self.error(key, f"{low[0]} is below {minimum}")
+        return tuple(v)
+
+    def sub(self, key: str, *, required: bool = False) -> ConfigReader | None:
+        """The nested object at `key` (None when absent or null)."""
+        v = self.obj.get(key)
+        if v is None:
+            if required:
+                raise self.error(key, "missing: expected an object")
+            return None
+        if not isinstance(v, dict):
+            raise self.error(key, f"expected an object, got {type(v).__name__}")
+        return ConfigReader(self.path, v, f"{self.prefix}{key}.")
+
+
+@dataclass(frozen=True)
+class ParsedConfig:
+    """A draft's config.json, validated. `config.num_fc_blocks` and an absent head_dim are
+    settled against the weights by the loader."""
+
+    config: DraftConfig
+    layout: str  # "speculators" | "specforge"
+    layer_prefix: str  # where the decoder's keys live: "transformer_layer_config." or ""
+
+
+def layer_reader(top: ConfigReader) -> tuple[ConfigReader, str]:
+    """The reader for the decoder's keys, and the layout they imply."""
+    kind = top.get("speculators_model_type")
+    if kind is None:
+        return top, "specforge"
+    if kind != "eagle3":
+        raise top.error("speculators_model_type", f"{kind!r} is not an EAGLE-3 draft")
+    inner = top.sub("transformer_layer_config", required=True)
+    assert inner is not None
+    return inner, "speculators"
+
+
+def parse_draft_config(path: str | Path, config: dict) -> ParsedConfig:
+    """Validate a draft config.json (already parsed) into a DraftConfig."""
+    top = ConfigReader(path, config)
+    layer, layout = layer_reader(top)
+    h = layer.positive_int("hidden_size")
+    nh = layer.positive_int("num_attention_heads")
+    nkv = layer.positive_int("num_key_value_heads", nh)
+    if nh % nkv:
+        raise layer.error("num_key_value_heads", f"{nkv} does not divide {nh} heads")
+    head_dim_explicit = layer.has("head_dim")
+    hd = layer.positive_int("head_dim") if head_dim_explicit else max(h // nh, 1)
+    vocab = layer.positive_int("vocab_size")
+    draft_vocab = _top_or_layer(top, layer, "draft_vocab_size", vocab)
+    if draft_vocab > vocab:
+        raise (top if top.has("draft_vocab_size") else layer).error(
+            "draft_vocab_size", f"{draft_vocab} exceeds vocab_size {vocab}"
+        )
+    aux_ids, aux_conv = aux_layer_ids(top)
+    cfg = DraftConfig(
+        hidden_size=h,
+        target_hidden_size=_top_or_layer(top, layer, "target_hidden_size", h),
+        num_heads=nh,
+        num_kv_heads=nkv,
+        head_dim=hd,
+        intermediate_size=layer.positive_int("intermediate_size"),
+        rms_norm_eps=layer.positive_number("rms_norm_eps", DEFAULT_RMS_NORM_EPS),
+        rope=read_rope(layer, top),
+        vocab_size=vocab,
+        draft_vocab_size=draft_vocab,
+        num_layers=layer.positive_int("num_hidden_layers", 1),
+        norm_before_residual=top.flag("norm_before_residual"),
+        norm_before_fc=top.flag("norm_before_fc"),
+        fc_norm=top.flag("fc_norm"),
+        norm_output=top.flag("norm_output") and layout == "speculators",
+        aux_layer_ids=aux_ids,
+        aux_layer_convention=aux_conv,
+        source_format=layout,
+        head_dim_explicit=head_dim_explicit,
+    )
+    return ParsedConfig(cfg, layout, layer.prefix)
+
+
+def _top_or_layer(top: ConfigReader, layer: ConfigReader, key: str, default: int) -> int:
+    if top.has(key):
+        return top.positive_int(key)
+    return layer.positive_int(key, default)
+
+
+def aux_layer_ids(top: ConfigReader) -> tuple[tuple[int, ...] | None, str | None]:
+    """The aux layer ids a config names and their numbering: top-level ids are HF
+    `hidden_states` indices (>= 0); `eagle_config` ids are SGLang's (HF index - 1, so -1 is the
+    embedding)."""
+    ids = top.int_list("eagle_aux_hidden_state_layer_ids", 0)
+    if ids is not None:
+        return ids, "hf"
+    eagle = top.sub("eagle_config")
+    if eagle is not None:
+        ids = eagle.int_list("eagle_aux_hidden_state_layer_ids", -1)
+        if ids is not None:
+            return ids, "sglang"
+    return None, None
+
+
+def read_rope(layer: ConfigReader, top: ConfigReader) -> RopeConfig:
+    """The draft's RoPE settings, from `rope_parameters` (transformers >= 4.56) or `rope_theta` +
+    `rope_scaling` (older), in the decoder's keys or at the top; validated for the forward."""
+    params = layer.sub("rope_parameters")
+    legacy = layer.sub("rope_scaling") or top.sub("rope_scaling")
+    theta_at = layer if layer.has("rope_theta") else top
+    if params is not None and params.has("rope_theta"):
+        theta_at = params
+    theta = theta_at.positive_number("rope_theta", DEFAULT_ROPE_THETA)
+    source = params
+    if params is None or (_rope_kind(params) == "default" and legacy is not None):
+        source = legacy
+    if source is None:
+        return RopeConfig(theta=theta)
+    kind = _rope_kind(source)
+    type_key = "rope_type" if source.has("rope_type") else "type"
+    if kind not in ROPE_TYPES:
+        raise source.error(type_key, f"unknown RoPE type {kind!r} (known: {', '.join(ROPE_TYPES)})")
+    _check_scaling(source, kind)
+    scaling = {k: v for k, v in source.obj.items() if k not in ("rope_theta", "rope_type", "type")}
+    return RopeConfig(theta=theta, rope_type=kind, scaling=scaling)
+
+
+def _rope_kind(r: ConfigReader) -> str:
+    return r.text("rope_type", r.text("type", "default"))
+
+
+def _check_scaling(r: ConfigReader, kind: str) -> None:
+    if kind in ("llama3", "yarn"):
+        r.positive_number("factor")  # required
+    elif r.has("factor"):
+        r.positive_number("factor")
+    for key in (
+        "low_freq_factor",
+        "high_freq_factor",
+        "beta_fast",
+        "beta_slow",
+        "attention_factor",
+    ):
+        if r.has(key):
+            r.positive_number(key)
+    for key in ("mscale", "mscale_all_dim"):
+        r.number(key)
+    if r.has("original_max_position_embeddings"):
+        r.positive_int("original_max_position_embeddings")
