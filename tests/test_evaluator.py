@@ -77,6 +77,8 @@ def test_caches_stay_within_their_byte_budget(tiny_synthetic):
         for w in ("train", "serve"):
             ev.predict(i, ev.wiring(w))
     sizes = ev.cache_bytes()
+    assert ev.samples.cache_bytes == budget.host_share("samples")
+    assert sizes["samples"] <= budget.host_share("samples")
     assert sizes["predictions"] <= budget.host_share("predictions")
     assert sizes["projections"] <= budget.device_share("projections")
     assert sizes["device_slots"] <= budget.device_share("device_slots")

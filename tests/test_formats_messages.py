@@ -547,11 +547,20 @@ def test_sample_cache_is_a_small_lru(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(
         samples_mod, "load_sample", lambda p, *a, **k: loads.append(p.name) or real(p, *a, **k)
     )
-    ss = SampleSet(tmp_path, cache_size=2)
+    from inspector.cache import nbytes
+
+    one = nbytes(SampleSet(tmp_path)[0])
+    loads.clear()
+    ss = SampleSet(tmp_path, cache_bytes=2 * one)  # room for two samples, in bytes
     for i in (0, 1, 0, 2, 0, 1):
         ss[i]
     # 0 and 1 cached; 0 used again; 2 evicts 1 (the least recent); 0 still cached; 1 reloads
     assert loads == ["data_0.pt", "data_1.pt", "data_2.pt", "data_1.pt"]
+    assert ss.cached_bytes == 2 * one
+    ss.cache_bytes = one  # shrinking evicts the least recent at once
+    assert ss.cached_bytes == one
+    ss[1]
+    assert loads[-1] == "data_1.pt" and len(loads) == 4  # the most recent one stayed
 
 
 def test_discover_globs_and_folders(tmp_path: Path) -> None:
@@ -672,27 +681,23 @@ def test_slot_and_mask_messages(tmp_path: Path) -> None:
     )
 
 
-def test_default_cache_holds_four_samples(tmp_path: Path, monkeypatch) -> None:
-    import inspector.formats.samples as samples_mod
+def test_default_cache_is_bounded_by_bytes(tmp_path: Path) -> None:
+    from inspector.formats.samples import DEFAULT_CACHE_BYTES
 
-    for i in range(5):
-        torch.save(
-            {
-                "input_ids": torch.arange(3),
-                "hidden_states": [torch.ones(3, 2)] * 2,
-                "loss_mask": torch.ones(3),
-            },
-            tmp_path / f"data_{i}.pt",
-        )
-    loads: list[str] = []
-    real = samples_mod.load_sample
-    monkeypatch.setattr(
-        samples_mod, "load_sample", lambda p, *a, **k: loads.append(p.name) or real(p, *a, **k)
+    torch.save(
+        {
+            "input_ids": torch.arange(3),
+            "hidden_states": [torch.ones(3, 2)] * 2,
+            "loss_mask": torch.ones(3),
+        },
+        tmp_path / "data_0.pt",
     )
     ss = SampleSet(tmp_path)
-    for i in (0, 1, 2, 3, 0, 4, 0, 1):
-        ss[i]
-    assert loads == ["data_0.pt", "data_1.pt", "data_2.pt", "data_3.pt", "data_4.pt", "data_1.pt"]
+    assert ss.cache_bytes == DEFAULT_CACHE_BYTES == 2**30
+    from inspector.cache import nbytes
+
+    tensors = 3 * 8 + 2 * 3 * 2 * 4 + ss[0].loss_mask.nbytes
+    assert ss.cached_bytes == nbytes(ss[0]) >= tensors  # the tensors and the path's text
 
 
 def test_write_draft_messages_name_the_option(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from inspector.errors import InputError
 from inspector.metrics import Counts, StepMetrics
-from inspector.tui.loader import FirstLoadable, first_loadable, use_first_loadable
+from inspector.tui.loader import first_loadable
 from inspector.tui.state import ViewModel, metrics_order, next_metrics
 from inspector.tui.summary import Session
 from inspector.tui.view import ViewState
@@ -260,10 +260,10 @@ def test_trainer_views_by_step_and_simulated_acc_len():
 
 # --- the first sample that loads ------------------------------------------------------------------
 class FakeSet:
-    """A sample set whose file 0 is corrupt; `skips` = it finds its first usable sample itself."""
+    """A sample set whose files in `bad` are corrupt."""
 
-    def __init__(self, bad: set[int], n: int = 4, *, skips: bool = False) -> None:
-        self.bad, self.n, self.skips = bad, n, skips
+    def __init__(self, bad: set[int], n: int = 4) -> None:
+        self.bad, self.n = bad, n
         self.files = [f"data_{i}.pt" for i in range(n)]
 
     def __len__(self) -> int:
@@ -274,33 +274,17 @@ class FakeSet:
             raise InputError(self.files[i], "input_ids", "corrupt")
         return SimpleNamespace(slot_info=[f"slots of {i}"], format="speculators-v1")
 
-    @property
-    def first(self):
-        start = min(set(range(self.n)) - self.bad) if self.skips else 0
-        return self[start]
 
-    @property
-    def slot_info(self):
-        return self.first.slot_info
-
-
-@pytest.mark.parametrize("skips", [False, True])
-def test_the_layout_comes_from_the_first_sample_that_loads(skips):
-    ev = SimpleNamespace(samples=FakeSet({0, 1}, skips=skips))
-    first, skipped = use_first_loadable(ev)
+def test_the_first_usable_sample_and_the_ones_skipped_before_it():
+    first, skipped = first_loadable(FakeSet({0, 1}))
     assert first == 2 and [i for i, _ in skipped] == [0, 1]
     assert "data_0.pt: input_ids: corrupt" in skipped[0][1]
-    assert isinstance(ev.samples, FirstLoadable) != skips  # wrapped only when it cannot skip
-    assert ev.samples.slot_info == ["slots of 2"] and ev.samples.files[0] == "data_0.pt"
-    with pytest.raises(InputError):
-        ev.samples[0]  # a bad file still fails when read
+    assert first_loadable(FakeSet(set())) == (0, [])
 
 
 def test_no_usable_sample_is_one_input_error():
     with pytest.raises(InputError, match="none of the 3 sample files is usable"):
         first_loadable(FakeSet({0, 1, 2}, n=3))
-    ev = SimpleNamespace(samples=FakeSet(set()))
-    assert use_first_loadable(ev) == (0, []) and not isinstance(ev.samples, FirstLoadable)
 
 
 def test_the_engine_side_never_imports_textual():

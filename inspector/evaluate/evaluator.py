@@ -83,6 +83,8 @@ class Evaluator:
         # Contiguous transposed fc blocks: a strided column slice would be copied on every matmul.
         self._fc_blocks_t = [draft.fc_block(b).T.contiguous() for b in range(self.n_blocks)]
         b = self.budget
+        # The loaded sample files are one more cache under the budget (the set is ours now).
+        samples.cache_bytes = b.host_share("samples")
         self._dev_slots: ByteLRU[tuple[int, int], torch.Tensor] = ByteLRU(
             b.device_share("device_slots")
         )
@@ -119,6 +121,7 @@ class Evaluator:
     def cache_bytes(self) -> dict[str, int]:
         """Bytes held per cache (for the benchmarks and the app's status)."""
         return {
+            "samples": getattr(self.samples, "cached_bytes", 0),
             "device_slots": self._dev_slots.bytes,
             "projections": self._proj.bytes,
             "verifier": self._verifier.bytes,

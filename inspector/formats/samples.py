@@ -19,13 +19,13 @@ from __future__ import annotations
 import glob
 import os
 import re
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from inspector.cache import ByteLRU
 from inspector.errors import InputError
 from inspector.formats.files import check_regular, file_kind
 from inspector.formats.tensorfiles import load_torch_file, read_json, read_safetensors
@@ -76,6 +76,7 @@ def discover(spec: str | Path | Sequence[str | Path]) -> list[Path]:
     return files
 
 
+DEFAULT_CACHE_BYTES = 2**30  # loaded samples kept when no memory budget says otherwise
 POST_NORM = "post-norm"  # a layer_ids entry for the target's final norm output
 
 
@@ -393,17 +394,19 @@ class SkippedSample:
 
 
 class SampleSet:
-    """An ordered list of sample files, loaded one at a time with a small LRU cache.
+    """An ordered list of sample files, loaded one at a time, the recent ones kept in a cache
+    bounded by bytes (`cache_bytes`; a 32K-token sample with four 7168-wide bf16 slots is ~2 GB,
+    so an entry count would not bound anything).
 
     A file that fails to load is recorded once in `skipped` (later reads re-raise the same
-    error without reading the file again); the slot layout comes from the first file that loads,
-    and a set where none loads is an InputError.
+    error without reading the file again); the slot layout comes from the first file that loads
+    (only its layout is kept, not its tensors), and a set where none loads is an InputError.
     """
 
     def __init__(
         self,
         spec: str | Path | Sequence[str | Path],
-        cache_size: int = 4,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
         *,
         vocab_size: int | None = None,
     ) -> None:
@@ -413,10 +416,23 @@ class SampleSet:
         self._v2_rows = None
         if self.files[0].suffix == ".safetensors":
             self._v2_rows = _v2_rows(self.files[0].parent)
-        self._cache: OrderedDict[int, Sample] = OrderedDict()
-        self._cache_size = cache_size
-        self._first: Sample | None = None
+        self._cache: ByteLRU[int, Sample] = ByteLRU(cache_bytes)
+        self._first: int | None = None
+        self._layout: tuple[list[SlotInfo], str] | None = None
         self._failed: dict[int, InputError] = {}
+
+    @property
+    def cache_bytes(self) -> int:
+        """The most bytes of loaded samples kept (the evaluator sets its budget's share)."""
+        return self._cache.max_bytes
+
+    @cache_bytes.setter
+    def cache_bytes(self, value: int) -> None:
+        self._cache.max_bytes = value
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._cache.bytes
 
     def __len__(self) -> int:
         return len(self.files)
@@ -430,9 +446,9 @@ class SampleSet:
             raise IndexError(i)
         if i in self._failed:
             raise self._failed[i]
-        if i in self._cache:
-            self._cache.move_to_end(i)
-            return self._cache[i]
+        cached = self._cache.get(i)
+        if cached is not None:
+            return cached
         try:
             sample = load_sample(
                 self.files[i], self.layer_ids, v2_rows=self._v2_rows, vocab_size=self.vocab_size
@@ -440,10 +456,7 @@ class SampleSet:
         except InputError as e:
             self._failed[i] = e
             raise
-        self._cache[i] = sample
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
-        return sample
+        return self._cache.put(i, sample)
 
     @property
     def skipped(self) -> list[SkippedSample]:
@@ -454,19 +467,16 @@ class SampleSet:
         ]
 
     @property
-    def format(self) -> str:
-        return self.first.format
-
-    @property
-    def first(self) -> Sample:
-        """The first sample that loads (the set's slot layout); InputError when none does."""
+    def first_index(self) -> int:
+        """The index of the first sample that loads; InputError when none does."""
         if self._first is None:
             for i in range(len(self.files)):
                 try:
-                    self._first = self[i]
-                    break
+                    sample = self[i]
                 except InputError:
                     continue
+                self._first, self._layout = i, (sample.slot_info, sample.format)
+                break
             else:
                 e = self._failed[0]
                 n = len(self.files)
@@ -475,5 +485,19 @@ class SampleSet:
         return self._first
 
     @property
+    def first(self) -> Sample:
+        """The first sample that loads (read again if the cache has let it go)."""
+        return self[self.first_index]
+
+    @property
+    def format(self) -> str:
+        return self._first_layout()[1]
+
+    @property
     def slot_info(self) -> list[SlotInfo]:
-        return self.first.slot_info
+        return self._first_layout()[0]
+
+    def _first_layout(self) -> tuple[list[SlotInfo], str]:
+        self.first_index  # noqa: B018 - finds the first usable sample and keeps its layout
+        assert self._layout is not None
+        return self._layout

@@ -5,13 +5,12 @@ showing the others). No Textual here; torch is imported inside the loader, on th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from inspector.formats.tokenizer import TokenDecoder
-    from inspector.sample import Sample, SlotInfo
     from inspector.session import Inputs
 
 
@@ -53,7 +52,7 @@ def default_loader(
             inputs, device=device, dtype=dtype, ttt_steps=ttt_steps, memory_budget=memory_budget
         )
         progress(f"reading the first of {len(ev.samples)} samples")
-        first, skipped = use_first_loadable(ev)
+        first, skipped = first_loadable(ev.samples)
         decoder, notes = load_decoder(inputs)
         return LoadResult(ev, decoder, notes, first, skipped)
 
@@ -79,56 +78,6 @@ def first_loadable(samples: Any) -> tuple[int, list[tuple[int, str]]]:
     n = len(samples)
     more = f"; none of the {n} sample files is usable" if n > 1 else ""
     raise InputError(first_error.path, first_error.field, first_error.message + more)
-
-
-def use_first_loadable(ev: Any) -> tuple[int, list[tuple[int, str]]]:
-    """Make the evaluator take its slot layout from the first sample that loads.
-
-    A sample set whose `first` is its file 0 fails as a whole when that file is corrupt; it is
-    then wrapped in `FirstLoadable`. A set that already skips a bad first file is left as is.
-    """
-    from inspector.errors import InputError
-
-    first, skipped = first_loadable(ev.samples)
-    if first > 0:
-        try:
-            ev.samples.first  # noqa: B018 - does the set find its first usable sample itself?
-        except InputError:
-            ev.samples = FirstLoadable(ev.samples, first)
-    return first, skipped
-
-
-class FirstLoadable:
-    """A sample set whose slot layout and format come from sample `first` instead of file 0;
-    everything else is the wrapped set's (a bad file still raises its InputError when read)."""
-
-    def __init__(self, samples: Any, first: int) -> None:
-        self.samples = samples
-        self.first_index = first
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, i: int) -> Sample:
-        return self.samples[i]
-
-    def __iter__(self) -> Iterator[Sample]:
-        return iter(self.samples)
-
-    @property
-    def first(self) -> Sample:
-        return self.samples[self.first_index]
-
-    @property
-    def slot_info(self) -> list[SlotInfo]:
-        return self.first.slot_info
-
-    @property
-    def format(self) -> str:
-        return self.first.format
-
-    def __getattr__(self, name: str) -> Any:  # files, layer_ids, data_config, ...
-        return getattr(self.samples, name)
 
 
 def leave_a_core_for_the_ui(torch: Any, device: str) -> None:
