@@ -301,6 +301,17 @@ def test_predictions_are_cached_per_sample_and_wiring(golden_ev):
     a = golden_ev.predict(0, w)
     assert golden_ev.predict(0, w) is a
     assert golden_ev.predict(1, w) is not a
+    fresh = Evaluator(golden_ev.draft, golden_ev.samples)
+    once = fresh.predict(2, w, keep=False)  # a one-pass read is not kept...
+    assert fresh.predict(2, w, keep=False) is not once
+    assert fresh.predict(2, w) is not once  # ...but a kept one is found by the next read
+    assert fresh.predict(2, w, keep=False) is fresh.predict(2, w)
+
+
+def test_a_run_over_the_set_keeps_no_predictions(golden_ev):
+    fresh = Evaluator(golden_ev.draft, golden_ev.samples)
+    fresh.run([fresh.wiring("train"), fresh.wiring("serve")])
+    assert fresh.cache_bytes()["predictions"] == 0
 
 
 def test_out_of_memory_retries_then_gives_up_and_frees_other_samples(tiny_synthetic, monkeypatch):

@@ -224,8 +224,9 @@ class Evaluator:
         return self._verifier.put(index, result)
 
     # --- predictions ---------------------------------------------------------------------------
-    def predict(self, index: int, wiring: Wiring) -> SamplePredictions:
-        """Every step's per-position predictions of sample `index` under `wiring` (cached)."""
+    def predict(self, index: int, wiring: Wiring, *, keep: bool = True) -> SamplePredictions:
+        """Every step's per-position predictions of sample `index` under `wiring`, cached unless
+        `keep` is False (a one-pass run over the set reads each result once)."""
         key = (index, wiring.slots, self.ttt_steps)
         cached = self._preds.get(key)
         if cached is not None:
@@ -243,7 +244,7 @@ class Evaluator:
                 self._proj.pop_where(lambda k: k[0] != index)
                 release_cached(self.device)
         trim_host_heap(min(TRIM_FREE_BYTES, self.budget.host // 4))
-        return self._preds.put(key, result)
+        return self._preds.put(key, result) if keep else result
 
     @torch.inference_mode()
     def _predict(self, index: int, wiring: Wiring, chunking: Chunking) -> SamplePredictions:
@@ -356,7 +357,7 @@ class Evaluator:
         skipped: list[SkippedSample] = []
         for done, i in enumerate(todo, start=1):
             try:
-                preds = [self.predict(i, w) for w in wirings]
+                preds = [self.predict(i, w, keep=False) for w in wirings]
             except InputError as e:
                 # A bad sample is reported and skipped; the others still count.
                 skipped.append(SkippedSample.from_error(i, str(self.samples.files[i]), e))
