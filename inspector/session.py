@@ -9,7 +9,7 @@ torch is imported inside `load_evaluator`, never at module load, so the app can 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,6 +31,10 @@ class Inputs:
     tokenizer: Path | None = None
     is_demo: bool = False
     slot_layers: list[int] | None = None  # HF index of every slot (--slot-layers)
+    # The target was not given but found where the draft's config names its verifier: a head
+    # that does not fit is then dropped with a note instead of failing the session.
+    target_named: bool = False
+    notes: list[str] = field(default_factory=list)  # for the user: stderr or the app's status
 
     def paths(self) -> list[str]:
         """Every folder or file read (an export or a fix never goes there)."""
@@ -95,9 +99,14 @@ def load_evaluator(
     samples = SampleSet(inputs.samples, vocab_size=cfg.vocab_size)
     head = None
     if inputs.target is not None:
-        head = read_target_head(
-            inputs.target, vocab_size=cfg.vocab_size, hidden_size=cfg.target_hidden_size
-        ).to(dev, draft.dtype)
+        try:
+            head = read_target_head(
+                inputs.target, vocab_size=cfg.vocab_size, hidden_size=cfg.target_hidden_size
+            ).to(dev, draft.dtype)
+        except InputError as e:
+            if not inputs.target_named:
+                raise
+            inputs.notes.append(f"verifier not used: {e}")
     return Evaluator(
         draft,
         samples,

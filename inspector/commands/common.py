@@ -24,9 +24,20 @@ def parse_slot_layers(text: str | None) -> list[int] | None:
     return [int(p) for p in parts]
 
 
+def _use_named_verifier(inputs: Inputs) -> None:
+    """Without --target, the verifier the draft's config names, when it is on this machine."""
+    from inspector.formats.verifier import find_verifier
+
+    found = find_verifier(inputs.checkpoint)
+    if found is not None and found.folder is not None:
+        inputs.target, inputs.target_named = found.folder, True
+        inputs.notes.append(found.note())
+
+
 def resolve_inputs(args: argparse.Namespace) -> Inputs:
     """CKPT/SAMPLES as given, or the bundled demo (draft + samples/train + its target); with
-    --prompts, the samples are captured from the target (cached) instead."""
+    --prompts, the samples are captured from the target (cached) instead. Without --target, the
+    verifier the draft's config names is used when it is found locally (noted in `notes`)."""
     target = Path(args.target) if getattr(args, "target", None) else None
     embed = Path(args.embed) if getattr(args, "embed", None) else None
     tokenizer = Path(args.tokenizer) if getattr(args, "tokenizer", None) else None
@@ -50,6 +61,8 @@ def resolve_inputs(args: argparse.Namespace) -> Inputs:
         inputs = Inputs(
             Path(args.checkpoint), list(args.samples), target, embed, tokenizer, False, slot_layers
         )
+        if target is None:
+            _use_named_verifier(inputs)
     if prompts:
         from inspector.capture.cache import prompts_samples
 

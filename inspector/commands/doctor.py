@@ -43,6 +43,8 @@ def run_doctor(args: argparse.Namespace) -> int:
         strict=False,
         memory_budget=getattr(args, "memory_budget", None),
     )
+    for note in inputs.notes:
+        err.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),

@@ -32,6 +32,8 @@ def run_eval(args: argparse.Namespace) -> int:
         ttt_steps=args.ttt_steps,
         memory_budget=getattr(args, "memory_budget", None),
     )
+    for note in inputs.notes:
+        err.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
     specs = args.wiring or ["train", "serve"]
     wirings = [ev.wiring(s) for s in specs]
     labels = [

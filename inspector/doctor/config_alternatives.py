@@ -124,7 +124,7 @@ def target_rope(ev: Evaluator, target_config: str | Path | None = None) -> RopeC
     except InputError:
         return None
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    return rope_config(text, cfg)
+    return rope_config(text, cfg, path)
 
 
 def _rope_alternatives(draft: Draft, trope: RopeConfig | None) -> list[Alternative]:

@@ -54,7 +54,7 @@ def default_loader(
         progress(f"reading the first of {len(ev.samples)} samples")
         first, skipped = first_loadable(ev.samples)
         decoder, notes = load_decoder(inputs)
-        return LoadResult(ev, decoder, notes, first, skipped)
+        return LoadResult(ev, decoder, [*inputs.notes, *notes], first, skipped)
 
     return load
 
