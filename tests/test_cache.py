@@ -221,6 +221,27 @@ def test_trim_host_heap_trims_only_above_min_free(monkeypatch):
         assert memory._LIBC is False
 
 
+def test_heap_trimmer_checks_at_most_once_per_interval():
+    from inspector.memory import HeapTrimmer
+
+    now = [100.0]
+    calls = []
+    trimmer = HeapTrimmer(
+        5, interval=1.0, clock=lambda: now[0], trim=lambda n: calls.append(n) or True
+    )
+    assert trimmer() is True and calls == [5]  # the first call checks
+    now[0] = 100.999
+    assert trimmer() is False and calls == [5]  # not due
+    now[0] = 101.0
+    assert trimmer() is True and calls == [5, 5]  # due exactly one interval later
+    now[0] = 101.5
+    assert trimmer() is False
+    now[0] = 102.2
+    assert trimmer() is True and calls == [5, 5, 5]
+    not_worth_it = HeapTrimmer(7, clock=lambda: 0.0, trim=lambda n: calls.append(n) or False)
+    assert not_worth_it() is False and calls[-1] == 7
+
+
 def test_budget_from_env_and_defaults(monkeypatch):
     monkeypatch.delenv(ENV_VAR, raising=False)
     b = resolve_budget(None, "cpu")

@@ -85,25 +85,32 @@ def test_caches_stay_within_their_byte_budget(tiny_synthetic):
     assert sizes["predictions"] > 0  # something is kept: the budget is not simply zero
 
 
-def test_heap_is_trimmed_after_each_new_prediction_at_a_quarter_of_the_budget(
+def test_heap_trimming_is_checked_after_new_predictions_at_a_quarter_of_the_budget(
     tiny_synthetic, monkeypatch
 ):
+    from inspector import memory
     from inspector.memory import TRIM_FREE_BYTES
 
     draft_dir, sample_dir = tiny_synthetic
     seen = []
-    monkeypatch.setattr(evaluator_module, "trim_host_heap", lambda n: seen.append(n))
+    monkeypatch.setattr(memory, "trim_host_heap", lambda n: seen.append(n) or False)
     small = Evaluator(
         load_draft(draft_dir), SampleSet(sample_dir), budget=MemoryBudget(host=400, device=None)
     )
+    small._trim_heap.interval = 0  # noqa: SLF001 - every call is due
     small.predict(0, small.wiring("train"))
     assert seen == [100]
     big = Evaluator(
         load_draft(draft_dir), SampleSet(sample_dir), budget=MemoryBudget(host=2**40, device=None)
     )
+    big._trim_heap.interval = 0  # noqa: SLF001
     big.predict(1, big.wiring("serve"))
     big.predict(1, big.wiring("serve"))  # cached: nothing new was computed, nothing to trim
     assert seen == [100, TRIM_FREE_BYTES]
+    big._trim_heap.interval = 3600  # noqa: SLF001 - the default throttle: not due again yet
+    big.predict(2, big.wiring("serve"))
+    big.predict(0, big.wiring("serve"))
+    assert seen == [100, TRIM_FREE_BYTES, TRIM_FREE_BYTES]
 
 
 def test_non_finite_numbers_are_json_null(ev, capsys):

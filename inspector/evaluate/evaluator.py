@@ -31,7 +31,7 @@ from inspector.evaluate.predictions import (
 from inspector.evaluate.report import Report, SkippedSample, WiringReport
 from inspector.formats.samples import SampleSet
 from inspector.formats.target import TargetHead
-from inspector.memory import TRIM_FREE_BYTES, MemoryBudget, resolve_budget, trim_host_heap
+from inspector.memory import TRIM_FREE_BYTES, HeapTrimmer, MemoryBudget, resolve_budget
 from inspector.metrics import StepMetrics, sum_steps
 from inspector.model import (
     DEFAULT_CHUNKING,
@@ -83,6 +83,7 @@ class Evaluator:
         # Contiguous transposed fc blocks: a strided column slice would be copied on every matmul.
         self._fc_blocks_t = [draft.fc_block(b).T.contiguous() for b in range(self.n_blocks)]
         b = self.budget
+        self._trim_heap = HeapTrimmer(min(TRIM_FREE_BYTES, b.host // 4))
         # The loaded sample files are one more cache under the budget (the set is ours now).
         samples.cache_bytes = b.host_share("samples")
         self._dev_slots: ByteLRU[tuple[int, int], torch.Tensor] = ByteLRU(
@@ -243,7 +244,7 @@ class Evaluator:
                 self._dev_slots.pop_where(lambda k: k[0] != index)
                 self._proj.pop_where(lambda k: k[0] != index)
                 release_cached(self.device)
-        trim_host_heap(min(TRIM_FREE_BYTES, self.budget.host // 4))
+        self._trim_heap()
         return self._preds.put(key, result) if keep else result
 
     @torch.inference_mode()
