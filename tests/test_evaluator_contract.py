@@ -308,10 +308,19 @@ def test_predictions_are_cached_per_sample_and_wiring(golden_ev):
     assert fresh.predict(2, w, keep=False) is fresh.predict(2, w)
 
 
-def test_a_run_over_the_set_keeps_no_predictions(golden_ev):
-    fresh = Evaluator(golden_ev.draft, golden_ev.samples)
+def test_a_run_over_the_set_keeps_nothing_per_sample(golden_ev):
+    from inspector.formats import SampleSet
+
+    fresh = Evaluator(golden_ev.draft, SampleSet(golden_ev.samples.files))
+    fresh.predict(0, fresh.wiring("train"))  # kept by a reader that browses...
+    kept = fresh.cache_bytes()
+    assert all(kept[k] for k in ("samples", "device_slots", "projections", "predictions")), kept
     fresh.run([fresh.wiring("train"), fresh.wiring("serve")])
-    assert fresh.cache_bytes()["predictions"] == 0
+    # ...but a one-pass run drops each sample's file, device slots and projections after it
+    sizes = fresh.cache_bytes()
+    assert sizes["samples"] == sizes["device_slots"] == sizes["projections"] == 0, sizes
+    assert sizes["verifier"] == 0
+    assert sizes["predictions"] > 0  # what the browsing reader asked to keep stays
 
 
 def test_out_of_memory_retries_then_gives_up_and_frees_other_samples(tiny_synthetic, monkeypatch):
@@ -387,3 +396,15 @@ def test_verifier_targets_and_matches(request):
     assert seen_differ  # the two targets differ somewhere: a swap would be seen
     r = ev.run([ev.wiring("train")], limit=1)
     assert r.verifier == str(demo / "target")
+
+
+def test_a_run_drops_the_verifier_argmax_it_computed():
+    from inspector.session import demo_inputs, load_evaluator
+
+    ev = load_evaluator(demo_inputs(), device="cpu")
+    assert ev.has_verifier
+    w = ev.wiring("train")
+    ev.predict(0, w)
+    assert ev.cache_bytes()["verifier"] > 0
+    ev.run([w], indices=[0, 1])
+    assert ev.cache_bytes()["verifier"] == 0

@@ -122,7 +122,7 @@ class Evaluator:
     def cache_bytes(self) -> dict[str, int]:
         """Bytes held per cache (for the benchmarks and the app's status)."""
         return {
-            "samples": getattr(self.samples, "cached_bytes", 0),
+            "samples": self.samples.cached_bytes,
             "device_slots": self._dev_slots.bytes,
             "projections": self._proj.bytes,
             "verifier": self._verifier.bytes,
@@ -130,6 +130,15 @@ class Evaluator:
         }
 
     # --- per-sample device tensors and caches --------------------------------------------------
+    def release(self, index: int) -> None:
+        """Drop everything cached for sample `index` but its predictions: the loaded file, its
+        slots on the device, its projections and the verifier's argmax. A pass over 10^4 files
+        would otherwise fill every share of the budget with samples it never reads again."""
+        self._dev_slots.pop_where(lambda k: k[0] == index)
+        self._proj.pop_where(lambda k: k[0] == index)
+        self._verifier.pop(index)
+        self.samples.forget(index)
+
     def sample(self, index: int) -> Sample:
         return self.samples[index]
 
@@ -363,6 +372,7 @@ class Evaluator:
                 # A bad sample is reported and skipped; the others still count.
                 skipped.append(SkippedSample.from_error(i, str(self.samples.files[i]), e))
                 preds = []
+            self.release(i)  # one pass: nothing of sample i is read again
             for w_idx, pred in enumerate(preds):
                 per_wiring[w_idx].append((i, pred.path, pred.metrics))
                 if sink is not None:

@@ -458,6 +458,10 @@ class SampleSet:
             raise
         return self._cache.put(i, sample)
 
+    def forget(self, i: int) -> None:
+        """Drop sample `i` from the cache (a one-pass reader is done with it)."""
+        self._cache.pop(i)
+
     @property
     def skipped(self) -> list[SkippedSample]:
         """The files that failed to load so far, in file order, each once."""
