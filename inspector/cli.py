@@ -62,7 +62,9 @@ def _add_model_args(p: argparse.ArgumentParser, *, samples_optional: bool = True
     p.add_argument(
         "--target",
         metavar="DIR",
-        help="target model folder: embedding if the draft lacks one, norm + lm_head for verifier-match accuracy",
+        help="target model folder: embedding if the draft lacks one, norm + lm_head for the "
+        "trainers' metrics; 'auto': the verifier the draft's config names, found on this machine "
+        "(a folder, or the local Hugging Face cache)",
     )
     p.add_argument(
         "--embed", metavar="FILE", help="safetensors file holding model.embed_tokens.weight"

@@ -31,9 +31,6 @@ class Inputs:
     tokenizer: Path | None = None
     is_demo: bool = False
     slot_layers: list[int] | None = None  # HF index of every slot (--slot-layers)
-    # The target was not given but found where the draft's config names its verifier: a head
-    # that does not fit is then dropped with a note instead of failing the session.
-    target_named: bool = False
     notes: list[str] = field(default_factory=list)  # for the user: stderr or the app's status
 
     def paths(self) -> list[str]:
@@ -99,14 +96,9 @@ def load_evaluator(
     samples = SampleSet(inputs.samples, vocab_size=cfg.vocab_size)
     head = None
     if inputs.target is not None:
-        try:
-            head = read_target_head(
-                inputs.target, vocab_size=cfg.vocab_size, hidden_size=cfg.target_hidden_size
-            ).to(dev, draft.dtype)
-        except InputError as e:
-            if not inputs.target_named:
-                raise
-            inputs.notes.append(f"verifier not used: {e}")
+        head = read_target_head(
+            inputs.target, vocab_size=cfg.vocab_size, hidden_size=cfg.target_hidden_size
+        ).to(dev, draft.dtype)
     return Evaluator(
         draft,
         samples,

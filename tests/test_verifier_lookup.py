@@ -53,7 +53,9 @@ def test_a_relative_or_absolute_folder(tmp_path):
     shutil.copytree(DEMO / "target", tmp_path / "target")
     found = find_verifier(ckpt)
     assert found is not None and found.folder == tmp_path / "target"  # normalised, no "draft/.."
-    assert "verifier: " in found.note() and NAME_KEY in found.note()
+    assert (
+        found.note() == f"--target auto: {tmp_path / 'target'} (the draft's {NAME_KEY} '../target')"
+    )
     assert find_verifier(ckpt, str(tmp_path / "target")).folder == tmp_path / "target"
     assert find_verifier(ckpt, str(DEMO / "draft" / "nope")) == type(found)(
         str(DEMO / "draft" / "nope"), None
@@ -72,6 +74,9 @@ def test_the_hub_cache_snapshot_refs_main_names(tmp_path):
     assert find_verifier(ckpt, env=env).folder is None  # two snapshots and no usable ref
     shutil.rmtree(repo / "snapshots" / "aaaaaaa1")
     assert find_verifier(ckpt, env=env).folder == repo / "snapshots" / "bbbbbbb2"  # the only one
+    shutil.copytree(repo / "snapshots" / "bbbbbbb2", repo / "snapshots" / "ccccccc3")
+    (repo / "refs" / "main").write_text("c" * 7 + " " * 10_000)  # a ref file is read in 4 KB
+    assert find_verifier(ckpt, env=env).folder is None
 
 
 def test_hub_ids_never_climb_out_of_the_cache(tmp_path):
@@ -98,64 +103,52 @@ def _eval(capsys, argv: list[str]) -> tuple[int, str, str]:
     return rc, out.out, out.err
 
 
-def test_eval_uses_the_named_verifier_and_says_so(tmp_path, capsys):
+HELD = str(DEMO / "samples" / "held")
+
+
+def test_target_auto_uses_the_named_verifier_and_says_which(tmp_path, capsys):
     ckpt = _draft(tmp_path, "../target")
     shutil.copytree(DEMO / "target", tmp_path / "target")
-    rc, out, err = _eval(
-        capsys, [str(ckpt), str(DEMO / "samples" / "held"), "--limit", "2", "--json"]
-    )
-    assert rc == 0
-    assert f"note: verifier: {tmp_path / 'target'}" in err
-    report = json.loads(out)
-    assert report["wirings"][0]["steps"][0]["trainer"] is not None  # the trainers' metrics
-
-    rc, out, err = _eval(
-        capsys,
-        [
-            str(ckpt),
-            str(DEMO / "samples" / "held"),
-            "--limit",
-            "2",
-            "--json",
-            "--target",
-            str(DEMO / "target"),
-        ],
-    )
-    assert rc == 0 and "note: verifier" not in err  # --target wins, nothing to say
+    rc, out, err = _eval(capsys, [str(ckpt), HELD, "--limit", "2", "--json", "--target", "auto"])
+    assert rc == 0, err
+    assert f"note: --target auto: {tmp_path / 'target'}" in err
+    assert json.loads(out)["wirings"][0]["steps"][0]["trainer"] is not None  # the trainers' metrics
 
 
-def test_a_named_verifier_that_does_not_fit_is_dropped_with_a_note(tmp_path, capsys):
+def test_without_target_auto_nothing_named_is_read(tmp_path, capsys, monkeypatch):
+    import inspector.formats.verifier as verifier
+
+    ckpt = _draft(tmp_path, "../target")
+    shutil.copytree(DEMO / "target", tmp_path / "target")
+    monkeypatch.setattr(verifier, "find_verifier", lambda *a, **k: pytest.fail("looked it up"))
+    rc, out, err = _eval(capsys, [str(ckpt), HELD, "--limit", "2"])
+    assert rc == 0 and "note:" not in err
+    assert "pass --target DIR (or --target auto: the draft's config names it)" in err
+    rc, out, err = _eval(capsys, [str(ckpt), HELD, "--limit", "2", "--json"])
+    assert json.loads(out)["wirings"][0]["steps"][0].get("trainer") is None
+
+
+def test_target_auto_refuses_a_verifier_that_does_not_fit(tmp_path, capsys):
+    from safetensors.torch import load_file, save_file
+
     ckpt = _draft(tmp_path, "../target")
     target = tmp_path / "target"
     shutil.copytree(DEMO / "target", target)
-    cfg = json.loads((ckpt / "config.json").read_text())
-    cfg["target_hidden_size"] = cfg.get("target_hidden_size") or 128
-    from safetensors.torch import load_file, save_file
-
     weights = load_file(str(target / "model.safetensors"))
     head = next(k for k in weights if k.endswith("lm_head.weight"))
     weights[head] = weights[head][:100].contiguous()  # a smaller vocabulary than the draft's
     save_file(weights, str(target / "model.safetensors"))
-
-    rc, out, err = _eval(
-        capsys, [str(ckpt), str(DEMO / "samples" / "held"), "--limit", "2", "--json"]
-    )
-    assert rc == 0, err
-    assert "note: verifier not used: " in err and "lm_head" in err
-    assert json.loads(out)["wirings"][0]["steps"][0].get("trainer") is None
-
-    rc, _, err = _eval(
-        capsys, [str(ckpt), str(DEMO / "samples" / "held"), "--limit", "2", "--target", str(target)]
-    )
-    assert rc == 2 and "lm_head" in err  # given explicitly, the same fault is an input error
+    rc, _, err = _eval(capsys, [str(ckpt), HELD, "--limit", "2", "--target", "auto"])
+    (line,) = err.strip().splitlines()
+    assert rc == 2 and str(target / "model.safetensors") in line and "lm_head.weight" in line
 
 
-@pytest.mark.parametrize("name", ["org/absent-model", "/nowhere/at/all"])
-def test_a_verifier_not_on_this_machine_changes_nothing(tmp_path, capsys, monkeypatch, name):
+@pytest.mark.parametrize("name", ["org/absent-model", "/nowhere/at/all", None])
+def test_target_auto_without_a_local_verifier_is_bad_input(tmp_path, capsys, monkeypatch, name):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     ckpt = _draft(tmp_path, name)
-    rc, out, err = _eval(
-        capsys, [str(ckpt), str(DEMO / "samples" / "held"), "--limit", "2", "--json"]
-    )
-    assert rc == 0 and "note:" not in err
-    assert json.loads(out)["wirings"][0]["steps"][0].get("trainer") is None
+    rc, out, err = _eval(capsys, [str(ckpt), HELD, "--limit", "2", "--target", "auto"])
+    assert rc == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    assert str(ckpt / "config.json") in line and NAME_KEY in line
+    assert ("not on this machine" in line) if name else ("absent" in line)

@@ -24,21 +24,29 @@ def parse_slot_layers(text: str | None) -> list[int] | None:
     return [int(p) for p in parts]
 
 
-def _use_named_verifier(inputs: Inputs) -> None:
-    """Without --target, the verifier the draft's config names, when it is on this machine."""
-    from inspector.formats.verifier import find_verifier
+def _named_verifier(checkpoint: Path) -> tuple[Path, str]:
+    """`--target auto`: the verifier the draft's config names, on this machine, and a note."""
+    from inspector.formats.verifier import NAME_KEY, find_verifier
 
-    found = find_verifier(inputs.checkpoint)
-    if found is not None and found.folder is not None:
-        inputs.target, inputs.target_named = found.folder, True
-        inputs.notes.append(found.note())
+    found = find_verifier(checkpoint)
+    if found is None:
+        raise InputError(checkpoint / "config.json", NAME_KEY, "absent: pass --target DIR")
+    if found.folder is None:
+        raise InputError(
+            checkpoint / "config.json",
+            NAME_KEY,
+            f"{found.name!r} is not on this machine (a folder, or the local Hugging Face cache): "
+            "pass --target DIR",
+        )
+    return found.folder, found.note()
 
 
 def resolve_inputs(args: argparse.Namespace) -> Inputs:
     """CKPT/SAMPLES as given, or the bundled demo (draft + samples/train + its target); with
-    --prompts, the samples are captured from the target (cached) instead. Without --target, the
-    verifier the draft's config names is used when it is found locally (noted in `notes`)."""
-    target = Path(args.target) if getattr(args, "target", None) else None
+    --prompts, the samples are captured from the target (cached) instead. `--target auto`: the
+    verifier the draft's config names, found locally (which folder: in `notes`)."""
+    target_arg = getattr(args, "target", None)
+    target = Path(target_arg) if target_arg and target_arg != "auto" else None
     embed = Path(args.embed) if getattr(args, "embed", None) else None
     tokenizer = Path(args.tokenizer) if getattr(args, "tokenizer", None) else None
     slot_layers = parse_slot_layers(getattr(args, "slot_layers", None))
@@ -61,8 +69,9 @@ def resolve_inputs(args: argparse.Namespace) -> Inputs:
         inputs = Inputs(
             Path(args.checkpoint), list(args.samples), target, embed, tokenizer, False, slot_layers
         )
-        if target is None:
-            _use_named_verifier(inputs)
+    if target_arg == "auto":
+        inputs.target, note = _named_verifier(inputs.checkpoint)
+        inputs.notes.append(note)
     if prompts:
         from inspector.capture.cache import prompts_samples
 

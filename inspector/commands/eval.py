@@ -97,7 +97,12 @@ def run_eval(args: argparse.Namespace) -> int:
         if families and not report_has_trainer(report):
             err.print(
                 f"{' and '.join(families)}' own metrics (what a training log shows) need the "
-                "verifier's norm + lm_head: pass --target DIR",
+                "verifier's norm + lm_head: pass --target DIR"
+                + (
+                    " (or --target auto: the draft's config names it)"
+                    if _names_verifier(inputs)
+                    else ""
+                ),
                 highlight=False,
             )
         else:
@@ -106,6 +111,12 @@ def run_eval(args: argparse.Namespace) -> int:
         if args.per_sample:
             out.print(render_per_sample(report))
     return 0
+
+
+def _names_verifier(inputs) -> bool:
+    from inspector.formats.verifier import verifier_name
+
+    return verifier_name(inputs.checkpoint) is not None
 
 
 def _nonfinite(position: dict) -> bool:

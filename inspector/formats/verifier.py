@@ -2,8 +2,9 @@
 
 speculators writes `speculators_config.verifier.name_or_path`: the path or Hugging Face hub id
 the draft was trained against (e.g. "meta-llama/Llama-3.1-8B-Instruct"). On a GPU box that
-serves the target, that model usually sits in the local hub cache, so the trainers' metrics (which
-need the verifier's final norm and lm_head) work without `--target`. Looked for, in order:
+serves the target, that model usually sits in the local hub cache, so `--target auto` gives the
+trainers' metrics (which need the verifier's final norm and lm_head) without a path. It is opt-in:
+without it nothing outside the given inputs is read. Looked for, in order:
 
 1. a folder: the name as an absolute path, or relative to the checkpoint folder;
 2. the hub cache: `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else `$XDG_CACHE_HOME/huggingface/hub`,
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.errors import InputError
+from inspector.formats.files import read_bytes
 from inspector.formats.tensorfiles import find_weight_file, read_json
 
 NAME_KEY = "speculators_config.verifier.name_or_path"
@@ -35,12 +37,7 @@ class NamedVerifier:
     folder: Path | None
 
     def note(self) -> str:
-        if self.folder is None:
-            return f"the draft's {NAME_KEY} {self.name!r} is not on this machine"
-        return (
-            f"verifier: {self.folder} (the draft's {NAME_KEY} {self.name!r}; "
-            "--target DIR chooses another)"
-        )
+        return f"--target auto: {self.folder} (the draft's {NAME_KEY} {self.name!r})"
 
 
 def verifier_name(checkpoint: Path) -> str | None:
@@ -85,11 +82,11 @@ def _snapshot(repo: Path) -> Path | None:
     ref = repo / "refs" / "main"
     try:
         if ref.is_file():
-            rev = ref.read_text(encoding="utf-8", errors="replace").strip()
+            rev = read_bytes(ref, 4096).decode("ascii", errors="replace").strip()
             if re.fullmatch(r"[0-9a-f]{7,64}", rev) and (snapshots / rev).is_dir():
                 return snapshots / rev
         found = [p for p in snapshots.iterdir() if p.is_dir()] if snapshots.is_dir() else []
-    except OSError:
+    except (OSError, InputError):
         return None
     return found[0] if len(found) == 1 else None
 
