@@ -277,6 +277,55 @@ def test_tiny_build_end_to_end(tmp_path: Path) -> None:
     assert 40 <= rec["input_ids"].numel() <= 48
     assert json.loads((tmp_path / "build_info.json").read_text())["seed"] == 1
     assert set(info["accuracy"]) == {"train", "held"}
+    assert not list(tmp_path.glob(".demo-build-*"))  # the staging folder is gone
+
+
+def test_build_refuses_a_bad_out_before_any_work(tmp_path: Path, monkeypatch) -> None:
+    import os
+
+    from inspector.demo import build as build_mod
+    from inspector.errors import InputError
+
+    monkeypatch.setattr(build_mod, "load_corpus", lambda *a, **k: pytest.fail("work started"))
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "demo" / "draft").mkdir(parents=True)
+    (tmp_path / "demo" / "samples").write_text("a file where samples/ goes")
+    for out, where in (
+        (tmp_path / "afile", tmp_path / "afile"),
+        (tmp_path / "afile" / "sub", tmp_path / "afile" / "sub"),
+        (tmp_path / "demo", tmp_path / "demo" / "samples"),
+    ):
+        with pytest.raises(InputError) as e:
+            build_mod.build(out)
+        assert (e.value.path, e.value.field) == (str(where), "--out")
+    assert (tmp_path / "demo" / "samples").read_text() == "a file where samples/ goes"
+    if os.geteuid() != 0:  # root writes anywhere
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o555)
+        with pytest.raises(InputError, match="not writable"):
+            build_mod.build(ro)
+
+
+def test_install_replaces_only_the_owned_folders_and_keeps_symlinks_unfollowed(
+    tmp_path: Path,
+) -> None:
+    from inspector.demo.build import FOLDERS, _install
+
+    out, staging, elsewhere = tmp_path / "out", tmp_path / "out" / ".stage", tmp_path / "else"
+    elsewhere.mkdir()
+    (elsewhere / "precious").write_text("keep")
+    for sub in FOLDERS:
+        (staging / sub).mkdir(parents=True)
+        (staging / sub / "new").write_text(sub)
+    (out / "samples" / "mine").mkdir(parents=True)
+    (out / "draft").symlink_to(elsewhere)  # replaced as a link: its target is untouched
+    (out / "target").mkdir()
+    (out / "target" / "stale").write_text("old")
+    _install(staging, out)
+    for sub in FOLDERS:
+        assert sorted(p.name for p in (out / sub).iterdir()) == ["new"], sub
+    assert (out / "samples" / "mine").is_dir()
+    assert (elsewhere / "precious").read_text() == "keep"
 
 
 def test_time_budget_only_steers_a_clearly_slow_run() -> None:

@@ -34,6 +34,10 @@ def run_doctor(args: argparse.Namespace) -> int:
     if n is None or n < 1:
         raise InputError(None, "--samples", "must be at least 1")
     err = Console(stderr=True)
+    if args.write_fixed is not None:  # a bad OUT fails now, not after the diagnosis
+        from inspector.formats.writer import check_out
+
+        check_out(args.write_fixed, inputs.paths(), "--write-fixed")
     # Lenient: a faulty d2t or a missing head_dim become findings instead of load errors.
     ev = load_evaluator(
         inputs,
@@ -61,13 +65,14 @@ def run_doctor(args: argparse.Namespace) -> int:
 
         # --slot-layers reaches the doctor through the evaluator (inputs.slot_layers).
         report = diagnose(ev, n, target_config=inputs.target, progress=report_progress)
-        if args.write_fixed:
+        if args.write_fixed is not None:
             write_fixed(
                 ev,
                 report,
                 args.write_fixed,
                 embed=inputs.embed,
                 target=inputs.target,
+                read=inputs.paths(),
                 progress=report_progress,
             )
     if args.json:

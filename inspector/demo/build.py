@@ -13,9 +13,11 @@ model; build_info records whether that happened.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -41,9 +43,38 @@ from inspector.demo.draft import (
 )
 from inspector.demo.target import TargetConfig, top1_accuracy, train_target
 from inspector.demo.tokenizer import EOS, encode_documents, train_tokenizer
+from inspector.errors import InputError
+from inspector.formats.files import os_text
 
 # The entries of the output folder a build writes, and so replaces.
 OWNED = ("target", "draft", "samples/train", "samples/held", "build_info.json")
+FOLDERS = OWNED[:4]  # written into a staging folder first, then moved into place together
+
+
+def check_out(out: Path) -> None:
+    """Before the build's minutes of work: OUT (and its samples/) is a folder or absent, and
+    writable. InputError naming the path otherwise."""
+    for p in (out, out / "samples"):
+        if (p.exists() or p.is_symlink()) and not p.is_dir():
+            raise InputError(p, "--out", "exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        os.rmdir(tempfile.mkdtemp(prefix=".write-check-", dir=out))
+    except OSError as e:
+        raise InputError(out, "--out", f"not writable: {os_text(e)}") from None
+
+
+def _install(staging: Path, out: Path) -> None:
+    """Move the freshly written folders into `out`, replacing only the ones the build owns (a
+    user's out/samples/mine stays). Renames within one file system: never half a demo."""
+    old = staging / ".replaced"
+    for sub in FOLDERS:
+        dst = out / sub
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if dst.exists() or dst.is_symlink():
+            (old / sub).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(dst, old / sub)  # a symlink is moved, never followed
+        os.replace(staging / sub, dst)
 
 
 @dataclass(frozen=True)
@@ -87,6 +118,7 @@ def build(
     """
     plan = plan or BuildPlan()
     out = Path(out)
+    check_out(out)
     t_start = time.perf_counter()
     say = progress or _stderr
 
@@ -192,30 +224,34 @@ def build(
 
     # 5. Write everything.
     saved_train = train_recs[: plan.n_saved_train]
-    # Only what the builder owns is replaced: a user's own files in out/ (out/samples/mine/...)
-    # stay where they are.
-    for sub in OWNED:
-        if (out / sub).is_dir() and not (out / sub).is_symlink():
-            shutil.rmtree(out / sub)
-        elif (out / sub).exists() or (out / sub).is_symlink():
-            (out / sub).unlink()
-    tdir = out / "target"
-    tdir.mkdir(parents=True)
-    tok.save(str(tdir / "tokenizer.json"))
-    (tdir / "config.json").write_text(
-        json.dumps(tcfg.hf_config(eos_id), indent=2, sort_keys=True) + "\n"
-    )
-    # The complete HF Llama checkpoint (about 5 MB in float32), so transformers loads it with
-    # nothing missing and `eagle-inspect capture` can run it.
-    save_file(target.hf_state_dict(), str(tdir / "model.safetensors"), metadata={"format": "pt"})
-    save_draft(draft, out / "draft")
-    meta = {"generator": "inspector.demo", "seed": seed, "target": "../../target"}
-    save_samples(
-        out / "samples" / "train",
-        saved_train,
-        {**meta, "split": "train (a subset of the draft's training data)"},
-    )
-    save_samples(out / "samples" / "held", held_recs, {**meta, "split": "held (never trained on)"})
+    staging = Path(tempfile.mkdtemp(prefix=".demo-build-", dir=out))
+    try:
+        tdir = staging / "target"
+        tdir.mkdir()
+        tok.save(str(tdir / "tokenizer.json"))
+        (tdir / "config.json").write_text(
+            json.dumps(tcfg.hf_config(eos_id), indent=2, sort_keys=True) + "\n"
+        )
+        # The complete HF Llama checkpoint (about 5 MB in float32), so transformers loads it
+        # with nothing missing and `eagle-inspect capture` can run it.
+        save_file(
+            target.hf_state_dict(), str(tdir / "model.safetensors"), metadata={"format": "pt"}
+        )
+        save_draft(draft, staging / "draft")
+        meta = {"generator": "inspector.demo", "seed": seed, "target": "../../target"}
+        save_samples(
+            staging / "samples" / "train",
+            saved_train,
+            {**meta, "split": "train (a subset of the draft's training data)"},
+        )
+        save_samples(
+            staging / "samples" / "held", held_recs, {**meta, "split": "held (never trained on)"}
+        )
+        _install(staging, out)
+    except OSError as e:
+        raise InputError(out, "--out", f"cannot write the demo: {os_text(e)}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     lap("write")
 
     # 6. Measure what the demo is for: training wiring vs serving wiring.
@@ -268,7 +304,10 @@ def build(
         "accuracy": figures,
         "assets_bytes": size,
     }
-    (out / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
+    try:
+        (out / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
+    except OSError as e:
+        raise InputError(out / "build_info.json", "--out", f"cannot write: {os_text(e)}") from None
     for name in ("train", "held"):
         f = figures[name]
         log(

@@ -160,6 +160,7 @@ def write_fixed(
     *,
     embed: str | Path | None = None,
     target: str | Path | None = None,
+    read: Sequence[str | Path] = (),
     progress: Progress | None = None,
 ) -> FixResult:
     """Write the fixed checkpoint to `out` and verify it; returns what was done (also stored in
@@ -170,7 +171,8 @@ def write_fixed(
     src = Path(draft.path)
     out = Path(out)
     # OUT may lie in none of the folders read: checked now, before the work, and when writing.
-    inputs = (src, *{Path(f).parent for f in ev.samples.files}, target, embed)
+    # `read`: the paths as the user gave them (a samples root above nested sample folders).
+    inputs = (src, *{Path(f).parent for f in ev.samples.files}, target, embed, *read)
     check_out(out, inputs, "--write-fixed")
     plan = plan_fix(report)
     order = list(plan.block_order)

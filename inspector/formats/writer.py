@@ -78,6 +78,8 @@ def check_out(
     out: str | Path, inputs: Iterable[str | Path | None] = (), field: str | None = None
 ) -> Path:
     """OUT resolved, once it is known to be a new (or empty) folder outside every input folder."""
+    if not str(out).strip():
+        raise InputError(None, field, "an empty path: name the new folder to write")
     try:
         target = Path(out).resolve()
         exists = target.exists()
