@@ -253,7 +253,16 @@ def _silence_stdout() -> None:
         pass
 
 
+def _closed_streams_to_devnull() -> None:
+    """A process started with stdout or stderr closed (`eval >&-`) has None there: write to
+    /dev/null instead, as a reader that left early would see."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 - lives as long as the process
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _closed_streams_to_devnull()
     parser = build_parser()
     args = parser.parse_args(argv)
     command = args.command or "open"

@@ -61,7 +61,7 @@ class MemoryBudget:
 def parse_size(text: str, total: int | None = None, *, what: str = "--memory-budget") -> int:
     """'8G', '512M', '1.5g', '123456' (bytes) or '30%' (of `total`) -> bytes."""
     t = str(text).strip().lower().replace(" ", "")
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)(%|[kmgt]?)(?:i?b)?", t)
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(%|[kmgt]?)(?:i?b)?", t)  # ASCII digits only
     if not m:
         raise InputError(None, what, f"{text!r}: expected a size like 8G, 512M or 30%")
     value, unit = float(m.group(1)), m.group(2)

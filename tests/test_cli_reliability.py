@@ -34,6 +34,7 @@ def golden_copy(golden, tmp_path):
         (["--limit", "３"], "--limit"),  # a non-ASCII digit
         (["--ttt-steps", "0"], "--ttt-steps"),
         (["--memory-budget", "1k"], "--memory-budget"),
+        (["--memory-budget", "٨G"], "--memory-budget"),  # an Arabic-Indic eight
     ],
 )
 def test_bad_values_exit_2_naming_the_flag(golden_copy, capsys, argv, flag):
@@ -167,3 +168,30 @@ def test_positions_spooled_to_disk_give_the_in_memory_document(golden, capsys):
     for a, b in zip(streamed["wirings"], in_memory["wirings"], strict=True):
         assert a["positions"] == b["positions"]
         assert a["steps"] == b["steps"]
+
+
+def test_per_sample_table_shows_nested_and_markup_names_literally(golden_copy, capsys):
+    ckpt, samples = golden_copy
+    (samples / "run[").mkdir()
+    (samples / "b").mkdir()
+    shutil.copy(samples / "data_0.pt", samples / "run[" / "bold].pt")
+    shutil.copy(samples / "data_1.pt", samples / "b" / "data_1.pt")
+    files = [str(samples / "run[" / "bold].pt"), str(samples / "b" / "data_1.pt")]
+    assert main(["eval", str(ckpt), *files, "--per-sample"]) == 0
+    out = capsys.readouterr().out
+    assert "files under" in out
+    assert "│ run[/bold].pt │" in out and "│ b/data_1.pt   │" in out
+
+
+def test_closed_stdout_ends_quietly(golden_copy):
+    ckpt, samples = golden_copy
+    code = "import sys; from inspector.cli import main; sys.exit(main(sys.argv[1:]))"
+    res = subprocess.run(
+        f'"{sys.executable}" -c "{code}" eval "{ckpt}" "{samples}" --json >&-',
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr

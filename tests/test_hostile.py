@@ -126,6 +126,9 @@ def test_bad_sample_is_skipped(case: Case, command: str, world: World, capsys) -
         rc, out, err = _run(capsys, ["doctor", *_args(case, world), "--json", "--samples", "3"])
         assert rc in (0, 1)
         json.loads(out)
+        skipped_lines = [ln for ln in err.strip().splitlines() if ln.startswith("skipped")]
+        assert len(skipped_lines) == 1, err  # named once on stderr, as eval does
+        _names(skipped_lines[0], case)
         assert "Traceback" not in err and "weights_only" not in err
     assert snapshot(world.root) == before
     assert not (world.root / "pwned").exists()  # no pickled code ever ran

@@ -75,6 +75,8 @@ def run_doctor(args: argparse.Namespace) -> int:
                 read=inputs.paths(),
                 progress=report_progress,
             )
+    for skipped in ev.samples.skipped:  # named on stderr as eval does, and in the report
+        err.print(f"[yellow]skipped[/] {safe(skipped.line())}", highlight=False, soft_wrap=True)
     if args.json:
         write_json(report.to_dict())
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 
 from rich.console import Console
@@ -223,17 +224,20 @@ def _counts(c) -> str:
 
 
 def render_per_sample(report: Report) -> Table:
-    table = Table(title="per sample, step 0 all-tok", title_justify="left", header_style="bold")
+    rows = list(zip(*(w.per_sample for w in report.wirings), strict=True))
+    paths = [cells[0][1] for cells in rows]
+    # Files relative to the folder they share, so nested sets (a/x.pt, b/x.pt) stay apart.
+    root = os.path.commonpath([os.path.dirname(p) for p in paths]) if paths else ""
+    title = "per sample, step 0 all-tok" + (f" (files under {safe(root)})" if root else "")
+    table = Table(title=title, title_justify="left", header_style="bold")
     table.add_column("#", justify="right")
     table.add_column("file")
     for w in report.wirings:
         table.add_column(safe(w.wiring.label(report.slots)), justify="right")
-    rows = zip(*(w.per_sample for w in report.wirings), strict=True)
-    for cells in rows:
-        idx, path = cells[0][0], cells[0][1]
+    for cells, path in zip(rows, paths, strict=True):
         table.add_row(
-            str(idx),
-            safe(path.rsplit("/", 1)[-1]),
+            str(cells[0][0]),
+            safe(os.path.relpath(path, root) if root else path),
             *(c[2][0].all_tok.fmt() for c in cells),
         )
     return table
