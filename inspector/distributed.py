@@ -80,10 +80,12 @@ def merge_reports(parts: list[Report]) -> Report:
             )
         )
     skipped = sorted((e for p in parts for e in p.skipped), key=lambda e: e.index or 0)
+    warnings = sorted((w for p in parts for w in p.warnings), key=lambda w: w.index)
     return replace(
         first,
         samples=sum(p.samples for p in parts),
         device=f"{first.device} x{len(parts)}",
         wirings=wirings,
         skipped=skipped,
+        warnings=warnings,
     )

@@ -93,7 +93,9 @@ def load_evaluator(
         strict=strict,
     )
     cfg = draft.config
-    samples = SampleSet(inputs.samples, vocab_size=cfg.vocab_size)
+    samples = SampleSet(
+        inputs.samples, vocab_size=cfg.vocab_size, hidden_size=cfg.target_hidden_size
+    )
     head = None
     if inputs.target is not None:
         head = read_target_head(

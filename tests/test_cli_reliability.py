@@ -72,7 +72,9 @@ def test_markup_and_control_characters_in_file_names(golden_copy, capsys):
     assert main(["eval", str(ckpt), str(samples), str(odd), "--per-sample"]) == 0
     cap = capsys.readouterr()
     out = cap.out
-    assert "run[/bold].pt: hidden_states[0]" in cap.err  # printed as is, not taken as markup
+    assert (
+        "run[/bold].pt: hidden_states[0]: width 32" in cap.err
+    )  # printed as is, not taken as markup
     assert "\x1b[31m" not in out and "evil\\x1b[31m.pt" in out
     # a one-line error naming such a file stays one line and shows the escape
     bad = samples / "bad\nname\x1b.pt"
@@ -105,7 +107,7 @@ def test_every_sample_unusable_is_bad_input(golden_copy, capsys):
         torch.save(d, f)
     assert main(["eval", str(ckpt), str(samples), "--json"]) == 2
     cap = capsys.readouterr()
-    assert cap.out == "" and "none of the 3 samples could be used" in cap.err
+    assert cap.out == "" and "none of the 3 sample files is usable" in cap.err
 
 
 def test_non_finite_positions_are_null_with_a_warning(golden_copy, capsys):
@@ -141,10 +143,48 @@ def test_doctor_names_the_samples_it_could_not_score(golden_copy, capsys):
     d["hidden_states"] = [h[:, :32] for h in d["hidden_states"]]
     torch.save(d, samples / "data_2.pt")
     main(["doctor", str(ckpt), str(samples), "--json"])
-    doc = json.loads(capsys.readouterr().out)
+    cap = capsys.readouterr()
+    doc = json.loads(cap.out)
     (f,) = [f for f in doc["findings"] if f["kind"] == "samples"]
     assert f["summary"].startswith("1 of 3 samples could not be scored: #2 ")
     assert "data_2.pt: hidden_states[0]: width 32" in f["summary"]
+    (sk,) = doc["skipped"]  # the same as eval's: index, path, field, reason
+    assert (sk["index"], sk["path"], sk["field"]) == (
+        2,
+        str(samples / "data_2.pt"),
+        "hidden_states[0]",
+    )
+    assert cap.err.count("data_2.pt") == 1 and cap.err.startswith("skipped ")
+
+
+def test_sample_warnings_are_named_on_stderr_and_in_json(golden_copy, capsys):
+    ckpt, samples = golden_copy
+    d = torch.load(samples / "data_1.pt", weights_only=True)
+    d["hidden_states"][3][4, 5] = float("nan")
+    torch.save(d, samples / "data_1.pt")
+    nan = {"index": 1, "path": str(samples / "data_1.pt"), "warning": "slot 3 contains NaN/Inf"}
+    for argv in (["eval"], ["doctor"]):
+        main([*argv, str(ckpt), str(samples), "--json"])
+        cap = capsys.readouterr()
+        assert json.loads(cap.out)["warnings"] == [nan], argv
+        assert f"warning {samples / 'data_1.pt'}: slot 3 contains NaN/Inf" in cap.err, argv
+
+
+def test_float16_evaluation_of_wider_slots_is_warned_once(golden_copy, capsys):
+    ckpt, samples = golden_copy
+    d = torch.load(samples / "data_0.pt", weights_only=True)
+    d["hidden_states"] = [h.float() for h in d["hidden_states"]]
+    d["hidden_states"][1][2, 3] = 1e6
+    torch.save(d, samples / "data_0.pt")
+    main(["eval", str(ckpt), str(samples), "--json", "--dtype", "float16", "--ttt-steps", "2"])
+    cap = capsys.readouterr()
+    (w,) = json.loads(cap.out)["warnings"]
+    assert w["index"] == 0 and w["warning"] == (
+        "slot 1 holds |values| up to 1e+06, beyond float16's 65504: "
+        "--dtype float16 turns them into inf"
+    )
+    main(["eval", str(ckpt), str(samples), "--json"])  # float32: nothing to say
+    assert json.loads(capsys.readouterr().out)["warnings"] == []
 
 
 def test_positions_spooled_to_disk_give_the_in_memory_document(golden, capsys):

@@ -141,9 +141,11 @@ def test_report_contract(golden_ev):
         "slots",
         "wirings",
         "skipped",
+        "warnings",
     }
     assert d["layout"] == "speculators" and d["sample_format"] == "speculators-v1"
     assert d["ttt_steps"] == 3 and d["verifier"] is None and d["skipped"] == []
+    assert d["warnings"] == []
     assert d["checkpoint"].endswith("checkpoint") and d["samples"] == 3
     assert [s["index"] for s in d["slots"]] == [0, 1, 2, 3]
     assert d["slots"][3]["verifier"] is True
@@ -357,6 +359,7 @@ def test_skipped_samples_in_the_report(tiny_synthetic):
     (s,) = r.skipped
     assert s.index == 1 and s.path == str(sample_dir / "data_1.pt")
     assert s.field == "hidden_states[0]" and r.verifier is None and r.samples == 2
+    assert s.reason == "width 8 but the draft's fc expects target_hidden_size 64"
 
 
 def test_verifier_targets_and_matches(request):

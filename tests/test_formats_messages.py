@@ -302,11 +302,23 @@ def test_config_messages() -> None:
     cfg = parse_draft_config("c.json", {**base, "rope_scaling": {"factor": 2.0}}).config
     assert cfg.rope.rope_type == "default" and cfg.rope.scaling == {"factor": 2.0}
     assert _err(rope_config, {"rope_theta": "1"}, {}, "t/config.json") == (
-        "t/config.json: rope_theta: expected a positive number, got '1'"
+        "t/config.json: rope_theta: expected a number above 1, got '1'"
     )
     assert _err(rope_config, {}, {"rope_theta": -1}, "t/config.json") == (
-        "t/config.json: rope_theta: expected a positive number, got -1"
+        "t/config.json: rope_theta: expected a number above 1, got -1"
     )
+    assert _err(rope_config, {}, {"rope_theta": 1}, "t/config.json") == (
+        "t/config.json: rope_theta: expected a number above 1, got 1"  # yarn divides by log 1
+    )
+    assert rope_config({}, {"rope_theta": 1.5}).theta == 1.5
+    huge = 10**5000  # JSON ints are unbounded; no OverflowError, no 5000-digit line
+    assert _err(parse_draft_config, "c.json", {**base, "hidden_size": huge}) == (
+        f"c.json: hidden_size: expected a positive integer, got an integer of {huge.bit_length()} bits"
+    )
+    assert _err(rope_config, {}, {"rope_theta": 2**41}, "t/config.json") == (
+        "t/config.json: rope_theta: expected a number above 1, got an integer of 42 bits"
+    )
+    assert rope_config({}, {"rope_theta": 2**40}).theta == 2.0**40
 
 
 def test_dtype_option(tmp_path: Path) -> None:
@@ -650,7 +662,7 @@ def test_slot_and_mask_messages(tmp_path: Path) -> None:
     )
     assert (
         _err(load_sample, f)
-        == f"{f}: hidden_states[1]: dtype torch.int32, expected a floating type"
+        == f"{f}: hidden_states[1]: dtype torch.int32, expected one of float16, bfloat16, float32, float64"
     )
     torch.save({**base, "hidden_states": [torch.ones(1, 4, 2), torch.ones(1, 4, 2)]}, f)
     assert [tuple(s.shape) for s in load_sample(f).slots] == [(4, 2), (4, 2)]  # [1, T, H] is [T, H]

@@ -75,8 +75,11 @@ def run_doctor(args: argparse.Namespace) -> int:
                 read=inputs.paths(),
                 progress=report_progress,
             )
-    for skipped in ev.samples.skipped:  # named on stderr as eval does, and in the report
+    # Named on stderr as eval does (and in the report's findings and JSON).
+    for skipped in report.skipped:
         err.print(f"[yellow]skipped[/] {safe(skipped.line())}", highlight=False, soft_wrap=True)
+    for w in report.warnings:
+        err.print(f"[yellow]warning[/] {safe(w.line())}", highlight=False, soft_wrap=True)
     if args.json:
         write_json(report.to_dict())
     else:

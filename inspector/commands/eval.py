@@ -69,6 +69,8 @@ def run_eval(args: argparse.Namespace) -> int:
             return 0
     for e in report.skipped:
         err.print(f"[yellow]skipped[/] {safe(e.line())}", highlight=False, soft_wrap=True)
+    for w in report.warnings:
+        err.print(f"[yellow]warning[/] {safe(w.line())}", highlight=False, soft_wrap=True)
     total = len(report.skipped) + report.samples
     if report.skipped:
         err.print(f"used {report.samples} of {total} samples", highlight=False, soft_wrap=True)

@@ -226,4 +226,6 @@ def diagnose(
         pairing_shift=run.shift,
         checkpoint=ev.draft.path,
         seconds=run.seconds,
+        skipped=ev.samples.skipped,
+        warnings=ev.warnings(run.samples),
     )

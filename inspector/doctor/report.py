@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar, Protocol
 
+from inspector.formats.samples import SampleWarning, SkippedSample
 from inspector.metrics import Counts
 from inspector.sample import SlotInfo
 
@@ -271,6 +272,8 @@ class DoctorReport:
     checkpoint: str = ""
     seconds: dict = field(default_factory=dict)
     fixed: FixResult | None = None  # what --write-fixed wrote and whether it verified
+    skipped: list[SkippedSample] = field(default_factory=list)  # samples that could not be read
+    warnings: list[SampleWarning] = field(default_factory=list)  # what the scored samples hold
 
     @property
     def serve_wiring(self) -> tuple[int, ...]:
@@ -304,5 +307,7 @@ class DoctorReport:
             "findings": [f.to_dict() for f in self.findings],
             "serving_config": self.serving_config,
             "fixed": self.fixed.to_dict() if self.fixed is not None else None,
+            "skipped": [e.to_dict() for e in self.skipped],
+            "warnings": [w.to_dict() for w in self.warnings],
             "seconds": self.seconds,
         }

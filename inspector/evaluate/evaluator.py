@@ -29,7 +29,7 @@ from inspector.evaluate.predictions import (
     step_metrics,
 )
 from inspector.evaluate.report import Report, SkippedSample, WiringReport
-from inspector.formats.samples import SampleSet
+from inspector.formats.samples import FLOAT16_MAX, SampleSet, SampleWarning
 from inspector.formats.target import TargetHead
 from inspector.memory import TRIM_FREE_BYTES, HeapTrimmer, MemoryBudget, resolve_budget
 from inspector.metrics import StepMetrics, sum_steps
@@ -77,6 +77,8 @@ class Evaluator:
         self.chunking = DEFAULT_CHUNKING
         # HF index of every slot, overriding data_config.json (--slot-layers).
         self.slot_layers = tuple(int(k) for k in slot_layers) if slot_layers is not None else None
+        # per sample and slot: what converting to the evaluation dtype did to it
+        self._dtype_warnings: dict[int, dict[int, str]] = {}
         self._t2d_map = draft.vocab.target_to_draft.to(self.device)
         self._d2t_abs = draft.vocab.draft_to_target.to(self.device)
         self._linear_fc = not draft.config.norm_before_fc
@@ -84,8 +86,11 @@ class Evaluator:
         self._fc_blocks_t = [draft.fc_block(b).T.contiguous() for b in range(self.n_blocks)]
         b = self.budget
         self._trim_heap = HeapTrimmer(min(TRIM_FREE_BYTES, b.host // 4))
-        # The loaded sample files are one more cache under the budget (the set is ours now).
+        # The set is ours now: its files are one more cache under the budget, and every slot
+        # must have the width the draft's fc takes (not merely the first file's width).
         samples.cache_bytes = b.host_share("samples")
+        if samples.hidden_size is None:
+            samples.hidden_size = draft.config.target_hidden_size
         self._dev_slots: ByteLRU[tuple[int, int], torch.Tensor] = ByteLRU(
             b.device_share("device_slots")
         )
@@ -142,6 +147,17 @@ class Evaluator:
     def sample(self, index: int) -> Sample:
         return self.samples[index]
 
+    def warnings(self, indices: Sequence[int] | None = None) -> list[SampleWarning]:
+        """What loading and converting the samples noticed, in sample order: the loader's
+        (NaN/Inf, a saturated float16 capture, no loss mask) and the evaluation dtype's."""
+        wanted = None if indices is None else set(indices)
+        out = [w for w in self.samples.warnings if wanted is None or w.index in wanted]
+        for i, by_slot in self._dtype_warnings.items():
+            if wanted is None or i in wanted:
+                path = str(self.samples.files[i])
+                out += [SampleWarning(i, path, by_slot[k]) for k in sorted(by_slot)]
+        return sorted(out, key=lambda w: w.index)
+
     def keep_warm(self, index: int) -> None:
         """Mark sample `index` most recently used in the per-sample caches (device slots, fc
         projections), so background work on other samples (the app's prefetch and set-wide fill)
@@ -160,9 +176,24 @@ class Evaluator:
                     f"hidden_states[{slot}]",
                     f"width {t.shape[-1]} but the draft's fc expects target_hidden_size {ht}",
                 )
-            return t.to(self.device, self.draft.dtype, non_blocking=True)
+            moved = t.to(self.device, self.draft.dtype, non_blocking=True)
+            if moved.dtype == torch.float16 and t.dtype != torch.float16:
+                self._check_float16(index, slot, t, moved)
+            return moved
 
         return self._dev_slots.get_or_make((index, slot), make)
+
+    def _check_float16(
+        self, index: int, slot: int, stored: torch.Tensor, moved: torch.Tensor
+    ) -> None:
+        """--dtype float16 on wider stored slots: values past 65504 become inf, silently."""
+        if bool(torch.isfinite(moved).all()) or not bool(torch.isfinite(stored).all()):
+            return  # fine, or non-finite already (the loader names that)
+        peak = float(stored.abs().max())
+        self._dtype_warnings.setdefault(index, {})[slot] = (
+            f"slot {slot} holds |values| up to {peak:.3g}, beyond float16's {FLOAT16_MAX:g}: "
+            "--dtype float16 turns them into inf"
+        )
 
     def _projection(self, index: int, block: int, slot: int) -> torch.Tensor:
         """W_block @ slot (with the block's fc_norm when the draft has one), cached per sample."""
@@ -402,5 +433,6 @@ class Evaluator:
             slots=info,
             wirings=reports,
             skipped=skipped,
+            warnings=self.warnings(todo),
             verifier=self.target_head.path if self.target_head is not None else None,
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from inspector.formats.samples import SkippedSample
+from inspector.formats.samples import SampleWarning, SkippedSample
 from inspector.metrics import StepMetrics, acceptance_length, simulated_acc_len
 from inspector.sample import SlotInfo
 from inspector.wiring import Wiring
@@ -59,6 +59,7 @@ class Report:
     slots: list[SlotInfo]
     wirings: list[WiringReport]
     skipped: list[SkippedSample] = field(default_factory=list)
+    warnings: list[SampleWarning] = field(default_factory=list)
     verifier: str | None = None  # where the verifier's norm + lm_head came from, if anywhere
 
     def to_dict(self) -> dict:
@@ -74,4 +75,5 @@ class Report:
             "slots": [s.to_dict(i) for i, s in enumerate(self.slots)],
             "wirings": [w.to_dict() for w in self.wirings],
             "skipped": [e.to_dict() for e in self.skipped],
+            "warnings": [w.to_dict() for w in self.warnings],
         }

@@ -2,13 +2,14 @@
 one writer of draft checkpoints. docs/formats.md describes the formats and the rules."""
 
 from inspector.formats.checkpoint import load_draft, rope_config
-from inspector.formats.samples import SampleSet, SkippedSample, load_sample
+from inspector.formats.samples import SampleSet, SampleWarning, SkippedSample, load_sample
 from inspector.formats.target import TargetHead, read_embedding, read_target_head
 from inspector.formats.writer import DraftFiles, write_draft
 
 __all__ = [
     "DraftFiles",
     "SampleSet",
+    "SampleWarning",
     "SkippedSample",
     "TargetHead",
     "load_draft",

@@ -29,8 +29,24 @@ DEFAULT_RMS_NORM_EPS = 1e-6
 _MISSING = object()
 
 
+MAX_INT = 2**40  # far above any real size or id; keeps JSON's unbounded ints out of float math
+
+
 def _is_number(v: object) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
+    """An int or float that JSON gave us and float arithmetic can use (no bool, no huge int)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return False
+    return abs(v) <= MAX_INT if isinstance(v, int) else math.isfinite(v)
+
+
+def _short(v: object) -> str:
+    """A value for an error line: repr, cut to 40 characters (a 10^6-digit int stays one line)."""
+    text = (
+        repr(v)
+        if not isinstance(v, int) or abs(v) <= MAX_INT
+        else f"an integer of {v.bit_length()} bits"
+    )
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 class ConfigReader:
@@ -58,26 +74,29 @@ class ConfigReader:
             if default is _MISSING:
                 raise self.error(key, "missing: expected a positive integer")
             return default  # type: ignore[return-value]
-        if not _is_number(v) or not math.isfinite(v) or int(v) != v or v <= 0:
-            raise self.error(key, f"expected a positive integer, got {v!r}")
+        if not _is_number(v) or int(v) != v or v <= 0:
+            raise self.error(key, f"expected a positive integer, got {_short(v)}")
         return int(v)
 
-    def positive_number(self, key: str, default: float | None = None) -> float:
-        """A finite number > 0; `default` when absent (None: required)."""
+    def positive_number(
+        self, key: str, default: float | None = None, *, above: float = 0.0
+    ) -> float:
+        """A finite number > `above` (0: positive); `default` when absent (None: required)."""
+        what = "a positive number" if above == 0 else f"a number above {above:g}"
         v = self.obj.get(key)
         if v is None:
             if default is None:
-                raise self.error(key, "missing: expected a positive number")
+                raise self.error(key, f"missing: expected {what}")
             return default
-        if not _is_number(v) or not math.isfinite(v) or v <= 0:
-            raise self.error(key, f"expected a positive number, got {v!r}")
+        if not _is_number(v) or v <= above:
+            raise self.error(key, f"expected {what}, got {_short(v)}")
         return float(v)
 
     def number(self, key: str) -> None:
         """Check that an optional key, when present, is a finite number."""
         v = self.obj.get(key)
-        if v is not None and (not _is_number(v) or not math.isfinite(v)):
-            raise self.error(key, f"expected a number, got {v!r}")
+        if v is not None and not _is_number(v):
+            raise self.error(key, f"expected a number, got {_short(v)}")
 
     def flag(self, key: str, default: bool = False) -> bool:
         v = self.obj.get(key)
@@ -213,7 +232,9 @@ def read_rope(layer: ConfigReader, top: ConfigReader) -> RopeConfig:
     theta_at = layer if layer.has("rope_theta") else top
     if params is not None and params.has("rope_theta"):
         theta_at = params
-    theta = theta_at.positive_number("rope_theta", DEFAULT_ROPE_THETA)
+    # theta is the base of the frequencies' geometric series: 1 or below gives no rotation at
+    # all (and a division by log(theta) in yarn).
+    theta = theta_at.positive_number("rope_theta", DEFAULT_ROPE_THETA, above=1.0)
     source = params
     if params is None or (_rope_kind(params) == "default" and legacy is not None):
         source = legacy

@@ -127,13 +127,35 @@ def read_data_config(sample_file: Path) -> tuple[list[int | None] | None, Path |
     return None, None
 
 
+SLOT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _dense(path: Path, key: str, t: torch.Tensor) -> torch.Tensor:
+    """`t` when it is plain stored data: a dense CPU tensor whose view reads no more elements
+    than its storage holds. A sparse or meta tensor fails deep inside torch; a stride-0 view
+    (`expand`) of a few stored bytes claims gigabytes and materialises them on first use."""
+    if t.layout != torch.strided:
+        raise InputError(path, key, f"{t.layout} layout: expected a dense tensor")
+    if t.device.type != "cpu":
+        raise InputError(path, key, f"on device {t.device.type}: expected stored data")
+    stored = t.untyped_storage().nbytes()
+    if t.numel() * t.element_size() > stored:
+        raise InputError(
+            path,
+            key,
+            f"shape {tuple(t.shape)} claims {t.numel() * t.element_size()} bytes over "
+            f"{stored} stored (a broadcast view): expected plain data",
+        )
+    return t
+
+
 def _tensor(path: Path, data: dict, key: str) -> torch.Tensor:
     if key not in data:
         raise InputError(path, key, "missing")
     t = data[key]
     if not isinstance(t, torch.Tensor):
         raise InputError(path, key, f"expected a tensor, got {type(t).__name__}")
-    return t
+    return _dense(path, key, t)
 
 
 def _ids(path: Path, t: torch.Tensor, key: str, vocab_size: int | None) -> torch.Tensor:
@@ -172,12 +194,14 @@ def _mask(path: Path, t: torch.Tensor, n: int, key: str = "loss_mask") -> torch.
 def _slots_2d(path: Path, key: str, t: object, n: int) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise InputError(path, key, f"expected a tensor, got {type(t).__name__}")
+    _dense(path, key, t)
     if t.dim() == 3 and t.shape[0] == 1:
         t = t[0]
     if t.dim() != 2 or t.shape[0] != n:
         raise InputError(path, key, f"shape {tuple(t.shape)}, expected [{n}, hidden]")
-    if not t.is_floating_point():
-        raise InputError(path, key, f"dtype {t.dtype}, expected a floating type")
+    if t.dtype not in SLOT_DTYPES:
+        names = ", ".join(str(d).removeprefix("torch.") for d in SLOT_DTYPES)
+        raise InputError(path, key, f"dtype {t.dtype}, expected one of {names}")
     return t
 
 
@@ -312,22 +336,20 @@ def _load_torch_sample(
 
 
 def slot_warnings(slots: Sequence[torch.Tensor]) -> list[str]:
-    """Non-finite values and float16 overflow, named per slot (the sample still loads)."""
+    """Non-finite values and a float16 capture that saturated, named per slot (the sample still
+    loads; whether float32 values overflow float16 depends on the evaluation dtype: the
+    evaluator checks that)."""
     out: list[str] = []
     for i, s in enumerate(slots):
         finite = torch.isfinite(s)
         if not bool(finite.all()):
             out.append(f"slot {i} contains NaN/Inf")
-        peak = float(s.abs().masked_fill(~finite, 0).max()) if s.numel() else 0.0
-        if s.dtype == torch.float16 and (peak >= FLOAT16_MAX or bool(torch.isinf(s).any())):
-            out.append(
-                f"slot {i} reaches the float16 limit {FLOAT16_MAX:g}: the capture overflowed"
-            )
-        elif peak > FLOAT16_MAX:
-            out.append(
-                f"slot {i} holds |values| up to {peak:.3g}, beyond float16's {FLOAT16_MAX:g}: "
-                "--dtype float16 would overflow"
-            )
+        if s.dtype == torch.float16 and s.numel():
+            peak = float(s.abs().masked_fill(~finite, 0).max())
+            if peak >= FLOAT16_MAX or bool(torch.isinf(s).any()):
+                out.append(
+                    f"slot {i} reaches the float16 limit {FLOAT16_MAX:g}: the capture overflowed"
+                )
     return out
 
 
@@ -365,6 +387,22 @@ def load_sample(
         format=fmt,
         warnings=warnings,
     )
+
+
+@dataclass(frozen=True)
+class SampleWarning:
+    """Something a usable sample holds that skews its numbers (NaN in a slot, a saturated
+    float16 capture, no loss mask), named once with its file."""
+
+    index: int
+    path: str
+    warning: str
+
+    def line(self) -> str:
+        return f"{self.path}: {self.warning}"
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "path": self.path, "warning": self.warning}
 
 
 @dataclass(frozen=True)
@@ -409,9 +447,13 @@ class SampleSet:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         *,
         vocab_size: int | None = None,
+        hidden_size: int | None = None,
     ) -> None:
         self.files = discover(spec)
         self.vocab_size = vocab_size
+        # The draft's target_hidden_size, when known: every slot must have it (otherwise the
+        # first usable sample's width is the reference).
+        self.hidden_size = hidden_size
         self.layer_ids, self.data_config = read_data_config(self.files[0])
         self._v2_rows = None
         if self.files[0].suffix == ".safetensors":
@@ -419,7 +461,10 @@ class SampleSet:
         self._cache: ByteLRU[int, Sample] = ByteLRU(cache_bytes)
         self._first: int | None = None
         self._layout: tuple[list[SlotInfo], str] | None = None
+        self._shape: tuple[int, int] | None = None  # slots and width of the first usable sample
         self._failed: dict[int, InputError] = {}
+        self._warned: dict[int, list[str]] = {}  # what loading each sample noticed
+        self._searching = False  # first_index is reading files in order
 
     @property
     def cache_bytes(self) -> int:
@@ -449,14 +494,57 @@ class SampleSet:
         cached = self._cache.get(i)
         if cached is not None:
             return cached
+        if self._first is None and i > 0 and not self._searching:
+            self.first_index  # noqa: B018 - the layout every other sample must match
+            if i in self._failed:
+                raise self._failed[i]
+            cached = self._cache.get(i)
+            if cached is not None:
+                return cached
         try:
             sample = load_sample(
                 self.files[i], self.layer_ids, v2_rows=self._v2_rows, vocab_size=self.vocab_size
             )
+            if self.hidden_size is not None:
+                self._check_width(sample, self.hidden_size)
+            if self._shape is not None:
+                self._check_shape(sample)
         except InputError as e:
             self._failed[i] = e
             raise
+        if sample.warnings:
+            self._warned[i] = list(sample.warnings)
         return self._cache.put(i, sample)
+
+    @staticmethod
+    def _check_width(sample: Sample, width: int) -> None:
+        for k, slot in enumerate(sample.slots):
+            if slot.shape[1] != width:
+                raise InputError(
+                    sample.path,
+                    f"hidden_states[{k}]",
+                    f"width {slot.shape[1]} but the draft's fc expects target_hidden_size {width}",
+                )
+
+    def _check_shape(self, sample: Sample) -> None:
+        n, width = len(sample.slots), int(sample.slots[0].shape[1])
+        if (n, width) != self._shape:
+            n0, w0 = self._shape  # type: ignore[misc]
+            raise InputError(
+                sample.path,
+                "hidden_states",
+                f"{n} slots of width {width}; the set's first usable sample has {n0} of width {w0}",
+            )
+
+    @property
+    def warnings(self) -> list[SampleWarning]:
+        """What loading the samples read so far noticed (NaN or Inf in a slot, float16
+        saturation, a missing loss mask), in file order, each once."""
+        return [
+            SampleWarning(i, str(self.files[i]), w)
+            for i, ws in sorted(self._warned.items())
+            for w in ws
+        ]
 
     def forget(self, i: int) -> None:
         """Drop sample `i` from the cache (a one-pass reader is done with it)."""
@@ -474,14 +562,19 @@ class SampleSet:
     def first_index(self) -> int:
         """The index of the first sample that loads; InputError when none does."""
         if self._first is None:
-            for i in range(len(self.files)):
-                try:
-                    sample = self[i]
-                except InputError:
-                    continue
-                self._first, self._layout = i, (sample.slot_info, sample.format)
-                break
-            else:
+            self._searching = True
+            try:
+                for i in range(len(self.files)):
+                    try:
+                        sample = self[i]
+                    except InputError:
+                        continue
+                    self._first, self._layout = i, (sample.slot_info, sample.format)
+                    self._shape = (len(sample.slots), int(sample.slots[0].shape[1]))
+                    break
+            finally:
+                self._searching = False
+            if self._first is None:
                 e = self._failed[0]
                 n = len(self.files)
                 more = f"; none of the {n} sample files is usable" if n > 1 else ""
