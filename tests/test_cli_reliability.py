@@ -235,3 +235,24 @@ def test_closed_stdout_ends_quietly(golden_copy):
     )
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_write_fixed_refuses_an_empty_or_input_out_before_the_diagnosis(golden_copy, capsys):
+    import inspector.doctor as doctor
+
+    ckpt, samples = golden_copy
+    nested = samples / "part"
+    nested.mkdir()
+    for f in samples.glob("data_*.pt"):
+        f.rename(nested / f.name)
+    before = sorted(p.relative_to(samples.parent) for p in samples.parent.rglob("*"))
+    diagnose = doctor.diagnose
+    doctor.diagnose = lambda *a, **k: pytest.fail("diagnosed before OUT was checked")
+    try:
+        for out, why in (("", "an empty path"), (str(samples / "fixed"), "outside the input")):
+            rc = main(["doctor", str(ckpt), str(samples), "--write-fixed", out])
+            (line,) = capsys.readouterr().err.strip().splitlines()
+            assert rc == 2 and "--write-fixed" in line and why in line, line
+    finally:
+        doctor.diagnose = diagnose
+    assert sorted(p.relative_to(samples.parent) for p in samples.parent.rglob("*")) == before
