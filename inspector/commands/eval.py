@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from inspector.commands.common import load_evaluator, resolve_inputs
+from inspector.commands.common import Inputs, load_evaluator, resolve_inputs
 from inspector.commands.output import safe, stdout_console, write_json, write_json_spooled
 from inspector.errors import InputError
 from inspector.evaluate import Report
@@ -116,7 +116,7 @@ def run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _names_verifier(inputs) -> bool:
+def _names_verifier(inputs: Inputs) -> bool:
     from inspector.formats.verifier import verifier_name
 
     return verifier_name(inputs.checkpoint) is not None
