@@ -543,7 +543,7 @@ def test_torch_sample_layouts(tmp_path: Path) -> None:
 
 
 def test_sample_cache_is_a_small_lru(tmp_path: Path, monkeypatch) -> None:
-    import inspector.formats.samples as samples_mod
+    import inspector.formats.sample_set as samples_mod
 
     for i in range(3):
         torch.save(
@@ -694,7 +694,7 @@ def test_slot_and_mask_messages(tmp_path: Path) -> None:
 
 
 def test_default_cache_is_bounded_by_bytes(tmp_path: Path) -> None:
-    from inspector.formats.samples import DEFAULT_CACHE_BYTES
+    from inspector.formats.sample_set import DEFAULT_CACHE_BYTES
 
     torch.save(
         {

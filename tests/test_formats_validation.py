@@ -772,7 +772,7 @@ def test_specforge_and_v0_slot_splits(tmp_path: Path) -> None:
 
 
 def test_sample_set_skips_bad_files_once(tmp_path: Path, monkeypatch) -> None:
-    import inspector.formats.samples as samples_mod
+    import inspector.formats.sample_set as samples_mod
 
     folder = tmp_path / "s"
     folder.mkdir()

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar, Protocol
 
-from inspector.formats.samples import SampleWarning, SkippedSample
+from inspector.formats.sample_set import SampleWarning, SkippedSample
 from inspector.metrics import Counts
 from inspector.sample import SlotInfo
 

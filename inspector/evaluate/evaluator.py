@@ -29,7 +29,8 @@ from inspector.evaluate.predictions import (
     step_metrics,
 )
 from inspector.evaluate.report import Report, SkippedSample, WiringReport
-from inspector.formats.samples import FLOAT16_MAX, SampleSet, SampleWarning
+from inspector.formats.sample_set import SampleSet, SampleWarning
+from inspector.formats.samples import FLOAT16_MAX
 from inspector.formats.target import TargetHead
 from inspector.memory import TRIM_FREE_BYTES, HeapTrimmer, MemoryBudget, resolve_budget
 from inspector.metrics import StepMetrics, sum_steps

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from inspector.formats.samples import SampleWarning, SkippedSample
+from inspector.formats.sample_set import SampleWarning, SkippedSample
 from inspector.metrics import StepMetrics, acceptance_length, simulated_acc_len
 from inspector.sample import SlotInfo
 from inspector.wiring import Wiring

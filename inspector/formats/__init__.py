@@ -2,7 +2,8 @@
 one writer of draft checkpoints. docs/formats.md describes the formats and the rules."""
 
 from inspector.formats.checkpoint import load_draft, rope_config
-from inspector.formats.samples import SampleSet, SampleWarning, SkippedSample, load_sample
+from inspector.formats.sample_set import SampleSet, SampleWarning, SkippedSample
+from inspector.formats.samples import load_sample
 from inspector.formats.target import TargetHead, read_embedding, read_target_head
 from inspector.formats.writer import DraftFiles, write_draft
 
