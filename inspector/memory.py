@@ -125,6 +125,19 @@ def resolve_budget(spec: str | None = None, device: object = "cpu") -> MemoryBud
 
 
 _LIBC: object | None = None
+# glibc's struct mallinfo2 (malloc.h, glibc >= 2.33), in order: ten size_t fields.
+MALLINFO2_FIELDS = (
+    "arena",
+    "ordblks",
+    "smblks",
+    "hblks",
+    "hblkhd",
+    "usmblks",
+    "fsmblks",
+    "uordblks",
+    "fordblks",  # free bytes in the heaps: what heap_free_bytes reads
+    "keepcost",
+)
 TRIM_FREE_BYTES = (
     2**30
 )  # trim once the heap holds this much freed memory (or a quarter of the budget)
@@ -143,21 +156,7 @@ def _libc() -> object | None:
                 if hasattr(libc, "mallinfo2"):
 
                     class MallInfo2(ctypes.Structure):
-                        _fields_ = [
-                            (name, ctypes.c_size_t)
-                            for name in (
-                                "arena",
-                                "ordblks",
-                                "smblks",
-                                "hblks",
-                                "hblkhd",
-                                "usmblks",
-                                "fsmblks",
-                                "uordblks",
-                                "fordblks",
-                                "keepcost",
-                            )
-                        ]
+                        _fields_ = [(name, ctypes.c_size_t) for name in MALLINFO2_FIELDS]
 
                     libc.mallinfo2.restype = MallInfo2
                 _LIBC = libc

@@ -287,3 +287,22 @@ def test_free_device_bytes_of_a_device_name(monkeypatch):
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d: (77, 99))
     assert memory.free_device_bytes("cuda") == 77  # a plain string names the device too
     assert memory.free_device_bytes("cpu") is None
+
+
+def test_mallinfo2_layout_and_a_real_free_total():
+    import platform
+
+    from inspector import memory
+
+    assert memory.MALLINFO2_FIELDS == (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd",
+        "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+    )  # fmt: skip
+    assert memory.HeapTrimmer(5).interval == 1.0  # at most one check a second by default
+    if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        monkey_free = memory.heap_free_bytes()
+        if monkey_free is not None:  # glibc >= 2.33
+            libc = memory._libc()
+            info = libc.mallinfo2()  # type: ignore[attr-defined]
+            assert [n for n, _ in type(info)._fields_] == list(memory.MALLINFO2_FIELDS)
+            assert 0 <= monkey_free <= info.arena + info.hblkhd

@@ -1115,3 +1115,58 @@ def test_with_the_drafts_width_a_wrong_first_file_does_not_set_the_reference(tmp
     assert (sk.index, sk.field) == (0, "hidden_states[0]")
     assert sk.reason == "width 6 but the draft's fc expects target_hidden_size 8"
     assert SampleSet(tmp_path).first_index == 0  # without it, file 0 is the reference
+
+
+def test_sample_set_reads_each_file_once_and_forgets_on_request(tmp_path, monkeypatch):
+    import inspector.formats.sample_set as sample_set_mod
+    from inspector.formats import SkippedSample
+
+    for i in range(3):
+        torch.save(
+            {
+                "input_ids": torch.arange(5),
+                "hidden_states": [torch.randn(5, 8), torch.randn(5, 8)],
+                "loss_mask": torch.ones(5, dtype=torch.long),
+            },
+            tmp_path / f"data_{i}.pt",
+        )
+    loads = []
+    real = sample_set_mod.load_sample
+    monkeypatch.setattr(
+        sample_set_mod, "load_sample", lambda p, *a, **k: loads.append(p.name) or real(p, *a, **k)
+    )
+    ss = SampleSet(tmp_path)
+    ss[1]  # the first usable file is found first (file 0), then 1 is read once
+    assert loads == ["data_0.pt", "data_1.pt"]
+    ss[1], ss[0]
+    assert len(loads) == 2
+    ss.forget(1)
+    ss[1]
+    assert loads[-1] == "data_1.pt" and len(loads) == 3
+    with pytest.raises(IndexError):
+        ss[3]
+    with pytest.raises(IndexError):
+        ss[-1]
+    e = InputError("a/b.pt", "loss_mask", "value 2")
+    assert SkippedSample.from_error(4, "given.pt", e) == SkippedSample(
+        4, "a/b.pt", "loss_mask", "value 2"
+    )
+    plain = SkippedSample.from_error(None, "given.pt", ValueError("boom"))
+    assert plain == SkippedSample(None, "given.pt", None, "boom")
+
+
+def test_set_level_refusals_name_the_file(tmp_path):
+    for i, (n, w) in enumerate(((2, 8), (2, 6), (3, 8))):
+        torch.save(
+            {
+                "input_ids": torch.arange(5),
+                "hidden_states": [torch.randn(5, w) for _ in range(n)],
+                "loss_mask": torch.ones(5, dtype=torch.long),
+            },
+            tmp_path / f"data_{i}.pt",
+        )
+    for ss, bad in ((SampleSet(tmp_path, hidden_size=8), 1), (SampleSet(tmp_path), 2)):
+        assert ss.first_index == 0
+        with pytest.raises(InputError) as e:
+            ss[bad]
+        assert e.value.path == str(tmp_path / f"data_{bad}.pt")

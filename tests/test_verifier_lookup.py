@@ -152,3 +152,26 @@ def test_target_auto_without_a_local_verifier_is_bad_input(tmp_path, capsys, mon
     (line,) = err.strip().splitlines()
     assert str(ckpt / "config.json") in line and NAME_KEY in line
     assert ("not on this machine" in line) if name else ("absent" in line)
+
+
+def test_what_counts_as_a_verifier_folder(tmp_path):
+    ckpt = _draft(tmp_path, "x")
+    no_config = tmp_path / "no-config"
+    shutil.copytree(DEMO / "target", no_config)
+    (no_config / "config.json").unlink()
+    assert find_verifier(ckpt, str(no_config)).folder is None  # weights alone are not a model
+    cache = tmp_path / "hub"
+    env = {"HF_HUB_CACHE": str(cache)}
+    _hub_model(cache, "model", ["aaaaaaa1"], ref=None)  # not an org/name id
+    _hub_model(cache, "org/m..x", ["aaaaaaa1"], ref=None)
+    assert find_verifier(ckpt, "model", env=env).folder is None
+    assert find_verifier(ckpt, "org/m..x", env=env).folder is None
+    repo = _hub_model(cache, "org/model", ["aaaaaaa1", "bbbbbbb2"], ref="ccccccc3")
+    assert find_verifier(ckpt, "org/model", env=env).folder is None  # the ref names no snapshot
+    (repo / "refs" / "main").write_bytes(b"\xff\xfe")  # not text: refused, not an error
+    assert find_verifier(ckpt, "org/model", env=env).folder is None
+    (repo / "refs" / "main").write_text("bbbbbbb2")
+    assert find_verifier(ckpt, "org/model", env=env).folder == repo / "snapshots" / "bbbbbbb2"
+    bare = _hub_model(cache, "org/bare", [], ref=None)
+    bare.mkdir(parents=True, exist_ok=True)  # a repo folder with no snapshots/ yet
+    assert find_verifier(ckpt, "org/bare", env=env).folder is None
