@@ -29,7 +29,7 @@ from inspector.evaluate.predictions import (
     step_metrics,
 )
 from inspector.evaluate.report import Report, SkippedSample, WiringReport
-from inspector.formats.sample_set import SampleSet, SampleWarning
+from inspector.formats.sample_set import SampleSet, SampleWarning, check_width
 from inspector.formats.samples import FLOAT16_MAX
 from inspector.formats.target import TargetHead
 from inspector.memory import TRIM_FREE_BYTES, HeapTrimmer, MemoryBudget, resolve_budget
@@ -169,14 +169,10 @@ class Evaluator:
     def _slot(self, index: int, slot: int) -> torch.Tensor:
         def make() -> torch.Tensor:
             s = self.samples[index]
-            ht = self.draft.config.target_hidden_size
+            # The set checks widths as it loads; a set handed over with files already loaded
+            # under another width is caught here, by the same rule.
+            check_width(s, self.draft.config.target_hidden_size, [slot])
             t = s.slots[slot]
-            if t.shape[-1] != ht:
-                raise InputError(
-                    s.path,
-                    f"hidden_states[{slot}]",
-                    f"width {t.shape[-1]} but the draft's fc expects target_hidden_size {ht}",
-                )
             moved = t.to(self.device, self.draft.dtype, non_blocking=True)
             if moved.dtype == torch.float16 and t.dtype != torch.float16:
                 self._check_float16(index, slot, t, moved)

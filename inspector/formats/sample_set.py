@@ -16,6 +16,19 @@ from inspector.sample import Sample, SlotInfo
 DEFAULT_CACHE_BYTES = 2**30  # loaded samples kept when no memory budget says otherwise
 
 
+def check_width(sample: Sample, width: int, slots: Sequence[int] | None = None) -> None:
+    """InputError naming the slot when one of `slots` (default: all) is not `width` wide: the
+    draft's fc takes slots of its target_hidden_size."""
+    for k in range(len(sample.slots)) if slots is None else slots:
+        got = sample.slots[k].shape[-1]
+        if got != width:
+            raise InputError(
+                sample.path,
+                f"hidden_states[{k}]",
+                f"width {got} but the draft's fc expects target_hidden_size {width}",
+            )
+
+
 @dataclass(frozen=True)
 class SampleWarning:
     """Something a usable sample holds that skews its numbers (NaN in a slot, a saturated
@@ -133,7 +146,7 @@ class SampleSet:
                 self.files[i], self.layer_ids, v2_rows=self._v2_rows, vocab_size=self.vocab_size
             )
             if self.hidden_size is not None:
-                self._check_width(sample, self.hidden_size)
+                check_width(sample, self.hidden_size)
             if self._shape is not None:
                 self._check_shape(sample)
         except InputError as e:
@@ -142,16 +155,6 @@ class SampleSet:
         if sample.warnings:
             self._warned[i] = list(sample.warnings)
         return self._cache.put(i, sample)
-
-    @staticmethod
-    def _check_width(sample: Sample, width: int) -> None:
-        for k, slot in enumerate(sample.slots):
-            if slot.shape[1] != width:
-                raise InputError(
-                    sample.path,
-                    f"hidden_states[{k}]",
-                    f"width {slot.shape[1]} but the draft's fc expects target_hidden_size {width}",
-                )
 
     def _check_shape(self, sample: Sample) -> None:
         n, width = len(sample.slots), int(sample.slots[0].shape[1])
