@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from support import edited_copy
 
 from inspector.doctor import ConfigFix, diagnose, write_fixed
 from inspector.errors import InputError
@@ -46,17 +46,7 @@ def _digest(folder: Path) -> str:
 
 def _variant(demo, tmp: Path, name: str, *, tensors=None, config=None) -> Path:
     """A copy of the demo draft with some tensors and config keys replaced."""
-    dst = tmp / name
-    shutil.copytree(demo.draft, dst)
-    if tensors is not None:
-        w = load_file(str(dst / "model.safetensors"))
-        w.update(tensors(w))
-        save_file(w, str(dst / "model.safetensors"))
-    if config is not None:
-        cfg = json.loads((dst / "config.json").read_text())
-        config(cfg)
-        (dst / "config.json").write_text(json.dumps(cfg))
-    return dst
+    return edited_copy(demo.draft, tmp / name, tensors=tensors, config=config)
 
 
 def _run(draft_dir: Path, samples: Path, n: int = N):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from support import edited_copy
 
 from inspector.doctor import (
     ConfigFix,
@@ -46,16 +47,7 @@ def syn(tmp_path_factory) -> tuple[Path, Path]:
 
 def _copy(src: Path, dst: Path, *, tensors=None, config=None) -> Path:
     """A copy of a draft folder with some tensors added/replaced and the config edited."""
-    shutil.copytree(src, dst)
-    if tensors is not None:
-        w = load_file(str(dst / "model.safetensors"))
-        w.update(tensors(w))
-        save_file(w, str(dst / "model.safetensors"))
-    if config is not None:
-        cfg = json.loads((dst / "config.json").read_text())
-        config(cfg)
-        (dst / "config.json").write_text(json.dumps(cfg))
-    return dst
+    return edited_copy(src, dst, tensors=tensors, config=config)
 
 
 def _ev(draft_dir: Path, samples: Path, strict: bool = True) -> Evaluator:

@@ -3,14 +3,12 @@ accuracy views (ours and the trainers'), and the first-loadable-sample rule."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from support import python_output
 
 from inspector.errors import InputError
 from inspector.metrics import Counts, StepMetrics
@@ -294,12 +292,5 @@ def test_the_engine_side_never_imports_textual():
         "inspector.tui.panels, inspector.tui.accuracy;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'torch')))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    out = python_output(code)
     assert out.stdout.strip() == "[]", out.stderr

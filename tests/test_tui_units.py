@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import python_output
 from test_tui_support import write_tokenizer
 
 from inspector.errors import InputError
@@ -185,12 +183,5 @@ def test_importing_the_app_imports_neither_torch_nor_numpy():
         "import sys, inspector.commands.open, inspector.tui.app, inspector.tui.engine;"
         "print('torch' in sys.modules, 'numpy' in sys.modules)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    out = python_output(code)
     assert out.stdout.split() == ["False", "False"], out.stderr
