@@ -155,16 +155,21 @@ async def wait_idle(pilot) -> None:
                 return
 
 
-async def timed_key(pilot, frames: Frames, key: str, done) -> float:
-    """Seconds from the key press to the first frame after the repaint that made `done()` true."""
-    t0 = time.perf_counter()
-    await pilot.press(key)
+async def frame_after(frames: Frames, t0: float, done) -> float:
+    """Seconds from `t0` to the first frame after the repaint that made `done()` true."""
     while not done():
         await asyncio.sleep(0.001)
     t_paint = max((p for p in frames.paints if p >= t0), default=t0)
     while (f := frames.first_after(t_paint)) is None:
         await asyncio.sleep(0.001)
     return f - t0
+
+
+async def timed_key(pilot, frames: Frames, key: str, done) -> float:
+    """Seconds from the key press to the first frame after the repaint that made `done()` true."""
+    t0 = time.perf_counter()
+    await pilot.press(key)
+    return await frame_after(frames, t0, done)
 
 
 async def key_latencies(inputs: Inputs, moves: int, switches: int) -> dict[str, list[float]]:

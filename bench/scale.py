@@ -130,18 +130,14 @@ async def press_and_wait(app, frames, key: str, done) -> float:
     """Seconds from a key event reaching the app to the first frame after the repaint that made
     `done()` true. The event goes straight to the driver: Pilot.press would also wait until the
     process's CPU is idle (up to a second), which it never is while the device thread fills."""
+    from app_latency import frame_after
     from textual import events
 
     t0 = time.perf_counter()
     event = events.Key(key, None)
     event.set_sender(app)
     app._driver.send_message(event)
-    while not done():
-        await asyncio.sleep(0.001)
-    t_paint = max((p for p in frames.paints if p >= t0), default=t0)
-    while (f := frames.first_after(t_paint)) is None:
-        await asyncio.sleep(0.001)
-    return f - t0
+    return await frame_after(frames, t0, done)
 
 
 async def app_fill(draft: Path, samples: Path, n: int, presses: int) -> None:
