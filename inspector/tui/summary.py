@@ -48,9 +48,6 @@ class Session:
     first_sample: int = 0  # the first sample that loads (the slot layout comes from it)
     skipped: list[tuple[int, str]] = field(default_factory=list)  # samples before it: (i, error)
 
-    def slot_label(self, i: int) -> str:
-        return self.slot_info[i].label if 0 <= i < len(self.slot_info) else f"s{i}"
-
     def wiring_label(self, w: Sequence[int]) -> str:
         """'[embed, L2, L4]': `Wiring.label`, the one label every view shows."""
         return Wiring(tuple(w)).label(self.slot_info)

@@ -108,10 +108,6 @@ class SampleList(DataTable):
         self.update_cell(key, "st", " ")
         self.update_cell(key, "cur", self._pct(None))
 
-    def error_of(self, i: int) -> str | None:
-        v = self._vals.get(i)
-        return v[3] if v else None
-
     def sort_key(self) -> Callable[[int], tuple]:
         mode = self.sort_mode
         vals = self._vals

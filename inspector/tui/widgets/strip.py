@@ -64,10 +64,6 @@ class TokenStrip(ScrollView, can_focus=False):
 
     # --- data ----------------------------------------------------------------------------------
     @property
-    def token_count(self) -> int:
-        return len(self._texts)
-
-    @property
     def cursor(self) -> int | None:
         return self._cursor
 
