@@ -28,7 +28,8 @@ class Shares:
     """Fractions of the host budget per cache (device caches use the device budget on a GPU)."""
 
     samples: float = 0.2  # loaded sample files
-    predictions: float = 0.3  # per-position results per (sample, wiring)
+    predictions: float = 0.28  # per-position results per (sample, wiring)
+    replays: float = 0.02  # the serving replay's rounds per (sample, wiring, engine settings)
     verifier: float = 0.05  # the verifier's argmax per position
     app_samples: float = 0.1  # the app's per-sample view data (token texts, slot norms)
     app_predictions: float = 0.15  # the app's copies of predictions it shows
@@ -54,7 +55,9 @@ class MemoryBudget:
         if self.device is not None:
             return int(self.device * frac)
         s = self.shares
-        used = s.samples + s.predictions + s.verifier + s.app_samples + s.app_predictions
+        used = (
+            s.samples + s.predictions + s.replays + s.verifier + s.app_samples + s.app_predictions
+        )
         return int(self.host * max(0.0, 1.0 - used) * frac)
 
 

@@ -11,8 +11,9 @@ trains the draft with this very code. Norms and softmax run in float32 whatever 
 """
 
 from inspector.draft import Draft, DraftConfig, RopeConfig, VocabMap
-from inspector.model.attention import DEFAULT_CHUNKING, Chunking, causal_attention_lse
+from inspector.model.attention import DEFAULT_CHUNKING, Chunking, LayerCache, causal_attention_lse
 from inspector.model.forward import (
+    draft_layer,
     draft_logits,
     fc_input,
     fc_project,
@@ -27,12 +28,14 @@ __all__ = [
     "DEFAULT_CHUNKING",
     "Chunking",
     "Draft",
+    "LayerCache",
     "DraftConfig",
     "RopeConfig",
     "Step0Shared",
     "VocabMap",
     "apply_rope",
     "causal_attention_lse",
+    "draft_layer",
     "draft_logits",
     "fc_input",
     "fc_project",

@@ -197,3 +197,20 @@ def forward_steps(
     if return_hidden:
         return logits_out, hidden_out
     return logits_out
+
+
+def draft_layer(
+    draft: Draft,
+    idx: int,
+    hidden: torch.Tensor,
+    embeds: torch.Tensor | None,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    cache: LayerCache,
+    chunking: Chunking = DEFAULT_CHUNKING,
+) -> torch.Tensor:
+    """One draft layer on [B, R, H] rows (embeds: the token embeddings, layer 0 only), appending
+    its keys/values to `cache` and attending as `attention.attend` does: causally over the
+    cache's first keys, and to one key per later cache entry. The serving replay runs tree nodes
+    through it, with the step-0 keys and each node's ancestors' keys in the cache."""
+    return _layer(draft.config, draft.weights, idx, hidden, embeds, cos, sin, cache, chunking)

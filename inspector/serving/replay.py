@@ -1,0 +1,264 @@
+"""The serving replay over an `Evaluator`'s samples: per sample and wiring, the rounds an engine
+would take and what it would log for them, pooled per wiring like the engines' logs.
+
+A chain (topk 1) needs no forward of its own: a chain step that follows accepted tokens is fed
+exactly what teacher-forced TTT feeds (the draft's own output and the true token), so a round's
+accepted count is the run of leading TTT hits at its row - the evaluator's predictions give it.
+A tree needs the forwards of the nodes off the realised path too (`tree_forward`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from inspector.cache import ByteLRU
+from inspector.errors import InputError
+from inspector.evaluate import Evaluator
+from inspector.evaluate.device import is_oom, release_cached
+from inspector.evaluate.evaluator import OOM_RETRIES
+from inspector.formats.sample_set import SampleWarning, SkippedSample
+from inspector.metrics import Counts
+from inspector.sample import SlotInfo
+from inspector.serving.spec import DraftSpec
+from inspector.serving.tree_forward import tree_accepts
+from inspector.serving.walk import AcceptStats, Round, chain_accepts, generation_runs, walk
+from inspector.wiring import Wiring
+
+
+@dataclass
+class SampleReplay:
+    """The rounds through one sample, as arrays (one entry per round)."""
+
+    index: int
+    path: str
+    starts: np.ndarray
+    accepted: np.ndarray
+    emitted: np.ndarray
+    a_by_start: np.ndarray  # [T]: what a round starting after x_n would accept (uncapped)
+    depth: int
+    # positions whose token is not the target's own argmax, of the positions generated
+    off_target: Counts | None = None
+
+    @classmethod
+    def of(
+        cls,
+        index: int,
+        path: str,
+        a_by_start: np.ndarray,
+        loss_mask: np.ndarray,
+        depth: int,
+        off_target: Counts | None = None,
+    ) -> SampleReplay:
+        rounds = walk(a_by_start, generation_runs(loss_mask))
+        arr = np.array([[r.start, r.accepted, r.emitted] for r in rounds], dtype=np.int64)
+        arr = arr.reshape(-1, 3)
+        return cls(index, path, arr[:, 0], arr[:, 1], arr[:, 2], a_by_start, depth, off_target)
+
+    @property
+    def rounds(self) -> list[Round]:
+        return [
+            Round(int(s), int(a), int(e))
+            for s, a, e in zip(self.starts, self.accepted, self.emitted, strict=True)
+        ]
+
+    @property
+    def stats(self) -> AcceptStats:
+        return AcceptStats.of(self.rounds, self.depth)
+
+
+def off_target_counts(
+    ids: np.ndarray, loss_mask: np.ndarray, verifier_argmax: np.ndarray
+) -> Counts:
+    """Of the generated positions (every run's tokens), those whose token is not the target's
+    argmax after the tokens before it: there the sample is not what the target would emit."""
+    off = total = 0
+    for p, e in generation_runs(loss_mask):
+        pos = np.arange(p, e + 1)
+        total += pos.size
+        off += int((verifier_argmax[pos - 1] != ids[pos]).sum())
+    return Counts(off, total)
+
+
+@dataclass
+class WiringAccept:
+    wiring: Wiring
+    label: str
+    depth: int
+    per_sample: list[SampleReplay] = field(default_factory=list)
+
+    @property
+    def stats(self) -> AcceptStats:
+        total = AcceptStats(self.depth)
+        for s in self.per_sample:
+            total.add(s.stats)
+        return total
+
+    @property
+    def off_target(self) -> Counts | None:
+        parts = [s.off_target for s in self.per_sample if s.off_target is not None]
+        if not parts:
+            return None
+        return Counts(sum(c.hits for c in parts), sum(c.total for c in parts))
+
+    def to_dict(self) -> dict:
+        st = self.stats
+        d = {
+            "wiring": list(self.wiring.slots),
+            "label": self.label,
+            "rounds": st.rounds,
+            "accepted": st.accepted,
+            "emitted": st.emitted,
+            "accept_length": st.accept_length,
+            "per_depth": st.per_depth,
+            "by_position": st.by_position(),
+            # vLLM's rejection_sample_method "synthetic" takes these (unconditional per-position
+            # rates, non-increasing), so a throughput benchmark runs at the predicted acceptance.
+            "synthetic_acceptance_rates": [round(x or 0.0, 6) for x in st.per_depth],
+            "per_sample": [
+                {"index": s.index, "path": s.path, "accepted": s.accepted.tolist()}
+                for s in self.per_sample
+            ],
+        }
+        off = self.off_target
+        if off is not None:
+            d["off_target"] = {"positions": off.hits, "total": off.total, "share": off.acc}
+        return d
+
+
+@dataclass
+class AcceptReport:
+    spec: DraftSpec
+    mode: str  # "replay" | "live"
+    checkpoint: str
+    samples: int
+    device: str
+    dtype: str
+    slots: list[SlotInfo]
+    wirings: list[WiringAccept]
+    skipped: list[SkippedSample] = field(default_factory=list)
+    warnings: list[SampleWarning] = field(default_factory=list)
+    verifier: str | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "config": {**self.spec.to_dict(), "mode": self.mode},
+            "checkpoint": self.checkpoint,
+            "samples": self.samples,
+            "device": self.device,
+            "dtype": self.dtype,
+            "verifier": self.verifier,
+            "slots": [s.to_dict(i) for i, s in enumerate(self.slots)],
+            "wirings": [w.to_dict() for w in self.wirings],
+            "skipped": [e.to_dict() for e in self.skipped],
+            "warnings": [w.to_dict() for w in self.warnings],
+        }
+
+
+class Replayer:
+    """Replays an engine's rounds over the evaluator's samples under any wiring.
+
+    A chain reuses the evaluator's TTT predictions when it runs at least `spec.steps` steps;
+    otherwise (and for trees) the draft trees are computed here. Results are cached by bytes
+    under the budget's `replays` share (the app asks again for what it shows).
+    """
+
+    def __init__(self, ev: Evaluator, spec: DraftSpec) -> None:
+        self.ev = ev
+        self.spec = spec
+        self._cache: ByteLRU[tuple[int, tuple[int, ...], DraftSpec], SampleReplay] = ByteLRU(
+            ev.budget.host_share("replays")
+        )
+
+    def a_by_start(self, index: int, wiring: Wiring, *, keep: bool = True) -> np.ndarray:
+        ev, spec = self.ev, self.spec
+        sample = ev.samples[index]
+        if spec.is_chain and ev.ttt_steps >= spec.steps:
+            preds = ev.predict(index, wiring, keep=keep)
+            return chain_accepts([sp.hit for sp in preds.steps[: spec.steps]], sample.length)
+        if sample.length < 2:
+            return np.zeros(sample.length, dtype=np.int64)
+        chunking = ev.chunking
+        for divisor in (1, *OOM_RETRIES):
+            try:
+                h = ev.fc_output(index, wiring)
+                ids = sample.input_ids.to(ev.device)
+                return (
+                    tree_accepts(
+                        ev.draft,
+                        h,
+                        ids,
+                        spec,
+                        position_offset=ev.position_offset,
+                        chunking=chunking.smaller(divisor),
+                    )
+                    .cpu()
+                    .numpy()
+                )
+            except Exception as e:
+                if not is_oom(e) or divisor == OOM_RETRIES[-1]:
+                    raise
+                release_cached(ev.device)
+        raise AssertionError("unreachable")
+
+    def replay(self, index: int, wiring: Wiring, *, keep: bool = True) -> SampleReplay:
+        key = (index, wiring.slots, self.spec)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        ev = self.ev
+        sample = ev.samples[index]
+        a = self.a_by_start(index, wiring, keep=keep)
+        mask = sample.loss_mask.numpy().astype(bool)
+        off = None
+        verifier = ev.verifier_argmax(index)
+        if verifier is not None:
+            off = off_target_counts(sample.input_ids.numpy(), mask, verifier[0])
+        result = SampleReplay.of(index, sample.path, a, mask, self.spec.steps, off)
+        return self._cache.put(key, result) if keep else result
+
+    def run(
+        self,
+        wirings: Sequence[Wiring],
+        *,
+        limit: int | None = None,
+        labels: Sequence[str] | None = None,
+        indices: Sequence[int] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> AcceptReport:
+        ev = self.ev
+        n = len(ev.samples) if limit is None else min(limit, len(ev.samples))
+        todo = list(range(n)) if indices is None else [i for i in indices if i < n]
+        out = [
+            WiringAccept(w, labels[i] if labels else w.label(ev.slot_info), self.spec.steps)
+            for i, w in enumerate(wirings)
+        ]
+        skipped: list[SkippedSample] = []
+        with torch.inference_mode():
+            for done, i in enumerate(todo, start=1):
+                try:
+                    results = [self.replay(i, w, keep=False) for w in wirings]
+                except InputError as e:
+                    skipped.append(SkippedSample.from_error(i, str(ev.samples.files[i]), e))
+                    results = []
+                ev.release(i)
+                for wa, r in zip(out, results, strict=False):
+                    wa.per_sample.append(r)
+                if progress is not None:
+                    progress(done, len(todo))
+        return AcceptReport(
+            spec=self.spec,
+            mode="replay",
+            checkpoint=ev.draft.path,
+            samples=len(todo) - len(skipped),
+            device=str(ev.device),
+            dtype=str(ev.draft.dtype).replace("torch.", ""),
+            slots=ev.slot_info,
+            wirings=out,
+            skipped=skipped,
+            warnings=ev.warnings(todo),
+            verifier=ev.target_head.path if ev.target_head is not None else None,
+        )

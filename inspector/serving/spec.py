@@ -1,0 +1,76 @@
+"""The engine's drafting settings, named as SGLang and vLLM name them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inspector.errors import InputError
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    """How an engine drafts each round.
+
+    steps: draft forwards per round, the tree's depth (SGLang `--speculative-num-steps`; vLLM
+      `num_speculative_tokens` with topk 1);
+    topk: branches per node (SGLang `--speculative-eagle-topk`; 1 is a chain);
+    draft_tokens: tokens the target verifies per round, the root included (SGLang
+      `--speculative-num-draft-tokens`); a chain verifies steps + 1.
+    """
+
+    steps: int
+    topk: int = 1
+    draft_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise InputError(None, "--steps", f"{self.steps}: must be at least 1")
+        if self.topk < 1:
+            raise InputError(None, "--topk", f"{self.topk}: must be at least 1")
+        n = self.draft_tokens
+        if self.topk == 1:
+            # SGLang forces num_draft_tokens = steps + 1 for a chain; so do we.
+            if n is not None and n != self.steps + 1:
+                raise InputError(
+                    None,
+                    "--draft-tokens",
+                    f"{n}: a chain (topk 1) verifies steps + 1 = {self.steps + 1} tokens",
+                )
+            object.__setattr__(self, "draft_tokens", self.steps + 1)
+            return
+        if n is None:
+            raise InputError(None, "--draft-tokens", f"required with --topk {self.topk}")
+        most = self.candidates + 1
+        if not 2 <= n <= most:
+            raise InputError(
+                None,
+                "--draft-tokens",
+                f"{n}: a tree of {self.steps} steps and topk {self.topk} has {self.candidates} "
+                f"candidate nodes, so 2..{most} tokens (the root included)",
+            )
+
+    @property
+    def candidates(self) -> int:
+        """Nodes the beam proposes: topk at the first level, topk^2 at each later one."""
+        return self.topk + (self.steps - 1) * self.topk * self.topk
+
+    @property
+    def is_chain(self) -> bool:
+        return self.topk == 1
+
+    @property
+    def mode(self) -> str:
+        return "chain" if self.is_chain else "tree"
+
+    def to_dict(self) -> dict:
+        return {"steps": self.steps, "topk": self.topk, "draft_tokens": self.draft_tokens}
+
+    def flags(self) -> str:
+        """The engine flags that select these settings."""
+        sg = (
+            f"SGLang --speculative-num-steps {self.steps} --speculative-eagle-topk {self.topk} "
+            f"--speculative-num-draft-tokens {self.draft_tokens}"
+        )
+        if self.is_chain:
+            return f"{sg}; vLLM num_speculative_tokens {self.steps}"
+        return sg

@@ -1,0 +1,175 @@
+"""Draft trees for every possible round start of a sample, in one batched pass over its rows.
+
+Every engine recomputes the draft's KV of committed positions from the target's features (the
+"extend" over accepted tokens each round) and throws away the KV written while drafting. So a
+round after committed x_0..x_n sees exactly the step-0 context of row n-1 (feature h_{n-1}
+paired with embed(x_n)), whatever earlier rounds did: the trees of all rounds are independent,
+and one pass computes the tree of every row.
+
+A tree node at depth l >= 1 that the beam expands runs one draft forward: its parent's pre-norm
+output (the row's step-0 output for depth 1) and its own token's embedding, at position
+row + l, attending causally to the step-0 keys and to its ancestors' keys and its own (the
+EAGLE reference's tree mask). That is the TTT geometry with K branches per level: the K beam
+nodes of every row run as a batch of K, the step-0 keys shared, each node's ancestor keys
+gathered from the level that wrote them. Memory is linear in rows x K.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from inspector.draft import Draft
+from inspector.model import (
+    DEFAULT_CHUNKING,
+    Chunking,
+    LayerCache,
+    draft_layer,
+    draft_logits,
+    rms_norm,
+    rope_cos_sin,
+)
+from inspector.serving.beam import Trees, accepted_path, build_trees, stable_topk
+from inspector.serving.spec import DraftSpec
+
+
+class RowTrees:
+    """The draft side of a round at every row of one sample.
+
+    h: fc output [R, H], row j built from the slots at position j; tokens: x_{j+1} per row [R]
+    (target ids). Row j drafts for a round that starts after committed x_0..x_{j+1}.
+    """
+
+    def __init__(
+        self,
+        draft: Draft,
+        h: torch.Tensor,
+        tokens: torch.Tensor,
+        spec: DraftSpec,
+        *,
+        position_offset: int = 1,
+        chunking: Chunking = DEFAULT_CHUNKING,
+    ) -> None:
+        self.draft = draft
+        self.spec = spec
+        self.chunking = chunking
+        cfg = draft.config
+        self.rows = h.shape[0]
+        self.base_pos = torch.arange(self.rows, device=h.device) + position_offset
+        self._embed = draft.weights["embed_tokens.weight"]
+        self._d2t = draft.vocab.draft_to_target.to(h.device)
+        # Step 0: the extend over every row; its keys are every node's causal context.
+        cos, sin = rope_cos_sin(cfg, self.base_pos, h.device)
+        x = h[None]
+        embeds = F.embedding(tokens[None], self._embed).to(h.dtype)
+        self._k0: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for i in range(cfg.num_layers):
+            cache = LayerCache()
+            x = draft_layer(draft, i, x, embeds if i == 0 else None, cos, sin, cache, chunking)
+            self._k0.append((cache.keys[0], cache.values[0]))
+        self.z0 = x  # [1, R, H]
+        # per layer, per depth >= 1: the keys/values each beam node wrote, [K, kvh, R, hd]
+        self._kv: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in self._k0]
+        self._lineage: list[torch.Tensor] = []  # [depth-1]: ancestor beam index [K, R]
+        self._out: torch.Tensor | None = None  # the last level's outputs [K, R, H]
+
+    def _topk_children(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-K draft ids and log-probs of lm_head(norm(z)) for z [B, R, H], in row chunks
+        (the [rows, vocab] logits of a long sample would not fit at once): [B, R, K] each."""
+        k = self.spec.topk
+        rows = max(1, self.chunking.logit_rows(self.draft.config.draft_vocab_size) // z.shape[0])
+        vals, ids = [], []
+        for a in range(0, z.shape[1], rows):
+            logits = draft_logits(self.draft, z[:, a : a + rows])
+            logp = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+            v, i = stable_topk(logp, k)
+            vals.append(v)
+            ids.append(i)
+        return torch.cat(vals, dim=1), torch.cat(ids, dim=1)
+
+    def root(self) -> tuple[torch.Tensor, torch.Tensor]:
+        v, i = self._topk_children(self.z0)
+        return v[0], i[0]
+
+    def expand(
+        self, level: int, parent: torch.Tensor, tokens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the depth-`level` beam nodes ([R, K] parents and draft ids) and return their
+        children's top-K ([R, K, K] log-probs and draft ids)."""
+        cfg = self.draft.config
+        k = self.spec.topk
+        p = parent.T  # [K, R]: beam-major, the batch dim of the forward
+        if level == 1:
+            hidden = self.z0.expand(k, -1, -1)
+        else:
+            assert self._out is not None
+            hidden = self._out.gather(0, p[:, :, None].expand(-1, -1, self._out.shape[-1]))
+            # the ancestors of the new nodes: their parents' lineage, and the parents themselves
+            self._lineage = [lin.gather(0, p) for lin in self._lineage] + [p]
+        if cfg.norm_output:
+            hidden = rms_norm(hidden, self.draft.weights["norm.weight"], cfg.rms_norm_eps)
+        embeds = F.embedding(self._d2t[tokens.T], self._embed).to(hidden.dtype)
+        cos, sin = rope_cos_sin(cfg, self.base_pos + level, hidden.device)
+        x = hidden
+        for i in range(cfg.num_layers):
+            k0, v0 = self._k0[i]
+            cache = LayerCache()
+            cache.keys = [k0] + [
+                self._gather(kk, lin)
+                for (kk, _), lin in zip(self._kv[i], self._lineage, strict=True)
+            ]
+            cache.values = [v0] + [
+                self._gather(vv, lin)
+                for (_, vv), lin in zip(self._kv[i], self._lineage, strict=True)
+            ]
+            rep = cfg.num_heads // cfg.num_kv_heads
+            cache.k0 = k0.repeat_interleave(rep, dim=1).expand(k, -1, -1, -1)
+            cache.v0 = v0.repeat_interleave(rep, dim=1).expand(k, -1, -1, -1)
+            x = draft_layer(
+                self.draft, i, x, embeds if i == 0 else None, cos, sin, cache, self.chunking
+            )
+            self._kv[i].append((cache.keys[-1], cache.values[-1]))
+        self._out = x
+        v, ids = self._topk_children(x)  # [K, R, K]
+        return v.permute(1, 0, 2), ids.permute(1, 0, 2)
+
+    @staticmethod
+    def _gather(t: torch.Tensor, lineage: torch.Tensor) -> torch.Tensor:
+        """t [K, kvh, R, hd] at each node's ancestor: out[b, :, r] = t[lineage[b, r], :, r]."""
+        idx = lineage[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3])
+        return t.gather(0, idx)
+
+    def trees(self) -> Trees:
+        return build_trees(self.root(), self.expand, self.spec)
+
+
+def tree_accepts(
+    draft: Draft,
+    h: torch.Tensor,
+    ids: torch.Tensor,
+    spec: DraftSpec,
+    *,
+    position_offset: int = 1,
+    chunking: Chunking = DEFAULT_CHUNKING,
+) -> torch.Tensor:
+    """a_by_start [T] for one sample: how many drafted tokens of a round after committed x_0..x_n
+    match x_{n+1}, x_{n+2}, ... (uncapped by runs; a_by_start[0] = 0, no round starts there).
+
+    h: fc output [T-1, H] (rows 0..T-2); ids: x_0..x_{T-1} [T].
+    """
+    t = ids.shape[0]
+    with torch.inference_mode():
+        rt = RowTrees(
+            draft, h[: t - 1], ids[1:t], spec, position_offset=position_offset, chunking=chunking
+        )
+        tr = rt.trees()
+        d2t = rt._d2t
+        rows = torch.arange(t - 1, device=ids.device)
+        # row r: the round after x_0..x_{r+1}; its truth is x_{r+2}, ..., at most T-2-r tokens
+        pos = (rows[:, None] + 2 + torch.arange(spec.steps, device=ids.device)).clamp(max=t - 1)
+        truth = ids[pos]
+        limit = (t - 2 - rows).clamp(min=0)
+        a, _ = accepted_path(d2t[tr.tokens], tr.parent, truth, limit)
+    out = torch.zeros(t, dtype=torch.long, device=ids.device)
+    out[1:] = a
+    return out

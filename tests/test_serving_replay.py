@@ -1,0 +1,117 @@
+"""The batched replay of speculative decoding against a direct per-round, per-node one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from serving_oracle import direct_round, random_draft
+
+from inspector.model import fc_project
+from inspector.serving.spec import DraftSpec
+from inspector.serving.tree_forward import tree_accepts
+
+
+def _sample(draft, t: int, seed: int, *, repeat: bool = True):
+    g = torch.Generator().manual_seed(seed)
+    v = draft.config.vocab_size
+    ids = torch.randint(0, v, (t,), generator=g)
+    if repeat:
+        # Tokens the draft itself predicts make long accepted runs likelier than random ones.
+        ids[t // 2 :] = ids[: t - t // 2]
+    slots = torch.randn(t, 3 * draft.config.hidden_size, generator=g, dtype=torch.float64)
+    return fc_project(draft, slots.to(draft.dtype)), ids
+
+
+CASES = [
+    # steps, topk, draft_tokens, draft options
+    (3, 1, None, {}),
+    (3, 4, 8, {}),
+    (2, 2, 3, {}),
+    (4, 3, 12, {"layers": 2}),
+    (3, 2, 7, {"norm_output": True}),
+    (1, 4, 5, {}),
+    (3, 4, 37, {}),  # every candidate in the tree
+]
+
+
+@pytest.mark.parametrize(("steps", "topk", "n", "opts"), CASES)
+def test_batched_replay_equals_direct_rounds(steps, topk, n, opts):
+    draft = random_draft(seed=steps * 10 + topk, **opts)
+    spec = DraftSpec(steps, topk, n)
+    t = 14
+    h, ids = _sample(draft, t, seed=topk)
+    got = tree_accepts(draft, h, ids, spec).tolist()
+    want = [0] + [
+        direct_round(draft, h, ids, start, steps, topk, spec.draft_tokens)[0]
+        for start in range(1, t)
+    ]
+    assert got == want
+
+
+@pytest.fixture(scope="module")
+def synthetic_set(tmp_path_factory):
+    from inspector.synthetic import SyntheticSpec, write_synthetic
+
+    return write_synthetic(
+        tmp_path_factory.mktemp("syn"), SyntheticSpec(size="tiny", n_samples=3, seq_len=24)
+    )
+
+
+def _evaluator(paths, steps):
+    from inspector.session import Inputs, load_evaluator
+
+    draft_dir, sample_dir = paths
+    return load_evaluator(
+        Inputs(draft_dir, [str(sample_dir)]), device="cpu", dtype=torch.float64, ttt_steps=steps
+    )
+
+
+def test_the_chain_from_ttt_predictions_equals_the_tree_code_with_one_branch(synthetic_set):
+    from inspector.serving.replay import Replayer
+
+    ev = _evaluator(synthetic_set, 3)
+    spec = DraftSpec(3)
+    ttt = Replayer(ev, spec)
+    ev1 = _evaluator(synthetic_set, 1)  # fewer TTT steps than the chain: the tree path runs
+    tree = Replayer(ev1, spec)
+    for w in ("train", "serve"):
+        for i in range(3):
+            a = ttt.a_by_start(i, ev.wiring(w))
+            b = tree.a_by_start(i, ev1.wiring(w))
+            assert a.tolist() == b.tolist()
+            if i > 0:
+                continue  # the slow oracle on one sample per wiring
+            h = ev.fc_output(i, ev.wiring(w))
+            ids = ev.samples[i].input_ids
+            want = [0] + [
+                direct_round(ev.draft, h, ids, n, 3, 1, 4)[0] for n in range(1, ids.shape[0])
+            ]
+            assert a.tolist() == want
+
+
+def test_replayer_pools_rounds_and_follows_the_json_contract(synthetic_set):
+    from inspector.serving.replay import Replayer
+
+    ev = _evaluator(synthetic_set, 1)
+    spec = DraftSpec(3, 2, 5)
+    rep = Replayer(ev, spec)
+    report = rep.run([ev.wiring("train"), ev.wiring("serve")], labels=["train", "serve"])
+    d = report.to_dict()
+    assert d["config"] == {"steps": 3, "topk": 2, "draft_tokens": 5, "mode": "replay"}
+    assert d["samples"] == 3
+    for w in d["wirings"]:
+        sample_rounds = [len(s["accepted"]) for s in w["per_sample"]]
+        assert w["rounds"] == sum(sample_rounds) > 0
+        assert w["accepted"] == sum(sum(s["accepted"]) for s in w["per_sample"])
+        assert w["accept_length"] == pytest.approx(w["emitted"] / w["rounds"])
+        assert len(w["per_depth"]) == 3 and w["per_depth"] == sorted(w["per_depth"], reverse=True)
+        assert w["synthetic_acceptance_rates"] == pytest.approx(w["per_depth"], abs=1e-6)
+        assert sum(b["rounds"] for b in w["by_position"]) == w["rounds"]
+    # every sample: its rounds cover its masked run exactly (synthetic masks: one run each)
+    for i in range(3):
+        r = rep.replay(i, ev.wiring("train"))
+        mask = ev.samples[i].loss_mask.numpy()
+        p = int(np.flatnonzero(mask)[0])
+        assert r.starts[0] == p and int(r.emitted.sum()) == len(mask) - 1 - p
+        assert rep.replay(i, ev.wiring("train")) is r  # cached
