@@ -1,4 +1,4 @@
-"""eagle-inspect {open, eval, doctor, capture, demo}: argument parsing and dispatch only.
+"""eagle-inspect {open, eval, accept, doctor, capture, demo}: argument parsing and dispatch only.
 
 Heavy imports (torch, textual) happen inside the command functions, so `--help` is instant and the
 app can paint before torch loads.
@@ -163,6 +163,68 @@ def _add_capture_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def _add_accept_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "accept",
+        help="the accept length an engine would log, per wiring: replayed from samples, or live",
+        description="Replay speculative decoding over saved samples exactly as the engines draft "
+        "and verify (greedy), per wiring: tokens emitted per round, the share of rounds accepting "
+        "at least k drafted tokens, by context position. --live runs real speculative decoding "
+        "against --target on --prompts instead.",
+    )
+    _add_model_args(p)
+    p.add_argument(
+        "--wiring",
+        action="append",
+        metavar="W",
+        help="train | serve | 0,1,2 | embed,L3,L31 (repeatable; default: train and serve)",
+    )
+    p.add_argument(
+        "--steps",
+        type=_positive,
+        metavar="S",
+        help="draft steps per round: SGLang --speculative-num-steps, vLLM num_speculative_tokens "
+        "(default 3)",
+    )
+    p.add_argument(
+        "--topk",
+        type=_positive,
+        default=1,
+        metavar="K",
+        help="branches per tree node: SGLang --speculative-eagle-topk (default 1: a chain)",
+    )
+    p.add_argument(
+        "--draft-tokens",
+        type=_positive,
+        metavar="N",
+        help="tokens verified per round, the root included: SGLang "
+        "--speculative-num-draft-tokens (a chain: steps + 1)",
+    )
+    p.add_argument("--limit", type=_positive, metavar="N", help="replay only the first N samples")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.add_argument(
+        "--live",
+        action="store_true",
+        help="run speculative decoding against --target on --prompts (transformers) instead",
+    )
+    p.add_argument(
+        "--max-new",
+        type=_positive,
+        default=128,
+        metavar="M",
+        help="--live: tokens to generate per prompt, the prefill's included (default 128)",
+    )
+    p.add_argument(
+        "--temperature", type=float, default=0.0, help="--live: 0 = greedy (default); > 0 samples"
+    )
+    p.add_argument("--seed", type=int, default=0, help="--live: seed for --temperature")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="--live: write the realised sequences as samples (the capture format) to DIR",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="eagle-inspect",
@@ -196,6 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(what their logs show; need the verifier), or all; default: ours plus the trainer of "
         "the checkpoint's layout",
     )
+
+    _add_accept_parser(sub)
 
     p_doc = sub.add_parser(
         "doctor",
@@ -271,6 +335,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from inspector.commands.eval import run_eval
 
             return run_eval(args)
+        if command == "accept":
+            from inspector.commands.accept import run_accept
+
+            return run_accept(args)
         if command == "doctor":
             from inspector.commands.doctor import run_doctor
 

@@ -89,3 +89,36 @@ def merge_reports(parts: list[Report]) -> Report:
         skipped=skipped,
         warnings=warnings,
     )
+
+
+def gather_accept(ctx: DistContext, report):
+    """The serving replay's per-rank reports merged on rank 0 (None elsewhere): the same rounds
+    as one process, so the pooled numbers are exact sums."""
+    import torch.distributed as dist
+
+    parts: list = [None] * ctx.world_size
+    dist.all_gather_object(parts, report)
+    if not ctx.is_main:
+        return None
+    return merge_accept([p for p in parts if p is not None])
+
+
+def merge_accept(parts: list):
+    first = parts[0]
+    wirings = [
+        replace(
+            w,
+            per_sample=sorted(
+                (s for p in parts for s in p.wirings[w_idx].per_sample), key=lambda s: s.index
+            ),
+        )
+        for w_idx, w in enumerate(first.wirings)
+    ]
+    return replace(
+        first,
+        samples=sum(p.samples for p in parts),
+        device=f"{first.device} x{len(parts)}",
+        wirings=wirings,
+        skipped=sorted((e for p in parts for e in p.skipped), key=lambda e: e.index or 0),
+        warnings=sorted((w for p in parts for w in p.warnings), key=lambda w: w.index),
+    )

@@ -1,0 +1,179 @@
+"""`eagle-inspect accept`: the accept length an engine would log, replayed from samples (or
+measured by a live loop against the target), per wiring, as tables or one JSON document."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Console, Group
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from inspector.commands.common import load_evaluator, resolve_inputs
+from inspector.commands.output import safe, stdout_console, write_json
+from inspector.errors import InputError
+from inspector.formatting import fmt_float, pct
+
+# Above this share of generated positions whose token is not the target's argmax, the replay
+# measures the data more than what the target would emit: say so.
+OFF_TARGET_NOTE = 0.02
+DEFAULT_STEPS = 3
+
+
+def spec_from_args(args: argparse.Namespace):
+    from inspector.serving.spec import DraftSpec
+
+    return DraftSpec(args.steps or DEFAULT_STEPS, args.topk, args.draft_tokens)
+
+
+def run_accept(args: argparse.Namespace) -> int:
+    from inspector.distributed import init_from_env
+
+    spec = spec_from_args(args)
+    err = Console(stderr=True)
+    if args.live:
+        from inspector.commands.accept_live import run_live
+
+        report = run_live(args, spec, err)
+    else:
+        report = _replay(args, spec, err, init_from_env)
+        if report is None:
+            return 0
+    for e in report.skipped:
+        err.print(f"[yellow]skipped[/] {safe(e.line())}", highlight=False, soft_wrap=True)
+    for w in report.warnings:
+        err.print(f"[yellow]warning[/] {safe(w.line())}", highlight=False, soft_wrap=True)
+    if report.samples == 0:
+        total = len(report.skipped)
+        raise InputError(None, None, f"none of the {total} samples could be used")
+    for line in honesty_notes(report):
+        err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
+    if args.json:
+        write_json(report.to_dict())
+        return 0
+    out = stdout_console(None if sys.stdout.isatty() else 200)
+    out.print(render_accept(report))
+    if any(len(w.stats.buckets) > 1 for w in report.wirings):
+        out.print(render_by_position(report))
+    return 0
+
+
+def _replay(args, spec, err, init_from_env):
+    from inspector.distributed import gather_accept
+    from inspector.serving.replay import Replayer
+
+    inputs = resolve_inputs(args)
+    dist_ctx, device = init_from_env(args.device)
+    # A chain reads the evaluator's TTT predictions; a tree runs its own forwards.
+    ev = load_evaluator(
+        inputs,
+        device=device,
+        dtype=args.dtype,
+        ttt_steps=spec.steps if spec.is_chain else 1,
+        memory_budget=getattr(args, "memory_budget", None),
+    )
+    for note in inputs.notes:
+        err.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
+    specs = args.wiring or ["train", "serve"]
+    wirings = [ev.wiring(s) for s in specs]
+    labels = [
+        f"{s} {w.label(ev.slot_info)}" if s in ("train", "serve") else w.label(ev.slot_info)
+        for s, w in zip(specs, wirings, strict=True)
+    ]
+    n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
+    with Progress(
+        TextColumn("replaying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal or (dist_ctx is not None and not dist_ctx.is_main),
+    ) as progress:
+        task = progress.add_task("accept", total=n)
+        report = Replayer(ev, spec).run(
+            wirings,
+            limit=args.limit,
+            labels=labels,
+            indices=dist_ctx.shard(n) if dist_ctx else None,
+            progress=lambda done, total: progress.update(task, completed=done, total=total),
+        )
+    if dist_ctx is not None:
+        return gather_accept(dist_ctx, report)
+    return report
+
+
+def honesty_notes(report) -> list[str]:
+    """What the replay's number means for this data (the realised output is the samples' tokens)."""
+    if report.mode == "live":
+        return []
+    offs = [w.off_target for w in report.wirings if w.off_target is not None]
+    if not offs:
+        return [
+            "the replay takes the samples' tokens as what the target emits; pass --target to check "
+            "that they are its greedy output"
+        ]
+    off = offs[0]  # the same tokens under every wiring
+    if off.acc is not None and off.acc > OFF_TARGET_NOTE:
+        return [
+            f"{pct(off.acc)} of the generated positions ({off.hits}/{off.total}) hold a token that "
+            "is not the target's argmax: there the replay measures this data, not what the target "
+            "would emit at temperature 0. `eagle-inspect capture TARGET INPUT --generate N` writes "
+            "serving-exact samples"
+        ]
+    return []
+
+
+def render_accept(report) -> Table:
+    spec = report.spec
+    title = safe(
+        f"{report.checkpoint}: accept length per round ({report.mode}, {spec.mode}: "
+        f"{spec.flags()}) on {report.samples} samples, {report.device} {report.dtype}"
+    )
+    table = Table(title=title, title_justify="left", header_style="bold")
+    table.add_column("wiring", no_wrap=True)
+    table.add_column("fc <- slots", no_wrap=True)
+    table.add_column("accept len", justify="right")
+    for k in range(spec.steps):
+        table.add_column(f">={k + 1}", justify="right")
+    table.add_column("rounds", justify="right")
+    table.add_column("emitted", justify="right")
+    for w in report.wirings:
+        st = w.stats
+        name = w.label.split(" [")[0] if " [" in w.label else "custom"
+        al = st.accept_length
+        row = [safe(name), safe(w.wiring.label(report.slots)), "-" if al is None else fmt_float(al)]
+        row += [pct(x) for x in st.per_depth]
+        row += [f"{st.rounds:,}", f"{st.emitted:,}"]
+        table.add_row(*row)
+    table.caption = (
+        "accept len: tokens emitted per verification round, the target's bonus token included, "
+        "pooled over rounds (SGLang's `accept len`, vLLM's mean acceptance length); >=k: the share "
+        "of rounds accepting at least k drafted tokens (vLLM's per-position acceptance rate)"
+    )
+    table.caption_justify = "left"
+    return table
+
+
+def render_by_position(report) -> Group:
+    table = Table(
+        title="accept length by context position (round start)",
+        title_justify="left",
+        header_style="bold",
+    )
+    table.add_column("tokens", no_wrap=True)
+    buckets = sorted({b["start"] for w in report.wirings for b in w.stats.by_position()})
+    per = [{b["start"]: b for b in w.stats.by_position()} for w in report.wirings]
+    for w in report.wirings:
+        name = w.label.split(" [")[0] if " [" in w.label else w.wiring.label(report.slots)
+        table.add_column(safe(name), justify="right")
+    for s in buckets:
+        cells = []
+        for p in per:
+            b = p.get(s)
+            cells.append("-" if b is None else f"{b['accept_length']:.2f} ({b['rounds']})")
+        end = next(b["end"] for p in per for b in p.values() if b["start"] == s)
+        table.add_row(f"{s:,}-{end:,}", *cells)
+    return Group(Text(""), table)
