@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from inspector.evaluate import Report, WiringReport
 from inspector.metrics import sum_steps
+from inspector.serving.walk import AcceptStats
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,12 @@ def merge_reports(parts: list[Report]) -> Report:
             (r for p in parts for r in p.wirings[w_idx].positions),
             key=lambda r: (r["sample"], r["step"], r["pos"]),
         )
+        accept = None
+        if w.accept is not None:
+            accept = AcceptStats(w.accept.depth)
+            for p in parts:
+                if p.wirings[w_idx].accept is not None:
+                    accept.add(p.wirings[w_idx].accept)
         wirings.append(
             WiringReport(
                 wiring=w.wiring,
@@ -77,6 +84,7 @@ def merge_reports(parts: list[Report]) -> Report:
                 steps=sum_steps(s for _, _, s in per_sample),
                 per_sample=per_sample,
                 positions=positions,
+                accept=accept,
             )
         )
     skipped = sorted((e for p in parts for e in p.skipped), key=lambda e: e.index or 0)

@@ -102,6 +102,7 @@ def build_document(
                 "label": label,
                 "steps": [m.to_dict() for m in pred.metrics],
                 "acceptance_length": pred.acceptance_length,
+                "acceptance_length_estimate": pred.acceptance_length_estimate,
                 "positions": positions,
             }
         )

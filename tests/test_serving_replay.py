@@ -115,3 +115,21 @@ def test_replayer_pools_rounds_and_follows_the_json_contract(synthetic_set):
         p = int(np.flatnonzero(mask)[0])
         assert r.starts[0] == p and int(r.emitted.sum()) == len(mask) - 1 - p
         assert rep.replay(i, ev.wiring("train")) is r  # cached
+
+
+def test_evals_accept_length_is_the_replayed_chain(synthetic_set):
+    from inspector.serving.replay import Replayer
+
+    ev = _evaluator(synthetic_set, 2)
+    w = ev.wiring("train")
+    report = ev.run([w])
+    wr = report.wirings[0]
+    replay = Replayer(ev, DraftSpec(2)).run([w]).wirings[0].stats
+    assert wr.accept.rounds == replay.rounds > 0
+    assert wr.acceptance_length == pytest.approx(replay.accept_length)
+    assert wr.accept.at_least == replay.at_least
+    d = wr.to_dict()
+    assert d["acceptance_length"] == pytest.approx(replay.accept_length)
+    # the old closed form is kept under its own name
+    assert d["acceptance_length_estimate"] == pytest.approx(wr.acceptance_length_estimate)
+    assert d["accept"]["rounds"] == replay.rounds

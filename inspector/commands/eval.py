@@ -157,7 +157,8 @@ def render_report(report: Report) -> Table:
         row.append(s0.in_vocab.fmt() if s0 else "-")
         row.append(_pct(s0.coverage) if s0 else "-")
         if k_max > 1:
-            row.append(f"{w.acceptance_length:.2f}")
+            al = w.acceptance_length
+            row.append("-" if al is None else f"{al:.2f}")
         table.add_row(*row)
     return table
 

@@ -26,6 +26,7 @@ from inspector.evaluate.predictions import (
     TOP_K,
     SamplePredictions,
     StepPredictions,
+    chain_accept_stats,
     step_metrics,
 )
 from inspector.evaluate.report import Report, SkippedSample, WiringReport
@@ -44,6 +45,7 @@ from inspector.model import (
     rms_norm,
 )
 from inspector.sample import Sample, SlotInfo, with_layer_ids
+from inspector.serving.walk import AcceptStats
 from inspector.wiring import Wiring, parse_wiring
 
 OOM_RETRIES = (2, 4, 8, 16)  # chunk divisors tried after an out-of-memory error
@@ -300,8 +302,10 @@ class Evaluator:
         ):
             step_preds.append(self._step_predictions(k, z, ids, mask, verifier, chunk_rows))
         del h
-        metrics = step_metrics(step_preds, sample.loss_mask.numpy().astype(bool), verifier)
-        return SamplePredictions(index, sample.path, wiring, step_preds, metrics)
+        mask_np = sample.loss_mask.numpy().astype(bool)
+        metrics = step_metrics(step_preds, mask_np, verifier)
+        accept = chain_accept_stats(step_preds, mask_np, self.ttt_steps)
+        return SamplePredictions(index, sample.path, wiring, step_preds, metrics, accept)
 
     def _step_predictions(
         self,
@@ -390,6 +394,7 @@ class Evaluator:
         n = len(self.samples) if limit is None else min(limit, len(self.samples))
         todo = list(range(n)) if indices is None else [i for i in indices if i < n]
         per_wiring: list[list[tuple[int, str, list[StepMetrics]]]] = [[] for _ in wirings]
+        accepts = [AcceptStats(self.ttt_steps) for _ in wirings]
         kept = PositionList(len(wirings)) if positions is True else None
         sink: PositionSink | None = kept if kept is not None else (positions or None)
         skipped: list[SkippedSample] = []
@@ -403,6 +408,8 @@ class Evaluator:
             self.release(i)  # one pass: nothing of sample i is read again
             for w_idx, pred in enumerate(preds):
                 per_wiring[w_idx].append((i, pred.path, pred.metrics))
+                if pred.accept is not None:
+                    accepts[w_idx].add(pred.accept)
                 if sink is not None:
                     for sp in pred.steps:
                         sink.add(w_idx, (sp.position_dict(r, i) for r in range(len(sp))))
@@ -416,6 +423,7 @@ class Evaluator:
                 steps=sum_steps(s for _, _, s in per_wiring[w_idx]),
                 per_sample=per_wiring[w_idx],
                 positions=kept.rows[w_idx] if kept is not None else [],
+                accept=accepts[w_idx],
             )
             for w_idx, w in enumerate(wirings)
         ]

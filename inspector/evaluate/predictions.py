@@ -13,6 +13,7 @@ from inspector.metrics import (
     specforge_counts,
     speculators_counts,
 )
+from inspector.serving.walk import AcceptStats, chain_accepts, generation_runs, walk
 from inspector.wiring import Wiring
 
 TOP_K = 10
@@ -106,10 +107,27 @@ class SamplePredictions:
     wiring: Wiring
     steps: list[StepPredictions]
     metrics: list[StepMetrics]
+    # The rounds a greedy chain of len(steps) drafts takes through the sample's generations
+    # (the serving replay; a chain needs nothing but the TTT hits).
+    accept: AcceptStats | None = None
 
     @property
-    def acceptance_length(self) -> float:
+    def acceptance_length(self) -> float | None:
+        """Tokens emitted per round of a chain engine (the replayed walk); None without rounds."""
+        return self.accept.accept_length if self.accept is not None else None
+
+    @property
+    def acceptance_length_estimate(self) -> float:
+        """The closed form 1 + sum_k prod_m<=k cond_m over every row (not the engines' walk)."""
         return acceptance_length(self.metrics)
+
+
+def chain_accept_stats(
+    steps: list[StepPredictions], loss_mask: np.ndarray, depth: int
+) -> AcceptStats:
+    """The replayed chain of `depth` steps through the sample's generation runs."""
+    a = chain_accepts([sp.hit for sp in steps], int(loss_mask.size))
+    return AcceptStats.of(walk(a, generation_runs(loss_mask)), depth)
 
 
 def step_metrics(

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from inspector.formats.sample_set import SampleWarning, SkippedSample
 from inspector.metrics import StepMetrics, acceptance_length, simulated_acc_len
 from inspector.sample import SlotInfo
+from inspector.serving.walk import AcceptStats
 from inspector.wiring import Wiring
 
 
@@ -18,9 +19,17 @@ class WiringReport:
     steps: list[StepMetrics]
     per_sample: list[tuple[int, str, list[StepMetrics]]] = field(default_factory=list)
     positions: list[dict] = field(default_factory=list)
+    # The replayed greedy chain (as many steps as --ttt-steps), pooled over the set's rounds.
+    accept: AcceptStats | None = None
 
     @property
-    def acceptance_length(self) -> float:
+    def acceptance_length(self) -> float | None:
+        """Tokens emitted per round, as a chain engine logs it (replayed); None without rounds."""
+        return self.accept.accept_length if self.accept is not None else None
+
+    @property
+    def acceptance_length_estimate(self) -> float:
+        """The closed form 1 + sum_k prod_m<=k cond_m over every row, kept for comparison."""
         return acceptance_length(self.steps)
 
     @property
@@ -35,6 +44,7 @@ class WiringReport:
             "label": self.label,
             "steps": [s.to_dict() for s in self.steps],
             "acceptance_length": self.acceptance_length,
+            "acceptance_length_estimate": self.acceptance_length_estimate,
             "per_sample": [
                 {"index": i, "path": p, "steps": [s.to_dict() for s in steps]}
                 for i, p, steps in self.per_sample
@@ -42,6 +52,14 @@ class WiringReport:
         }
         if self.steps and self.steps[0].specforge is not None:
             d["specforge_simulated_acc_len"] = self.specforge_simulated_acc_len
+        if self.accept is not None:
+            a = self.accept
+            d["accept"] = {
+                "rounds": a.rounds,
+                "accepted": a.accepted,
+                "emitted": a.emitted,
+                "per_depth": a.per_depth,
+            }
         if self.positions:
             d["positions"] = self.positions
         return d
