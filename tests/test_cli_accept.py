@@ -1,0 +1,97 @@
+"""`eagle-inspect accept`: the table, the JSON contract, the flags' checks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_tui_support import needs_demo
+
+from inspector.cli import main
+
+WIRING_KEYS = {
+    "wiring",
+    "label",
+    "rounds",
+    "accepted",
+    "emitted",
+    "accept_length",
+    "per_depth",
+    "per_sample",
+    "by_position",
+    "synthetic_acceptance_rates",
+}
+
+
+def _run(capsys, args):
+    rc = main(["accept", *map(str, args), "--device", "cpu"])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_accept_table_names_the_engine_flags(tiny_synthetic, capsys):
+    draft, samples = tiny_synthetic
+    rc, out, err = _run(capsys, [draft, samples, "--steps", "2"])
+    assert rc == 0
+    assert "accept len" in out and ">=1" in out and ">=2" in out and ">=3" not in out
+    assert "--speculative-num-steps 2" in out and "num_speculative_tokens 2" in out
+    assert "train" in out and "serve" in out
+    # without the target the realised output cannot be checked: said on stderr
+    assert "--target" in err
+
+
+def test_accept_json_contract_and_sums(tiny_synthetic, capsys):
+    draft, samples = tiny_synthetic
+    rc, out, _ = _run(
+        capsys, [draft, samples, "--json", "--steps", "3", "--topk", "2", "--draft-tokens", "6"]
+    )
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["config"] == {"steps": 3, "topk": 2, "draft_tokens": 6, "mode": "replay"}
+    assert doc["samples"] == 3 and len(doc["wirings"]) == 2
+    for w in doc["wirings"]:
+        assert WIRING_KEYS <= w.keys()
+        a = [x for s in w["per_sample"] for x in s["accepted"]]
+        assert w["rounds"] == len(a) and w["accepted"] == sum(a)
+        assert w["accept_length"] == pytest.approx(w["emitted"] / w["rounds"])
+        assert w["per_depth"][0] == pytest.approx(sum(x >= 1 for x in a) / len(a))
+        assert w["per_depth"][2] == pytest.approx(sum(x >= 3 for x in a) / len(a))
+        assert [s["index"] for s in w["per_sample"]] == [0, 1, 2]
+        assert w["by_position"][0]["start"] == 0 and w["by_position"][0]["end"] == 1024
+
+
+def test_accept_limit_and_explicit_wiring(tiny_synthetic, capsys):
+    draft, samples = tiny_synthetic
+    rc, out, _ = _run(capsys, [draft, samples, "--json", "--limit", "1", "--wiring", "0,1,2"])
+    doc = json.loads(out)
+    assert rc == 0 and doc["samples"] == 1
+    assert [w["wiring"] for w in doc["wirings"]] == [[0, 1, 2]]
+    assert doc["config"]["steps"] == 3 and doc["config"]["draft_tokens"] == 4  # the defaults
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--topk", "4"], "--draft-tokens: required with --topk 4"),
+        (["--steps", "2", "--draft-tokens", "5"], "a chain (topk 1) verifies steps + 1 = 3"),
+        (["--steps", "2", "--topk", "2", "--draft-tokens", "9"], "2..7 tokens"),
+    ],
+)
+def test_accept_refuses_settings_no_engine_has_in_one_line(tiny_synthetic, capsys, flags, message):
+    draft, samples = tiny_synthetic
+    rc, out, err = _run(capsys, [draft, samples, *flags])
+    assert rc == 2 and out == ""
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+@needs_demo
+def test_accept_on_the_demo_says_when_samples_are_not_the_targets_output(capsys):
+    rc, out, err = _run(capsys, ["--json", "--limit", "6"])
+    doc = json.loads(out)
+    assert rc == 0
+    train, serve = doc["wirings"]
+    assert train["accept_length"] > serve["accept_length"] + 0.5
+    # the demo's training samples were sampled at temperature 0.7, not the target's greedy output
+    off = train["off_target"]
+    assert off == serve["off_target"] and off["share"] > 0.2
+    assert "not the target's argmax" in err and "capture" in err
