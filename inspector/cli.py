@@ -200,6 +200,14 @@ def _add_accept_parser(sub: argparse._SubParsersAction) -> None:
         help="tokens verified per round, the root included: SGLang "
         "--speculative-num-draft-tokens (a chain: steps + 1)",
     )
+    p.add_argument(
+        "--kv",
+        choices=("exact", "sglang"),
+        default="exact",
+        help="tree draft attention: exact (each node reads its ancestors, the EAGLE reference; "
+        "default) or sglang (stretch: SGLang's topk > 1 draft decode, where each beam row reads "
+        "its own row's earlier KV) to predict SGLang's logged number and what it costs",
+    )
     p.add_argument("--limit", type=_positive, metavar="N", help="replay only the first N samples")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p.add_argument(

@@ -144,6 +144,7 @@ def direct_round(
     *,
     offset: int = 1,
     end: int | None = None,
+    kv: str = "exact",
 ) -> tuple[int, list[int]]:
     """(a, the tree's target ids in candidate order) of the round after committed x_0..x_n.
 
@@ -164,14 +165,18 @@ def direct_round(
     for c in _top(lp, topk):
         cands.append((lp[c], c, -1, 1))
         beam.append((len(cands) - 1, None, z))
+    rows: list[list[int]] = [[] for _ in range(topk)]  # per beam row: the nodes it ran, by level
     prefix = list(range(n))
     ancestors: dict[int | None, list[int]] = {None: []}
     for level in range(1, steps):
         children = []
-        for cand, parent_node, parent_out in beam:
+        for b, (cand, parent_node, parent_out) in enumerate(beam):
             score, tok, _, _ = cands[cand]
             node = len(f.kv[0])
             ancestors[node] = ancestors[parent_node] + [node]
+            if kv == "sglang":  # beam row b reads what row b ran at earlier levels
+                ancestors[node] = rows[b] + [node]
+            rows[b] = rows[b] + [node]
             fed = parent_out
             if cfg.norm_output:  # Eagle 3.1: the next step is fed the normed output
                 fed = rms_norm(parent_out, draft.weights["norm.weight"], cfg.rms_norm_eps)

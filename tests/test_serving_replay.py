@@ -133,3 +133,22 @@ def test_evals_accept_length_is_the_replayed_chain(synthetic_set):
     # the old closed form is kept under its own name
     assert d["acceptance_length_estimate"] == pytest.approx(wr.acceptance_length_estimate)
     assert d["accept"]["rounds"] == replay.rounds
+
+
+@pytest.mark.parametrize("opts", [{}, {"layers": 2}])
+def test_sglang_kv_mode_equals_the_direct_rounds_with_row_kv(opts):
+    """SGLang's topk > 1 draft attention (each beam row reads its own row's earlier KV): the
+    batched replay equals the direct rounds run that way, and differs from the exact mask."""
+    draft = random_draft(seed=7, **opts)
+    t = 14
+    h, ids = _sample(draft, t, seed=3)
+    spec = DraftSpec(4, 3, 12, kv="sglang")
+    got = tree_accepts(draft, h, ids, spec).tolist()
+    want = [0] + [direct_round(draft, h, ids, n, 4, 3, 12, kv="sglang")[0] for n in range(1, t)]
+    assert got == want
+    trees_differ = any(
+        direct_round(draft, h, ids, n, 4, 3, 12, kv="sglang")[1]
+        != direct_round(draft, h, ids, n, 4, 3, 12)[1]
+        for n in range(1, t)
+    )
+    assert trees_differ  # the approximation changes some trees on this draft

@@ -25,7 +25,9 @@ DEFAULT_STEPS = 3
 def spec_from_args(args: argparse.Namespace):
     from inspector.serving.spec import DraftSpec
 
-    return DraftSpec(args.steps or DEFAULT_STEPS, args.topk, args.draft_tokens)
+    return DraftSpec(
+        args.steps or DEFAULT_STEPS, args.topk, args.draft_tokens, kv=getattr(args, "kv", "exact")
+    )
 
 
 def run_accept(args: argparse.Namespace) -> int:
@@ -130,7 +132,9 @@ def render_accept(report) -> Table:
     spec = report.spec
     title = safe(
         f"{report.checkpoint}: accept length per round ({report.mode}, {spec.mode}: "
-        f"{spec.flags()}) on {report.samples} samples, {report.device} {report.dtype}"
+        f"{spec.flags()}"
+        + ("; SGLang's topk > 1 draft KV approximation" if spec.kv == "sglang" else "")
+        + f") on {report.samples} samples, {report.device} {report.dtype}"
     )
     table = Table(title=title, title_justify="left", header_style="bold")
     table.add_column("wiring", no_wrap=True)

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from inspector.errors import InputError
 
+KV_MODES = ("exact", "sglang")
+
 
 @dataclass(frozen=True)
 class DraftSpec:
@@ -21,8 +23,14 @@ class DraftSpec:
     steps: int
     topk: int = 1
     draft_tokens: int | None = None
+    # How a tree node's draft attention reads earlier levels: "exact" (its own ancestors, the
+    # EAGLE reference) or "sglang" (SGLang's topk > 1 draft decode: each beam row reads its own
+    # row's earlier KV, not its parent's - an approximation of the engine's).
+    kv: str = "exact"
 
     def __post_init__(self) -> None:
+        if self.kv not in KV_MODES:
+            raise InputError(None, "--kv", f"{self.kv!r}: one of {', '.join(KV_MODES)}")
         if self.steps < 1:
             raise InputError(None, "--steps", f"{self.steps}: must be at least 1")
         if self.topk < 1:
@@ -63,7 +71,10 @@ class DraftSpec:
         return "chain" if self.is_chain else "tree"
 
     def to_dict(self) -> dict:
-        return {"steps": self.steps, "topk": self.topk, "draft_tokens": self.draft_tokens}
+        d: dict = {"steps": self.steps, "topk": self.topk, "draft_tokens": self.draft_tokens}
+        if self.kv != "exact":
+            d["kv"] = self.kv
+        return d
 
     def flags(self) -> str:
         """The engine flags that select these settings."""

@@ -104,8 +104,15 @@ class RowTrees:
         else:
             assert self._out is not None
             hidden = self._out.gather(0, p[:, :, None].expand(-1, -1, self._out.shape[-1]))
-            # the ancestors of the new nodes: their parents' lineage, and the parents themselves
-            self._lineage = [lin.gather(0, p) for lin in self._lineage] + [p]
+            if self.spec.kv == "sglang":
+                # SGLang's draft decode for topk > 1: beam row b reads the KV that row b wrote at
+                # every earlier level, whichever node its true parent was (the hidden state
+                # still comes from the true parent).
+                own = torch.arange(k, device=p.device)[:, None].expand_as(p)
+                self._lineage = [own] * (len(self._lineage) + 1)
+            else:
+                # the ancestors of the new nodes: their parents' lineage and the parents
+                self._lineage = [lin.gather(0, p) for lin in self._lineage] + [p]
         if cfg.norm_output:
             hidden = rms_norm(hidden, self.draft.weights["norm.weight"], cfg.rms_norm_eps)
         embeds = F.embedding(self._d2t[tokens.T], self._embed).to(hidden.dtype)
