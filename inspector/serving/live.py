@@ -50,8 +50,15 @@ from inspector.draft import Draft
 from inspector.errors import InputError
 from inspector.formats.sample_set import SkippedSample
 from inspector.formats.samples import v1_slot_info
-from inspector.model import LayerCache, draft_layer, draft_logits, fc_input, fc_project
-from inspector.model import rms_norm, rope_cos_sin
+from inspector.model import (
+    LayerCache,
+    draft_layer,
+    draft_logits,
+    fc_input,
+    fc_project,
+    rms_norm,
+    rope_cos_sin,
+)
 from inspector.sample import SlotInfo
 from inspector.serving.beam import Trees, build_trees, stable_topk
 from inspector.serving.replay import AcceptReport, SampleReplay, WiringAccept
