@@ -41,6 +41,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -64,6 +65,10 @@ from inspector.serving.beam import Trees, build_trees, stable_topk
 from inspector.serving.replay import AcceptReport, SampleReplay, WiringAccept
 from inspector.serving.spec import DraftSpec
 from inspector.wiring import Wiring, parse_wiring
+
+if TYPE_CHECKING:  # capture loads transformers; only the loop itself needs it
+    from inspector.capture.run import Prepared
+    from inspector.capture.target import TargetModel
 
 Progress = Callable[[int, int], None]  # (loops done, loops in all): prompts x wirings
 
@@ -293,7 +298,7 @@ class LiveSequence:
 
 
 def run_sequence(
-    target: object,
+    target: TargetModel,
     draft: Draft,
     spec: DraftSpec,
     wiring: Wiring,
@@ -306,11 +311,8 @@ def run_sequence(
     eos: Sequence[int] = (),
     position_offset: int = 1,
 ) -> LiveSequence:
-    """Speculative decoding of one prompt (see the module docstring). `target`: a capture
-    `TargetModel`; `plan_slots`: the slots it returns, in file order."""
-    from inspector.capture.target import TargetModel
-
-    assert isinstance(target, TargetModel)
+    """Speculative decoding of one prompt (see the module docstring). `plan_slots`: the slots
+    the target returns (capture's plan), in file order."""
     dev = draft.device
     eos_set = set(eos)
     p_len = len(prompt)
@@ -390,7 +392,7 @@ def live_folder(out: str | Path, wiring_text: str | Sequence[int], wiring: Wirin
 
 
 def _live_config(
-    prep: object,
+    prep: Prepared,
     input: str | Path,
     key: str,
     spec: DraftSpec,
@@ -399,9 +401,8 @@ def _live_config(
     complete: bool,
 ) -> dict:
     """capture's data_config.json for the loop's samples, keyed by the loop's settings too."""
-    from inspector.capture.run import Prepared, data_config
+    from inspector.capture.run import data_config
 
-    assert isinstance(prep, Prepared)
     cfg = data_config(prep, input, complete)
     cfg["format"]["num_samples"] = n
     cfg["capture"]["key"] = key
@@ -429,6 +430,7 @@ def live_accept(
     out: str | Path | None = None,
     layers: str | None = None,
     target_dtype: str = "auto",
+    target_device: str | None = None,
     position_offset: int = 1,
     labels: Sequence[str] | None = None,
     limit: int | None = None,
@@ -439,7 +441,7 @@ def live_accept(
     without a mask is all prompt) and report its rounds per wiring, mode "live".
 
     draft: loaded with the target (its embedding), on the device and dtype to run; the target
-      loads there too, in `target_dtype` (capture's --dtype).
+      loads in `target_dtype` (capture's --dtype) on `target_device` (None: the draft's).
     wirings: presets or explicit forms (`parse_wiring`) over the slots capture's plan gives this
       draft (`layers`: capture's --layers; None: the draft's configured ids + the target's last
       pre-norm state).
@@ -473,7 +475,7 @@ def live_accept(
         temperature=temperature,
         seed=seed,
         dtype=target_dtype,
-        device=str(draft.device),
+        device=target_device or str(draft.device),
         save_dtype="float32",  # replaced by the target's own dtype once it is loaded
     )
     prep = prepare(target, input, settings, draft_ids=ids)
@@ -487,7 +489,7 @@ def live_accept(
         if len(set(folders)) != len(folders):
             raise InputError(None, "--wiring", "the same wiring twice")
     records = prep.records if limit is None else prep.records[:limit]
-    model = TargetModel(prep.target, dtype=target_dtype, device=str(draft.device))
+    model = TargetModel(prep.target, dtype=target_dtype, device=settings.device)
     save_dtype = str(model.dtype).replace("torch.", "")
     prep = replace(prep, settings=replace(settings, save_dtype=save_dtype))
     cut = prep.max_length - max_new - spec.steps  # the deepest verified position must fit
@@ -535,6 +537,9 @@ def live_accept(
             except InputError as e:
                 if w is parsed[0]:  # the same prompt fails under every wiring: report it once
                     skipped.append(SkippedSample.from_error(i, r.where, e))
+                done += 1
+                if progress is not None:
+                    progress(done, len(records) * len(parsed))
                 continue
             path = r.where
             if fold is not None:
