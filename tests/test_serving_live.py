@@ -83,6 +83,15 @@ def test_greedy_live_loop_equals_the_replay_of_its_sequences_round_by_round(spec
         # every generation: 48 tokens (x_P by the prefill, the rest by rounds) or an EOS
         assert w["emitted"] <= 3 * 47
     _assert_rounds_equal(report, out, spec)
+    for text, wa in zip(WIRINGS, report.wirings, strict=True):
+        for s in wa.per_sample:
+            data = torch.load(out / text / f"data_{s.index}.pt", weights_only=True)
+            ids, mask = data["input_ids"].tolist(), data["loss_mask"].tolist()
+            generated = sum(mask)
+            # x_P from the prefill, every other token from a round; 48 of them unless an EOS
+            assert generated == 1 + int(s.emitted.sum())
+            assert generated == 48 or (generated < 48 and ids[-1] == 0)
+            assert mask == [0] * (len(ids) - generated) + [1] * generated
     # The replay's JSON has the same shape.
     _, rep = _replayer(out / "train", spec)
     replayed = rep.run([report.wirings[0].wiring], labels=["train"]).to_dict()
@@ -223,3 +232,21 @@ def test_live_draft_trees_equal_the_direct_per_node_rounds(steps, topk, n, opts)
         tree = ld.tree()
         _, want = direct_round(draft, h, ids, start, steps, topk, spec.draft_tokens)
         assert ld.d2t[tree.tokens[0]].tolist() == want
+
+
+def test_live_output_folders_are_per_wiring_and_refuse_foreign_ones(tmp_path):
+    from inspector.errors import InputError
+
+    out = tmp_path / "live"
+    (out / "serve").mkdir(parents=True)
+    (out / "serve" / "notes.txt").write_text("someone else's")
+    with pytest.raises(InputError, match="not empty"):
+        live_accept(_draft(), TARGET, PROMPTS, DraftSpec(2), ["serve"], max_new=4, out=out)
+    report = live_accept(
+        _draft(), TARGET, PROMPTS, DraftSpec(2), ["train", "1,2,3"], max_new=4, out=out, limit=1
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["serve", "train", "wiring-1-2-3"]
+    assert report.wirings[1].wiring.slots == (1, 2, 3)
+    assert (out / "wiring-1-2-3" / "data_0.pt").is_file()
+    # the same settings again: the folder is this loop's own, so it is overwritten
+    live_accept(_draft(), TARGET, PROMPTS, DraftSpec(2), ["train"], max_new=4, out=out, limit=1)

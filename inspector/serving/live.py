@@ -488,6 +488,23 @@ def live_accept(
         folders = [live_folder(out, t, w) for t, w in zip(wirings, parsed, strict=True)]
         if len(set(folders)) != len(folders):
             raise InputError(None, "--wiring", "the same wiring twice")
+    keys = [
+        hashlib.sha256(
+            json.dumps(
+                {
+                    "capture": prep.key,
+                    "draft": str(Path(draft.path).resolve()) if draft.path else None,
+                    "spec": spec.to_dict(),
+                    "wiring": list(w.slots),
+                },
+                sort_keys=True,
+            ).encode()
+        ).hexdigest()
+        for w in parsed
+    ]
+    for fold, key in zip(folders, keys, strict=True):
+        if fold is not None:  # before the weights load: a wrong folder fails at once
+            store.check_output(fold, key)
     records = prep.records if limit is None else prep.records[:limit]
     model = TargetModel(prep.target, dtype=target_dtype, device=settings.device)
     save_dtype = str(model.dtype).replace("torch.", "")
@@ -501,12 +518,8 @@ def live_accept(
     ]
     skipped: list[SkippedSample] = []
     done = 0
-    for w, wa, fold in zip(parsed, results, folders, strict=True):
-        key = ""
+    for w, wa, fold, key in zip(parsed, results, folders, keys, strict=True):
         if fold is not None:
-            live_key = {"capture": prep.key, "spec": spec.to_dict(), "wiring": list(w.slots)}
-            key = hashlib.sha256(json.dumps(live_key, sort_keys=True).encode()).hexdigest()
-            store.check_output(fold, key)
             fold.mkdir(parents=True, exist_ok=True)
             # the marker first, as capture writes it: an interrupted run leaves a folder that a
             # rerun with the same settings may overwrite, and nobody else's
