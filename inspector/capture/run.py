@@ -16,7 +16,7 @@ from pathlib import Path
 
 from inspector.capture import store
 from inspector.capture.inputs import MIN_TOKENS, Record, read_input
-from inspector.capture.plan import SlotPlan, plan_slots, read_draft_ids
+from inspector.capture.plan import DraftIds, SlotPlan, plan_slots, read_draft_ids
 from inspector.capture.target import DTYPE_NAMES, TargetInfo, read_target_info
 from inspector.errors import InputError
 
@@ -88,8 +88,17 @@ def _target_identity(target: Path) -> dict:
     return {"path": str(target.resolve()), "files": files}
 
 
-def prepare(target: str | Path, input: str | Path, settings: CaptureSettings) -> Prepared:
-    """Resolve the plan and INPUT (no weights loaded); raises InputError on any bad argument."""
+def prepare(
+    target: str | Path,
+    input: str | Path,
+    settings: CaptureSettings,
+    *,
+    draft_ids: DraftIds | None = None,
+) -> Prepared:
+    """Resolve the plan and INPUT (no weights loaded); raises InputError on any bad argument.
+
+    ``draft_ids``: the ids of a draft already loaded (the live loop's), instead of reading
+    ``settings.draft`` again."""
     target = Path(target)
     s = settings
     if s.save_dtype not in SAVE_DTYPES:
@@ -101,7 +110,7 @@ def prepare(target: str | Path, input: str | Path, settings: CaptureSettings) ->
     if s.temperature < 0:
         raise InputError(None, "--temperature", "must be >= 0")
     info = read_target_info(target)
-    draft = read_draft_ids(s.draft, target) if s.draft else None
+    draft = draft_ids or (read_draft_ids(s.draft, target) if s.draft else None)
     plan = plan_slots(info.num_layers, layers=s.layers, draft=draft, engine=s.engine)
     max_length = s.max_length or min(DEFAULT_MAX_LENGTH, info.max_positions or DEFAULT_MAX_LENGTH)
     if max_length < MIN_TOKENS:

@@ -148,7 +148,12 @@ class TargetModel:
         x = torch.tensor([ids], dtype=torch.long, device=self.input_device)
         self._seen.clear()
         out = self.base(input_ids=x, output_hidden_states=True, use_cache=False)
-        hs = out.hidden_states
+        res = [t.to("cpu", save_dtype) for t in self._pick(out.hidden_states, slots)]
+        self._seen.clear()
+        return res
+
+    def _pick(self, hs: tuple[torch.Tensor, ...], slots: tuple) -> list[torch.Tensor]:
+        """The requested slots of the forward that just ran, [Q, H] each (batch row 0)."""
         L = self.info.num_layers
         if "pre" not in self._seen or len(hs) != L + 1:
             raise RuntimeError(
@@ -162,9 +167,45 @@ class TargetModel:
                 t = self._seen["pre"]
             else:
                 t = hs[s]
-            res.append(t[0].to("cpu", save_dtype))
-        self._seen.clear()
+            res.append(t[0])
         return res
+
+    @torch.no_grad()
+    def forward_cached(
+        self,
+        ids: torch.Tensor,
+        slots: tuple,
+        *,
+        cache: Any = None,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor], Any]:
+        """One forward of ``ids`` [Q] after the tokens held in ``cache`` (None: a prefill): the
+        logits [Q, V], the requested slots [Q, H] (on the model's device and dtype) and the cache,
+        which now holds these Q tokens too.
+
+        ``positions`` [Q] and ``mask`` [Q, cached + Q] (True = may attend) replace the causal
+        defaults, for a tree of tokens verified in one forward. transformers takes a 4D mask as
+        given (no causal mask is built over it); it is passed additive (0 / the dtype's minimum),
+        which the eager and the SDPA attention both read the same way.
+        """
+        params = inspect.signature(self.model.forward).parameters
+        kv = "cache" if "cache" in params else "past_key_values"
+        x = ids.to(self.input_device, torch.long)[None]
+        kwargs: dict[str, Any] = {"use_cache": True, "output_hidden_states": True}
+        if cache is not None:
+            kwargs[kv] = cache
+        if positions is not None:
+            kwargs["position_ids"] = positions.to(self.input_device, torch.long)[None]
+        if mask is not None:
+            add = torch.zeros(mask.shape, dtype=self.dtype, device=self.input_device)
+            add.masked_fill_(~mask.to(self.input_device), torch.finfo(self.dtype).min)
+            kwargs["attention_mask"] = add[None, None]
+        self._seen.clear()
+        out = self.model(input_ids=x, **kwargs)
+        res = self._pick(out.hidden_states, slots)
+        self._seen.clear()
+        return out.logits[0], res, getattr(out, kv)
 
     @torch.no_grad()
     def logits_forward(self, ids: list[int]) -> torch.Tensor:

@@ -245,6 +245,13 @@ def _slot_info_for(
     return infos
 
 
+def v1_slot_info(layer_ids: list[int | None]) -> list[SlotInfo]:
+    """The slots of a speculators v1 sample whose data_config.json names these HF indices (None:
+    the post-norm state), as the loader will read them: what a writer chooses wirings among
+    before its samples exist."""
+    return _slot_info_for("speculators-v1", len(layer_ids), layer_ids, Path("data_config.json"))
+
+
 def read_v2_rows(folder: Path) -> dict[int, tuple[torch.Tensor | None, torch.Tensor]] | None:
     """(input_ids, loss_mask) per dataset row from the speculators v2 Arrow dataset (the one
     `datasets.save_to_disk` writes beside `hidden_states/`); None when absent or pyarrow is missing.

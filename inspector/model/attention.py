@@ -107,6 +107,18 @@ def attend(
     return out.to(q.dtype)
 
 
+def attend_masked(
+    cfg: DraftConfig, q: torch.Tensor, cache: LayerCache, mask: torch.Tensor
+) -> torch.Tensor:
+    """q [B, h, Q, hd] over every key in the cache (its entries concatenated along the sequence,
+    [B, kvh, K_i, hd] each), where mask [Q, sum K_i] (True = may attend) allows: the live serving
+    loop's draft nodes, each seeing the committed rows and its own ancestors only."""
+    rep = cfg.num_heads // cfg.num_kv_heads
+    k = torch.cat(cache.keys, dim=2).repeat_interleave(rep, dim=1)
+    v = torch.cat(cache.values, dim=2).repeat_interleave(rep, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
 def attention_dense(
     q: torch.Tensor,
     k0: torch.Tensor,

@@ -8,7 +8,13 @@ import torch
 import torch.nn.functional as F
 
 from inspector.draft import Draft, DraftConfig
-from inspector.model.attention import DEFAULT_CHUNKING, Chunking, LayerCache, attend
+from inspector.model.attention import (
+    DEFAULT_CHUNKING,
+    Chunking,
+    LayerCache,
+    attend,
+    attend_masked,
+)
 from inspector.model.rope import apply_rope, rms_norm, rope_cos_sin
 
 
@@ -75,6 +81,7 @@ def _layer(
     sin: torch.Tensor,
     cache: LayerCache,
     chunking: Chunking,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     p = f"layers.{idx}."
     eps = cfg.rms_norm_eps
@@ -92,7 +99,7 @@ def _layer(
     k = apply_rope(k, cos, sin)
     cache.keys.append(k)
     cache.values.append(v)
-    o = attend(cfg, q, cache, chunking)
+    o = attend(cfg, q, cache, chunking) if mask is None else attend_masked(cfg, q, cache, mask)
     b, _, t, _ = o.shape
     o = (
         o.transpose(1, 2).reshape(b, t, cfg.num_heads * cfg.head_dim)
@@ -208,9 +215,13 @@ def draft_layer(
     sin: torch.Tensor,
     cache: LayerCache,
     chunking: Chunking = DEFAULT_CHUNKING,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One draft layer on [B, R, H] rows (embeds: the token embeddings, layer 0 only), appending
     its keys/values to `cache` and attending as `attention.attend` does: causally over the
     cache's first keys, and to one key per later cache entry. The serving replay runs tree nodes
-    through it, with the step-0 keys and each node's ancestors' keys in the cache."""
-    return _layer(draft.config, draft.weights, idx, hidden, embeds, cos, sin, cache, chunking)
+    through it, with the step-0 keys and each node's ancestors' keys in the cache.
+
+    With `mask` [R, all keys] (True = may attend), the rows attend instead to exactly the keys it
+    allows among every cache entry concatenated (the live loop's committed rows and tree nodes)."""
+    return _layer(draft.config, draft.weights, idx, hidden, embeds, cos, sin, cache, chunking, mask)

@@ -1,0 +1,594 @@
+"""The live loop: real speculative decoding of the draft against the transformers target, with the
+same rounds, counts and JSON as the replay, and the realised sequences written as samples.
+
+Per prompt and wiring, as the engines run it (EAGLE reference, SGLang, vLLM V1):
+
+1. prefill: the target runs the prompt x_0..x_{P-1} (KV cache kept) and emits x_P (argmax, or a
+   sample at the temperature); the draft's extend pairs fc(h_i) with embed(x_{i+1}) for
+   i = 0..P-1, h_i the target's features at i;
+2. each round after committed x_0..x_n: the draft proposes from its last committed row, n-1 (a
+   chain for topk 1, the EAGLE-2/3 tree otherwise: `beam.build_trees`), its nodes run one beam
+   level at a time, each attending to the committed rows and to its own ancestors only;
+3. the target verifies the root x_n and the tree in one forward over its KV cache: a 4D ancestor
+   mask, positions n + depth. Greedy: the longest path whose tokens equal the target's argmax;
+   sampling: target-only verification (each drafted token treated as q = 1: a child is accepted
+   with probability p_T(child), the rejected siblings' mass removed and the rest renormalised);
+   the bonus token is the target's (argmax, or a sample of what is left);
+4. the target's KV cache keeps the root and the accepted path; the draft's extend runs over the
+   a + 1 newly committed positions with the target features of *that verify forward* (never the
+   draft's own states), paired with the accepted tokens and the bonus;
+5. a round emits a + 1 tokens; generation stops after `max_new` tokens (x_P included) or after
+   the target's EOS (kept), truncating the last round there, as the engines do.
+
+The draft chooses its tokens deterministically (top-K of its softmax, mapped by d2t) and sits at
+RoPE position row + `position_offset`, the evaluator's convention, so the replay of the written
+samples computes the very same trees.
+
+What the samples hold: the realised tokens (loss mask on x_P and after) and, as features, exactly
+what the loop fed the draft: the prefill's and the verify forwards' states (the target's dtype,
+unrounded), the last token's from one more forward. A recapture by a full forward would differ
+from them by float rounding (another batch shape), enough to flip a near-tied draft ranking; with
+the loop's own features the replay of each round equals the loop's, exactly (greedy and sampled:
+the bonus of a round is never one of the children tried at its node, so the realised sequence
+stops matching the tree exactly where verification stopped). Each wiring runs its own loop (its
+tree decides which target states get computed), so each gets its own folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from inspector.draft import Draft
+from inspector.errors import InputError
+from inspector.formats.sample_set import SkippedSample
+from inspector.formats.samples import v1_slot_info
+from inspector.model import (
+    LayerCache,
+    draft_layer,
+    draft_logits,
+    fc_input,
+    fc_project,
+    rms_norm,
+    rope_cos_sin,
+)
+from inspector.sample import SlotInfo
+from inspector.serving.beam import Trees, build_trees, stable_topk
+from inspector.serving.replay import AcceptReport, SampleReplay, WiringAccept
+from inspector.serving.spec import DraftSpec
+from inspector.wiring import Wiring, parse_wiring
+
+if TYPE_CHECKING:  # capture loads transformers; only the loop itself needs it
+    from inspector.capture.run import Prepared
+    from inspector.capture.target import TargetModel
+
+Progress = Callable[[int, int], None]  # (loops done, loops in all): prompts x wirings
+
+
+def fc_rows(draft: Draft, slots: Sequence[torch.Tensor]) -> torch.Tensor:
+    """h = fc(g) of the wired slots ([m, Ht] each, the draft's dtype), computed as the evaluator
+    does (a linear fc as the sum of per-block projections, in block order), so the loop's draft
+    sees the values the replay will."""
+    cfg = draft.config
+    if cfg.norm_before_fc:
+        return fc_project(draft, fc_input(draft, list(slots)))
+    h = None
+    for b, s in enumerate(slots):
+        if cfg.fc_norm:
+            s = rms_norm(s, draft.weights[f"fc_norm.{b}.weight"], cfg.rms_norm_eps)
+        p = s @ draft.fc_block(b).T.contiguous()
+        h = p if h is None else h + p
+    assert h is not None
+    if "fc.bias" in draft.weights:
+        h = h + draft.weights["fc.bias"]
+    return h
+
+
+class LiveDraft:
+    """The draft's side of one sequence: the KV of its committed rows (always computed from the
+    target's features), and the tree of a round drafted from the last committed row."""
+
+    def __init__(self, draft: Draft, spec: DraftSpec, position_offset: int = 1) -> None:
+        self.draft = draft
+        self.spec = spec
+        self.offset = position_offset
+        self.rows = 0  # committed rows: row j pairs h_j with x_{j+1}
+        cfg = draft.config
+        self._k: list[torch.Tensor | None] = [None] * cfg.num_layers
+        self._v: list[torch.Tensor | None] = [None] * cfg.num_layers
+        self._z: torch.Tensor | None = None  # the last committed row's pre-norm output [1, 1, H]
+        self._embed = draft.weights["embed_tokens.weight"]
+        self._d2t = draft.vocab.draft_to_target.to(draft.device)
+
+    @property
+    def d2t(self) -> torch.Tensor:
+        return self._d2t
+
+    def _run(
+        self,
+        hidden: torch.Tensor,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        extra: list[tuple[torch.Tensor, torch.Tensor]] | None,
+        mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """Rows [Q, H] fed with target ids `tokens` [Q] at `positions` [Q], attending by `mask`
+        [Q, committed + extra + Q] to the committed keys, `extra` keys per layer and their own.
+        Returns the outputs [1, Q, H] and the rows' keys/values per layer."""
+        cfg = self.draft.config
+        cos, sin = rope_cos_sin(cfg, positions, hidden.device)
+        embeds = F.embedding(tokens[None], self._embed).to(hidden.dtype)
+        x = hidden[None]
+        new = []
+        for i in range(cfg.num_layers):
+            cache = LayerCache()
+            k, v = self._k[i], self._v[i]
+            if k is not None and v is not None:
+                cache.keys.append(k)
+                cache.values.append(v)
+            if extra is not None:
+                cache.keys.append(extra[i][0])
+                cache.values.append(extra[i][1])
+            x = draft_layer(
+                self.draft, i, x, embeds if i == 0 else None, cos, sin, cache, mask=mask
+            )
+            new.append((cache.keys[-1], cache.values[-1]))
+        return x, new
+
+    def extend(self, h: torch.Tensor, tokens: torch.Tensor) -> None:
+        """Commit rows: h [m, H] the fc output of the target's features at the next m positions,
+        tokens [m] the target ids that follow each (the accepted tokens and the bonus)."""
+        m, c = h.shape[0], self.rows
+        dev = h.device
+        pos = torch.arange(c, c + m, device=dev) + self.offset
+        mask = torch.ones(m, c + m, dtype=torch.bool, device=dev)
+        mask[:, c:] = torch.ones(m, m, dtype=torch.bool, device=dev).tril()
+        x, new = self._run(h, tokens, pos, None, mask)
+        for i, (k, v) in enumerate(new):
+            old_k, old_v = self._k[i], self._v[i]
+            self._k[i] = k if old_k is None else torch.cat([old_k, k], dim=2)
+            self._v[i] = v if old_v is None else torch.cat([old_v, v], dim=2)
+        self._z = x[:, -1:]
+        self.rows += m
+
+    def _topk(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-K log-probs and draft ids of each output row z [1, Q, H]: [1, Q, K] each."""
+        logits = draft_logits(self.draft, z)
+        logp = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+        return stable_topk(logp, self.spec.topk)
+
+    def tree(self) -> Trees:
+        """The round's tree (one row): `build_trees` over this row's beam, each level's K nodes
+        run as one batch, every node seeing the committed rows, its ancestors and itself."""
+        assert self._z is not None, "extend before drafting"
+        k = self.spec.topk
+        z = self._z
+        dev = z.device
+        c = self.rows
+        layers = self.draft.config.num_layers
+        tree_kv: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(layers)]
+        anc = torch.zeros(0, 0, dtype=torch.bool, device=dev)  # [nodes, nodes]: ancestors + self
+        state: dict[str, torch.Tensor] = {}
+
+        def expand(
+            level: int, parent: torch.Tensor, tokens: torch.Tensor
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            nonlocal anc
+            nodes = anc.shape[0]
+            p = parent[0]
+            if level == 1:
+                hidden = z[0].expand(k, -1)
+                par_anc = torch.zeros(k, nodes, dtype=torch.bool, device=dev)
+            else:
+                hidden = state["out"][p]
+                par_anc = anc[state["nodes"][p]]
+            if self.draft.config.norm_output:
+                w = self.draft.weights["norm.weight"]
+                hidden = rms_norm(hidden, w, self.draft.config.rms_norm_eps)
+            pos = torch.full((k,), c - 1 + level + self.offset, device=dev)
+            own = torch.eye(k, dtype=torch.bool, device=dev)
+            mask = torch.cat([torch.ones(k, c, dtype=torch.bool, device=dev), par_anc, own], 1)
+            extra = None
+            if nodes:
+                extra = [
+                    (torch.cat([kk for kk, _ in kv], dim=2), torch.cat([vv for _, vv in kv], 2))
+                    for kv in tree_kv
+                ]
+            x, new = self._run(hidden, self._d2t[tokens[0]], pos, extra, mask)
+            for i, kv in enumerate(new):
+                tree_kv[i].append(kv)
+            grown = torch.zeros(nodes + k, nodes + k, dtype=torch.bool, device=dev)
+            grown[:nodes, :nodes] = anc
+            grown[nodes:] = torch.cat([par_anc, own], 1)
+            anc = grown
+            state["out"] = x[0]
+            state["nodes"] = torch.arange(nodes, nodes + k, device=dev)
+            return self._topk(x)
+
+        v, ids = self._topk(z)
+        return build_trees((v[0], ids[0]), expand, self.spec)
+
+
+def _trim_cache(cache: object, keep: torch.Tensor) -> None:
+    """Keep only the positions `keep` of the target's KV cache (the committed prefix, the root
+    and the accepted path), in place: transformers' DynamicCache, either API."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        for layer in layers:
+            if getattr(layer, "is_sliding", False):
+                raise InputError(
+                    None, "target", "sliding-window attention layers: the live loop needs full ones"
+                )
+            if getattr(layer, "keys", None) is None:
+                continue
+            idx = keep.to(layer.keys.device)
+            layer.keys = layer.keys.index_select(-2, idx)
+            layer.values = layer.values.index_select(-2, idx)
+        return
+    if hasattr(cache, "key_cache") and hasattr(cache, "value_cache"):  # transformers 4.x
+        kc, vc = cache.key_cache, cache.value_cache
+        for i in range(len(kc)):
+            kc[i] = kc[i].index_select(-2, keep.to(kc[i].device))
+            vc[i] = vc[i].index_select(-2, keep.to(vc[i].device))
+        if hasattr(cache, "_seen_tokens"):
+            cache._seen_tokens = int(keep.numel())
+        return
+    raise InputError(None, "target", f"unsupported KV cache type {type(cache).__name__}")
+
+
+def verify_tree(
+    logits: torch.Tensor,
+    tokens: list[int],
+    parent: list[int],
+    temperature: float,
+    gen: torch.Generator | None,
+) -> tuple[list[int], int]:
+    """(the accepted nodes, root to leaf; the bonus token) from the target's logits at the root
+    and at each node ([M + 1, V], row 0 the root's), the nodes' target ids and parents (-1: the
+    root). Children are tried in node order (SGLang's and the EAGLE reference's)."""
+    children: dict[int, list[int]] = {}
+    for j, p in enumerate(parent):
+        children.setdefault(p, []).append(j)
+    cur, path = -1, []
+    while True:
+        row = logits[cur + 1].float().cpu()
+        kids = children.get(cur, [])
+        nxt = None
+        if temperature == 0:
+            best = int(row.argmax())
+            nxt = next((j for j in kids if tokens[j] == best), None)
+            if nxt is None:
+                return path, best
+        else:
+            p = torch.softmax(row / temperature, -1)
+            for j in kids:
+                t = tokens[j]
+                # q = 1 for the drafted token: accept with probability p_T(t); else remove it.
+                if float(torch.rand((), generator=gen)) <= float(p[t]):
+                    nxt = j
+                    break
+                p[t] = 0.0
+                p = p / p.sum()
+            if nxt is None:
+                return path, int(torch.multinomial(p, 1, generator=gen))
+        path.append(nxt)
+        cur = nxt
+
+
+@dataclass
+class LiveSequence:
+    """One prompt's loop: the realised tokens, the features fed (per slot, [T, H] on the CPU)
+    and the rounds (a capped at the stop, the uncapped a of each round)."""
+
+    ids: list[int]
+    prompt_len: int
+    slots: list[torch.Tensor]
+    starts: list[int]
+    accepted: list[int]
+    emitted: list[int]
+    drafted_accepted: list[int]
+
+
+def run_sequence(
+    target: TargetModel,
+    draft: Draft,
+    spec: DraftSpec,
+    wiring: Wiring,
+    plan_slots: tuple,
+    prompt: list[int],
+    *,
+    max_new: int,
+    temperature: float = 0.0,
+    gen: torch.Generator | None = None,
+    eos: Sequence[int] = (),
+    position_offset: int = 1,
+) -> LiveSequence:
+    """Speculative decoding of one prompt (see the module docstring). `plan_slots`: the slots
+    the target returns (capture's plan), in file order."""
+    dev = draft.device
+    eos_set = set(eos)
+    p_len = len(prompt)
+
+    def pick(row: torch.Tensor) -> int:
+        row = row.float().cpu()
+        if temperature == 0:
+            return int(row.argmax())
+        return int(torch.multinomial(torch.softmax(row / temperature, -1), 1, generator=gen))
+
+    def fc_of(feats: list[torch.Tensor]) -> torch.Tensor:
+        # the evaluator's conversion of stored slots: to the draft's device and dtype
+        return fc_rows(draft, [feats[s].to(dev, draft.dtype) for s in wiring.slots])
+
+    logits, f, cache = target.forward_cached(torch.tensor(prompt), plan_slots)
+    parts: list[list[torch.Tensor]] = [[x.cpu()] for x in f]
+    seq = [*prompt, pick(logits[-1])]
+    ld = LiveDraft(draft, spec, position_offset)
+    ld.extend(fc_of([x.cpu() for x in f]), torch.tensor(seq[1:], device=dev))
+    d2t = ld.d2t
+    starts: list[int] = []
+    accepted: list[int] = []
+    emitted: list[int] = []
+    drafted: list[int] = []
+    while len(seq) - p_len < max_new and seq[-1] not in eos_set:
+        n = len(seq) - 1
+        tr = ld.tree()
+        tokens = d2t[tr.tokens[0]].tolist()
+        parent = tr.parent[0].tolist()
+        m = len(tokens)
+        # The tree's ancestor mask (root column always on) and positions n + depth.
+        anc = torch.zeros(m + 1, m + 1, dtype=torch.bool)
+        anc[0, 0] = True
+        for j, par in enumerate(parent):
+            anc[j + 1] = anc[par + 1]
+            anc[j + 1, j + 1] = True
+        mask = torch.cat([torch.ones(m + 1, n, dtype=torch.bool), anc], 1)
+        pos = n + torch.cat([torch.zeros(1, dtype=torch.long), tr.depth[0].cpu()])
+        logits, f, cache = target.forward_cached(
+            torch.tensor([seq[n], *tokens]), plan_slots, cache=cache, positions=pos, mask=mask
+        )
+        path, bonus = verify_tree(logits, tokens, parent, temperature, gen)
+        keep = [0, *(1 + j for j in path)]
+        _trim_cache(cache, torch.cat([torch.arange(n), n + torch.tensor(keep)]))
+        new = [tokens[j] for j in path] + [bonus]
+        room = max_new - (len(seq) - p_len)
+        stop = next((i + 1 for i, t in enumerate(new) if t in eos_set), len(new))
+        out = new[: min(room, stop)]
+        seq += out
+        starts.append(n)
+        accepted.append(min(len(path), len(out)))
+        emitted.append(len(out))
+        drafted.append(len(path))
+        sel = torch.tensor(keep, device=f[0].device)
+        committed = [x.index_select(0, sel).cpu() for x in f]
+        for s, x in enumerate(committed):
+            parts[s].append(x)
+        if len(seq) - p_len < max_new and seq[-1] not in eos_set:
+            ld.extend(fc_of(committed), torch.tensor(seq[n + 1 : n + len(keep) + 1], device=dev))
+    have = sum(x.shape[0] for x in parts[0])
+    if have < len(seq):
+        # the last bonus token: never verified, so one more forward gives its features (they
+        # feed no round of the replay either: a round after x_n reads rows up to n-1)
+        _, f, _ = target.forward_cached(torch.tensor(seq[have:]), plan_slots, cache=cache)
+        for s, x in enumerate(f):
+            parts[s].append(x.cpu())
+    slots = [torch.cat(p)[: len(seq)] for p in parts]
+    return LiveSequence(seq, p_len, slots, starts, accepted, emitted, drafted)
+
+
+def live_folder(out: str | Path, wiring_text: str | Sequence[int], wiring: Wiring) -> Path:
+    """Where a wiring's realised sequences go under `out`: a preset by its name ("train",
+    "serve"), any other wiring by its slots ("wiring-0-1-2")."""
+    if isinstance(wiring_text, str) and wiring_text.strip().lower() in ("train", "serve"):
+        return Path(out) / wiring_text.strip().lower()
+    return Path(out) / ("wiring-" + "-".join(map(str, wiring.slots)))
+
+
+def _live_config(
+    prep: Prepared,
+    input: str | Path,
+    key: str,
+    spec: DraftSpec,
+    wiring: Wiring,
+    n: int,
+    complete: bool,
+) -> dict:
+    """capture's data_config.json for the loop's samples, keyed by the loop's settings too."""
+    from inspector.capture.run import data_config
+
+    cfg = data_config(prep, input, complete)
+    cfg["format"]["num_samples"] = n
+    cfg["capture"]["key"] = key
+    s = prep.settings
+    cfg["live"] = {
+        "spec": spec.to_dict(),
+        "wiring": list(wiring.slots),
+        "temperature": s.temperature,
+        "seed": s.seed,
+        "features": "the prefill's and the verify forwards' states: what the loop fed its draft",
+    }
+    return cfg
+
+
+def live_accept(
+    draft: Draft,
+    target: str | Path,
+    input: str | Path,
+    spec: DraftSpec,
+    wirings: Sequence[str | Sequence[int]] = ("train",),
+    *,
+    max_new: int,
+    temperature: float = 0.0,
+    seed: int = 0,
+    out: str | Path | None = None,
+    layers: str | None = None,
+    target_dtype: str = "auto",
+    target_device: str | None = None,
+    position_offset: int = 1,
+    labels: Sequence[str] | None = None,
+    limit: int | None = None,
+    progress: Progress | None = None,
+) -> AcceptReport:
+    """Run speculative decoding of `draft` against `target` over INPUT's prompts (capture's forms:
+    a record's prompt is what precedes its first loss-masked token; an `{"input_ids"}` line
+    without a mask is all prompt) and report its rounds per wiring, mode "live".
+
+    draft: loaded with the target (its embedding), on the device and dtype to run; the target
+      loads in `target_dtype` (capture's --dtype) on `target_device` (None: the draft's).
+    wirings: presets or explicit forms (`parse_wiring`) over the slots capture's plan gives this
+      draft (`layers`: capture's --layers; None: the draft's configured ids + the target's last
+      pre-norm state).
+    max_new: tokens generated per prompt, the prefill's x_P included; stops early after EOS.
+    temperature: 0 greedy; else sampled, target-only verification, a CPU generator per prompt
+      seeded from `seed` and the prompt's index as capture --generate seeds it.
+    out: a folder per wiring (`live_folder`) receives the realised sequences as capture-format
+      samples (same slots, loss mask from x_P on, the features the loop fed its draft).
+    """
+    from inspector.capture import store
+    from inspector.capture.plan import DraftIds
+    from inspector.capture.run import CaptureSettings, prepare
+    from inspector.capture.target import TargetModel
+
+    if max_new < 1:
+        raise InputError(None, "--max-new", f"{max_new}: at least 1 (the prefill's token)")
+    if temperature < 0:
+        raise InputError(None, "--temperature", "must be >= 0")
+    folder = Path(draft.path) if draft.path else Path(".")
+    ids = DraftIds(
+        folder,
+        draft.config.aux_layer_ids,
+        draft.config.aux_layer_convention,
+        draft.config.num_fc_blocks,
+        folder / "config.json",
+    )
+    settings = CaptureSettings(
+        layers=layers,
+        draft=draft.path or None,
+        generate=max_new,
+        temperature=temperature,
+        seed=seed,
+        dtype=target_dtype,
+        device=target_device or str(draft.device),
+        save_dtype="float32",  # replaced by the target's own dtype once it is loaded
+    )
+    prep = prepare(target, input, settings, draft_ids=ids)
+    plan = prep.plan
+    infos: list[SlotInfo] = v1_slot_info([None if s == "post-norm" else s for s in plan.slots])
+    n_blocks = draft.config.num_fc_blocks
+    parsed = [parse_wiring(w, infos, n_blocks) for w in wirings]
+    folders: list[Path | None] = [None] * len(parsed)
+    if out is not None:
+        folders = [live_folder(out, t, w) for t, w in zip(wirings, parsed, strict=True)]
+        if len(set(folders)) != len(folders):
+            raise InputError(None, "--wiring", "the same wiring twice")
+    keys = [
+        hashlib.sha256(
+            json.dumps(
+                {
+                    "capture": prep.key,
+                    "draft": str(Path(draft.path).resolve()) if draft.path else None,
+                    "spec": spec.to_dict(),
+                    "wiring": list(w.slots),
+                },
+                sort_keys=True,
+            ).encode()
+        ).hexdigest()
+        for w in parsed
+    ]
+    for fold, key in zip(folders, keys, strict=True):
+        if fold is not None:  # before the weights load: a wrong folder fails at once
+            store.check_output(fold, key)
+    records = prep.records if limit is None else prep.records[:limit]
+    model = TargetModel(prep.target, dtype=target_dtype, device=settings.device)
+    save_dtype = str(model.dtype).replace("torch.", "")
+    prep = replace(prep, settings=replace(settings, save_dtype=save_dtype))
+    cut = prep.max_length - max_new - spec.steps  # the deepest verified position must fit
+    eos = prep.info.eos_ids
+
+    results = [
+        WiringAccept(w, labels[i] if labels else w.label(infos), spec.steps)
+        for i, w in enumerate(parsed)
+    ]
+    skipped: list[SkippedSample] = []
+    done = 0
+    for w, wa, fold, key in zip(parsed, results, folders, keys, strict=True):
+        if fold is not None:
+            fold.mkdir(parents=True, exist_ok=True)
+            # the marker first, as capture writes it: an interrupted run leaves a folder that a
+            # rerun with the same settings may overwrite, and nobody else's
+            store.write_config(fold, _live_config(prep, input, key, spec, w, len(records), False))
+        lengths: dict[int, int] = {}
+        for i, r in enumerate(records):
+            prompt = r.prompt[:cut]
+            try:
+                if not prompt:
+                    raise InputError(r.where, None, "no prompt token before the generated part")
+                gen = torch.Generator().manual_seed((seed * 1_000_003 + i) % (1 << 62))
+                with torch.inference_mode():
+                    seq = run_sequence(
+                        model,
+                        draft,
+                        spec,
+                        w,
+                        plan.slots,
+                        prompt,
+                        max_new=max_new,
+                        temperature=temperature,
+                        gen=gen,
+                        eos=eos,
+                        position_offset=position_offset,
+                    )
+                if len(seq.ids) < 3:
+                    raise InputError(r.where, None, f"{len(seq.ids)} tokens after generation")
+            except InputError as e:
+                if w is parsed[0]:  # the same prompt fails under every wiring: report it once
+                    skipped.append(SkippedSample.from_error(i, r.where, e))
+                done += 1
+                if progress is not None:
+                    progress(done, len(records) * len(parsed))
+                continue
+            path = r.where
+            if fold is not None:
+                mask = [0] * seq.prompt_len + [1] * (len(seq.ids) - seq.prompt_len)
+                store.write_sample(fold, i, torch.tensor(seq.ids), seq.slots, torch.tensor(mask))
+                lengths[i] = len(seq.ids)
+                path = str(store.sample_path(fold, i))
+            a_by_start = np.full(len(seq.ids), -1, dtype=np.int64)
+            a_by_start[seq.starts] = seq.drafted_accepted
+            wa.per_sample.append(
+                SampleReplay(
+                    i,
+                    path,
+                    np.array(seq.starts, dtype=np.int64),
+                    np.array(seq.accepted, dtype=np.int64),
+                    np.array(seq.emitted, dtype=np.int64),
+                    a_by_start,
+                    spec.steps,
+                )
+            )
+            done += 1
+            if progress is not None:
+                progress(done, len(records) * len(parsed))
+        if fold is not None:
+            store.write_lengths(fold, lengths)
+            store.write_config(fold, _live_config(prep, input, key, spec, w, len(records), True))
+    n_samples = len({s.index for wa in results for s in wa.per_sample})
+    return AcceptReport(
+        spec=spec,
+        mode="live",
+        checkpoint=draft.path,
+        samples=n_samples,
+        device=str(draft.device),
+        dtype=str(draft.dtype).replace("torch.", ""),
+        slots=infos,
+        wirings=results,
+        skipped=skipped,
+        verifier=str(target),
+    )
