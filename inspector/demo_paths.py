@@ -30,6 +30,11 @@ class DemoPaths:
         return self.root / "samples" / "held"
 
     @property
+    def prompts(self) -> Path:
+        """Eight short Python prompts (capture --generate and accept --live take them)."""
+        return self.root / "prompts.jsonl"
+
+    @property
     def tokenizer(self) -> Path:
         return self.target / "tokenizer.json"
 

@@ -95,3 +95,40 @@ def test_accept_on_the_demo_says_when_samples_are_not_the_targets_output(capsys)
     off = train["off_target"]
     assert off == serve["off_target"] and off["share"] > 0.2
     assert "not the target's argmax" in err and "capture" in err
+
+
+@needs_demo
+def test_accept_live_on_the_demo_and_its_replay_agree_round_by_round(tmp_path, capsys):
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the loop is many small forwards: threads only contend here
+    try:
+        out = tmp_path / "live"
+        rc, text, err = _run(
+            capsys, ["--live", "--max-new", "16", "--limit", "2", "--out", out, "--json"]
+        )
+        assert rc == 0, err
+        live = json.loads(text)
+        assert live["config"]["mode"] == "live" and live["samples"] == 2
+        assert [w["label"].split(" ")[0] for w in live["wirings"]] == ["train", "serve"]
+        assert "replays them" in err
+        from inspector.demo_paths import demo_paths
+
+        draft = demo_paths().draft
+        rc, text, _ = _run(capsys, [draft, out / "train", "--wiring", "train", "--json"])
+        replay = json.loads(text)
+    finally:
+        torch.set_num_threads(threads)
+    assert rc == 0 and replay["config"]["mode"] == "replay"
+    got = [s["accepted"] for s in replay["wirings"][0]["per_sample"]]
+    assert got == [s["accepted"] for s in live["wirings"][0]["per_sample"]]
+    assert replay["wirings"][0]["accept_length"] == live["wirings"][0]["accept_length"]
+
+
+def test_accept_live_needs_a_target_and_prompts(tiny_synthetic, capsys):
+    draft, samples = tiny_synthetic
+    rc, _, err = _run(capsys, [draft, "--live", "--prompts", "p.jsonl"])
+    assert rc == 2 and "--target" in err
+    rc, _, err = _run(capsys, [draft, samples, "--live", "--target", "t"])
+    assert rc == 2 and "SAMPLES" in err and "--prompts" in err

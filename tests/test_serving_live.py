@@ -209,6 +209,7 @@ CASES = [
     (3, 4, 8, {}),
     (4, 3, 12, {"layers": 2}),
     (3, 2, 7, {"norm_output": True}),
+    (4, 3, 12, {"kv": "sglang"}),
 ]
 
 
@@ -216,8 +217,10 @@ CASES = [
 def test_live_draft_trees_equal_the_direct_per_node_rounds(steps, topk, n, opts):
     """The loop's draft: its committed KV extended a few rows at a time, its tree from the last
     row, equal to the slow oracle's at that start, on random drafts."""
+    opts = dict(opts)
+    kv = opts.pop("kv", "exact")
     draft = random_draft(seed=steps * 10 + topk, **opts)
-    spec = DraftSpec(steps, topk, n)
+    spec = DraftSpec(steps, topk, n, kv=kv)
     g = torch.Generator().manual_seed(topk)
     t = 14
     ids = torch.randint(0, draft.config.vocab_size, (t,), generator=g)
@@ -230,7 +233,7 @@ def test_live_draft_trees_equal_the_direct_per_node_rounds(steps, topk, n, opts)
         ld.extend(h[start : start + chunk], ids[start + 1 : start + chunk + 1])
         start += chunk
         tree = ld.tree()
-        _, want = direct_round(draft, h, ids, start, steps, topk, spec.draft_tokens)
+        _, want = direct_round(draft, h, ids, start, steps, topk, spec.draft_tokens, kv=kv)
         assert ld.d2t[tree.tokens[0]].tolist() == want
 
 

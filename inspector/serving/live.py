@@ -189,7 +189,10 @@ class LiveDraft:
                 par_anc = torch.zeros(k, nodes, dtype=torch.bool, device=dev)
             else:
                 hidden = state["out"][p]
-                par_anc = anc[state["nodes"][p]]
+                # the keys a node reads: its true ancestors' (exact), or, as SGLang's topk > 1
+                # draft decode does, those its own beam row wrote at earlier levels
+                row = torch.arange(k, device=dev) if self.spec.kv == "sglang" else p
+                par_anc = anc[state["nodes"][row]]
             if self.draft.config.norm_output:
                 w = self.draft.weights["norm.weight"]
                 hidden = rms_norm(hidden, w, self.draft.config.rms_norm_eps)
@@ -417,6 +420,21 @@ def _live_config(
     return cfg
 
 
+def _label(
+    given: str | Sequence[int],
+    w: Wiring,
+    infos: Sequence[SlotInfo],
+    labels: Sequence[str] | None,
+    i: int,
+) -> str:
+    """As `accept` labels the replay's wirings: a preset's name before its slots."""
+    if labels:
+        return labels[i]
+    if isinstance(given, str) and given in ("train", "serve"):
+        return f"{given} {w.label(infos)}"
+    return w.label(infos)
+
+
 def live_accept(
     draft: Draft,
     target: str | Path,
@@ -513,7 +531,7 @@ def live_accept(
     eos = prep.info.eos_ids
 
     results = [
-        WiringAccept(w, labels[i] if labels else w.label(infos), spec.steps)
+        WiringAccept(w, _label(wirings[i], w, infos, labels, i), spec.steps)
         for i, w in enumerate(parsed)
     ]
     skipped: list[SkippedSample] = []

@@ -1,0 +1,79 @@
+"""`eagle-inspect accept --live`: real speculative decoding against the target (transformers)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from inspector.commands.output import safe
+from inspector.errors import InputError
+
+
+def live_inputs(args: argparse.Namespace) -> tuple[Path, Path, Path]:
+    """(draft, target, prompts): as given, or the bundled demo's when CKPT is left out."""
+    if args.samples:
+        raise InputError(None, "SAMPLES", "--live generates its own: pass --prompts INPUT instead")
+    if args.checkpoint is None:
+        from inspector.demo_paths import demo_paths
+
+        demo = demo_paths()
+        target = Path(args.target) if args.target and args.target != "auto" else demo.target
+        return demo.draft, target, Path(args.prompts) if args.prompts else demo.prompts
+    if not args.target:
+        raise InputError(None, "--target", "--live runs the target: pass --target DIR")
+    if not args.prompts:
+        raise InputError(None, "--prompts", "--live needs prompts: pass --prompts INPUT")
+    target = Path(args.target)
+    if args.target == "auto":
+        from inspector.commands.common import resolve_inputs
+
+        target = resolve_inputs(
+            argparse.Namespace(**{**vars(args), "prompts": None, "samples": ["-"]})
+        ).target
+    return Path(args.checkpoint), target, Path(args.prompts)
+
+
+def run_live(args: argparse.Namespace, spec, err: Console):
+    from inspector.evaluate import resolve_device
+    from inspector.formats import load_draft
+    from inspector.serving.live import live_accept
+
+    draft_dir, target, prompts = live_inputs(args)
+    device = resolve_device(args.device)
+    draft = load_draft(draft_dir, target=target, dtype=args.dtype, device=device)
+    specs = args.wiring or ["train", "serve"]
+    with Progress(
+        TextColumn("speculative decoding"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    ) as progress:
+        task = progress.add_task("live", total=None)
+        report = live_accept(
+            draft,
+            target,
+            prompts,
+            spec,
+            specs,
+            max_new=args.max_new,
+            temperature=args.temperature,
+            seed=args.seed,
+            out=args.out,
+            target_dtype=args.dtype,
+            limit=args.limit,
+            progress=lambda done, total: progress.update(task, completed=done, total=total),
+        )
+    if args.out:
+        err.print(
+            f"wrote the realised sequences per wiring under {safe(args.out)}: "
+            f"eagle-inspect accept {safe(draft_dir)} {safe(args.out)}/<wiring> replays them",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return report
