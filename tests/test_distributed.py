@@ -53,3 +53,31 @@ def test_torchrun_two_ranks_equals_one_process(golden, tmp_path):
     assert a["device"] == "cpu x2"
     a["device"] = b["device"]
     assert a == b
+
+
+@pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not on PATH")
+def test_torchrun_accept_equals_one_process(tiny_synthetic):
+    draft, samples = tiny_synthetic
+    args = ["accept", str(draft), str(samples), "--json", "--device", "cpu", "--steps", "2"]
+    args += ["--topk", "2", "--draft-tokens", "4"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    multi = subprocess.run(
+        ["torchrun", "--nproc_per_node", "2", "--master_port", "29534", "-m", "inspector", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        check=True,
+    )
+    single = subprocess.run(
+        [sys.executable, "-m", "inspector", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env=env,
+    )
+    a, b = json.loads(multi.stdout), json.loads(single.stdout)
+    assert a["device"] == "cpu x2"
+    a["device"] = b["device"]
+    assert a == b and a["samples"] == 3
