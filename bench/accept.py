@@ -29,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scale import RUN_ONE, write_set  # noqa: E402
 
+from inspector.evaluate import Evaluator  # noqa: E402
+from inspector.formats import SampleSet  # noqa: E402
 from inspector.serving.replay import Replayer  # noqa: E402
 from inspector.serving.spec import DraftSpec  # noqa: E402
 from inspector.session import Inputs, load_evaluator  # noqa: E402
@@ -53,9 +55,15 @@ def timed(fn, device: torch.device, repeats: int) -> float:
 def throughput(args: argparse.Namespace, draft: Path, samples: Path) -> None:
     inputs = Inputs(draft, [str(samples)])
     s = args.steps
+    loaded = load_evaluator(inputs, device=args.device, dtype=args.dtype, ttt_steps=s)
 
-    def fresh(steps: int):
-        return load_evaluator(inputs, device=args.device, dtype=args.dtype, ttt_steps=steps)
+    def fresh(steps: int) -> Evaluator:
+        # the draft loaded once; the sample files and every cache anew each run
+        cfg = loaded.draft.config
+        files = SampleSet(
+            [str(samples)], vocab_size=cfg.vocab_size, hidden_size=cfg.target_hidden_size
+        )
+        return Evaluator(loaded.draft, files, ttt_steps=steps, budget=loaded.budget)
 
     ev = fresh(s)
     device = ev.device
