@@ -253,3 +253,27 @@ def test_live_output_folders_are_per_wiring_and_refuse_foreign_ones(tmp_path):
     assert (out / "wiring-1-2-3" / "data_0.pt").is_file()
     # the same settings again: the folder is this loop's own, so it is overwritten
     live_accept(_draft(), TARGET, PROMPTS, DraftSpec(2), ["train"], max_new=4, out=out, limit=1)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=["chain", "tree"])
+def test_replay_of_capture_generate_equals_the_live_loop_round_by_round(spec, tmp_path):
+    """The user's path: `capture --generate` (the target's greedy continuations, the slots from
+    one full forward) then `accept` on them, against real speculative decoding, both in float32.
+    The two compute the target's features in other batch shapes (a full forward vs the verify
+    forwards), so they agree to float32 rounding, and every round agrees on the demo's prompts.
+    Saved in bfloat16 (capture's default, as speculators saves) the features move by up to 2^-9
+    relative, enough to flip a near-tied draft ranking: one round of the serve wiring's 117 on
+    these prompts, so the replay of bf16 samples is exact up to such rounds."""
+    from inspector.cli import main
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(PROMPTS.read_text().splitlines(keepends=True)[:3]))
+    cap = tmp_path / "cap"
+    argv = ["capture", str(TARGET), str(prompts), "--out", str(cap), "--draft", str(DRAFT)]
+    assert main([*argv, "--generate", "48", "--device", "cpu", "--save-dtype", "float32"]) == 0
+    live = live_accept(_draft(torch.float32), TARGET, prompts, spec, list(WIRINGS), max_new=48)
+    ev, rep = _replayer(cap, spec, torch.float32)
+    for text, wa in zip(WIRINGS, live.wirings, strict=True):
+        assert [rep.replay(s.index, ev.wiring(text)).accepted.tolist() for s in wa.per_sample] == [
+            s.accepted.tolist() for s in wa.per_sample
+        ], text
