@@ -81,7 +81,7 @@ def test_accepted_path_follows_the_matching_child_and_stops_at_the_limit():
     parent = torch.tensor([[-1, -1, 0, 0, 1, 4]] * 4)
     truth = torch.tensor([[7, 3, 8], [7, 3, 8], [5, 2, 9], [6, 3, 8]])
     a, at = accepted_path(tokens, parent, truth, torch.tensor([3, 2, 3, 3]))
-    assert a.tolist() == [3, 2, 2, 0]
+    assert a.tolist() == [3, 2, 2, 0] and a.dtype == at.dtype == torch.long
     assert at.tolist() == [5, 4, 3, -1]
     # a token that appears in the tree but not under the accepted node does not count
     a, _ = accepted_path(tokens, parent, torch.tensor([[5, 3, 8]] * 4), torch.full((4,), 3))

@@ -39,8 +39,16 @@ def test_stats_pool_rounds_like_the_engines():
     ]
     t = AcceptStats.of([Round(3000, 1, 2)], depth=3)
     t.add(s)
-    assert (t.rounds, t.emitted, t.at_least) == (5, 12, [4, 2, 1])
-    assert [b["start"] for b in t.by_position()] == [0, 1024, 2048]
+    assert (t.rounds, t.accepted, t.emitted, t.at_least) == (5, 7, 12, [4, 2, 1])
+    assert [(b["start"], b["rounds"], b["accept_length"]) for b in t.by_position()] == [
+        (0, 2, 2.5),
+        (1024, 2, 2.5),
+        (2048, 1, 2.0),
+    ]
+    t.add(AcceptStats.of([Round(10, 3, 4)], depth=3))  # into an existing bucket
+    assert t.by_position()[0]["rounds"] == 3 and t.by_position()[0]["accept_length"] == 3.0
+    with pytest.raises(ValueError):
+        t.add(AcceptStats(2))  # another depth: the per-depth counts do not line up
     empty = AcceptStats(2)
     assert empty.accept_length is None and empty.per_depth == [None, None]
 
@@ -53,4 +61,8 @@ def test_chain_accepts_counts_leading_hits_per_row():
     ]
     # rows 0..5 (T = 7); row r is the round after x_0..x_{r+1}
     a = chain_accepts(hits, 7)
-    assert a.tolist() == [0, 3, 1, 0, 2, 1, 0]
+    assert a.tolist() == [0, 3, 1, 0, 2, 1, 0] and a.dtype == np.int64
+    assert chain_accepts([], 0).tolist() == [] and chain_accepts(
+        [np.ones(0, bool)], 1
+    ).tolist() == [0]
+    assert chain_accepts([], 3).tolist() == [0, 0, 0]
