@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from inspector.draft import Draft, DraftConfig
 from inspector.model.attention import DEFAULT_CHUNKING, Chunking, LayerCache, attend
-from inspector.model.rope import apply_rope, rms_norm, rope_cos_sin
+from inspector.model.rope import apply_rope, deinterleave, rms_norm, rope_cos_sin
 
 
 def fc_input(draft: Draft, slots: list[torch.Tensor]) -> torch.Tensor:
@@ -57,6 +57,45 @@ def _project_qkv(
     return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
 
+def _project_qkv_mla(
+    cfg: DraftConfig,
+    w: dict[str, torch.Tensor],
+    p: str,
+    a: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """MLA q, k (RoPE applied to the rope dims) and v, [B, heads, T, dims] each.
+
+    As SpecForge's and TorchSpec's MLA drafts (after DeepSeek-V3): q = q_b(norm(q_a(a))) split
+    per head into [nope | rope]; kv_a(a) = [compressed kv | one shared rope key]; kv_b(norm(
+    compressed)) = per head [k_nope | v]. RoPE rotates adjacent pairs of the rope dims only.
+    """
+    m = cfg.mla
+    assert m is not None
+    b, t, _ = a.shape
+    eps, nh, att = cfg.rms_norm_eps, cfg.num_heads, p + "self_attn."
+    if m.q_lora_rank is None:
+        q = a @ w[att + "q_proj.weight"].T
+    else:
+        q = rms_norm(a @ w[att + "q_a_proj.weight"].T, w[att + "q_a_layernorm.weight"], eps)
+        q = q @ w[att + "q_b_proj.weight"].T
+    q = q.view(b, t, nh, m.qk_head_dim).transpose(1, 2)
+    compressed, k_rope = (a @ w[att + "kv_a_proj_with_mqa.weight"].T).split(
+        [m.kv_lora_rank, m.qk_rope_head_dim], dim=-1
+    )
+    kv = rms_norm(compressed, w[att + "kv_a_layernorm.weight"], eps) @ w[att + "kv_b_proj.weight"].T
+    k_nope, v = kv.view(b, t, nh, m.qk_nope_head_dim + m.v_head_dim).split(
+        [m.qk_nope_head_dim, m.v_head_dim], dim=-1
+    )
+    q_nope, q_rope = q.split([m.qk_nope_head_dim, m.qk_rope_head_dim], dim=-1)
+    q_rope = apply_rope(deinterleave(q_rope), cos, sin)
+    k_rope = apply_rope(deinterleave(k_rope[:, None]), cos, sin)  # [B, 1, T, rope]: every head's
+    q = torch.cat([q_nope, q_rope], dim=-1)
+    k = torch.cat([k_nope.transpose(1, 2), k_rope.expand(b, nh, t, m.qk_rope_head_dim)], dim=-1)
+    return q, k, v.transpose(1, 2)
+
+
 def _rowwise_mlp(x: torch.Tensor, w: dict[str, torch.Tensor], p: str, rows: int) -> torch.Tensor:
     """mlp(x), in row chunks when x is long and no autograd is running (same values per row)."""
     r = x.shape[-2]
@@ -86,18 +125,18 @@ def _layer(
     else:
         a = rms_norm(hidden, w[p + "input_layernorm.weight"], eps)
         residual = hidden
-    q, k, v = _project_qkv(cfg, w, p, a)
+    if cfg.mla is not None:
+        q, k, v = _project_qkv_mla(cfg, w, p, a, cos, sin)
+    else:
+        q, k, v = _project_qkv(cfg, w, p, a)
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
     del a
-    q = apply_rope(q, cos, sin)
-    k = apply_rope(k, cos, sin)
     cache.keys.append(k)
     cache.values.append(v)
     o = attend(cfg, q, cache, chunking)
-    b, _, t, _ = o.shape
-    o = (
-        o.transpose(1, 2).reshape(b, t, cfg.num_heads * cfg.head_dim)
-        @ w[p + "self_attn.o_proj.weight"].T
-    )
+    b, nh, t, dv = o.shape
+    o = o.transpose(1, 2).reshape(b, t, nh * dv) @ w[p + "self_attn.o_proj.weight"].T
     if p + "self_attn.o_proj.bias" in w:
         o = o + w[p + "self_attn.o_proj.bias"]
     u = residual + o
@@ -119,7 +158,7 @@ def _steps(
     b, r, _ = h.shape
     embed = w["embed_tokens.weight"]
     base_pos = torch.arange(r, device=h.device) + position_offset
-    caches = [LayerCache() for _ in range(cfg.num_layers)]
+    caches = [LayerCache(cfg.sliding_window(i)) for i in range(cfg.num_layers)]
     hidden = h
     for k in range(steps):
         # Step k reads x_{j+1+k}; rows past the end get the padding id 0, as the peers do.

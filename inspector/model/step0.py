@@ -21,10 +21,18 @@ class Step0Shared:
     tokens: [R], the token x_{j+1} fed at row j; position_offset: RoPE position of row 0.
     """
 
+    @staticmethod
+    def supports(draft: Draft) -> bool:
+        """Whether the split holds: one layer of Llama attention (MLA's q and kv pass through
+        norms after their first projection, so its embedding half cannot be factored out)."""
+        return draft.config.num_layers == 1 and draft.config.mla is None
+
     def __init__(self, draft: Draft, tokens: torch.Tensor, position_offset: int) -> None:
         cfg, w, p = draft.config, draft.weights, "layers.0."
-        if cfg.num_layers != 1:
-            raise ValueError(f"Step0Shared needs a single-layer draft, got {cfg.num_layers} layers")
+        if not self.supports(draft):
+            raise ValueError(
+                f"Step0Shared needs a single-layer, non-MLA draft, got {cfg.num_layers} layers"
+            )
         hs = cfg.hidden_size
         e = F.embedding(tokens, w["embed_tokens.weight"]).to(w["fc.weight"].dtype)
         e = rms_norm(e, w[p + "input_layernorm.weight"], cfg.rms_norm_eps)
@@ -65,7 +73,11 @@ def step0_logits_at_rows(
     v = v.transpose(1, 2)
     rep = nh // nkv
     k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    allowed = torch.arange(r, device=h.device)[None, :] <= rows[:, None]  # causal, [R', R]
+    back = rows[:, None] - torch.arange(r, device=h.device)[None, :]  # rows back, [R', R]
+    allowed = back >= 0  # causal
+    window = cfg.sliding_window(0)
+    if window is not None:
+        allowed = allowed & (back < window)
     o = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
     o = o.transpose(1, 2).reshape(b, -1, nh * hd) @ w[p + "self_attn.o_proj.weight"].T
     if p + "self_attn.o_proj.bias" in w:
