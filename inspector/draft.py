@@ -39,6 +39,9 @@ class MlaConfig:
     qk_nope_head_dim: int
     qk_rope_head_dim: int
     v_head_dim: int
+    # DeepSeek rotates adjacent pairs of the rope dims (true, the default, and every MLA draft
+    # trainer's); transformers' `rope_interleave: false` rotates the halves, as Llama does.
+    rope_interleave: bool = True
 
     @property
     def qk_head_dim(self) -> int:

@@ -299,6 +299,7 @@ def read_mla(layer: ConfigReader) -> MlaConfig | None:
         qk_nope_head_dim=layer.positive_int("qk_nope_head_dim"),
         qk_rope_head_dim=rope,
         v_head_dim=layer.positive_int("v_head_dim"),
+        rope_interleave=layer.flag("rope_interleave", True),
     )
 
 

@@ -89,8 +89,11 @@ def _project_qkv_mla(
         [m.qk_nope_head_dim, m.v_head_dim], dim=-1
     )
     q_nope, q_rope = q.split([m.qk_nope_head_dim, m.qk_rope_head_dim], dim=-1)
-    q_rope = apply_rope(deinterleave(q_rope), cos, sin)
-    k_rope = apply_rope(deinterleave(k_rope[:, None]), cos, sin)  # [B, 1, T, rope]: every head's
+    k_rope = k_rope[:, None]  # [B, 1, T, rope]: one rope key for every head
+    if m.rope_interleave:
+        q_rope, k_rope = deinterleave(q_rope), deinterleave(k_rope)
+    q_rope = apply_rope(q_rope, cos, sin)
+    k_rope = apply_rope(k_rope, cos, sin)
     q = torch.cat([q_nope, q_rope], dim=-1)
     k = torch.cat([k_nope.transpose(1, 2), k_rope.expand(b, nh, t, m.qk_rope_head_dim)], dim=-1)
     return q, k, v.transpose(1, 2)
