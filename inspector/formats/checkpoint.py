@@ -126,8 +126,11 @@ def load_draft(
     target_dtype = _resolve_dtype(dtype, weights["fc.weight"].dtype)
     draft = Draft(
         config=cfg,
+        # Row-major weights: the forward multiplies `x @ W.T`, fast on CPU in every dtype only
+        # for a contiguous W.
         weights={
-            k: (v.to(target_dtype) if v.is_floating_point() else v) for k, v in weights.items()
+            k: (v.to(target_dtype).contiguous() if v.is_floating_point() else v)
+            for k, v in weights.items()
         },
         vocab=vocab,
         name=folder.name,

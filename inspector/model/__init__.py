@@ -14,6 +14,8 @@ from inspector.draft import Draft, DraftConfig, RopeConfig, VocabMap
 from inspector.model.attention import DEFAULT_CHUNKING, Chunking, causal_attention_lse
 from inspector.model.forward import (
     draft_logits,
+    fc_block_project,
+    fc_combine,
     fc_input,
     fc_project,
     forward_steps,
@@ -34,6 +36,8 @@ __all__ = [
     "apply_rope",
     "causal_attention_lse",
     "draft_logits",
+    "fc_block_project",
+    "fc_combine",
     "fc_input",
     "fc_project",
     "forward_steps",
