@@ -46,6 +46,15 @@ def layouts(h: int, rows: int, dtype: torch.dtype) -> tuple[float, float]:
     return fast, slow
 
 
+def run_eval(draft, samples: Path) -> None:
+    ev = Evaluator(draft, SampleSet(samples), ttt_steps=3)
+    ev.run([ev.wiring("train"), ev.wiring("serve")])
+
+
+def run_doctor(draft, samples: Path) -> None:
+    diagnose(Evaluator(draft, SampleSet(samples), ttt_steps=3))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="mid", choices=sorted(SIZES))
@@ -72,15 +81,11 @@ def main() -> None:
             draft = load_draft(ckpt)  # at its stored dtype
             assert draft.dtype == dtype
 
-            def run_eval() -> None:
-                ev = Evaluator(draft, SampleSet(samples), ttt_steps=3)
-                ev.run([ev.wiring("train"), ev.wiring("serve")])
-
-            def run_doctor() -> None:
-                diagnose(Evaluator(draft, SampleSet(samples), ttt_steps=3))
-
-            run_eval()  # warm-up: kernels, allocator
-            results[name] = (timed(run_eval), timed(run_doctor))
+            run_eval(draft, samples)  # warm-up: kernels, allocator
+            results[name] = (
+                timed(lambda d=draft, s=samples: run_eval(d, s)),
+                timed(lambda d=draft, s=samples: run_doctor(d, s)),
+            )
     base_e, base_d = results.get("float32", next(iter(results.values())))
     print(f"{'dtype':10} {'eval s':>8} {'ratio':>6} {'doctor s':>9} {'ratio':>6}")
     for name, (e, d) in results.items():
