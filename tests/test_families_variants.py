@@ -286,3 +286,43 @@ def test_multi_layer_draft_layers_after_the_first_take_hidden_size(tiny_syntheti
     assert (z2[0] - manual[0]).abs().max() < 1e-5
     assert not torch.allclose(z2[1], z1[1])
     assert math.isfinite(float(rms_norm(z2[1], d.weights["norm.weight"], 1e-5).sum()))
+
+
+# --- target_hidden_size, and the doctor on the variants ---------------------------------------------
+def test_target_hidden_size_narrower_than_the_draft(tiny_synthetic, tmp_path):
+    """fc takes slots x target_hidden_size columns (a target narrower than the draft): eval and
+    the doctor run on samples of the target's width."""
+    from inspector.doctor import diagnose
+    from inspector.evaluate import Evaluator
+    from inspector.synthetic import SyntheticSpec, write_samples
+
+    g = torch.Generator().manual_seed(2)
+    ht = 48
+
+    def fc(w):
+        return {"fc.weight": torch.randn(64, 3 * ht, generator=g) / (20 * ht**0.5)}
+
+    def cfg(c):
+        c["target_hidden_size"] = ht
+
+    ckpt = edited_copy(tiny_synthetic[0], tmp_path / "c", tensors=fc, config=cfg)
+    samples = tmp_path / "s"
+    samples.mkdir()
+    write_samples(samples, ht, 256, SyntheticSpec(n_samples=2, seq_len=20))
+    d = load_draft(ckpt)
+    assert (d.config.target_hidden_size, d.config.num_fc_blocks) == (ht, 3)
+    ev = Evaluator(d, SampleSet(samples), ttt_steps=3)
+    report = ev.run([ev.wiring("train")])
+    assert report.samples == 2 and len(report.wirings[0].steps) == 3
+    assert diagnose(ev, 2).best_wiring is not None
+
+
+def test_doctor_runs_on_a_sliding_window_draft(tiny_synthetic, tmp_path):
+    from inspector.doctor import diagnose
+    from inspector.evaluate import Evaluator
+
+    d = load_draft(edited_copy(tiny_synthetic[0], tmp_path / "a", config=_window_cfg(6)))
+    ev = Evaluator(d, SampleSet(tiny_synthetic[1]), ttt_steps=2)
+    doc = diagnose(ev, 2)
+    assert doc.best_wiring is not None
+    assert all(math.isfinite(w.all_tok.acc) for w in doc.wirings)
