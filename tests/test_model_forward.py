@@ -127,3 +127,20 @@ def test_fc_block_projection_applies_the_blocks_norm(tiny):
         fc_block_project(
             replace(draft, config=replace(draft.config, norm_before_fc=True)), s.slots[0], 0
         )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_linear_is_x_times_w_transposed_in_every_dtype(dtype, monkeypatch):
+    import inspector.model.linear as lin
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(5, 24, generator=g).to(dtype)
+    w = torch.randn(40, 24, generator=g).to(dtype)
+    exact = (x.double() @ w.double().T).to(dtype)
+    got = lin.linear(x, w)
+    assert got.dtype == dtype and got.shape == (5, 40)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    assert torch.allclose(got.double(), exact.double(), atol=tol, rtol=tol)
+    # float16 on CPU runs in float32 over bounded slices of the weight: the slices tile it
+    monkeypatch.setattr(lin, "UPCAST_BYTES", 4 * 24 * 7)  # 7 weight rows per slice
+    assert torch.equal(lin.linear(x, w), got)

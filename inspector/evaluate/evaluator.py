@@ -45,6 +45,7 @@ from inspector.model import (
     iter_steps,
     rms_norm,
 )
+from inspector.model.linear import linear
 from inspector.sample import Sample, SlotInfo, with_layer_ids
 from inspector.wiring import Wiring, parse_wiring
 
@@ -251,7 +252,7 @@ class Evaluator:
         rows = self.chunking.logit_rows(th.lm_head.shape[0])
         full, in_vocab = [], []
         for chunk in y.split(rows):  # the full-vocab logits of a long sample would not fit at once
-            logits = chunk @ th.lm_head.T
+            logits = linear(chunk, th.lm_head)
             full.append(logits.argmax(-1))
             # The draft-vocab logits are a column subset: no second matmul, no copy of lm_head rows.
             in_vocab.append(self._d2t_abs[logits[:, self._d2t_abs].argmax(-1)])

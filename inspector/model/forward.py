@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from inspector.draft import Draft, DraftConfig
 from inspector.model.attention import DEFAULT_CHUNKING, Chunking, LayerCache, attend
+from inspector.model.linear import linear
 from inspector.model.rope import apply_rope, deinterleave, rms_norm, rope_cos_sin
 
 
@@ -28,7 +29,7 @@ def fc_input(draft: Draft, slots: list[torch.Tensor]) -> torch.Tensor:
 
 def fc_project(draft: Draft, g: torch.Tensor) -> torch.Tensor:
     """h = fc(g), [.., H]."""
-    return fc_combine(draft, [g @ draft.weights["fc.weight"].T])
+    return fc_combine(draft, [linear(g, draft.weights["fc.weight"])])
 
 
 def fc_block_project(
@@ -48,7 +49,7 @@ def fc_block_project(
     if cfg.fc_norm:
         slot = rms_norm(slot, draft.weights[f"fc_norm.{block}.weight"], cfg.rms_norm_eps)
     w = weight if weight is not None else draft.fc_block(block)
-    return slot @ w.T
+    return linear(slot, w)
 
 
 def fc_combine(draft: Draft, parts: list[torch.Tensor]) -> torch.Tensor:
@@ -62,18 +63,18 @@ def fc_combine(draft: Draft, parts: list[torch.Tensor]) -> torch.Tensor:
 
 
 def mlp(x: torch.Tensor, w: dict[str, torch.Tensor], p: str) -> torch.Tensor:
-    gate = x @ w[p + "mlp.gate_proj.weight"].T
-    up = x @ w[p + "mlp.up_proj.weight"].T
-    return (F.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+    gate = linear(x, w[p + "mlp.gate_proj.weight"])
+    up = linear(x, w[p + "mlp.up_proj.weight"])
+    return linear(F.silu(gate) * up, w[p + "mlp.down_proj.weight"])
 
 
 def _project_qkv(
     cfg: DraftConfig, w: dict[str, torch.Tensor], p: str, a: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     b, t, _ = a.shape
-    q = (a @ w[p + "self_attn.q_proj.weight"].T).view(b, t, cfg.num_heads, cfg.head_dim)
-    k = (a @ w[p + "self_attn.k_proj.weight"].T).view(b, t, cfg.num_kv_heads, cfg.head_dim)
-    v = (a @ w[p + "self_attn.v_proj.weight"].T).view(b, t, cfg.num_kv_heads, cfg.head_dim)
+    q = linear(a, w[p + "self_attn.q_proj.weight"]).view(b, t, cfg.num_heads, cfg.head_dim)
+    k = linear(a, w[p + "self_attn.k_proj.weight"]).view(b, t, cfg.num_kv_heads, cfg.head_dim)
+    v = linear(a, w[p + "self_attn.v_proj.weight"]).view(b, t, cfg.num_kv_heads, cfg.head_dim)
     if p + "self_attn.q_proj.bias" in w:
         q = q + w[p + "self_attn.q_proj.bias"].view(cfg.num_heads, cfg.head_dim)
         k = k + w[p + "self_attn.k_proj.bias"].view(cfg.num_kv_heads, cfg.head_dim)
@@ -103,15 +104,17 @@ def _project_qkv_mla(
     b, t, _ = a.shape
     eps, nh, att = cfg.rms_norm_eps, cfg.num_heads, p + "self_attn."
     if m.q_lora_rank is None:
-        q = a @ w[att + "q_proj.weight"].T
+        q = linear(a, w[att + "q_proj.weight"])
     else:
-        q = rms_norm(a @ w[att + "q_a_proj.weight"].T, w[att + "q_a_layernorm.weight"], eps)
-        q = q @ w[att + "q_b_proj.weight"].T
+        q = rms_norm(linear(a, w[att + "q_a_proj.weight"]), w[att + "q_a_layernorm.weight"], eps)
+        q = linear(q, w[att + "q_b_proj.weight"])
     q = q.view(b, t, nh, m.qk_head_dim).transpose(1, 2)
-    compressed, k_rope = (a @ w[att + "kv_a_proj_with_mqa.weight"].T).split(
+    compressed, k_rope = linear(a, w[att + "kv_a_proj_with_mqa.weight"]).split(
         [m.kv_lora_rank, m.qk_rope_head_dim], dim=-1
     )
-    kv = rms_norm(compressed, w[att + "kv_a_layernorm.weight"], eps) @ w[att + "kv_b_proj.weight"].T
+    kv = linear(
+        rms_norm(compressed, w[att + "kv_a_layernorm.weight"], eps), w[att + "kv_b_proj.weight"]
+    )
     k_nope, v = kv.view(b, t, nh, m.qk_nope_head_dim + m.v_head_dim).split(
         [m.qk_nope_head_dim, m.v_head_dim], dim=-1
     )
@@ -166,7 +169,7 @@ def _layer(
     cache.values.append(v)
     o = attend(cfg, q, cache, chunking)
     b, nh, t, dv = o.shape
-    o = o.transpose(1, 2).reshape(b, t, nh * dv) @ w[p + "self_attn.o_proj.weight"].T
+    o = linear(o.transpose(1, 2).reshape(b, t, nh * dv), w[p + "self_attn.o_proj.weight"])
     if p + "self_attn.o_proj.bias" in w:
         o = o + w[p + "self_attn.o_proj.bias"]
     u = residual + o
@@ -234,7 +237,7 @@ def iter_steps(
 def draft_logits(draft: Draft, z: torch.Tensor) -> torch.Tensor:
     """Draft-vocab logits lm_head(norm(z)) in float32, [.., D]."""
     normed = rms_norm(z, draft.weights["norm.weight"], draft.config.rms_norm_eps)
-    return (normed @ draft.weights["lm_head.weight"].T).float()
+    return linear(normed, draft.weights["lm_head.weight"]).float()
 
 
 def forward_steps(
