@@ -143,4 +143,8 @@ def test_linear_is_x_times_w_transposed_in_every_dtype(dtype, monkeypatch):
     assert torch.allclose(got.double(), exact.double(), atol=tol, rtol=tol)
     # float16 on CPU runs in float32 over bounded slices of the weight: the slices tile it
     monkeypatch.setattr(lin, "UPCAST_BYTES", 4 * 24 * 7)  # 7 weight rows per slice
-    assert torch.equal(lin.linear(x, w), got)
+    sliced = lin.linear(x, w)
+    assert sliced.shape == (5, 40)
+    # the same values up to float16's last bit (BLAS may sum a slice in another order)
+    assert torch.allclose(sliced.double(), got.double(), atol=1e-2, rtol=1e-3)
+    assert torch.allclose(sliced.double(), exact.double(), atol=tol, rtol=tol)
