@@ -326,3 +326,46 @@ def test_doctor_runs_on_a_sliding_window_draft(tiny_synthetic, tmp_path):
     doc = diagnose(ev, 2)
     assert doc.best_wiring is not None
     assert all(math.isfinite(w.all_tok.acc) for w in doc.wirings)
+
+
+def test_write_fixed_moves_specforge_aux_norms_with_the_blocks(tiny_synthetic, tmp_path):
+    """`--write-fixed` reorders fc's blocks: SpecForge's aux_norm_{low,mid,high} (read as
+    fc_norm.{0,1,2}) move with them, under their own names."""
+    from safetensors.torch import load_file
+
+    from inspector.doctor.fix import write_fixed
+    from inspector.doctor.report import DoctorReport
+    from inspector.evaluate import Evaluator
+
+    g = torch.Generator().manual_seed(8)
+
+    def aux(w):
+        return {
+            f"aux_norm_{n}.weight": 0.5 + torch.rand(64, generator=g)
+            for n in ("low", "mid", "high")
+        }
+
+    ckpt = edited_copy(
+        tiny_synthetic[0], tmp_path / "c", tensors=aux, config=lambda c: c.update(use_aux_norm=True)
+    )
+    ev = Evaluator(load_draft(ckpt), SampleSet(tiny_synthetic[1]))
+    assert ev.draft.config.fc_norm
+    wiring = (2, 0, 1)  # ascending order: blocks 1, 2, 0
+    report = DoctorReport(
+        best_wiring=wiring,
+        wirings=[],
+        findings=[],
+        serving_config={},
+        recommended_wiring=wiring,
+        slots=list(ev.slot_info),
+        sample_indices=[0, 1],
+    )
+    res = write_fixed(ev, report, tmp_path / "out")
+    orig = load_file(str(ckpt / "model.safetensors"))
+    got = load_file(str(tmp_path / "out" / "model.safetensors"))
+    names = ("low", "mid", "high")
+    for k, old in enumerate((1, 2, 0)):
+        assert torch.equal(
+            got[f"aux_norm_{names[k]}.weight"], orig[f"aux_norm_{names[old]}.weight"]
+        )
+    assert res.verified and res.verification.positions_differing == 0
