@@ -17,6 +17,8 @@ CASES = [
     ("specforge-basic", "checkpoint_sglang", {"embed": "target_embed.safetensors"}, 0),
     # SpecForge's MLA draft class (DeepSeek-V3-style attention, YaRN with mscale_all_dim 0.707)
     ("specforge-mla", "checkpoint", {}, 0),
+    # gpt-oss-shaped: head_dim 16 != hidden 72 / 8 heads, GQA, no rope_theta
+    ("specforge-headdim", "checkpoint", {}, 0),
 ]
 
 
@@ -86,7 +88,9 @@ def test_mla_parity_fails_when_the_math_is_wrong(golden, change):
     assert _max_diff_mla(golden, replace(draft, config=cfg)) > 1e-3
 
 
-@pytest.mark.parametrize("fixture", ["speculators-basic", "specforge-basic", "specforge-mla"])
+@pytest.mark.parametrize(
+    "fixture", ["speculators-basic", "specforge-basic", "specforge-mla", "specforge-headdim"]
+)
 def test_evaluator_predictions_use_peer_argmax(golden, fixture):
     """The evaluation path (cached projections, train wiring) yields the peer's argmax."""
     root = golden / fixture
