@@ -26,6 +26,29 @@ class RopeConfig:
 
 
 @dataclass(frozen=True)
+class MlaConfig:
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi K2) of an MLA draft layer.
+
+    q = q_b(norm(q_a(x))) (or q_proj(x) when q_lora_rank is None), split per head into a "nope"
+    part and a "rope" part; kv_a(x) gives a compressed kv (normed, then kv_b: per-head k_nope and
+    v) plus one rope key shared by every head. RoPE (interleaved pairs) touches only the rope dims.
+    """
+
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    # DeepSeek rotates adjacent pairs of the rope dims (true, the default, and every MLA draft
+    # trainer's); transformers' `rope_interleave: false` rotates the halves, as Llama does.
+    rope_interleave: bool = True
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
 class DraftConfig:
     hidden_size: int
     target_hidden_size: int
@@ -49,6 +72,27 @@ class DraftConfig:
     source_format: str = "unknown"  # "speculators" | "specforge"
     # Whether head_dim was written in config.json (a missing one is a known trap, see doctor).
     head_dim_explicit: bool = True
+    # Whether norm_before_residual was written: when absent, speculators reads false but vLLM's
+    # speculators parser true, so a check may try both.
+    norm_before_residual_explicit: bool = True
+    # MLA draft attention (head_dim is then qk_nope + qk_rope, the q.k width); None: Llama's.
+    mla: MlaConfig | None = None
+    # Sliding-window size of each decoder layer, None where the layer attends to every earlier
+    # row (an empty tuple: no layer slides).
+    sliding_windows: tuple[int | None, ...] = ()
+    # tie_word_embeddings: a draft without lm_head.weight reads its head from the embedding rows.
+    tie_word_embeddings: bool = False
+
+    @property
+    def rope_head_dim(self) -> int:
+        """The dims RoPE rotates per head: all of head_dim, or MLA's rope part only."""
+        return self.mla.qk_rope_head_dim if self.mla is not None else self.head_dim
+
+    def sliding_window(self, layer: int) -> int | None:
+        """The window of decoder layer `layer` (keys at most window-1 rows back), or None."""
+        if layer < len(self.sliding_windows):
+            return self.sliding_windows[layer]
+        return None
 
 
 @dataclass

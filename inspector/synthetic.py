@@ -106,20 +106,31 @@ def write_synthetic(out: Path, spec: SyntheticSpec | None = None) -> tuple[Path,
     weights, config = _weights(spec)
     save_file({k: v.contiguous() for k, v in weights.items()}, str(draft_dir / "model.safetensors"))
     (draft_dir / "config.json").write_text(json.dumps(config, indent=2))
-    h = config["transformer_layer_config"]["hidden_size"]
-    v = config["transformer_layer_config"]["vocab_size"]
+    layer = config["transformer_layer_config"]
+    write_samples(sample_dir, layer["hidden_size"], layer["vocab_size"], spec)
+    return draft_dir, sample_dir
+
+
+def write_samples(
+    sample_dir: Path, hidden: int, vocab: int, spec: SyntheticSpec, n_slots: int = 4
+) -> None:
+    """speculators v1 samples of `n_slots` slots of width `hidden` (the last one the verifier's
+    state), token ids below `vocab`, and their data_config.json."""
     g = torch.Generator().manual_seed(spec.seed + 1)
+    norms = (*SLOT_NORMS[:1], *SLOT_NORMS[1:-1] * n_slots)[: n_slots - 1] + SLOT_NORMS[-1:]
     for i in range(spec.n_samples):
         t = spec.seq_len
-        ids = torch.randint(0, v, (t,), generator=g)
-        slots = [(torch.randn(t, h, generator=g) * (n / h**0.5)).to(spec.dtype) for n in SLOT_NORMS]
+        ids = torch.randint(0, vocab, (t,), generator=g)
+        slots = [
+            (torch.randn(t, hidden, generator=g) * (n / hidden**0.5)).to(spec.dtype) for n in norms
+        ]
         mask = torch.zeros(t, dtype=torch.long)
         mask[max(1, round(0.3 * t)) :] = 1
         torch.save(
             {"input_ids": ids, "hidden_states": slots, "loss_mask": mask},
             sample_dir / f"data_{i}.pt",
         )
+    layers = [2 * i for i in range(n_slots)]
     (sample_dir / "data_config.json").write_text(
-        json.dumps({"hidden_states": {"layer_ids": list(SLOT_LAYERS), "index_convention": "hf"}})
+        json.dumps({"hidden_states": {"layer_ids": layers, "index_convention": "hf"}})
     )
-    return draft_dir, sample_dir

@@ -15,6 +15,10 @@ CASES = [
     ("speculators-basic", "checkpoint", {}, 1),
     ("specforge-basic", "checkpoint", {}, 0),
     ("specforge-basic", "checkpoint_sglang", {"embed": "target_embed.safetensors"}, 0),
+    # SpecForge's MLA draft class (DeepSeek-V3-style attention, YaRN with mscale_all_dim 0.707)
+    ("specforge-mla", "checkpoint", {}, 0),
+    # gpt-oss-shaped: head_dim 16 != hidden 72 / 8 heads, GQA, no rope_theta
+    ("specforge-headdim", "checkpoint", {}, 0),
 ]
 
 
@@ -43,7 +47,50 @@ def test_logits_match_peer(golden, fixture, ckpt, extra, offset, our_offset):
             assert torch.equal(got.argmax(-1)[clear], expected[f"sample{i}.step{k}.argmax"][clear])
 
 
-@pytest.mark.parametrize("fixture", ["speculators-basic", "specforge-basic"])
+def _max_diff_mla(golden, draft) -> float:
+    root = golden / "specforge-mla"
+    expected = load_file(str(root / "expected.safetensors"))
+    worst = 0.0
+    for i, sample in enumerate(SampleSet(root / "samples")):
+        h = fc_project(draft, fc_input(draft, [sample.slots[j] for j in (0, 1, 2)]))[:-1]
+        logits = forward_steps(draft, h, sample.input_ids[1:], steps=3, position_offset=0)
+        for k in range(3):
+            worst = max(
+                worst, float((logits[k] - expected[f"sample{i}.step{k}.logits"]).abs().max())
+            )
+    return worst
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"rope_interleave": False},  # half-split rotation instead of DeepSeek's adjacent pairs
+        {"no_yarn_score_scale": True},  # mscale_all_dim lost: scores unscaled, cos/sin rescaled
+        {"theta": 500000.0},
+    ],
+)
+def test_mla_parity_fails_when_the_math_is_wrong(golden, change):
+    """The MLA fixture tells its conventions apart: each plausible slip moves the logits by far
+    more than the 1e-4 tolerance."""
+    from dataclasses import replace
+
+    draft = load_draft(golden / "specforge-mla" / "checkpoint")
+    cfg = draft.config
+    if "rope_interleave" in change:
+        cfg = replace(cfg, mla=replace(cfg.mla, rope_interleave=False))
+    if "no_yarn_score_scale" in change:
+        # the yarn frequencies stay; the scores lose mscale^2 and cos/sin take mscale(factor)
+        scaling = {k: v for k, v in cfg.rope.scaling.items() if k != "mscale_all_dim"}
+        cfg = replace(cfg, rope=replace(cfg.rope, scaling=scaling))
+    if "theta" in change:
+        cfg = replace(cfg, rope=replace(cfg.rope, theta=change["theta"]))
+    assert _max_diff_mla(golden, draft) < 1e-4
+    assert _max_diff_mla(golden, replace(draft, config=cfg)) > 1e-3
+
+
+@pytest.mark.parametrize(
+    "fixture", ["speculators-basic", "specforge-basic", "specforge-mla", "specforge-headdim"]
+)
 def test_evaluator_predictions_use_peer_argmax(golden, fixture):
     """The evaluation path (cached projections, train wiring) yields the peer's argmax."""
     root = golden / fixture

@@ -175,6 +175,8 @@ def _head_dim_alternatives(draft: Draft) -> list[Alternative]:
     cfg = draft.config
     rope, hd = cfg.rope, cfg.head_dim
     out: list[Alternative] = []
+    if cfg.mla is not None:  # MLA rotates its own rope dims: the hidden/heads trap is Llama's
+        return out
     for label, d in (
         ("hidden_size/heads", cfg.hidden_size // cfg.num_heads),
         ("2*hidden_size/heads", 2 * cfg.hidden_size // cfg.num_heads),
@@ -182,6 +184,7 @@ def _head_dim_alternatives(draft: Draft) -> list[Alternative]:
         if d != hd and d > 0 and d % 2 == 0 and d != (rope.dim or hd):
             # Only plain and linear rope have an exact theta over head_dim for a rope over d.
             exact = rope.rope_type in ("default", "linear", None)
+            exact = exact and math.log(rope.theta) * hd / d < 700  # theta^(hd/d): a float
             fix = ConfigFix(rope_theta=rope.theta ** (hd / d)) if exact else ConfigFix()
             new = replace(draft, config=replace(cfg, rope=replace(rope, dim=d)))
             out.append(Alternative("head_dim", f"RoPE over {d} dims ({label})", new, fix, d))

@@ -187,6 +187,8 @@ def write_fixed(
     n = draft.config.num_fc_blocks
     changes: list[str] = []
     tensors: dict[str, torch.Tensor] = {}
+    # stored name by canonical one: SpecForge's aux_norm_{low,mid,high} are fc_norm.{0,1,2}
+    stored = {canonical_name(name): name for name in raw}
     for name, t in raw.items():
         canon = canonical_name(name)
         m = re.fullmatch(r"fc_norm\.(\d+)\.weight", canon)
@@ -196,7 +198,7 @@ def write_fixed(
             t = torch.cat([t[b * ht : (b + 1) * ht] for b in order])
         elif m is not None and int(m.group(1)) < n:
             k = int(m.group(1))
-            t = raw[name.replace(f"fc_norm.{k}.", f"fc_norm.{order[k]}.")]
+            t = raw[stored[f"fc_norm.{order[k]}.weight"]]
         elif canon == "d2t" and fix_vocab:
             t = draft.vocab.d2t.detach().cpu().to(t.dtype)
         elif canon == "t2d" and fix_vocab:

@@ -141,7 +141,7 @@ class Scorer:
         inv_np = in_vocab.cpu().numpy()
         tokens = ids[j0 + 1 : j1 + 2]
         r = j1 - j0 + 1
-        single = self.draft.config.num_layers == 1
+        single = Step0Shared.supports(self.draft)
         shared = (
             Step0Shared(self.draft, tokens, ev.position_offset + j0) if single and m_in else None
         )

@@ -39,11 +39,14 @@ from inspector.model import (
     DEFAULT_CHUNKING,
     Chunking,
     draft_logits,
+    fc_block_project,
+    fc_combine,
     fc_input,
     fc_project,
     iter_steps,
     rms_norm,
 )
+from inspector.model.linear import linear
 from inspector.sample import Sample, SlotInfo, with_layer_ids
 from inspector.serving.walk import AcceptStats
 from inspector.wiring import Wiring, parse_wiring
@@ -85,8 +88,10 @@ class Evaluator:
         self._t2d_map = draft.vocab.target_to_draft.to(self.device)
         self._d2t_abs = draft.vocab.draft_to_target.to(self.device)
         self._linear_fc = not draft.config.norm_before_fc
-        # Contiguous transposed fc blocks: a strided column slice would be copied on every matmul.
-        self._fc_blocks_t = [draft.fc_block(b).T.contiguous() for b in range(self.n_blocks)]
+        # Each fc block as its own row-major [H, Ht] copy, used as `slot @ W.T`: a strided column
+        # slice would be gathered on every matmul, and a transposed copy is the slow CPU layout
+        # in bfloat16/float16.
+        self._fc_blocks = [draft.fc_block(b).contiguous() for b in range(self.n_blocks)]
         b = self.budget
         self._trim_heap = HeapTrimmer(min(TRIM_FREE_BYTES, b.host // 4))
         # The set is ours now: its files are one more cache under the budget, and every slot
@@ -199,10 +204,7 @@ class Evaluator:
 
         def make() -> torch.Tensor:
             s = self._slot(index, slot)
-            cfg = self.draft.config
-            if cfg.fc_norm:
-                s = rms_norm(s, self.draft.weights[f"fc_norm.{block}.weight"], cfg.rms_norm_eps)
-            return s @ self._fc_blocks_t[block]
+            return fc_block_project(self.draft, s, block, self._fc_blocks[block])
 
         return self._proj.get_or_make((index, block, slot), make)
 
@@ -210,12 +212,8 @@ class Evaluator:
     def fc_output(self, index: int, wiring: Wiring) -> torch.Tensor:
         """h = fc(g) for the wired slots, [T, H]."""
         if self._linear_fc:
-            h = self._projection(index, 0, wiring.slots[0])
-            for b, s in enumerate(wiring.slots[1:], start=1):
-                h = h + self._projection(index, b, s)
-            if "fc.bias" in self.draft.weights:
-                h = h + self.draft.weights["fc.bias"]
-            return h
+            parts = [self._projection(index, b, s) for b, s in enumerate(wiring.slots)]
+            return fc_combine(self.draft, parts)
         slots = [self._slot(index, i) for i in wiring.slots]
         return fc_project(self.draft, fc_input(self.draft, slots))
 
@@ -256,7 +254,7 @@ class Evaluator:
         rows = self.chunking.logit_rows(th.lm_head.shape[0])
         full, in_vocab = [], []
         for chunk in y.split(rows):  # the full-vocab logits of a long sample would not fit at once
-            logits = chunk @ th.lm_head.T
+            logits = linear(chunk, th.lm_head)
             full.append(logits.argmax(-1))
             # The draft-vocab logits are a column subset: no second matmul, no copy of lm_head rows.
             in_vocab.append(self._d2t_abs[logits[:, self._d2t_abs].argmax(-1)])

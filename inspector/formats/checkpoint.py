@@ -41,10 +41,21 @@ _PREFIXES = (
     (re.compile(r"^model\.layers\."), "layers."),
     (re.compile(r"^model\.(?=(fc|norm|embed_tokens|lm_head|input_norm|fc_norm|d2t|t2d)\b)"), ""),
 )
+# SpecForge's use_aux_norm saves one RMSNorm per aux slot under these names (low, mid, high
+# layer: fc blocks 0, 1, 2); they are Eagle 3.1's fc_norm.{0,1,2}.
+_AUX_NORMS = {
+    "aux_norm_low.": "fc_norm.0.",
+    "aux_norm_mid.": "fc_norm.1.",
+    "aux_norm_high.": "fc_norm.2.",
+}
 
 
 def canonical_name(name: str) -> str:
     """Map every layout's tensor name onto the canonical `layers.{i}.*` names."""
+    bare = name.removeprefix("model.")
+    for old, new in _AUX_NORMS.items():
+        if bare.startswith(old):
+            return new + bare[len(old) :]
     for pattern, repl in _PREFIXES:
         m = pattern.match(name)
         if not m:
@@ -96,11 +107,10 @@ def load_draft(
     cfg_path = folder / "config.json"
     parsed = parse_draft_config(cfg_path, read_json(cfg_path))
     weight_file = find_weight_file(folder)
-    weights = _canonical_weights(weight_file)
+    weights = _canonical_weights(weight_file, parsed.config)
     notes: list[str] = []
     cfg = _settle_config(parsed, weights, weight_file, cfg_path, strict, notes)
     _attach_embedding(weights, cfg, weight_file, embed, target, notes)
-    _validate(cfg, weights, weight_file)
     stored = StoredVocab(weights.pop("d2t", None), weights.pop("t2d", None))
     vocab = vocab_map(
         stored.d2t,
@@ -111,11 +121,16 @@ def load_draft(
         strict=strict,
         notes=notes,
     )
+    _tie_lm_head(weights, cfg, vocab.draft_to_target, notes)
+    _validate(cfg, weights, weight_file)
     target_dtype = _resolve_dtype(dtype, weights["fc.weight"].dtype)
     draft = Draft(
         config=cfg,
+        # Row-major weights: the forward multiplies `x @ W.T`, fast on CPU in every dtype only
+        # for a contiguous W.
         weights={
-            k: (v.to(target_dtype) if v.is_floating_point() else v) for k, v in weights.items()
+            k: (v.to(target_dtype).contiguous() if v.is_floating_point() else v)
+            for k, v in weights.items()
         },
         vocab=vocab,
         name=folder.name,
@@ -127,7 +142,7 @@ def load_draft(
     return draft.to(device) if str(device) != "cpu" else draft
 
 
-def _canonical_weights(weight_file: Path) -> dict[str, torch.Tensor]:
+def _canonical_weights(weight_file: Path, cfg: DraftConfig) -> dict[str, torch.Tensor]:
     """Every stored tensor under its canonical name; the two an EAGLE-3 draft must have."""
     weights: dict[str, torch.Tensor] = {}
     for name, t in read_tensors(weight_file).items():
@@ -137,7 +152,14 @@ def _canonical_weights(weight_file: Path) -> dict[str, torch.Tensor]:
         weights[canon] = t
     if "fc.weight" not in weights:
         raise InputError(weight_file, "fc.weight", "tensor not found: not an EAGLE-3 draft")
-    if "layers.0.self_attn.q_proj.weight" not in weights:
+    p = "layers.0.self_attn."
+    if cfg.mla is None and p + "kv_a_proj_with_mqa.weight" in weights:
+        raise InputError(
+            weight_file,
+            "midlayer.self_attn.kv_a_proj_with_mqa.weight",
+            "MLA attention weights, but config.json has no kv_lora_rank (and the MLA sizes)",
+        )
+    if cfg.mla is None and p + "q_proj.weight" not in weights:
         raise InputError(weight_file, "midlayer.self_attn.q_proj.weight", "tensor not found")
     return weights
 
@@ -163,6 +185,14 @@ def _settle_config(
             "fc.weight",
             f"{fc.shape[1]} input columns are not a multiple of target_hidden_size {ht}",
         )
+    n = fc.shape[1] // ht
+    fixed = {
+        "num_fc_blocks": n,
+        "norm_before_fc": cfg.norm_before_fc or "input_norm.weight" in w,
+        "fc_norm": cfg.fc_norm or "fc_norm.0.weight" in w,
+    }
+    if cfg.mla is not None:
+        return replace(cfg, **fixed)  # MLA: no q_proj to settle head_dim against
     q = w["layers.0.self_attn.q_proj.weight"]
     if q.dim() != 2 or q.shape[0] % nh:
         raise InputError(wf, "q_proj.weight", f"{tuple(q.shape)}: rows not divisible by {nh} heads")
@@ -180,13 +210,18 @@ def _settle_config(
             where,
             f"is {hd}, but q_proj.weight has {q.shape[0]} = {nh} x {hd_from_q} rows",
         )
-    return replace(
-        cfg,
-        head_dim=hd,
-        num_fc_blocks=fc.shape[1] // ht,
-        norm_before_fc=cfg.norm_before_fc or "input_norm.weight" in w,
-        fc_norm=cfg.fc_norm or "fc_norm.0.weight" in w,
-    )
+    return replace(cfg, head_dim=hd, **fixed)
+
+
+def _tie_lm_head(
+    w: dict[str, torch.Tensor], cfg: DraftConfig, draft_to_target: torch.Tensor, notes: list[str]
+) -> None:
+    """tie_word_embeddings: a draft that saved no lm_head predicts with the embedding's rows
+    of its vocabulary (a head saved anyway, e.g. a draft-vocab one trained on its own, wins)."""
+    if "lm_head.weight" in w or not cfg.tie_word_embeddings or "embed_tokens.weight" not in w:
+        return
+    w["lm_head.weight"] = w["embed_tokens.weight"][draft_to_target]
+    notes.append("lm_head.weight absent: tie_word_embeddings, the embedding rows stand in")
 
 
 def _attach_embedding(
@@ -225,23 +260,47 @@ def _resolve_dtype(dtype: str | torch.dtype | None, stored: torch.dtype) -> torc
     return DTYPES[dtype]
 
 
-def _validate(cfg: DraftConfig, w: dict[str, torch.Tensor], wf: Path) -> None:
-    """Every tensor the forward pass reads: present, of its shape, floating, finite."""
+def _attention_shapes(cfg: DraftConfig, in_dim: int) -> dict[str, tuple[int, ...]]:
+    """The attention tensors of one layer (names as SpecForge and TorchSpec save them for MLA)."""
     h, hd, nh, nkv = cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
-    for i in range(cfg.num_layers):
-        p = f"layers.{i}."
-        in_dim = 2 * h if i == 0 else h
-        expect = {
+    m = cfg.mla
+    if m is None:
+        return {
             "self_attn.q_proj.weight": (nh * hd, in_dim),
             "self_attn.k_proj.weight": (nkv * hd, in_dim),
             "self_attn.v_proj.weight": (nkv * hd, in_dim),
             "self_attn.o_proj.weight": (h, nh * hd),
-            "mlp.gate_proj.weight": (cfg.intermediate_size, h),
-            "mlp.up_proj.weight": (cfg.intermediate_size, h),
-            "mlp.down_proj.weight": (h, cfg.intermediate_size),
-            "input_layernorm.weight": (h,),
-            "post_attention_layernorm.weight": (h,),
         }
+    out: dict[str, tuple[int, ...]] = {}
+    if m.q_lora_rank is None:
+        out["self_attn.q_proj.weight"] = (nh * m.qk_head_dim, in_dim)
+    else:
+        out["self_attn.q_a_proj.weight"] = (m.q_lora_rank, in_dim)
+        out["self_attn.q_a_layernorm.weight"] = (m.q_lora_rank,)
+        out["self_attn.q_b_proj.weight"] = (nh * m.qk_head_dim, m.q_lora_rank)
+    out["self_attn.kv_a_proj_with_mqa.weight"] = (m.kv_lora_rank + m.qk_rope_head_dim, in_dim)
+    out["self_attn.kv_a_layernorm.weight"] = (m.kv_lora_rank,)
+    out["self_attn.kv_b_proj.weight"] = (nh * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank)
+    out["self_attn.o_proj.weight"] = (h, nh * m.v_head_dim)
+    return out
+
+
+def _validate(cfg: DraftConfig, w: dict[str, torch.Tensor], wf: Path) -> None:
+    """Every tensor the forward pass reads: present, of its shape, floating, finite."""
+    h, hd = cfg.hidden_size, cfg.head_dim
+    for i in range(cfg.num_layers):
+        p = f"layers.{i}."
+        in_dim = 2 * h if i == 0 else h
+        expect = _attention_shapes(cfg, in_dim)
+        expect.update(
+            {
+                "mlp.gate_proj.weight": (cfg.intermediate_size, h),
+                "mlp.up_proj.weight": (cfg.intermediate_size, h),
+                "mlp.down_proj.weight": (h, cfg.intermediate_size),
+                "input_layernorm.weight": (h,),
+                "post_attention_layernorm.weight": (h,),
+            }
+        )
         if i == 0:
             expect["hidden_norm.weight"] = (h,)
         for name, shape in expect.items():

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from inspector.draft import DraftConfig, RopeConfig
+from inspector.draft import DraftConfig, MlaConfig, RopeConfig
 from inspector.errors import InputError
 
 # The RoPE types the forward pass implements (inspector.model.rope_inv_freq).
@@ -149,13 +149,83 @@ class ParsedConfig:
     layer_prefix: str  # where the decoder's keys live: "transformer_layer_config." or ""
 
 
+# Draft families that are not EAGLE-3 (their layers, masks or heads differ), by the value of
+# speculators_model_type, by an `architectures` entry, or by a key only they write.
+OTHER_FAMILIES_BY_KIND = {
+    "peagle": "P-EAGLE (parallel drafting)",
+    "dflash": "DFlash (block diffusion drafting)",
+    "dspark": "DSpark",
+    "mtp": "MTP heads",
+}
+OTHER_FAMILIES_BY_ARCH = {
+    "PEagleSpeculator": "P-EAGLE (parallel drafting)",
+    "PEagleDraftModel": "P-EAGLE (parallel drafting)",
+    "DFlashDraftModel": "DFlash (block diffusion drafting)",
+    "DFlash2DraftModel": "DFlash (block diffusion drafting)",
+    "DSparkDraftModel": "DSpark",
+    "DominoDraftModel": "Domino",
+    "MTPDraftModel": "MTP heads",
+}
+OTHER_FAMILIES_BY_KEY = {
+    "dflash_config": "DFlash (block diffusion drafting)",
+    "mask_token_id": "P-EAGLE (parallel drafting)",
+    "pard_token": "PARD (parallel drafting)",
+    "ptd_token_id": "P-EAGLE (parallel drafting)",
+}
+NOT_EAGLE3 = "not an EAGLE-3 draft, which is all this tool runs"
+
+
+def check_family(top: ConfigReader) -> None:
+    """Refuse, in one line naming the field, a draft of another family than EAGLE-3."""
+    kind = top.get("speculators_model_type")
+    if kind is not None and kind != "eagle3":
+        family = OTHER_FAMILIES_BY_KIND.get(kind) if isinstance(kind, str) else None
+        if family is None:
+            raise top.error("speculators_model_type", f"{kind!r} is not an EAGLE-3 draft")
+        raise top.error("speculators_model_type", f"{kind!r}: a {family} draft, {NOT_EAGLE3}")
+    archs = top.get("architectures")
+    if isinstance(archs, list):
+        for arch in archs:
+            family = OTHER_FAMILIES_BY_ARCH.get(arch) if isinstance(arch, str) else None
+            if family is None and isinstance(arch, str) and "MTP" in arch:
+                family = "MTP heads"
+            if family is not None:
+                raise top.error("architectures", f"{arch!r}: a {family} draft, {NOT_EAGLE3}")
+    for key, family in OTHER_FAMILIES_BY_KEY.items():
+        if top.has(key):
+            if key == "dflash_config":
+                sub = top.sub(key)
+                projector = sub.get("projector_type") if sub is not None else None
+                if projector in ("dspark", "domino"):
+                    family = "DSpark" if projector == "dspark" else "Domino"
+                    key = "dflash_config.projector_type"
+            raise top.error(key, f"marks a {family} draft, {NOT_EAGLE3}")
+    eagle = top.sub("eagle_config")
+    if eagle is not None:
+        # ModelOpt's EAGLE-3 variants: only the standard layer arrangement is implemented.
+        for key, standard in (
+            ("use_input_layernorm_in_first_layer", True),
+            ("use_last_layernorm", True),
+            ("use_mtp_layernorm", False),
+        ):
+            if eagle.flag(key, standard) != standard:
+                raise eagle.error(
+                    key,
+                    f"{str(not standard).lower()} is not supported (only {str(standard).lower()})",
+                )
+        steps = eagle.get("parallel_draft_step", 1)
+        if steps != 1:
+            raise eagle.error(
+                "parallel_draft_step", f"{_short(steps)}: parallel drafting is {NOT_EAGLE3}"
+            )
+
+
 def layer_reader(top: ConfigReader) -> tuple[ConfigReader, str]:
     """The reader for the decoder's keys, and the layout they imply."""
+    check_family(top)
     kind = top.get("speculators_model_type")
     if kind is None:
         return top, "specforge"
-    if kind != "eagle3":
-        raise top.error("speculators_model_type", f"{kind!r} is not an EAGLE-3 draft")
     inner = top.sub("transformer_layer_config", required=True)
     assert inner is not None
     return inner, "speculators"
@@ -170,8 +240,15 @@ def parse_draft_config(path: str | Path, config: dict) -> ParsedConfig:
     nkv = layer.positive_int("num_key_value_heads", nh)
     if nh % nkv:
         raise layer.error("num_key_value_heads", f"{nkv} does not divide {nh} heads")
-    head_dim_explicit = layer.has("head_dim")
-    hd = layer.positive_int("head_dim") if head_dim_explicit else max(h // nh, 1)
+    mla = read_mla(layer)
+    head_dim_explicit = layer.has("head_dim") or mla is not None
+    if mla is not None:
+        hd = mla.qk_head_dim  # the q.k width; MLA drafts carry no usable head_dim
+    else:
+        hd = layer.positive_int("head_dim") if head_dim_explicit else max(h // nh, 1)
+    num_layers = layer.positive_int("num_hidden_layers", 1)
+    rope = read_rope(layer, top)
+    _check_mrope(rope, mla.qk_rope_head_dim if mla is not None else hd, layer, top)
     vocab = layer.positive_int("vocab_size")
     draft_vocab = _top_or_layer(top, layer, "draft_vocab_size", vocab)
     if draft_vocab > vocab:
@@ -187,20 +264,97 @@ def parse_draft_config(path: str | Path, config: dict) -> ParsedConfig:
         head_dim=hd,
         intermediate_size=layer.positive_int("intermediate_size"),
         rms_norm_eps=layer.positive_number("rms_norm_eps", DEFAULT_RMS_NORM_EPS),
-        rope=read_rope(layer, top),
+        rope=rope,
         vocab_size=vocab,
         draft_vocab_size=draft_vocab,
-        num_layers=layer.positive_int("num_hidden_layers", 1),
+        num_layers=num_layers,
         norm_before_residual=top.flag("norm_before_residual"),
         norm_before_fc=top.flag("norm_before_fc"),
-        fc_norm=top.flag("fc_norm"),
+        # SpecForge's use_aux_norm (aux_norm_low/mid/high) is the same per-slot RMSNorm as
+        # Eagle 3.1's fc_norm: the loader maps its tensors onto fc_norm.{0,1,2}.
+        fc_norm=top.flag("fc_norm") or top.flag("use_aux_norm"),
         norm_output=top.flag("norm_output") and layout == "speculators",
         aux_layer_ids=aux_ids,
         aux_layer_convention=aux_conv,
         source_format=layout,
         head_dim_explicit=head_dim_explicit,
+        norm_before_residual_explicit=top.has("norm_before_residual"),
+        mla=mla,
+        sliding_windows=sliding_windows(layer, num_layers),
+        tie_word_embeddings=layer.flag("tie_word_embeddings"),
     )
     return ParsedConfig(cfg, layout, layer.prefix)
+
+
+def read_mla(layer: ConfigReader) -> MlaConfig | None:
+    """MLA attention sizes (DeepSeek-V2/V3 and Kimi K2 drafts), when `kv_lora_rank` says so."""
+    if not layer.has("kv_lora_rank"):
+        return None
+    rope = layer.positive_int("qk_rope_head_dim")
+    if rope % 2:
+        raise layer.error("qk_rope_head_dim", f"{rope} is odd: RoPE rotates pairs of dims")
+    return MlaConfig(
+        q_lora_rank=layer.positive_int("q_lora_rank", None),  # type: ignore[arg-type]
+        kv_lora_rank=layer.positive_int("kv_lora_rank"),
+        qk_nope_head_dim=layer.positive_int("qk_nope_head_dim"),
+        qk_rope_head_dim=rope,
+        v_head_dim=layer.positive_int("v_head_dim"),
+        rope_interleave=layer.flag("rope_interleave", True),
+    )
+
+
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def sliding_windows(layer: ConfigReader, num_layers: int) -> tuple[int | None, ...]:
+    """Each decoder layer's window: `layer_types` says which layers slide (transformers'
+    convention), `sliding_window` how far, `use_sliding_window: false` turns windows off (Qwen
+    configs carry a window they never use). A Llama layer ignores a bare `sliding_window`."""
+    types = layer.get("layer_types")
+    use = layer.flag("use_sliding_window", True)
+    if types is None:
+        if layer.obj.get("use_sliding_window") is True:
+            raise layer.error(
+                "use_sliding_window",
+                "true without layer_types: which draft layers slide is not said (not supported)",
+            )
+        return ()
+    if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+        raise layer.error("layer_types", f"expected a list of strings, got {_short(types)}")
+    if len(types) != num_layers:
+        raise layer.error("layer_types", f"{len(types)} entries for {num_layers} layers")
+    for i, t in enumerate(types):
+        if t not in LAYER_TYPES:
+            raise layer.error(
+                "layer_types", f"layer {i} is {t!r}: not supported (only {', '.join(LAYER_TYPES)})"
+            )
+    if not use or "sliding_attention" not in types:
+        return ()
+    window = layer.positive_int("sliding_window")
+    return tuple(window if t == "sliding_attention" else None for t in types)
+
+
+def _check_mrope(rope: RopeConfig, rope_dim: int, layer: ConfigReader, top: ConfigReader) -> None:
+    """M-RoPE (Qwen2.5-VL / Qwen3-VL drafts) splits the rotary pairs into sections for the
+    temporal, height and width position ids. For text positions the three ids are equal, so any
+    split is plain RoPE: the sections only have to cover the head's pairs."""
+    section = rope.scaling.get("mrope_section")
+    if section is None:
+        return
+    where = layer.sub("rope_scaling") or top.sub("rope_scaling") or layer.sub("rope_parameters")
+    assert where is not None
+    if not isinstance(section, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in section
+    ):
+        raise where.error(
+            "mrope_section", f"expected a list of positive integers, got {_short(section)}"
+        )
+    if sum(section) != rope_dim // 2:
+        raise where.error(
+            "mrope_section",
+            f"sums to {sum(section)}, but a head has {rope_dim // 2} rotary pairs (head_dim {rope_dim})",
+        )
+    where.flag("mrope_interleaved")
 
 
 def _top_or_layer(top: ConfigReader, layer: ConfigReader, key: str, default: int) -> int:
@@ -242,6 +396,10 @@ def read_rope(layer: ConfigReader, top: ConfigReader) -> RopeConfig:
         return RopeConfig(theta=theta)
     kind = _rope_kind(source)
     type_key = "rope_type" if source.has("rope_type") else "type"
+    if kind == "mrope":
+        # M-RoPE is default RoPE whose pairs take their position from one of three ids; a text
+        # sample's ids are equal (checked against head_dim by the caller).
+        kind = "default"
     if kind not in ROPE_TYPES:
         raise source.error(type_key, f"unknown RoPE type {kind!r} (known: {', '.join(ROPE_TYPES)})")
     _check_scaling(source, kind)

@@ -15,6 +15,8 @@ from inspector.model.attention import DEFAULT_CHUNKING, Chunking, LayerCache, ca
 from inspector.model.forward import (
     draft_layer,
     draft_logits,
+    fc_block_project,
+    fc_combine,
     fc_input,
     fc_project,
     forward_steps,
@@ -37,6 +39,8 @@ __all__ = [
     "causal_attention_lse",
     "draft_layer",
     "draft_logits",
+    "fc_block_project",
+    "fc_combine",
     "fc_input",
     "fc_project",
     "forward_steps",

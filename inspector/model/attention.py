@@ -17,15 +17,20 @@ import torch
 import torch.nn.functional as F
 
 from inspector.draft import DraftConfig
+from inspector.errors import InputError
+from inspector.model.rope import mla_softmax_scale
 
 
 class LayerCache:
     """Keys/values of one layer for steps 0..k: step 0 is read causally, later steps diagonally.
 
     The step-0 keys/values repeated to the query heads (GQA) are kept once for the later steps.
+    window: the layer's sliding window (a query row sees step-0 keys at most window-1 rows back;
+    its own row's later-step keys are always within it), None for full causal attention.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, window: int | None = None) -> None:
+        self.window = window
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self.k0: torch.Tensor | None = None
@@ -62,10 +67,18 @@ class Chunking:
 DEFAULT_CHUNKING = Chunking()
 
 
+def attention_scale(cfg: DraftConfig) -> float:
+    """The scores' scale: 1/sqrt(head_dim), or MLA's (YaRN's mscale squared on top)."""
+    if cfg.mla is not None:
+        return mla_softmax_scale(cfg)
+    return 1.0 / math.sqrt(cfg.head_dim)
+
+
 def attend(
     cfg: DraftConfig, q: torch.Tensor, cache: LayerCache, chunking: Chunking = DEFAULT_CHUNKING
 ) -> torch.Tensor:
-    """q [B, h, T, hd]; cache holds [B, kvh, T, hd] per step. Returns [B, h, T, hd].
+    """q [B, h, T, hd]; cache holds [B, kvh, T, hd] keys per step (values may be narrower: MLA's
+    v_head_dim). Returns [B, h, T, value dims].
 
     Step 0 is causal attention (the fused kernel). Step k >= 1 attends causally to the step-0 keys
     and to its own row's keys of steps 1..k. With autograd on (the demo trains through this code)
@@ -74,7 +87,8 @@ def attend(
     the diagonal terms by log-sum-exp (or, where no fused kernel with log-sum-exp runs, query rows
     are processed in blocks of at most `chunking.attn_block_bytes` of scores).
     """
-    rep = cfg.num_heads // cfg.num_kv_heads
+    # Query heads per kv head, from the stored keys (MLA keys come one per query head).
+    rep = q.shape[1] // cache.keys[0].shape[1]
     training = torch.is_grad_enabled() and q.requires_grad
     # GQA: query head h reads kv head h // rep. In training the repeat is redone per step, as
     # before: one shared node would sum the gradients in another order (other float bits).
@@ -82,14 +96,21 @@ def attend(
         cache.k0 = cache.keys[0].repeat_interleave(rep, dim=1)
         cache.v0 = cache.values[0].repeat_interleave(rep, dim=1)
     k0, v0 = cache.k0, cache.v0
-    if len(cache.keys) == 1:
+    scale = attention_scale(cfg)
+    # A window shorter than the sample changes which step-0 keys a row sees: explicit scores.
+    window = cache.window if cache.window is not None and cache.window < q.shape[2] else None
+    if len(cache.keys) == 1 and window is None:
         # Step 0 is plain causal attention: the fused kernel, softmax accumulated in float32.
-        return F.scaled_dot_product_attention(q, k0, v0, is_causal=True)
-    scale = 1.0 / math.sqrt(cfg.head_dim)
+        if cfg.mla is None:
+            return F.scaled_dot_product_attention(q, k0, v0, is_causal=True)
+        return F.scaled_dot_product_attention(q, k0, v0, is_causal=True, scale=scale)
     diag_k = [k.repeat_interleave(rep, dim=1) for k in cache.keys[1:]]
     diag_v = [v.repeat_interleave(rep, dim=1) for v in cache.values[1:]]
     if training:
-        return attention_dense(q, k0, v0, diag_k, diag_v, scale)
+        return attention_dense(q, k0, v0, diag_k, diag_v, scale, window)
+    if window is not None:
+        block = chunking.attn_block_bytes
+        return attention_blocked(q, k0, v0, diag_k, diag_v, scale, block, window)
     fused = causal_attention_lse(q, k0, v0, scale)
     if fused is None:
         return attention_blocked(q, k0, v0, diag_k, diag_v, scale, chunking.attn_block_bytes)
@@ -113,10 +134,17 @@ def attend_masked(
     """q [B, h, Q, hd] over every key in the cache (its entries concatenated along the sequence,
     [B, kvh, K_i, hd] each), where mask [Q, sum K_i] (True = may attend) allows: the live serving
     loop's draft nodes, each seeing the committed rows and its own ancestors only."""
-    rep = cfg.num_heads // cfg.num_kv_heads
+    if cache.window is not None:
+        # The mask is the caller's; a window would cut it by rows the caller does not pass.
+        raise InputError(
+            None,
+            "sliding_window",
+            "a draft layer with a sliding window: explicit masks do not model it",
+        )
+    rep = q.shape[1] // cache.keys[0].shape[1]  # MLA keys come one per query head
     k = torch.cat(cache.keys, dim=2).repeat_interleave(rep, dim=1)
     v = torch.cat(cache.values, dim=2).repeat_interleave(rep, dim=1)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attention_scale(cfg))
 
 
 def attention_dense(
@@ -126,12 +154,15 @@ def attention_dense(
     diag_k: list[torch.Tensor],
     diag_v: list[torch.Tensor],
     scale: float,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Causal + diagonal attention over the full [T, T] score matrix in float32 (autograd)."""
     qf = q.float()
     t = q.shape[2]
     s0 = (qf @ k0.float().transpose(-1, -2)) * scale  # [B,h,T,T]
     causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+    if window is not None:
+        causal = causal.triu(1 - window)  # at most window-1 rows back
     s0 = s0.masked_fill(~causal, float("-inf"))
     diag = [((qf * k.float()).sum(-1, keepdim=True)) * scale for k in diag_k]  # [B,h,T,1]
     probs = torch.softmax(torch.cat([s0, *diag], dim=-1), dim=-1)
@@ -149,18 +180,22 @@ def attention_blocked(
     diag_v: list[torch.Tensor],
     scale: float,
     block_bytes: int,
+    window: int | None = None,
 ) -> torch.Tensor:
     """The same as `attention_dense`, query rows in blocks: at most block x T scores at once."""
     b, h, t, _ = q.shape
     # scores, their exp and the mask: ~3 float32 buffers of [B, h, block, T]
     block = max(1, min(t, block_bytes // max(1, 12 * b * h * t)))
-    out = torch.empty_like(q)
+    out = q.new_empty(b, h, t, v0.shape[-1])
     rows = torch.arange(t, device=q.device)
     for a in range(0, t, block):
         e = min(t, a + block)
         qf = q[:, :, a:e].float()
         s0 = (qf @ k0[:, :, :e].float().transpose(-1, -2)) * scale  # [B, h, blk, e]
-        s0 = s0.masked_fill(rows[None, :e] > rows[a:e, None], float("-inf"))
+        hidden = rows[None, :e] > rows[a:e, None]
+        if window is not None:
+            hidden = hidden | (rows[a:e, None] - rows[None, :e] >= window)
+        s0 = s0.masked_fill(hidden, float("-inf"))
         diag = [(qf * k[:, :, a:e].float()).sum(-1, keepdim=True) * scale for k in diag_k]
         probs = torch.softmax(torch.cat([s0, *diag], dim=-1), dim=-1)
         o = probs[..., :e] @ v0[:, :, :e].float()
@@ -210,8 +245,14 @@ def causal_attention_lse(
         FUSED_OK[key] = ok
     if not ok:
         return None
+    dv = v.shape[-1]
+    if dv > q.shape[-1]:
+        return None
+    if dv < q.shape[-1]:
+        # MLA's values are narrower than its keys: zero columns leave the softmax unchanged.
+        v = F.pad(v, (0, q.shape[-1] - dv))
     out, lse = fused_causal_lse(q, k, v, scale)
-    return out, lse.float()
+    return out[..., :dv], lse.float()
 
 
 def check_fused(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:

@@ -15,7 +15,8 @@ from inspector.model.attention import (
     attend,
     attend_masked,
 )
-from inspector.model.rope import apply_rope, rms_norm, rope_cos_sin
+from inspector.model.linear import linear
+from inspector.model.rope import apply_rope, deinterleave, rms_norm, rope_cos_sin
 
 
 def fc_input(draft: Draft, slots: list[torch.Tensor]) -> torch.Tensor:
@@ -34,25 +35,52 @@ def fc_input(draft: Draft, slots: list[torch.Tensor]) -> torch.Tensor:
 
 def fc_project(draft: Draft, g: torch.Tensor) -> torch.Tensor:
     """h = fc(g), [.., H]."""
-    h = g @ draft.weights["fc.weight"].T
-    if "fc.bias" in draft.weights:
-        h = h + draft.weights["fc.bias"]
-    return h
+    return fc_combine(draft, [linear(g, draft.weights["fc.weight"])])
+
+
+def fc_block_project(
+    draft: Draft, slot: torch.Tensor, block: int, weight: torch.Tensor | None = None
+) -> torch.Tensor:
+    """W_block @ slot, [.., H]: one column block of fc applied to the slot it multiplies (with
+    the block's fc_norm first when the draft has one). fc is linear, so fc(cat(s_0, s_1, ..)) =
+    fc_combine([W_0 s_0, W_1 s_1, ..]): the evaluator caches these per (block, slot).
+
+    weight: the block as a contiguous [H, Ht] copy (the caller's cache), else sliced from fc.
+    Every product here is `x @ W.T` with W row-major [out, in]: the layout whose CPU kernels are
+    fast in bfloat16 and float16 too (a pre-transposed contiguous copy, `x @ W.T.contiguous()`,
+    runs 30-80x slower in those dtypes on CPU)."""
+    cfg = draft.config
+    if cfg.norm_before_fc:
+        raise ValueError("norm_before_fc normalises the whole fc input: no per-block projection")
+    if cfg.fc_norm:
+        slot = rms_norm(slot, draft.weights[f"fc_norm.{block}.weight"], cfg.rms_norm_eps)
+    w = weight if weight is not None else draft.fc_block(block)
+    return linear(slot, w)
+
+
+def fc_combine(draft: Draft, parts: list[torch.Tensor]) -> torch.Tensor:
+    """fc's output from its column blocks' projections: their sum, plus fc's bias if any (the
+    one place the bias is added, for the whole-input and the per-block paths alike)."""
+    h = parts[0]
+    for part in parts[1:]:
+        h = h + part
+    bias = draft.weights.get("fc.bias")
+    return h + bias if bias is not None else h
 
 
 def mlp(x: torch.Tensor, w: dict[str, torch.Tensor], p: str) -> torch.Tensor:
-    gate = x @ w[p + "mlp.gate_proj.weight"].T
-    up = x @ w[p + "mlp.up_proj.weight"].T
-    return (F.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+    gate = linear(x, w[p + "mlp.gate_proj.weight"])
+    up = linear(x, w[p + "mlp.up_proj.weight"])
+    return linear(F.silu(gate) * up, w[p + "mlp.down_proj.weight"])
 
 
 def _project_qkv(
     cfg: DraftConfig, w: dict[str, torch.Tensor], p: str, a: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     b, t, _ = a.shape
-    q = (a @ w[p + "self_attn.q_proj.weight"].T).view(b, t, cfg.num_heads, cfg.head_dim)
-    k = (a @ w[p + "self_attn.k_proj.weight"].T).view(b, t, cfg.num_kv_heads, cfg.head_dim)
-    v = (a @ w[p + "self_attn.v_proj.weight"].T).view(b, t, cfg.num_kv_heads, cfg.head_dim)
+    q = linear(a, w[p + "self_attn.q_proj.weight"]).view(b, t, cfg.num_heads, cfg.head_dim)
+    k = linear(a, w[p + "self_attn.k_proj.weight"]).view(b, t, cfg.num_kv_heads, cfg.head_dim)
+    v = linear(a, w[p + "self_attn.v_proj.weight"]).view(b, t, cfg.num_kv_heads, cfg.head_dim)
     if p + "self_attn.q_proj.bias" in w:
         q = q + w[p + "self_attn.q_proj.bias"].view(cfg.num_heads, cfg.head_dim)
         k = k + w[p + "self_attn.k_proj.bias"].view(cfg.num_kv_heads, cfg.head_dim)
@@ -61,6 +89,50 @@ def _project_qkv(
         q = rms_norm(q, w[p + "self_attn.q_norm.weight"], cfg.rms_norm_eps)
         k = rms_norm(k, w[p + "self_attn.k_norm.weight"], cfg.rms_norm_eps)
     return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+
+def _project_qkv_mla(
+    cfg: DraftConfig,
+    w: dict[str, torch.Tensor],
+    p: str,
+    a: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """MLA q, k (RoPE applied to the rope dims) and v, [B, heads, T, dims] each.
+
+    As SpecForge's and TorchSpec's MLA drafts (after DeepSeek-V3): q = q_b(norm(q_a(a))) split
+    per head into [nope | rope]; kv_a(a) = [compressed kv | one shared rope key]; kv_b(norm(
+    compressed)) = per head [k_nope | v]. RoPE rotates adjacent pairs of the rope dims only.
+    """
+    m = cfg.mla
+    assert m is not None
+    b, t, _ = a.shape
+    eps, nh, att = cfg.rms_norm_eps, cfg.num_heads, p + "self_attn."
+    if m.q_lora_rank is None:
+        q = linear(a, w[att + "q_proj.weight"])
+    else:
+        q = rms_norm(linear(a, w[att + "q_a_proj.weight"]), w[att + "q_a_layernorm.weight"], eps)
+        q = linear(q, w[att + "q_b_proj.weight"])
+    q = q.view(b, t, nh, m.qk_head_dim).transpose(1, 2)
+    compressed, k_rope = linear(a, w[att + "kv_a_proj_with_mqa.weight"]).split(
+        [m.kv_lora_rank, m.qk_rope_head_dim], dim=-1
+    )
+    kv = linear(
+        rms_norm(compressed, w[att + "kv_a_layernorm.weight"], eps), w[att + "kv_b_proj.weight"]
+    )
+    k_nope, v = kv.view(b, t, nh, m.qk_nope_head_dim + m.v_head_dim).split(
+        [m.qk_nope_head_dim, m.v_head_dim], dim=-1
+    )
+    q_nope, q_rope = q.split([m.qk_nope_head_dim, m.qk_rope_head_dim], dim=-1)
+    k_rope = k_rope[:, None]  # [B, 1, T, rope]: one rope key for every head
+    if m.rope_interleave:
+        q_rope, k_rope = deinterleave(q_rope), deinterleave(k_rope)
+    q_rope = apply_rope(q_rope, cos, sin)
+    k_rope = apply_rope(k_rope, cos, sin)
+    q = torch.cat([q_nope, q_rope], dim=-1)
+    k = torch.cat([k_nope.transpose(1, 2), k_rope.expand(b, nh, t, m.qk_rope_head_dim)], dim=-1)
+    return q, k, v.transpose(1, 2)
 
 
 def _rowwise_mlp(x: torch.Tensor, w: dict[str, torch.Tensor], p: str, rows: int) -> torch.Tensor:
@@ -93,18 +165,18 @@ def _layer(
     else:
         a = rms_norm(hidden, w[p + "input_layernorm.weight"], eps)
         residual = hidden
-    q, k, v = _project_qkv(cfg, w, p, a)
+    if cfg.mla is not None:
+        q, k, v = _project_qkv_mla(cfg, w, p, a, cos, sin)
+    else:
+        q, k, v = _project_qkv(cfg, w, p, a)
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
     del a
-    q = apply_rope(q, cos, sin)
-    k = apply_rope(k, cos, sin)
     cache.keys.append(k)
     cache.values.append(v)
     o = attend(cfg, q, cache, chunking) if mask is None else attend_masked(cfg, q, cache, mask)
-    b, _, t, _ = o.shape
-    o = (
-        o.transpose(1, 2).reshape(b, t, cfg.num_heads * cfg.head_dim)
-        @ w[p + "self_attn.o_proj.weight"].T
-    )
+    b, nh, t, dv = o.shape
+    o = linear(o.transpose(1, 2).reshape(b, t, nh * dv), w[p + "self_attn.o_proj.weight"])
     if p + "self_attn.o_proj.bias" in w:
         o = o + w[p + "self_attn.o_proj.bias"]
     u = residual + o
@@ -126,7 +198,7 @@ def _steps(
     b, r, _ = h.shape
     embed = w["embed_tokens.weight"]
     base_pos = torch.arange(r, device=h.device) + position_offset
-    caches = [LayerCache() for _ in range(cfg.num_layers)]
+    caches = [LayerCache(cfg.sliding_window(i)) for i in range(cfg.num_layers)]
     hidden = h
     for k in range(steps):
         # Step k reads x_{j+1+k}; rows past the end get the padding id 0, as the peers do.
@@ -172,7 +244,7 @@ def iter_steps(
 def draft_logits(draft: Draft, z: torch.Tensor) -> torch.Tensor:
     """Draft-vocab logits lm_head(norm(z)) in float32, [.., D]."""
     normed = rms_norm(z, draft.weights["norm.weight"], draft.config.rms_norm_eps)
-    return (normed @ draft.weights["lm_head.weight"].T).float()
+    return linear(normed, draft.weights["lm_head.weight"]).float()
 
 
 def forward_steps(

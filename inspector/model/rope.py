@@ -90,10 +90,29 @@ def rope_inv_freq(
 def rope_cos_sin(
     cfg: DraftConfig, positions: torch.Tensor, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    inv_freq, attn_factor = rope_inv_freq(cfg.rope, cfg.head_dim)
+    """cos/sin [.., rope dims] of `positions`: over head_dim, or MLA's rope dims only."""
+    inv_freq, attn_factor = rope_inv_freq(cfg.rope, cfg.rope_head_dim)
     freqs = positions.to(device=device, dtype=torch.float32)[..., None] * inv_freq.to(device)
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos() * attn_factor, emb.sin() * attn_factor
+
+
+def deinterleave(x: torch.Tensor) -> torch.Tensor:
+    """DeepSeek's MLA rotates adjacent pairs (0,1), (2,3), ...; moving the even dims first and
+    the odd ones after turns that into the half-split rotation `apply_rope` does. q and k get
+    the same permutation, so every q.k product is unchanged."""
+    return torch.cat([x[..., 0::2], x[..., 1::2]], dim=-1)
+
+
+def mla_softmax_scale(cfg: DraftConfig) -> float:
+    """1/sqrt(qk_head_dim), times mscale(factor, mscale_all_dim)^2 under YaRN, as DeepSeek's
+    attention (and SpecForge's, TorchSpec's MLA drafts) scales its scores."""
+    scale = 1.0 / math.sqrt(cfg.head_dim)
+    if cfg.rope.rope_type == "yarn":
+        s = cfg.rope.scaling
+        m = _yarn_get_mscale(float(s["factor"]), float(s.get("mscale_all_dim") or 0.0))
+        scale *= m * m
+    return scale
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from inspector.draft import Draft
 from inspector.model.forward import mlp
+from inspector.model.linear import linear
 from inspector.model.rope import apply_rope, rms_norm, rope_cos_sin
 
 
@@ -21,16 +22,24 @@ class Step0Shared:
     tokens: [R], the token x_{j+1} fed at row j; position_offset: RoPE position of row 0.
     """
 
+    @staticmethod
+    def supports(draft: Draft) -> bool:
+        """Whether the split holds: one layer of Llama attention (MLA's q and kv pass through
+        norms after their first projection, so its embedding half cannot be factored out)."""
+        return draft.config.num_layers == 1 and draft.config.mla is None
+
     def __init__(self, draft: Draft, tokens: torch.Tensor, position_offset: int) -> None:
         cfg, w, p = draft.config, draft.weights, "layers.0."
-        if cfg.num_layers != 1:
-            raise ValueError(f"Step0Shared needs a single-layer draft, got {cfg.num_layers} layers")
+        if not self.supports(draft):
+            raise ValueError(
+                f"Step0Shared needs a single-layer, non-MLA draft, got {cfg.num_layers} layers"
+            )
         hs = cfg.hidden_size
         e = F.embedding(tokens, w["embed_tokens.weight"]).to(w["fc.weight"].dtype)
         e = rms_norm(e, w[p + "input_layernorm.weight"], cfg.rms_norm_eps)
         self.rows = int(tokens.numel())
         self.w_hidden = {n: w[p + f"self_attn.{n}_proj.weight"][:, hs:] for n in "qkv"}
-        self.embed_part = {n: e @ w[p + f"self_attn.{n}_proj.weight"][:, :hs].T for n in "qkv"}
+        self.embed_part = {n: linear(e, w[p + f"self_attn.{n}_proj.weight"][:, :hs]) for n in "qkv"}
         for n in "qkv":
             bias = w.get(p + f"self_attn.{n}_proj.bias")
             if bias is not None:
@@ -54,9 +63,9 @@ def step0_logits_at_rows(
     nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     hn = rms_norm(h, w[p + "hidden_norm.weight"], eps)
     hn_rows = hn[:, rows]
-    q = (shared.embed_part["q"][rows] + hn_rows @ shared.w_hidden["q"].T).view(b, -1, nh, hd)
-    k = (shared.embed_part["k"] + hn @ shared.w_hidden["k"].T).view(b, r, nkv, hd)
-    v = (shared.embed_part["v"] + hn @ shared.w_hidden["v"].T).view(b, r, nkv, hd)
+    q = (shared.embed_part["q"][rows] + linear(hn_rows, shared.w_hidden["q"])).view(b, -1, nh, hd)
+    k = (shared.embed_part["k"] + linear(hn, shared.w_hidden["k"])).view(b, r, nkv, hd)
+    v = (shared.embed_part["v"] + linear(hn, shared.w_hidden["v"])).view(b, r, nkv, hd)
     if p + "self_attn.q_norm.weight" in w:
         q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
         k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
@@ -65,13 +74,17 @@ def step0_logits_at_rows(
     v = v.transpose(1, 2)
     rep = nh // nkv
     k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    allowed = torch.arange(r, device=h.device)[None, :] <= rows[:, None]  # causal, [R', R]
+    back = rows[:, None] - torch.arange(r, device=h.device)[None, :]  # rows back, [R', R]
+    allowed = back >= 0  # causal
+    window = cfg.sliding_window(0)
+    if window is not None:
+        allowed = allowed & (back < window)
     o = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
-    o = o.transpose(1, 2).reshape(b, -1, nh * hd) @ w[p + "self_attn.o_proj.weight"].T
+    o = linear(o.transpose(1, 2).reshape(b, -1, nh * hd), w[p + "self_attn.o_proj.weight"])
     if p + "self_attn.o_proj.bias" in w:
         o = o + w[p + "self_attn.o_proj.bias"]
     residual = hn_rows if cfg.norm_before_residual else h[:, rows]
     u = residual + o
     z = u + mlp(rms_norm(u, w[p + "post_attention_layernorm.weight"], eps), w, p)
     normed = rms_norm(z, w["norm.weight"], eps)
-    return (normed @ w["lm_head.weight"].T).float()
+    return linear(normed, w["lm_head.weight"]).float()

@@ -476,6 +476,14 @@ def live_accept(
 
     if max_new < 1:
         raise InputError(None, "--max-new", f"{max_new}: at least 1 (the prefill's token)")
+    windowed = [i for i in range(draft.config.num_layers) if draft.config.sliding_window(i)]
+    if windowed:
+        raise InputError(
+            Path(draft.path) / "config.json" if draft.path else None,
+            "sliding_window",
+            f"draft layer {windowed[0]} has a sliding window: the live loop does not model one "
+            "(the replay does)",
+        )
     if temperature < 0:
         raise InputError(None, "--temperature", "must be >= 0")
     folder = Path(draft.path) if draft.path else Path(".")

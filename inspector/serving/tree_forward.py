@@ -64,7 +64,7 @@ class RowTrees:
         embeds = F.embedding(tokens[None], self._embed).to(h.dtype)
         self._k0: list[tuple[torch.Tensor, torch.Tensor]] = []
         for i in range(cfg.num_layers):
-            cache = LayerCache()
+            cache = LayerCache(cfg.sliding_window(i))
             x = draft_layer(draft, i, x, embeds if i == 0 else None, cos, sin, cache, chunking)
             self._k0.append((cache.keys[0], cache.values[0]))
         self.z0 = x  # [1, R, H]
@@ -120,7 +120,7 @@ class RowTrees:
         x = hidden
         for i in range(cfg.num_layers):
             k0, v0 = self._k0[i]
-            cache = LayerCache()
+            cache = LayerCache(cfg.sliding_window(i))
             cache.keys = [k0] + [
                 self._gather(kk, lin)
                 for (kk, _), lin in zip(self._kv[i], self._lineage, strict=True)
@@ -129,7 +129,7 @@ class RowTrees:
                 self._gather(vv, lin)
                 for (_, vv), lin in zip(self._kv[i], self._lineage, strict=True)
             ]
-            rep = cfg.num_heads // cfg.num_kv_heads
+            rep = cfg.num_heads // k0.shape[1]  # MLA keys come one per query head
             cache.k0 = k0.repeat_interleave(rep, dim=1).expand(k, -1, -1, -1)
             cache.v0 = v0.repeat_interleave(rep, dim=1).expand(k, -1, -1, -1)
             x = draft_layer(
