@@ -68,6 +68,18 @@ def fc_combine(draft: Draft, parts: list[torch.Tensor]) -> torch.Tensor:
     return h + bias if bias is not None else h
 
 
+def fc_wired(draft: Draft, slots: list[torch.Tensor]) -> torch.Tensor:
+    """h = fc of the wired slots (in fc block order), computed as the evaluator does: the sum of
+    per-block projections when fc is linear in each slot, else over the whole normed input."""
+    if draft.config.norm_before_fc:
+        return fc_project(draft, fc_input(draft, slots))
+    # contiguous blocks, as the evaluator keeps them: the same kernels, the same bits
+    blocks = [draft.fc_block(b).contiguous() for b in range(len(slots))]
+    return fc_combine(
+        draft, [fc_block_project(draft, s, b, blocks[b]) for b, s in enumerate(slots)]
+    )
+
+
 def mlp(x: torch.Tensor, w: dict[str, torch.Tensor], p: str) -> torch.Tensor:
     gate = linear(x, w[p + "mlp.gate_proj.weight"])
     up = linear(x, w[p + "mlp.up_proj.weight"])

@@ -55,8 +55,7 @@ from inspector.model import (
     LayerCache,
     draft_layer,
     draft_logits,
-    fc_input,
-    fc_project,
+    fc_wired,
     rms_norm,
     rope_cos_sin,
 )
@@ -71,25 +70,6 @@ if TYPE_CHECKING:  # capture loads transformers; only the loop itself needs it
     from inspector.capture.target import TargetModel
 
 Progress = Callable[[int, int], None]  # (loops done, loops in all): prompts x wirings
-
-
-def fc_rows(draft: Draft, slots: Sequence[torch.Tensor]) -> torch.Tensor:
-    """h = fc(g) of the wired slots ([m, Ht] each, the draft's dtype), computed as the evaluator
-    does (a linear fc as the sum of per-block projections, in block order), so the loop's draft
-    sees the values the replay will."""
-    cfg = draft.config
-    if cfg.norm_before_fc:
-        return fc_project(draft, fc_input(draft, list(slots)))
-    h = None
-    for b, s in enumerate(slots):
-        if cfg.fc_norm:
-            s = rms_norm(s, draft.weights[f"fc_norm.{b}.weight"], cfg.rms_norm_eps)
-        p = s @ draft.fc_block(b).T.contiguous()
-        h = p if h is None else h + p
-    assert h is not None
-    if "fc.bias" in draft.weights:
-        h = h + draft.weights["fc.bias"]
-    return h
 
 
 class LiveDraft:
@@ -328,7 +308,7 @@ def run_sequence(
 
     def fc_of(feats: list[torch.Tensor]) -> torch.Tensor:
         # the evaluator's conversion of stored slots: to the draft's device and dtype
-        return fc_rows(draft, [feats[s].to(dev, draft.dtype) for s in wiring.slots])
+        return fc_wired(draft, [feats[s].to(dev, draft.dtype) for s in wiring.slots])
 
     logits, f, cache = target.forward_cached(torch.tensor(prompt), plan_slots)
     parts: list[list[torch.Tensor]] = [[x.cpu()] for x in f]
