@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import accumulation_tolerance
 
 from inspector.capture.run import CaptureSettings, capture
 from inspector.cli import main
@@ -86,22 +87,17 @@ def test_full_demo_target_loads_in_transformers_with_nothing_missing() -> None:
 # which may add in another order:
 #   |x - y| <= |x - x32| + |x32 - y32| + |y32 - y| <= 2^-8 |x| + delta + 2^-8 |y|
 # Rounding to bf16 (8 significant bits) moves a value by at most half a step of its binade, which is
-# <= 2^-8 of the rounded value's magnitude. delta, the float32 accumulation difference, is modelled
-# as c * eps32 * sqrt(n) * rms(y): a reduction of n terms in float32 errs like a random walk of n
-# roundings, scaled by the tensor's RMS (not the element's: an element near zero is a sum of terms
-# of the tensor's size). n = the hidden size. The demo forward in float32 against the same forward in
-# float64 errs by at most 3.3 such units (all slots, 48 samples); two float32 orders can differ by
-# twice that; c = 16 leaves a factor 2.4. Near zero delta is the whole allowance, and it is what the
-# old |y| * 2^-7 + 1e-6 lacked (one element of a recapture with transformers 5.24 was 2 bf16 steps
-# away: 0.0003109 vs 0.0003071; the demo forward in float64, rounded, fails the old bound 10 times).
-EPS32 = 2.0**-23
-C_ACCUMULATION = 16
+# <= 2^-8 of the rounded value's magnitude. delta is the float32 accumulation difference
+# (support.accumulation_tolerance: 16 * eps32 * sqrt(n) * rms(y), n = the hidden size). Near zero
+# delta is the whole allowance, and it is what the old |y| * 2^-7 + 1e-6 lacked (one element of a
+# recapture with transformers 5.24 was 2 bf16 steps away: 0.0003109 vs 0.0003071; the demo forward in
+# float64, rounded, fails the old bound 10 times in 48 samples and passes this one).
 
 
 def _slot_excess(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """How far past the error model's allowance each element of x lies from y (<= 0: within)."""
     x, y = x.float(), y.float()
-    delta = C_ACCUMULATION * EPS32 * y.shape[-1] ** 0.5 * y.pow(2).mean().sqrt()
+    delta = accumulation_tolerance(y, y.shape[-1])
     return (x - y).abs() - (2.0**-8 * (x.abs() + y.abs()) + delta)
 
 
