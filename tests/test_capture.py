@@ -79,7 +79,9 @@ def test_full_demo_target_loads_in_transformers_with_nothing_missing() -> None:
     with torch.no_grad():
         theirs = model(ids).logits
         mine = ours(ids)
-    torch.testing.assert_close(theirs, mine, rtol=1e-4, atol=1e-4)
+    # transformers' code adds in its own order (the error model: support.accumulation_tolerance)
+    tol = accumulation_tolerance(mine, cfg["hidden_size"])
+    assert float((theirs - mine).abs().max()) <= tol, tol
 
 
 # The error model of a recaptured slot. The stored slot y and the captured x are bf16 roundings of
@@ -315,7 +317,9 @@ def test_post_norm_slot_is_the_final_norm_output(tmp_path, demo_ids_input) -> No
     w = load_file(str(TARGET / "model.safetensors"))["model.norm.weight"]
     pre, post = _one(out)["hidden_states"][2], _one(out)["hidden_states"][1]
     want = w * pre * torch.rsqrt(pre.pow(2).mean(-1, keepdim=True) + 1e-5)
-    torch.testing.assert_close(post, want, rtol=1e-5, atol=1e-5)
+    # transformers' norm against this one: float32 sums in two orders (the error model)
+    tol = accumulation_tolerance(want, want.shape[-1])
+    assert float((post - want).abs().max()) <= tol, tol
 
 
 # --- --generate ----------------------------------------------------------------------------------
@@ -343,8 +347,12 @@ def test_generate_is_deterministic_and_masks_the_continuation(tmp_path) -> None:
     model = AutoModelForCausalLM.from_pretrained(str(TARGET))
     ids = g1[0]["input_ids"]
     with torch.no_grad():
-        pred = model(ids[None]).logits[0].argmax(-1)
-    assert torch.equal(pred[-13:-1], ids[-12:])
+        logits = model(ids[None]).logits[0][-13:-1]
+    # generate decodes with a KV cache, this forward without: two orders of the same sums, so a
+    # token whose top two logits lie within twice the error model's allowance may go either way.
+    top2 = logits.topk(2, dim=-1).values
+    clear = (top2[:, 0] - top2[:, 1]) > 2 * accumulation_tolerance(logits, model.config.hidden_size)
+    assert bool(clear.any()) and torch.equal(logits.argmax(-1)[clear], ids[-12:][clear])
 
 
 # --- resuming and folders ------------------------------------------------------------------------
