@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import accumulation_tolerance
 
 from inspector.capture.run import CaptureSettings, capture
 from inspector.cli import main
@@ -78,7 +79,28 @@ def test_full_demo_target_loads_in_transformers_with_nothing_missing() -> None:
     with torch.no_grad():
         theirs = model(ids).logits
         mine = ours(ids)
-    torch.testing.assert_close(theirs, mine, rtol=1e-4, atol=1e-4)
+    # transformers' code adds in its own order (the error model: support.accumulation_tolerance)
+    tol = accumulation_tolerance(mine, cfg["hidden_size"])
+    assert float((theirs - mine).abs().max()) <= tol, tol
+
+
+# The error model of a recaptured slot. The stored slot y and the captured x are bf16 roundings of
+# float32 states y32, x32 that the same weights gave in two codes (our Target, transformers' Llama),
+# which may add in another order:
+#   |x - y| <= |x - x32| + |x32 - y32| + |y32 - y| <= 2^-8 |x| + delta + 2^-8 |y|
+# Rounding to bf16 (8 significant bits) moves a value by at most half a step of its binade, which is
+# <= 2^-8 of the rounded value's magnitude. delta is the float32 accumulation difference
+# (support.accumulation_tolerance: 16 * eps32 * sqrt(n) * rms(y), n = the hidden size). Near zero
+# delta is the whole allowance, and it is what the old |y| * 2^-7 + 1e-6 lacked (one element of a
+# recapture with transformers 5.24 was 2 bf16 steps away: 0.0003109 vs 0.0003071; the demo forward in
+# float64, rounded, fails the old bound 10 times in 48 samples and passes this one).
+
+
+def _slot_excess(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """How far past the error model's allowance each element of x lies from y (<= 0: within)."""
+    x, y = x.float(), y.float()
+    delta = accumulation_tolerance(y, y.shape[-1])
+    return (x - y).abs() - (2.0**-8 * (x.abs() + y.abs()) + delta)
 
 
 def test_captured_slots_equal_the_stored_ones(recaptured) -> None:
@@ -92,24 +114,109 @@ def test_captured_slots_equal_the_stored_ones(recaptured) -> None:
         assert torch.equal(a["loss_mask"], b["loss_mask"])
         assert len(a["hidden_states"]) == 4
         for s in range(4):  # slot 3 is the last layer's output before the final norm
-            x, y = a["hidden_states"][s].float(), b["hidden_states"][s].float()
             assert a["hidden_states"][s].dtype == torch.bfloat16
-            # Both are bf16-rounded float32 values: at most one bf16 step (2^-8 relative) apart.
-            assert bool(((x - y).abs() <= y.abs() * 2**-7 + 1e-6).all()), (i, s)
+            excess = _slot_excess(a["hidden_states"][s], b["hidden_states"][s])
+            assert float(excess.max()) <= 0, (i, s, float(excess.max()))
 
 
-def test_the_draft_scores_the_same_on_the_captured_set(recaptured, capsys) -> None:
-    doc = _eval_json(capsys, recaptured)
-    got = {w["label"].split()[0]: w["steps"][0]["all_tok"] for w in doc["wirings"]}
-    # The demo's committed figures (build_info.json): train [embed, L2, L4], serve [L2, L4, L6].
-    assert (got["train"]["hits"], got["train"]["total"]) == (3944, 5421)
-    assert (got["serve"]["hits"], got["serve"]["total"]) == (1264, 5421)
-    # Verifier match reads slot 3 through the final norm + lm_head: same on both sets.
-    sub = ("--limit", "8")
-    mine = _eval_json(capsys, recaptured, *sub)
-    stored = _eval_json(capsys, STORED, *sub)
-    for a, b in zip(mine["wirings"], stored["wirings"], strict=True):
-        assert a["steps"][0] == b["steps"][0]
+def _demo_target_float64():
+    from safetensors.torch import load_file
+
+    from inspector.demo.target import Target, TargetConfig
+
+    cfg = json.loads((TARGET / "config.json").read_text())
+    model = Target(TargetConfig(**{k: cfg[k] for k in TargetConfig.__dataclass_fields__}))
+    weights = load_file(str(TARGET / "model.safetensors"))
+    model.load_state_dict({k.removeprefix("model."): v.double() for k, v in weights.items()})
+    return model.double().eval()
+
+
+def test_slot_tolerance_admits_another_order_and_nothing_more() -> None:
+    """The error model is neither too tight nor vacuous: the demo forward in float64 (the exact
+    sums, as far from the stored float32 order as another order lands) passes it, and so does one
+    bf16 step anywhere (a rounding that went the other way); two bf16 steps fail in most elements
+    of every slot, and so does the next slot's state."""
+    model = _demo_target_float64()
+    for i in range(8):
+        b = _stored(i)
+        hs: list[torch.Tensor] = []
+        with torch.no_grad():
+            model(b["input_ids"][None], hidden_states=hs)
+        for s, k in enumerate((0, 2, 4, 6)):
+            y = b["hidden_states"][s]
+            assert float(_slot_excess(hs[k][0].to(torch.bfloat16), y).max()) <= 0, (i, s)
+            up = torch.nextafter(y, torch.full_like(y, float("inf")))
+            assert float(_slot_excess(up, y).max()) <= 0, (i, s)
+            two = torch.nextafter(up, torch.full_like(y, float("inf")))
+            assert float((_slot_excess(two, y) > 0).float().mean()) > 0.5, (i, s)
+            if s < 3:
+                assert float(_slot_excess(b["hidden_states"][s + 1], y).max()) > 0, (i, s)
+
+
+# The outcome that matters: the draft's predictions and the verifier's targets on the recaptured
+# set are the stored set's, so every accuracy is too. Slots within the model above can move a
+# prediction only where two candidates nearly tie. Measured on the demo: the float64 forward's
+# slots (a different order in every sum) change no prediction; one bf16 step on 1% of all slot
+# elements (25x the share the float64 forward changes) moves 17 draft predictions, all with a top-2
+# probability gap < 0.0022, and one verifier argmax, top-2 logit gap 0.0005. A prediction may
+# differ only below these gaps with a margin of 4-10x; an accuracy by at most the positions that did.
+DRAFT_P_GAP = 0.01
+VERIFIER_LOGIT_GAP = 0.005
+METRICS = ("all_tok", "in_vocab", "cond", "verifier_a", "verifier_b", "spec_full", "specforge")
+
+
+def _demo_evaluator(samples: Path):
+    from inspector.session import Inputs, load_evaluator
+
+    inputs = Inputs(DRAFT, [str(samples)], TARGET, None, None, True)
+    return load_evaluator(inputs, device="cpu", ttt_steps=3)
+
+
+def _verifier_logits(ev, i: int) -> torch.Tensor:
+    from inspector.model import rms_norm
+
+    head = ev.target_head
+    return rms_norm(ev.samples[i].slots[3], head.norm_weight, head.rms_norm_eps) @ head.lm_head.T
+
+
+def test_the_draft_scores_the_same_on_the_captured_set(recaptured) -> None:
+    from inspector.metrics import sum_steps
+
+    new, old = _demo_evaluator(recaptured), _demo_evaluator(STORED)
+    moved = 0  # positions whose draft prediction or verifier target moved (near ties only)
+    per_sample: dict[tuple[str, str], list] = {}
+    for i in range(N_TRAIN):
+        y_old, y_new = _verifier_logits(old, i), _verifier_logits(new, i)
+        v_moved = (y_old.argmax(-1) != y_new.argmax(-1)).numpy()
+        top2 = y_old.topk(2, dim=-1).values
+        assert bool((top2[:, 0] - top2[:, 1])[v_moved].lt(VERIFIER_LOGIT_GAP).all()), i
+        moved += int(v_moved.sum())
+        for spec in ("train", "serve"):
+            a = new.predict(i, new.wiring(spec), keep=False)
+            b = old.predict(i, old.wiring(spec), keep=False)
+            per_sample.setdefault(("new", spec), []).append(a.metrics)
+            per_sample.setdefault(("old", spec), []).append(b.metrics)
+            for sa, sb in zip(a.steps, b.steps, strict=True):
+                d = sa.pred_target != sb.pred_target
+                gap = sb.topk_p[:, 0] - sb.topk_p[:, 1]
+                assert bool((gap[d] < DRAFT_P_GAP).all()), (i, spec, sa.step, gap[d].max())
+                moved += int(d.sum())
+        new.release(i)
+        old.release(i)
+    for spec in ("train", "serve"):
+        mine, stored = sum_steps(per_sample["new", spec]), sum_steps(per_sample["old", spec])
+        for sa, sb in zip(mine, stored, strict=True):
+            for f in METRICS:
+                # cond's total is the rows whose earlier steps hit: it moves with them
+                ca, cb = getattr(sa, f), getattr(sb, f)
+                assert abs(ca.hits - cb.hits) + abs(ca.total - cb.total) <= 2 * moved, (spec, f)
+                if moved == 0:
+                    assert (ca.hits, ca.total) == (cb.hits, cb.total), (spec, f, sa.step)
+        # And so are the demo's committed figures (build_info.json).
+        fig = json.loads((DEMO / "build_info.json").read_text())["accuracy"]["train"]
+        fig = fig[f"{spec}_wiring"]
+        assert mine[0].all_tok.total == fig["step0_total"]
+        assert abs(mine[0].all_tok.hits - fig["step0_hits"]) <= moved, (spec, fig)
 
 
 def test_engine_capture_on_the_demo(tmp_path, demo_ids_input, capsys) -> None:
@@ -210,7 +317,9 @@ def test_post_norm_slot_is_the_final_norm_output(tmp_path, demo_ids_input) -> No
     w = load_file(str(TARGET / "model.safetensors"))["model.norm.weight"]
     pre, post = _one(out)["hidden_states"][2], _one(out)["hidden_states"][1]
     want = w * pre * torch.rsqrt(pre.pow(2).mean(-1, keepdim=True) + 1e-5)
-    torch.testing.assert_close(post, want, rtol=1e-5, atol=1e-5)
+    # transformers' norm against this one: float32 sums in two orders (the error model)
+    tol = accumulation_tolerance(want, want.shape[-1])
+    assert float((post - want).abs().max()) <= tol, tol
 
 
 # --- --generate ----------------------------------------------------------------------------------
@@ -238,8 +347,12 @@ def test_generate_is_deterministic_and_masks_the_continuation(tmp_path) -> None:
     model = AutoModelForCausalLM.from_pretrained(str(TARGET))
     ids = g1[0]["input_ids"]
     with torch.no_grad():
-        pred = model(ids[None]).logits[0].argmax(-1)
-    assert torch.equal(pred[-13:-1], ids[-12:])
+        logits = model(ids[None]).logits[0][-13:-1]
+    # generate decodes with a KV cache, this forward without: two orders of the same sums, so a
+    # token whose top two logits lie within twice the error model's allowance may go either way.
+    top2 = logits.topk(2, dim=-1).values
+    clear = (top2[:, 0] - top2[:, 1]) > 2 * accumulation_tolerance(logits, model.config.hidden_size)
+    assert bool(clear.any()) and torch.equal(logits.argmax(-1)[clear], ids[-12:][clear])
 
 
 # --- resuming and folders ------------------------------------------------------------------------

@@ -5,11 +5,21 @@ from __future__ import annotations
 import pytest
 import torch
 from safetensors.torch import load_file
+from support import accumulation_tolerance
 
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
 from inspector.model import fc_input, fc_project, forward_steps
 
+
+def _top2_gap(logits: torch.Tensor) -> torch.Tensor:
+    top2 = logits.topk(2, dim=-1).values
+    return top2[:, 0] - top2[:, 1]
+
+
+# The peers' logits are float32 sums in their own order: ours may differ from them by the float32
+# accumulation term of the error model (support.accumulation_tolerance, n = the hidden size); the
+# largest measured is a fifth of it (1.0e-5 on logits of RMS 3.3).
 CASES = [
     # fixture, checkpoint folder, extra loader args, the peer's RoPE position offset
     ("speculators-basic", "checkpoint", {}, 1),
@@ -41,9 +51,10 @@ def test_logits_match_peer(golden, fixture, ckpt, extra, offset, our_offset):
             exp = expected[f"sample{i}.step{k}.logits"]
             got = logits[k]
             assert got.shape == exp.shape
-            assert (got - exp).abs().max().item() < 1e-4, (fixture, i, k)
-            top2 = exp.topk(2, dim=-1).values
-            clear = (top2[:, 0] - top2[:, 1]) > 1e-4
+            tol = accumulation_tolerance(exp, draft.config.hidden_size)
+            assert (got - exp).abs().max().item() <= tol, (fixture, i, k, tol)
+            # Within tol of each other, two logits can swap order only if the peer's are 2 tol apart.
+            clear = _top2_gap(exp) > 2 * tol
             assert torch.equal(got.argmax(-1)[clear], expected[f"sample{i}.step{k}.argmax"][clear])
 
 
@@ -106,8 +117,12 @@ def test_evaluator_predictions_use_peer_argmax(golden, fixture):
         for k, sp in enumerate(pred.steps):
             # Evaluated rows are those with a true label: j = 0..T-3-k.
             exp = expected[f"sample{i}.step{k}.argmax"][: t - 2 - k]
-            assert sp.pred_draft.tolist() == exp.tolist()
-            assert sp.pred_target.tolist() == (exp + d2t[exp]).tolist()
+            logits = expected[f"sample{i}.step{k}.logits"][: t - 2 - k]
+            # The peer's argmax where its top two logits are further apart than our logits can be
+            # from its own (test_logits_match_peer): every row of these fixtures, as it happens.
+            clear = _top2_gap(logits) > 2 * accumulation_tolerance(logits, draft.config.hidden_size)
+            assert sp.pred_draft[clear.numpy()].tolist() == exp[clear].tolist()
+            assert sp.pred_target[clear.numpy()].tolist() == (exp + d2t[exp])[clear].tolist()
             assert sp.true.tolist() == ev.samples[i].input_ids[2 + k : t].tolist()
             assert sp.input.tolist() == ev.samples[i].input_ids[1 + k : t - 1].tolist()
             assert sp.masked.tolist() == ev.samples[i].loss_mask[1 + k : t - 1].bool().tolist()

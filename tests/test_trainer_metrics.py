@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+from support import accumulation_tolerance
 
 from inspector.metrics import Counts, simulated_acc_len, specforge_counts, speculators_counts
 
@@ -67,8 +69,19 @@ def test_demo_figures_are_the_demo_files_figures():
     )
 
 
+# The trainers' figures come from their own float32 code: our logits and theirs may differ by the
+# error model's accumulation term (support.accumulation_tolerance), so a row whose top two logits lie
+# within twice that of each other may pick the other token in their code. Such rows (a handful of
+# 5469: the demo has exact ties) may move a count by one each; every other row must agree, so the
+# counts agree up to that number. Totals come from the loss masks alone and are exact.
+def _near_ties(logits: torch.Tensor, n: int) -> int:
+    top2 = logits.topk(2, dim=-1).values
+    return int(((top2[:, 0] - top2[:, 1]) <= 2 * accumulation_tolerance(logits, n)).sum())
+
+
 @pytest.fixture(scope="module")
 def demo_reports():
+    from inspector.model import fc_input, fc_project, forward_steps, rms_norm
     from inspector.session import Inputs, load_evaluator
 
     out = {}
@@ -77,18 +90,42 @@ def demo_reports():
             DEMO / "draft", [str(DEMO / "samples" / split)], DEMO / "target", None, None, True
         )
         ev = load_evaluator(inputs, device="cpu", ttt_steps=3)
-        report = ev.run([ev.wiring("0,1,2"), ev.wiring("1,2,3")])
-        out[split] = {w.wiring.key(): w for w in report.wirings}
+        wirings = [ev.wiring("0,1,2"), ev.wiring("1,2,3")]
+        report = ev.run(wirings)
+        draft, head = ev.draft, ev.target_head
+        ties = dict.fromkeys((w.key() for w in wirings), 0)
+        with torch.no_grad():
+            for i in range(len(ev.samples)):
+                s = ev.samples[i]
+                slots = [x.float() for x in s.slots]
+                teacher = rms_norm(slots[3], head.norm_weight, head.rms_norm_eps) @ head.lm_head.T
+                v = _near_ties(teacher, head.lm_head.shape[1])
+                for w in wirings:
+                    h = fc_project(draft, fc_input(draft, [slots[j] for j in w.slots]))[:-1]
+                    lg = forward_steps(draft, h, s.input_ids[1:], steps=3, position_offset=1)
+                    ties[w.key()] += v + sum(_near_ties(x, draft.config.hidden_size) for x in lg)
+                ev.release(i)
+        out[split] = {w.wiring.key(): (w, ties[w.wiring.key()]) for w in report.wirings}
     return out
 
 
 @pytest.mark.parametrize("split", ["train", "held"])
 @pytest.mark.parametrize("wiring", ["0,1,2", "1,2,3"])
 def test_reproduces_the_trainers_logged_figures_on_the_demo(demo_reports, split, wiring):
-    w = demo_reports[split][wiring]
+    w, ties = demo_reports[split][wiring]
+    assert ties < 50  # near ties are rare: the allowance leaves the counts meaningful
     spec = FIGURES["speculators"][split][wiring]
     forge = FIGURES["specforge"][split][wiring]
-    assert [[s.spec_full.hits, s.spec_full.total] for s in w.steps] == spec["full_acc"]
-    assert [s.spec_cond.hits for s in w.steps] == spec["cond_acc_hits"]
-    assert [[s.specforge.hits, s.specforge.total] for s in w.steps] == forge["acc"]
-    assert w.specforge_simulated_acc_len == pytest.approx(forge["simulated_acc_len"], abs=1e-6)
+
+    def close(ours: list, theirs: list) -> bool:
+        return all(
+            a[1] == b[1] and abs(a[0] - b[0]) <= ties for a, b in zip(ours, theirs, strict=True)
+        )
+
+    assert close([[s.spec_full.hits, s.spec_full.total] for s in w.steps], spec["full_acc"])
+    assert close([[s.spec_cond.hits, 0] for s in w.steps], [[h, 0] for h in spec["cond_acc_hits"]])
+    assert close([[s.specforge.hits, s.specforge.total] for s in w.steps], forge["acc"])
+    # sum_k prod_{m<=k} acc_m moves by at most sum_k (k+1) * ties / total, plus the logged rounding
+    total = forge["acc"][0][1]
+    slack = 1e-6 + sum(k + 1 for k in range(len(w.steps))) * ties / total
+    assert w.specforge_simulated_acc_len == pytest.approx(forge["simulated_acc_len"], abs=slack)
