@@ -63,6 +63,8 @@ def test_beam_keeps_the_global_top_k_and_the_tree_the_best_nodes():
     tr = build_trees(root, expand, spec)
     # level 2 is run for the beam (3 with parent beam index 1 = token 7, then 1 with parent 0)
     assert calls[1][1].tolist() == [[1, 0]] and calls[1][2].tolist() == [[3, 1]]
+    assert calls[0][1].dtype == calls[1][1].dtype == torch.long  # beam indices gather rows
+    assert tr.parent.dtype == tr.depth.dtype == tr.tokens.dtype == torch.long
     # candidates: 5 .6, 7 .4 | 1 .3, 2 .3, 3 .36, 4 .04 | 8 .288, 9 .072, 10 .21, 11 .09
     # best 5: .6 (5), .4 (7), .36 (3), .30 (1), .30 (2) -> candidate order 0, 1, 2, 3, 4
     assert tr.tokens.tolist() == [[5, 7, 1, 2, 3]]
@@ -86,6 +88,43 @@ def test_accepted_path_follows_the_matching_child_and_stops_at_the_limit():
     # a token that appears in the tree but not under the accepted node does not count
     a, _ = accepted_path(tokens, parent, torch.tensor([[5, 3, 8]] * 4), torch.full((4,), 3))
     assert a.tolist() == [1] * 4
+
+
+@pytest.mark.parametrize(
+    ("args", "field", "message"),
+    [
+        ((0,), "--steps", "0: must be at least 1"),
+        ((2, 0), "--topk", "0: must be at least 1"),
+        ((3, 1, 8), "--draft-tokens", "8: a chain (topk 1) verifies steps + 1 = 4 tokens"),
+        ((3, 4), "--draft-tokens", "required with --topk 4"),
+        (
+            (2, 2, 1),
+            "--draft-tokens",
+            "1: a tree of 2 steps and topk 2 has 6 candidate nodes, so 2..7 tokens (the root included)",
+        ),
+    ],
+)
+def test_draft_spec_refusals_name_the_flag(args, field, message):
+    with pytest.raises(InputError) as e:
+        DraftSpec(*args)
+    assert e.value.field == field and e.value.message == message
+
+
+def test_draft_spec_accepts_every_engine_setting_at_the_bounds():
+    assert DraftSpec(1).draft_tokens == 2 and DraftSpec(1).is_chain
+    assert DraftSpec(3, 1, 4).draft_tokens == 4  # a chain's N given explicitly
+    assert DraftSpec(2, 2, 2).draft_tokens == 2 and DraftSpec(2, 2, 7).draft_tokens == 7
+    assert DraftSpec(2, 2, 7).mode == "tree" and DraftSpec(2).mode == "chain"
+    assert DraftSpec(3, 2, 5).to_dict() == {"steps": 3, "topk": 2, "draft_tokens": 5}
+    assert DraftSpec(3, 2, 5, kv="sglang").to_dict()["kv"] == "sglang"
+    with pytest.raises(InputError) as e:
+        DraftSpec(3, kv="vllm")
+    assert e.value.field == "--kv" and e.value.message == "'vllm': one of exact, sglang"
+    assert DraftSpec(3, 4, 8).flags() == (
+        "SGLang --speculative-num-steps 3 --speculative-eagle-topk 4 "
+        "--speculative-num-draft-tokens 8"
+    )
+    assert DraftSpec(2).flags().endswith("; vLLM num_speculative_tokens 2")
 
 
 def test_draft_spec_follows_the_engines_flags():
