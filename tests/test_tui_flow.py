@@ -24,6 +24,7 @@ from test_tui_support import (
 )
 
 from inspector.cli import main as cli_main
+from inspector.serving.spec import DraftSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,8 +34,10 @@ def syn(tmp_path_factory):
     return synthetic_inputs(tmp_path_factory.mktemp("tui-flow"), n_samples=4, seq_len=48)
 
 
-def eval_json(capsys, inputs, *wirings: str, positions: bool = False, extra=()) -> dict:
-    argv = ["eval", str(inputs.checkpoint), *inputs.samples, "--json", *extra]
+def eval_json(
+    capsys, inputs, *wirings: str, positions: bool = False, extra=(), command: str = "eval"
+) -> dict:
+    argv = [command, str(inputs.checkpoint), *inputs.samples, "--json", *extra]
     if inputs.target is not None:
         argv += ["--target", str(inputs.target)]
     for w in wirings:
@@ -422,12 +425,43 @@ async def test_ttt_steps_and_acceptance_length(syn, capsys):
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         bar = widget_text(app, "#accuracy")
-        assert "all-tok s0..s2, τ" in bar
-        assert f"τ {ref3['acceptance_length']:.2f}" in bar
+        assert "all-tok s0..s2" in bar
+        # τ is the replayed chain of the app's 3 TTT steps, as eval's acceptance_length (not the
+        # closed form, acceptance_length_estimate): the set's column, pooled over the rounds.
+        st = app.main.state
+        assert st.spec == DraftSpec(3)
+        assert "accept len of a chain of 3 steps" in app.main.query_one("#accuracy").border_title
+        total = st.set_accept(st.wiring)
+        assert total.n_samples == len(ref3["per_sample"])
+        assert total.stats.accept_length == pytest.approx(ref3["acceptance_length"])
+        assert f"{ref3['acceptance_length']:.2f}" in bar.splitlines()[1]
         by_step = " ".join(f"{100 * s['all_tok']['acc']:.1f}" for s in ref3["steps"])
         assert by_step in bar
         assert "K=3" in screen_text(app)
         assert "TTT" in widget_text(app, "#detail")
+
+
+@pytest.mark.skipif(not demo_available(), reason="assets/demo not built")
+async def test_accept_length_matches_accept_json(capsys):
+    """With one TTT step the app's τ replays a chain of 3 (the draft forwards its own chain, as
+    `accept` does): the sample's and the set's τ are `accept --json`'s, pooled over rounds."""
+    inputs = demo_inputs()
+    ref = eval_json(capsys, inputs, "train", command="accept", extra=("--steps", "3"))
+    w_ref = ref["wirings"][0]
+    app = make_app(inputs)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
+        st = app.main.state
+        assert st.spec == DraftSpec(3)
+        total = st.set_accept(st.wiring)
+        assert total.n_samples == ref["samples"]
+        assert total.stats.rounds == w_ref["rounds"]
+        assert total.stats.accept_length == pytest.approx(w_ref["accept_length"])
+        mine = st.sample_accept(st.wiring)
+        accepted = w_ref["per_sample"][st.sample]["accepted"]
+        assert mine.rounds == len(accepted) and mine.accepted == sum(accepted)
+        row = widget_text(app, "#accuracy").splitlines()[1]
+        assert f"{mine.accept_length:.2f}" in row and f"{w_ref['accept_length']:.2f}" in row
 
 
 @pytest.mark.skipif(not demo_available(), reason="assets/demo not built")

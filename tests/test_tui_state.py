@@ -97,6 +97,63 @@ def test_a_sample_failing_after_it_was_counted_leaves_the_totals():
     assert st.clear_error(1) and not st.clear_error(1)
 
 
+def accept(i: int, w, rounds: list[tuple[int, int, int]], spec=None):
+    """A SampleAccept of sample i from its rounds (start, accepted, emitted)."""
+    from inspector.serving.spec import DraftSpec
+    from inspector.serving.walk import AcceptStats, Round
+    from inspector.tui.events import SampleAccept
+
+    spec = spec or DraftSpec(3)
+    arr = np.array(rounds, dtype=np.int64).reshape(-1, 3)
+    stats = AcceptStats.of([Round(*r) for r in rounds], spec.steps)
+    a = np.zeros(12, dtype=np.int64)
+    a[arr[:, 0]] = arr[:, 1]
+    return SampleAccept(i, w, spec, a, arr[:, 0], arr[:, 1], arr[:, 2], stats)
+
+
+def test_accept_totals_pool_rounds_per_wiring_and_settings():
+    from inspector.serving.spec import DraftSpec
+
+    st = loaded()
+    assert st.spec == DraftSpec(3)  # one TTT step: a chain of 3
+    assert st.add_accept(accept(0, TRAIN, [(2, 3, 4), (6, 0, 1)]))
+    assert st.add_accept(accept(1, TRAIN, [(2, 1, 2)]))
+    assert not st.add_accept(accept(1, TRAIN, [(2, 1, 2)]))  # counted once
+    assert st.add_accept(accept(1, TRAIN, [(2, 1, 2)], spec=DraftSpec(2)))  # other settings
+    tot = st.set_accept(TRAIN)
+    assert tot.n_samples == 2 and (tot.stats.rounds, tot.stats.emitted) == (3, 7)
+    assert tot.stats.accept_length == pytest.approx(7 / 3)  # pooled: not a mean of means
+    assert st.sample_accept(TRAIN).accept_length == 2.5
+    assert st.missing_accepts() == [] and st.set_accept(SERVE) is None
+    st.pins.append(SERVE)
+    assert st.missing_accepts() == [SERVE]
+    st.mark_error(0, "data_0.pt: bad")  # a failed sample leaves the totals
+    tot = st.set_accept(TRAIN)
+    assert tot.n_samples == 1 and tot.stats.accept_length == 2.0
+    assert st.missing_accepts() == [] and not st.add_accept(accept(0, TRAIN, [(2, 3, 4)]))
+
+
+def test_the_bar_shows_tau_for_the_sample_and_the_set():
+    from inspector.tui.accuracy import accuracy_text, accuracy_title
+
+    st = loaded(ttt=2)
+    st.add_stats(0, TRAIN, steps(3, 10), 12)
+    st.add_accept(accept(0, TRAIN, [(2, 2, 3), (6, 0, 1)], spec=st.spec))
+    st.add_accept(accept(1, TRAIN, [(2, 2, 3)], spec=st.spec))
+    lines = bar(st, "ours").splitlines()
+    assert lines[0].split()[-4:] == ["in-vocab", "τ", "all-tok", "s0..s1"]
+    cells = lines[1].split()
+    assert cells[cells.index("33.3%") + 1] == "2.00"  # this sample: 4 tokens in 2 rounds
+    assert cells[-2] == "2.33"  # the set: 7 in 3
+    assert "τ" not in bar(st, "speculators")
+    narrow = accuracy_text(st, metrics="ours", narrow=True, width=80).plain
+    assert "in-vocab" not in narrow and "2.33" in narrow
+    assert accuracy_title("ours", st.spec) == "accuracy · τ: accept len of a chain of 2 steps"
+    from inspector.serving.spec import DraftSpec
+
+    assert "tree of 5 steps, topk 4, 8 tokens" in accuracy_title("ours", DraftSpec(5, 4, 8))
+
+
 def test_load_marks_the_samples_skipped_before_the_first_usable_one():
     st = ViewModel()
     s = session()

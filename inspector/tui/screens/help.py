@@ -36,8 +36,13 @@ then the other trainer. Which number is which:
   This is what serving accepts, and `eagle-inspect eval`'s number.
 * **in-vocab** (ours): the same over positions whose true token is in the draft vocabulary;
   **coverage** (`eval`) is the share of true tokens in the draft vocab, the ceiling of all-tok.
-* **τ / accept len** (ours, `--ttt-steps K` > 1): 1 + Σ_k Π_{m≤k} c_m, the expected accepted
-  tokens per greedy draft round; c_m is step m's accuracy given steps < m hit at the same position.
+* **τ** (ours): the accept length an engine logs (SGLang's `accept len`, vLLM's mean acceptance
+  length): tokens emitted per verification round, the target's bonus token included, pooled over
+  every round, for this sample and for the samples replayed so far. The rounds are replayed
+  exactly (`eagle-inspect accept`): each generation run starts after its prefill token, a round
+  accepts the drafted tokens matching the sample's continuation and the next round starts after
+  them. The bar's title names the engine settings (a chain of the app's TTT steps, or of 3 by
+  default). **all-tok s0..sK** lists every TTT step's accuracy (teacher forced).
 * **full_acc_k** (speculators): a row hits when steps 0..k *all* match the verifier's argmax within
   the draft vocab (cumulative); its rows include the one after the last token (no true token needed).
 * **cond_acc_k** (speculators): the full_acc_k hits over the rows whose steps < k all matched: the

@@ -72,7 +72,7 @@ class MainScreen(Screen):
         self.query_one("#strip").border_title = "tokens"
         self.query_one("#detail").border_title = "position"
         self.query_one("#slots").border_title = "slots"
-        self.query_one("#accuracy").border_title = "accuracy"
+        self.query_one("#accuracy").border_title = "accuracy"  # until loaded: refresh_accuracy
         self.refresh_header()
 
     def say(self, text: str, *, severity: str = "information", timeout: float = 5) -> None:
@@ -96,9 +96,6 @@ class MainScreen(Screen):
         self.refresh_header()
 
     def watch_metrics(self, metrics: str) -> None:
-        from inspector.tui.accuracy import TITLES
-
-        self.query_one("#accuracy").border_title = TITLES[metrics]
         self.refresh_accuracy()
 
     # --- device events -----------------------------------------------------------------------------
@@ -106,6 +103,7 @@ class MainScreen(Screen):
         handle = {
             ev.ViewData: self.on_view_data,
             ev.StatsBatch: self.on_stats_batch,
+            ev.AcceptData: self.on_accept_data,
             ev.ViewFailed: self.on_view_failed,
             ev.TaskDone: self.on_task_done,
             ev.LoadProgress: self.on_load_progress,
@@ -187,8 +185,15 @@ class MainScreen(Screen):
             self.mark_error(i, err)
         for i in changed:
             self.update_list_row(i)
-        if changed or e.errors:
+        accepted = [a for a in e.accepts if self.state.add_accept(a)]
+        if changed or e.errors or accepted:
             self.refresh_accuracy()
+
+    def on_accept_data(self, e: ev.AcceptData) -> None:
+        """The serving replay of a sample the UI asked for (it may be another one by now)."""
+        for a in e.accepts:
+            self.state.add_accept(a)
+        self.refresh_accuracy()
 
     def on_task_done(self, e: ev.TaskDone) -> None:
         if e.kind == "export":
@@ -228,6 +233,8 @@ class MainScreen(Screen):
             return
         gen = st.request()
         wirings = st.distinct()
+        if st.spec is not None:
+            engine.set_spec(st.spec)
         engine.set_fill(wirings)
         if self.show_if_ready():
             st.applied()
@@ -237,7 +244,15 @@ class MainScreen(Screen):
             engine.request_view(gen, st.sample, wirings, st.neighbours())
             if st.shown is None:
                 self.query_one(TokenStrip).show_message(f"computing sample #{st.sample}…")
+        self.request_accepts()
         self.refresh_header()
+
+    def request_accepts(self) -> None:
+        """Ask for the serving replays of the current sample the UI does not hold yet."""
+        st, engine = self.state, self.engine
+        missing = st.missing_accepts()
+        if missing and engine is not None and st.spec is not None:
+            engine.request_accept(st.sample, missing, st.spec)
 
     def show_if_ready(self) -> bool:
         if not self.state.build_view(self.mask_only):
@@ -301,9 +316,12 @@ class MainScreen(Screen):
         self.query_one("#header", Static).update(text)
 
     def refresh_accuracy(self) -> None:
-        from inspector.tui.accuracy import accuracy_text
+        from inspector.tui.accuracy import accuracy_text, accuracy_title
 
         bar = self.query_one("#accuracy", Static)
+        title = accuracy_title(self.metrics, self.state.spec)
+        if bar.border_title != title:
+            bar.border_title = title
         narrow, width = self.size.width < 100, max(bar.content_size.width, 20)
         text = accuracy_text(self.state, metrics=self.metrics, narrow=narrow, width=width)
         if text is not None:
