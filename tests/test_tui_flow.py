@@ -465,6 +465,44 @@ async def test_accept_length_matches_accept_json(capsys):
 
 
 @pytest.mark.skipif(not demo_available(), reason="assets/demo not built")
+async def test_serving_dialog_replays_a_tree_as_accept_json(capsys):
+    """`a` sets a tree (SGLang's flags): the device thread replays the sample, then the fill the
+    set; τ is `accept --steps 3 --topk 4 --draft-tokens 8`'s; `-` then drops a step."""
+    inputs = demo_inputs()
+    extra = ("--steps", "3", "--topk", "4", "--draft-tokens", "8")
+    ref = eval_json(capsys, inputs, "train", command="accept", extra=extra)["wirings"][0]
+    app = make_app(inputs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        st = app.main.state
+        chain = st.set_accept(st.wiring).stats.accept_length
+        await pilot.press("a")
+        await until(pilot, lambda: type(app.screen).__name__ == "ServingScreen")
+        await pilot.press("tab", "4", "tab", "8", "enter")
+        await settle(pilot)
+        assert st.spec == DraftSpec(3, 4, 8)
+        title = app.main.query_one("#accuracy").border_title
+        assert "tree of 3 steps, topk 4, 8 tokens" in title
+        total = st.set_accept(st.wiring)
+        assert total.n_samples == 48 and total.stats.rounds == ref["rounds"]
+        assert total.stats.accept_length == pytest.approx(ref["accept_length"])
+        row = widget_text(app, "#accuracy").splitlines()[1]
+        assert f"{ref['accept_length']:.2f}" in row
+        accepted = ref["per_sample"][st.sample]["accepted"]
+        assert st.sample_accept(st.wiring).accepted == sum(accepted)
+        await pilot.press("minus")
+        await settle(pilot, fill=False)
+        assert st.spec == DraftSpec(2, 4, 8) and st.sample_accept(st.wiring) is not None
+        await pilot.press("a")  # back to the chain: its replays were kept
+        await until(pilot, lambda: type(app.screen).__name__ == "ServingScreen")
+        await pilot.press("tab", "1", "enter")
+        await pilot.press("plus")
+        await pilot.pause()
+        assert st.spec == DraftSpec(3)
+        assert st.set_accept(st.wiring).stats.accept_length == chain
+
+
+@pytest.mark.skipif(not demo_available(), reason="assets/demo not built")
 async def test_trainer_views_match_eval_json(capsys):
     """`v` shows speculators' then SpecForge's own metrics (the demo checkpoint is a speculators
     layout, so its trainer comes first), the same counts as eval --json, then ours again."""

@@ -48,6 +48,7 @@ async def reset(app, pilot) -> None:
     lst.apply_sort()
     main.state.rows.clear()
     main.set_wiring(main.state.session.presets["train"])
+    main.set_spec(main.state.session.serving_default())
     main.set_sample(0)
     main.state.gen += 1
     main.state.view = None
@@ -177,6 +178,38 @@ async def test_goto(opened):
     assert any("outside" in m for m in app.main.messages)
     await pilot.press("g", "escape")
     assert type(app.screen).__name__ == "MainScreen"
+
+
+async def test_serving_settings_dialog_and_step_keys(opened):
+    from inspector.serving.spec import DraftSpec
+
+    app, pilot = opened
+    st = app.main.state
+    assert st.spec == DraftSpec(3)  # one TTT step: a chain of 3
+    await pilot.press("a")
+    assert type(app.screen).__name__ == "ServingScreen"
+    await pilot.press("tab", "2", "enter")  # topk 2 without draft tokens: says why, stays open
+    assert type(app.screen).__name__ == "ServingScreen"
+    error = str(app.screen.query_one("#serving-error").render())
+    assert "--draft-tokens" in error and "required" in error
+    await pilot.press("tab", "1", "2", "enter")  # 3 steps of topk 2 propose 10 nodes at most
+    assert type(app.screen).__name__ == "ServingScreen"
+    assert "2..11" in str(app.screen.query_one("#serving-error").render())
+    await pilot.press("escape")  # cancelled: unchanged
+    assert type(app.screen).__name__ == "MainScreen" and st.spec == DraftSpec(3)
+    await pilot.press("a", "tab", "2", "tab", "6", "enter")
+    await settle(pilot, fill=False)
+    assert st.spec == DraftSpec(3, 2, 6)
+    assert st.sample_accept(st.wiring) is not None  # replayed on the device thread
+    assert any("--speculative-eagle-topk 2" in m for m in app.main.messages)
+    await pilot.press("minus", "minus")
+    assert st.spec == DraftSpec(1, 2, 3)  # one step of topk 2 proposes 2 nodes: 3 tokens
+    await pilot.press("minus")
+    assert st.spec == DraftSpec(1, 2, 3) and "at least one step" in app.main.messages[-1]
+    await pilot.press("plus")
+    await settle(pilot, fill=False)
+    assert st.spec == DraftSpec(2, 2, 3) and st.sample_accept(st.wiring) is not None
+    assert "tree of 2 steps, topk 2, 3 tokens" in app.main.query_one("#accuracy").border_title
 
 
 async def test_wiring_editor(opened):
@@ -449,6 +482,9 @@ async def test_every_key_in_help_and_palette():
         "`o`",
         "`e`",
         "`d`",
+        "`a`",
+        "`+`",
+        "`-`",
         "F1",
         "?",
         "`q`",

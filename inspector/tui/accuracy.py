@@ -66,7 +66,7 @@ def accuracy_title(metrics: str, spec: DraftSpec | None) -> str:
     """The bar's border title: the view, and in ours what τ replays."""
     if metrics != "ours" or spec is None:
         return TITLES[metrics]
-    return f"{TITLES[metrics]} · τ: accept len of a {serving_label(spec)}"
+    return f"{TITLES[metrics]} · τ: accept len of a {serving_label(spec)} (a to change)"
 
 
 def _tau(a: AcceptStats | None) -> str:

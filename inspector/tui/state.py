@@ -225,6 +225,27 @@ class ViewModel:
         """The set's pooled replay under w and the current settings so far."""
         return None if self.spec is None else self.accept_totals.get((w, self.spec))
 
+    def set_spec(self, spec: DraftSpec) -> bool:
+        """New serving settings for τ; False when they are the current ones."""
+        if spec == self.spec:
+            return False
+        self.spec = spec
+        return True
+
+    def stepped_spec(self, delta: int) -> DraftSpec | None:
+        """The settings with `delta` more draft steps (at least 1; a tree's draft tokens clamped
+        to what its beam can propose); None when nothing would change."""
+        from inspector.serving.spec import DraftSpec
+
+        s = self.spec
+        if s is None or s.steps + delta < 1:
+            return None
+        steps = s.steps + delta
+        if s.is_chain:
+            return DraftSpec(steps)
+        most = s.topk + (steps - 1) * s.topk * s.topk + 1
+        return DraftSpec(steps, s.topk, min(s.draft_tokens or most, most))
+
     def missing_accepts(self) -> list[WiringKey]:
         """The shown wirings whose replay of the current sample (current settings) is not here."""
         if self.spec is None or self.sample in self.errors:

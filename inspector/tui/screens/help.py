@@ -41,8 +41,9 @@ then the other trainer. Which number is which:
   every round, for this sample and for the samples replayed so far. The rounds are replayed
   exactly (`eagle-inspect accept`): each generation run starts after its prefill token, a round
   accepts the drafted tokens matching the sample's continuation and the next round starts after
-  them. The bar's title names the engine settings (a chain of the app's TTT steps, or of 3 by
-  default). **all-tok s0..sK** lists every TTT step's accuracy (teacher forced).
+  them. The bar's title names the engine settings: a chain of the app's TTT steps (or of 3) to
+  start with; `a` sets draft steps, topk (a tree) and draft tokens as SGLang's flags do, `+` / `-`
+  add or drop a step. **all-tok s0..sK** lists every TTT step's accuracy (teacher forced).
 * **full_acc_k** (speculators): a row hits when steps 0..k *all* match the verifier's argmax within
   the draft vocab (cumulative); its rows include the one after the last token (no true token needed).
 * **cond_acc_k** (speculators): the full_acc_k hits over the rows whose steps < k all matched: the

@@ -26,6 +26,7 @@ from inspector.tui.widgets.samples import COLUMN_SORTS, SampleList
 from inspector.tui.widgets.strip import TokenStrip
 
 if TYPE_CHECKING:
+    from inspector.serving.spec import DraftSpec
     from inspector.tui.engine import Engine
     from inspector.wiring import WiringKey
 
@@ -464,6 +465,40 @@ class MainScreen(Screen):
         self.say(f"pinned {label} as the reference" if pinned else f"unpinned {label}")
         self.request_view()
         self.call_after_refresh(self.update_all_rows)
+
+    def set_spec(self, spec: DraftSpec) -> None:
+        """Replay τ under new engine settings: this sample now, the set in the fill (the replays
+        already made under other settings stay, so going back is immediate)."""
+        from inspector.tui.accuracy import serving_label
+
+        st, engine = self.state, self.engine
+        if not st.set_spec(spec):
+            return
+        if engine is not None:
+            engine.set_spec(spec)
+        self.request_accepts()
+        self.refresh_accuracy()
+        self.say(f"τ replays a {serving_label(spec)}: {spec.flags()}", timeout=4)
+
+    def action_serving(self) -> None:
+        from inspector.tui.screens.dialogs import ServingScreen
+
+        st = self.state
+        if st.spec is None:
+            return
+
+        def done(spec: DraftSpec | None) -> None:
+            if spec is not None:
+                self.set_spec(spec)
+
+        self.app.push_screen(ServingScreen(st.spec), done)
+
+    def action_serving_steps(self, delta: int) -> None:
+        spec = self.state.stepped_spec(delta)
+        if spec is None:
+            self.say("a round drafts at least one step")
+            return
+        self.set_spec(spec)
 
     def action_cycle_metrics(self) -> None:
         layout = self.state.session.layout if self.state.session else ""
