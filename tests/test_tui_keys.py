@@ -40,6 +40,7 @@ async def reset(app, pilot) -> None:
         await pilot.pause()
     main.state.pins.clear()
     main.mask_only = False
+    main.rounds = True
     main.colour = "hit"
     main.metrics = "ours"
     main.query_one("TokenStrip").set_mode("hit")
@@ -481,6 +482,7 @@ async def test_every_key_in_help_and_palette():
         "`c`",
         "`o`",
         "`e`",
+        "`r`",
         "`d`",
         "`a`",
         "`+`",
@@ -514,10 +516,36 @@ async def test_palette_refuses_what_needs_a_sample(opened):
 async def test_click_on_token_moves_cursor(opened):
     app, pilot = opened
     strip = app.main.query_one("TokenStrip")
-    t = strip.token_at(0, 1)  # first token of the second line
-    assert t is not None
-    await pilot.click("TokenStrip", offset=(2, 2))  # border + padding
+    assert strip.lines_per_row == 2  # each token line has its rounds line under it
+    t = strip.token_at(0, 2)  # first token of the second token line
+    assert t is not None and strip.token_at(0, 3) == t  # its rounds line counts as it
+    await pilot.click("TokenStrip", offset=(2, 3))  # border + padding
     assert row(app) == t - 2
+
+
+async def test_rounds_line_under_the_tokens(opened):
+    """Under each token: a of a round whose first drafted token it is; each round's first token
+    bold (ROUND_START); `r` hides the line and shows it again."""
+    from inspector.tui.view import ROUND_START
+    from inspector.tui.widgets.strip import TokenStrip
+
+    app, pilot = opened
+    st = app.main.state
+    strip = app.main.query_one(TokenStrip)
+    acc = st.accepts.get((st.sample, st.wiring, st.spec))
+    assert acc is not None and strip._a == acc.a_at.tolist()
+    first = int(acc.starts[0]) + 1  # the first round's first drafted token
+    assert strip._round[first] == ROUND_START
+    row_of = strip._row_of[first]
+    line = strip._render_rounds(row_of, 200).text
+    x = sum(len(strip._texts[t]) for t in strip._rows[row_of][: strip._rows[row_of].index(first)])
+    assert line[x] == str(int(acc.accepted[0]))
+    height = strip.virtual_size.height
+    await pilot.press("r")
+    assert not app.main.rounds and strip.lines_per_row == 1
+    assert strip.virtual_size.height == height // 2
+    await pilot.press("r")
+    assert strip.lines_per_row == 2 and strip.virtual_size.height == height
 
 
 async def test_sample_list_enter_opens_sample(opened):

@@ -108,7 +108,7 @@ def accept(i: int, w, rounds: list[tuple[int, int, int]], spec=None):
     stats = AcceptStats.of([Round(*r) for r in rounds], spec.steps)
     a = np.zeros(12, dtype=np.int64)
     a[arr[:, 0]] = arr[:, 1]
-    return SampleAccept(i, w, spec, a, arr[:, 0], arr[:, 1], arr[:, 2], stats)
+    return SampleAccept(i, w, spec, a, arr[:, 0], arr[:, 1], arr[:, 2], stats, np.roll(a, 1))
 
 
 def test_accept_totals_pool_rounds_per_wiring_and_settings():
@@ -154,6 +154,28 @@ def test_the_bar_shows_tau_for_the_sample_and_the_set():
     from inspector.serving.spec import DraftSpec
 
     assert "tree of 5 steps, topk 4, 8 tokens" in accuracy_title("ours", DraftSpec(5, 4, 8))
+
+
+def test_the_rounds_line_is_what_the_walk_accepts():
+    from inspector.serving.walk import generation_runs, walk
+    from inspector.tui.summary import accept_at
+    from inspector.tui.view import IN_ROUND, ROUND_START, round_marks
+
+    rng = np.random.default_rng(0)
+    mask = np.zeros(40, dtype=bool)
+    mask[5:18] = mask[25:40] = True
+    a = rng.integers(0, 4, size=40)
+    rounds = walk(a, generation_runs(mask))
+    at = accept_at(a, mask)
+    assert all(at[r.start + 1] == r.accepted for r in rounds)
+    assert (at[:6] == -1).all() and (at[18:26] == -1).all()  # a run's first token: the prefill's
+    arr = np.array([[r.start, r.accepted, r.emitted] for r in rounds])
+    acc = SimpleNamespace(a_at=at, starts=arr[:, 0], emitted=arr[:, 2])
+    values, marks = round_marks(acc, 40)
+    assert values == at.tolist()
+    assert [t for t, m in enumerate(marks) if m == ROUND_START] == [r.start + 1 for r in rounds]
+    assert sum(m in (ROUND_START, IN_ROUND) for m in marks) == sum(r.emitted for r in rounds)
+    assert round_marks(acc, 41) is None and round_marks(None, 40) is None
 
 
 def test_steps_keys_keep_the_settings_valid():

@@ -41,7 +41,14 @@ from inspector.tui.events import (
     ViewFailed,
 )
 from inspector.tui.loader import Loader
-from inspector.tui.summary import SampleData, Session, build_sample_data, error_text, make_session
+from inspector.tui.summary import (
+    SampleData,
+    Session,
+    accept_at,
+    build_sample_data,
+    error_text,
+    make_session,
+)
 
 if TYPE_CHECKING:
     from inspector.metrics import StepMetrics
@@ -341,8 +348,10 @@ class Engine:
             self._replayer = Replayer(self.ev, spec)
         self._replayer.spec = spec  # the cache key holds the settings
         r = self._replayer.replay(i, Wiring(tuple(w)))
+        mask = self.ev.samples[i].loss_mask.numpy()
+        a_at = accept_at(r.a_by_start, mask)
         return SampleAccept(
-            i, tuple(w), spec, r.a_by_start, r.starts, r.accepted, r.emitted, r.stats
+            i, tuple(w), spec, r.a_by_start, r.starts, r.accepted, r.emitted, r.stats, a_at
         )
 
     def _note_accept(self, a: SampleAccept) -> None:

@@ -67,6 +67,7 @@ class SampleAccept:
     accepted: np.ndarray  # int64 [rounds]
     emitted: np.ndarray  # int64 [rounds]
     stats: AcceptStats
+    a_at: np.ndarray  # int64 [T]: a of the round whose first drafted token is t, -1 if none
 
 
 @dataclass(frozen=True)

@@ -171,6 +171,16 @@ MAIN_KEYS: list[Binding] = [
         show=False,
     ),
     key(
+        "r",
+        "toggle_rounds",
+        "rounds",
+        "Rounds line under the tokens",
+        "show or hide, under each token, what a round whose first drafted token it is accepts "
+        "(a) and the rounds an engine takes (each round's first token bold, a rule under what it "
+        "emits)",
+        show=False,
+    ),
+    key(
         "m",
         "toggle_mask",
         "masked",

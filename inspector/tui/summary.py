@@ -158,6 +158,21 @@ def make_session(
     )
 
 
+def accept_at(a_by_start: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:
+    """Per token t: what a round whose first drafted token is t accepts (the round after
+    committed x_0..x_{t-1}, capped at its generation run's end, as the walk caps it); -1 where no
+    round can draft t (outside the runs, and each run's first token, which the prefill emits)."""
+    import numpy as np
+
+    from inspector.serving.walk import generation_runs
+
+    out = np.full(len(a_by_start), -1, dtype=np.int64)
+    for p, e in generation_runs(loss_mask):
+        n = np.arange(p, e)
+        out[n + 1] = np.minimum(a_by_start[n], e - n)
+    return out
+
+
 def build_sample_data(ev: Any, i: int, decoder: TokenDecoder | None) -> SampleData:
     """Sample i's tokens as text, its loss mask and the norm of every slot at every position."""
     import numpy as np

@@ -24,6 +24,14 @@ vocabulary) or by **p(true)** (`c`, red 0 → green 1). Misses are also **underl
 without colour. `⏎` is a newline, `·` a space, `→` a tab; without a tokenizer the strip shows
 token ids. The sparkline is p(true) by position (mean per cell).
 
+**Rounds line** (under each line of tokens; `r` hides it): under each token, *a*, how many drafted
+tokens a round whose first drafted token it is would accept under the serving settings (the bar's
+title; `a` changes them): the round after the tokens before it, capped at the end of its generation
+run (−, no digit, where no round drafts it: the prompt, and each run's first token, which the
+prefill emits). The rounds an engine takes through the sample run as a rule under the tokens each
+emits (its accepted tokens and the target's bonus token); each round's first token is **bold**.
+The current wiring's replay; τ in the bar is emitted tokens per round over them.
+
 ## Accuracy bar
 
 Per wiring: this sample, then all samples (dim while the background fill still runs; the heading

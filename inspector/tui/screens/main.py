@@ -40,6 +40,7 @@ class MainScreen(Screen):
 
     colour = var("hit", init=False)  # token colouring: "hit" (hit/miss) or "p" (p(true))
     mask_only = var(False, init=False)  # show and step through loss-masked positions only
+    rounds = var(True, init=False)  # the strip's rounds line (a per position, the walk's rounds)
     metrics = var("ours", init=False)  # the accuracy bar's view (state.METRICS)
     status = var("starting", init=False)  # loading stage, shown in the header
 
@@ -95,6 +96,9 @@ class MainScreen(Screen):
             self.state.snap_to_masked()
         self.paint_view()
         self.refresh_header()
+
+    def watch_rounds(self, on: bool) -> None:
+        self.query_one(TokenStrip).set_show_rounds(on)
 
     def watch_metrics(self, metrics: str) -> None:
         self.refresh_accuracy()
@@ -189,12 +193,16 @@ class MainScreen(Screen):
         accepted = [a for a in e.accepts if self.state.add_accept(a)]
         if changed or e.errors or accepted:
             self.refresh_accuracy()
+        if any(a.index == self.state.sample for a in e.accepts):
+            self.paint_rounds()
 
     def on_accept_data(self, e: ev.AcceptData) -> None:
         """The serving replay of a sample the UI asked for (it may be another one by now)."""
         for a in e.accepts:
             self.state.add_accept(a)
         self.refresh_accuracy()
+        if e.sample == self.state.sample:
+            self.paint_rounds()
 
     def on_task_done(self, e: ev.TaskDone) -> None:
         if e.kind == "export":
@@ -277,10 +285,23 @@ class MainScreen(Screen):
             strip.set_tokens(
                 v.data.texts, v.data.ends_line, kind, pbin, show, sep=sep, cursor=st.row + 2
             )
+            self.paint_rounds()
             self.paint_spark()
             self.paint_position()
             self.refresh_accuracy()
             self.query_one(SampleList).show_sample(st.sample)
+
+    def paint_rounds(self) -> None:
+        """The strip's rounds line: the current wiring's replay under the current settings."""
+        from inspector.tui.view import round_marks
+
+        st = self.state
+        v = st.view
+        if v is None:
+            return
+        accept = st.accepts.get((v.sample, v.wiring, st.spec)) if st.spec is not None else None
+        marks = round_marks(accept, v.data.length)
+        self.query_one(TokenStrip).set_rounds(*(marks or (None, None)))
 
     def paint_spark(self) -> None:
         import numpy as np
@@ -478,6 +499,7 @@ class MainScreen(Screen):
             engine.set_spec(spec)
         self.request_accepts()
         self.refresh_accuracy()
+        self.paint_rounds()
         self.say(f"τ replays a {serving_label(spec)}: {spec.flags()}", timeout=4)
 
     def action_serving(self) -> None:
@@ -506,6 +528,9 @@ class MainScreen(Screen):
 
     def action_toggle_mask(self) -> None:
         self.mask_only = not self.mask_only
+
+    def action_toggle_rounds(self) -> None:
+        self.rounds = not self.rounds
 
     def action_toggle_colour(self) -> None:
         self.colour = "p" if self.colour == "hit" else "hit"
