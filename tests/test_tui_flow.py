@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_tui_support import (
     DEMO,
@@ -490,9 +491,29 @@ async def test_serving_dialog_replays_a_tree_as_accept_json(capsys):
         assert f"{ref['accept_length']:.2f}" in row
         accepted = ref["per_sample"][st.sample]["accepted"]
         assert st.sample_accept(st.wiring).accepted == sum(accepted)
+        # The tree panel at the cursor: the same trees, the path the sample takes.
+        await pilot.press("T")
+        await settle(pilot, fill=False)
+        trees = st.trees.get(st.trees_key())
+        acc = st.accepts.get((st.sample, st.wiring, st.spec))
+        assert trees is not None and acc is not None
+        n = len(trees.accepted)
+        assert n == st.view.n_rows
+        assert (trees.accepted == acc.a_by_start[1 : n + 1]).all()
+        assert (trees.on_path.sum(1) == trees.accepted).all()
+        assert (trees.depth[trees.on_path] <= 3).all()
+        par = trees.parent
+        has_parent = par >= 0
+        p_parent = np.take_along_axis(trees.prob, np.maximum(par, 0), 1)
+        assert (trees.prob[has_parent] <= p_parent[has_parent] + 1e-6).all()
+        j = st.row
+        panel = widget_text(app, "#tree")
+        assert f"pos {j}  token {j + 2}  accepts {int(trees.accepted[j])} of 3" in panel
+        assert panel.count("✓") == int(trees.accepted[j])
         await pilot.press("minus")
         await settle(pilot, fill=False)
         assert st.spec == DraftSpec(2, 4, 8) and st.sample_accept(st.wiring) is not None
+        assert "of 2" in widget_text(app, "#tree")
         await pilot.press("a")  # back to the chain: its replays were kept
         await until(pilot, lambda: type(app.screen).__name__ == "ServingScreen")
         await pilot.press("tab", "1", "enter")

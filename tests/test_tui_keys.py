@@ -41,6 +41,7 @@ async def reset(app, pilot) -> None:
     main.state.pins.clear()
     main.mask_only = False
     main.rounds = True
+    main.tree = False
     main.colour = "hit"
     main.metrics = "ours"
     main.query_one("TokenStrip").set_mode("hit")
@@ -483,6 +484,7 @@ async def test_every_key_in_help_and_palette():
         "`o`",
         "`e`",
         "`r`",
+        "`T`",
         "`d`",
         "`a`",
         "`+`",
@@ -546,6 +548,22 @@ async def test_rounds_line_under_the_tokens(opened):
     assert strip.virtual_size.height == height // 2
     await pilot.press("r")
     assert strip.lines_per_row == 2 and strip.virtual_size.height == height
+
+
+async def test_tree_panel_toggles_with_the_slots_and_follows_the_cursor(opened):
+    app, pilot = opened
+    main = app.main
+    st = main.state
+    await pilot.press("T")
+    await settle(pilot, fill=False)
+    assert main.tree and main.query_one("#tree").display and not main.query_one("#slots").display
+    trees = st.trees.get(st.trees_key())
+    assert trees is not None and len(trees.accepted) == st.view.n_rows
+    assert f"pos {st.row}  token {st.row + 2}  accepts" in widget_text(app, "#tree")
+    await pilot.press("right")
+    assert f"pos {st.row}  token {st.row + 2}  accepts" in widget_text(app, "#tree")
+    await pilot.press("T")
+    assert not main.query_one("#tree").display and main.query_one("#slots").display
 
 
 async def test_sample_list_enter_opens_sample(opened):

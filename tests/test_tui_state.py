@@ -178,6 +178,56 @@ def test_the_rounds_line_is_what_the_walk_accepts():
     assert round_marks(acc, 41) is None and round_marks(None, 40) is None
 
 
+def test_tree_panel_shows_the_path_and_where_it_falls_off():
+    """Row 0 drafts a tree of 2 steps, topk 2, 5 tokens: the sample's x2 = 10 is drafted, its
+    x3 = 30 is not (21, 22 are): accepts 1, falls off at depth 2."""
+    from inspector.serving.spec import DraftSpec
+    from inspector.tui.events import SampleTrees
+    from inspector.tui.panels import tree_renderable
+
+    spec = DraftSpec(2, 2, 5)
+    st = loaded()
+    v = view_with(2, masked=[0, 1], misses=[], flips=[])
+    v.data.input_ids = np.array([1, 2, 10, 30])
+    trees = SampleTrees(
+        0,
+        TRAIN,
+        spec,
+        tokens=np.array([[10, 11, 21, 22], [12, 13, 23, 24]]),
+        parent=np.array([[-1, -1, 0, 0], [-1, -1, 0, 1]]),
+        depth=np.array([[1, 1, 2, 2], [1, 1, 2, 2]]),
+        prob=np.array([[0.6, 0.3, 0.4, 0.1], [0.5, 0.4, 0.3, 0.2]], dtype=np.float32),
+        on_path=np.array([[True, False, False, False], [False] * 4]),
+        accepted=np.array([1, 0]),
+    )
+    lines = tree_renderable(st.session, v, trees, 0, width=36, height=15).plain.splitlines()
+    assert lines[0] == "pos 0  token 2  accepts 1 of 2"
+    # depth-first, each parent before its children, indented by depth
+    assert [ln.split()[:2] for ln in lines[1:5]] == [
+        ["✓", "10"],
+        ["·", "21"],
+        ["·", "22"],
+        ["·", "11"],
+    ]
+    assert lines[2].startswith("  · 21") and lines[1].endswith("0.600")
+    assert lines[5] == "  ✗ 30 (true) is not drafted here"
+    row1 = tree_renderable(st.session, v, trees, 1, width=36, height=15).plain
+    assert "accepts 0 of 2" in row1 and row1.endswith("\n✗ 30 (true) is not drafted here")
+    import dataclasses
+
+    ends = dataclasses.replace(
+        trees,
+        tokens=np.array([[10, 11, 21, 22], [30, 13, 23, 24]]),
+        on_path=np.array([[True, False, False, False], [True, False, False, False]]),
+        accepted=np.array([1, 1]),
+    )
+    row1 = tree_renderable(st.session, v, ends, 1, width=36, height=15).plain
+    assert "accepts 1 of 2" in row1 and row1.endswith("the sample ends here")  # x3 is the last
+    small = tree_renderable(st.session, v, trees, 0, width=36, height=5).plain
+    assert "✓ 10" in small and "more nodes" in small  # the path stays when the panel is short
+    assert "computing" in tree_renderable(st.session, v, None, 0).plain
+
+
 def test_steps_keys_keep_the_settings_valid():
     from inspector.serving.spec import DraftSpec
 
@@ -383,7 +433,7 @@ def test_the_engine_side_never_imports_textual():
     code = (
         "import sys, inspector.tui.engine, inspector.tui.state, inspector.tui.loader, "
         "inspector.tui.summary, inspector.tui.events, inspector.tui.tasks, inspector.tui.view, "
-        "inspector.tui.panels, inspector.tui.accuracy;"
+        "inspector.tui.panels, inspector.tui.accuracy, inspector.tui.trees;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'torch')))"
     )
     out = python_output(code)

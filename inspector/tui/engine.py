@@ -10,7 +10,8 @@ Requests are not a plain queue:
   request, and the UI paints only results of the latest generation;
 - tasks (doctor, export) run next, in order;
 - then the prefetch of the neighbouring samples;
-- then the serving replay of the sample on screen (`request_accept`; a newer one replaces it);
+- then the serving replay of the sample on screen (`request_accept`; a newer one replaces it), and
+  its draft trees while the tree panel is open (`request_trees`; the same);
 - then, while idle, the set-wide fill: per-sample metrics and serving replays (under the current
   engine settings, `set_spec`) of the current and pinned wirings for the sample list and the
   whole-set totals, sent back in batches.
@@ -35,6 +36,7 @@ from inspector.tui.events import (
     LoadFailed,
     LoadProgress,
     SampleAccept,
+    SampleTrees,
     StatsBatch,
     TaskDone,
     ViewData,
@@ -100,6 +102,8 @@ class Engine:
         self._replayer: Any = None  # serving.replay.Replayer, made on the device thread
         self._accepted: set[tuple[int, WiringKey, DraftSpec]] = set()
         self._accepts: list[SampleAccept] = []
+        self._trees_req: _AcceptRequest | None = None  # one wiring
+        self._trees: ByteLRU[tuple[int, WiringKey, DraftSpec], SampleTrees] = ByteLRU(0)
         self._tasks: deque[tuple[str, Callable[[Any], Any]]] = deque()
         self._prefetch: deque[tuple[int, tuple[WiringKey, ...]]] = deque()
         self._fill_wirings: list[WiringKey] = []
@@ -158,6 +162,13 @@ class Engine:
             self._accept = _AcceptRequest(sample, tuple(wirings), spec)
             self._cond.notify_all()
 
+    def request_trees(self, sample: int, wiring: WiringKey, spec: DraftSpec) -> None:
+        """The draft tree of every row of a sample (a SampleTrees comes back, or a TaskDone
+        "trees" with the error); replaces any trees request not yet started."""
+        with self._cond:
+            self._trees_req = _AcceptRequest(sample, (tuple(wiring),), spec)
+            self._cond.notify_all()
+
     def set_spec(self, spec: DraftSpec) -> None:
         """The engine settings the fill replays the set under (samples it already did stay)."""
         with self._cond:
@@ -184,6 +195,7 @@ class Engine:
                 not self.busy
                 and self._view is None
                 and self._accept is None
+                and self._trees_req is None
                 and not self._tasks
                 and not self._prefetch
             )
@@ -214,6 +226,9 @@ class Engine:
             budget = getattr(res.ev, "budget", None)
             self._sample_data.max_bytes = (
                 budget.host_share("app_samples") if budget is not None else 256 * 2**20
+            )
+            self._trees.max_bytes = (
+                budget.host_share("replays") if budget is not None else 64 * 2**20
             )
             self._bad.update(i for i, _ in res.skipped)
             self.session = make_session(
@@ -253,6 +268,9 @@ class Engine:
                 if self._accept is not None:
                     acc, self._accept = self._accept, None
                     return lambda: self._serve_accept(acc)
+                if self._trees_req is not None:
+                    tr, self._trees_req = self._trees_req, None
+                    return lambda: self._serve_trees(tr)
                 if self._tasks:
                     kind, fn = self._tasks.popleft()
                     return lambda: self._run_task(kind, fn)
@@ -375,6 +393,21 @@ class Engine:
             self._flush_stats()
             return
         self._send(AcceptData(req.sample, req.spec, out))
+
+    def _serve_trees(self, req: _AcceptRequest) -> None:
+        from inspector.tui.trees import sample_trees
+
+        key = (req.sample, req.wirings[0], req.spec)
+        trees = self._trees.get(key)
+        if trees is None:
+            try:
+                trees = sample_trees(self.ev, req.sample, req.wirings[0], req.spec)
+            except Exception as e:  # noqa: BLE001 - shown in the panel
+                self._free_after_oom(e)
+                self._send(TaskDone("trees", error=error_text(e)))
+                return
+            self._trees.put(key, trees)
+        self._send(trees)
 
     def _serve_prefetch(self, sample: int, wirings: tuple[WiringKey, ...]) -> None:
         if sample in self._bad or not (0 <= sample < len(self.ev.samples)):

@@ -80,6 +80,23 @@ class AcceptData:
 
 
 @dataclass(frozen=True)
+class SampleTrees:
+    """The draft tree an engine builds at every row of one sample (`tui.trees`): row j's is the
+    round whose first drafted token is x_{j+2}. Nodes in the beam's candidate order (a parent
+    before its children), M = draft tokens - 1 per row."""
+
+    index: int
+    wiring: WiringKey
+    spec: DraftSpec
+    tokens: np.ndarray  # int64 [R, M]: target ids
+    parent: np.ndarray  # int64 [R, M]: the parent's node index, -1 for the root's children
+    depth: np.ndarray  # int64 [R, M]: 1 for the root's children
+    prob: np.ndarray  # float32 [R, M]: cumulative probability (the beam's score)
+    on_path: np.ndarray  # bool [R, M]: the nodes the sample's own continuation takes
+    accepted: np.ndarray  # int64 [R]: how many it accepts (to the sample's end)
+
+
+@dataclass(frozen=True)
 class StatsBatch:
     """Per-sample metrics (sample, wiring, [StepMetrics], length), failed samples (i, error) and
     the fill's serving replays."""
@@ -99,5 +116,13 @@ class TaskDone:
 
 
 Event = (
-    LoadProgress | Loaded | LoadFailed | ViewData | ViewFailed | StatsBatch | AcceptData | TaskDone
+    LoadProgress
+    | Loaded
+    | LoadFailed
+    | ViewData
+    | ViewFailed
+    | StatsBatch
+    | AcceptData
+    | SampleTrees
+    | TaskDone
 )

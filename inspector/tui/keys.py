@@ -181,6 +181,16 @@ MAIN_KEYS: list[Binding] = [
         show=False,
     ),
     key(
+        "T",
+        "toggle_tree",
+        "tree",
+        "Draft tree at the cursor",
+        "show the tree an engine drafts for the round whose first drafted token is the cursor's "
+        "(each node's token and cumulative probability, the path the sample takes, where it "
+        "falls off) in place of the slot panel, or the slots again",
+        show=False,
+    ),
+    key(
         "m",
         "toggle_mask",
         "masked",

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from inspector.metrics import StepMetrics
     from inspector.serving.spec import DraftSpec
     from inspector.serving.walk import AcceptStats
-    from inspector.tui.events import SampleAccept
+    from inspector.tui.events import SampleAccept, SampleTrees
     from inspector.tui.summary import SampleData, Session
     from inspector.tui.view import ViewState
     from inspector.wiring import WiringKey
@@ -100,6 +100,8 @@ class ViewModel:
         self.accepts: ByteLRU[tuple[int, WiringKey, DraftSpec], SampleAccept] = ByteLRU(0)
         self.accept_stats: dict[tuple[int, WiringKey, DraftSpec], AcceptStats] = {}
         self.accept_totals: dict[tuple[WiringKey, DraftSpec], AcceptTotals] = {}
+        # The draft trees of every row (the tree panel), per (sample, wiring, settings).
+        self.trees: ByteLRU[tuple[int, WiringKey, DraftSpec], SampleTrees] = ByteLRU(0)
         self.warned: set[tuple[int, str]] = set()
 
     # --- session ------------------------------------------------------------------------------
@@ -110,9 +112,10 @@ class ViewModel:
             self.preds.max_bytes = session.budget.host_share("app_predictions")
             self.samples.max_bytes = session.budget.host_share("app_samples")
             self.accepts.max_bytes = session.budget.host_share("replays")
+            self.trees.max_bytes = session.budget.host_share("replays")
         else:
             self.preds.max_bytes = self.samples.max_bytes = FALLBACK_CACHE_BYTES
-            self.accepts.max_bytes = FALLBACK_CACHE_BYTES
+            self.accepts.max_bytes = self.trees.max_bytes = FALLBACK_CACHE_BYTES
         self.spec = session.serving_default()
         self.wiring = session.initial
         self.sample = session.first_sample
@@ -251,6 +254,14 @@ class ViewModel:
         if self.spec is None or self.sample in self.errors:
             return []
         return [w for w in self.distinct() if (self.sample, w, self.spec) not in self.accepts]
+
+    def trees_key(self) -> tuple[int, WiringKey, DraftSpec] | None:
+        """The key of the trees the tree panel shows: the view's sample and wiring, the
+        current settings."""
+        v = self.shown
+        if v is None or self.spec is None:
+            return None
+        return (v.sample, v.wiring, self.spec)
 
     def mark_error(self, i: int, error: str) -> bool:
         """Sample i failed: its metrics leave the totals (as eval skips it). False if known."""

@@ -78,6 +78,16 @@ is ours (all-tok). The trainers' numbers need the verifier's norm + lm_head: ope
 * **top-10**: the draft's ten most likely tokens with probabilities; ✓ marks the true token.
 * **◆ ref**: the same position under the reference wiring.
 
+## Draft tree panel (`T`, in place of the slot panel)
+
+The tree an engine drafts, under the serving settings, for the round whose first drafted token is
+the cursor's (row *j*: the round after x[0..j+1]): each node's token and cumulative probability
+(the beam's score), depth-first and indented by depth (a chain is one branch). **✓** marks the
+path the sample's own continuation takes, the tokens greedy verification accepts; the last line
+says where it falls off (the true token no child drafted), or that every step was accepted and
+the target adds its bonus token. When the panel is short, the path and the alternatives at each
+of its steps stay.
+
 ## Slot panel
 
 * **slot / HF**: the captured hidden state and its index in HF `output_hidden_states`

@@ -41,6 +41,7 @@ class MainScreen(Screen):
     colour = var("hit", init=False)  # token colouring: "hit" (hit/miss) or "p" (p(true))
     mask_only = var(False, init=False)  # show and step through loss-masked positions only
     rounds = var(True, init=False)  # the strip's rounds line (a per position, the walk's rounds)
+    tree = var(False, init=False)  # the draft tree panel in place of the slot panel
     metrics = var("ours", init=False)  # the accuracy bar's view (state.METRICS)
     status = var("starting", init=False)  # loading stage, shown in the header
 
@@ -66,6 +67,7 @@ class MainScreen(Screen):
                 with Horizontal(id="lower"):
                     yield Static(id="detail")
                     yield Static(id="slots")
+                    yield Static(id="tree")
         yield Static(id="accuracy")
         yield Footer()
 
@@ -74,6 +76,7 @@ class MainScreen(Screen):
         self.query_one("#strip").border_title = "tokens"
         self.query_one("#detail").border_title = "position"
         self.query_one("#slots").border_title = "slots"
+        self.query_one("#tree").border_title = "draft tree"
         self.query_one("#accuracy").border_title = "accuracy"  # until loaded: refresh_accuracy
         self.refresh_header()
 
@@ -100,6 +103,12 @@ class MainScreen(Screen):
     def watch_rounds(self, on: bool) -> None:
         self.query_one(TokenStrip).set_show_rounds(on)
 
+    def watch_tree(self, on: bool) -> None:
+        self.query_one("#tree").display = on
+        self.query_one("#slots").display = not on
+        self.request_trees()
+        self.paint_tree()
+
     def watch_metrics(self, metrics: str) -> None:
         self.refresh_accuracy()
 
@@ -109,6 +118,7 @@ class MainScreen(Screen):
             ev.ViewData: self.on_view_data,
             ev.StatsBatch: self.on_stats_batch,
             ev.AcceptData: self.on_accept_data,
+            ev.SampleTrees: self.on_sample_trees,
             ev.ViewFailed: self.on_view_failed,
             ev.TaskDone: self.on_task_done,
             ev.LoadProgress: self.on_load_progress,
@@ -204,7 +214,18 @@ class MainScreen(Screen):
         if e.sample == self.state.sample:
             self.paint_rounds()
 
+    def on_sample_trees(self, e: ev.SampleTrees) -> None:
+        key = (e.index, e.wiring, e.spec)
+        self.state.trees.put(key, e)
+        if key == self.state.trees_key():
+            self.paint_tree()
+
     def on_task_done(self, e: ev.TaskDone) -> None:
+        if e.kind == "trees":
+            if e.error:
+                self.query_one("#tree", Static).update(f"no draft tree: {printable(e.error)}")
+                self.say(f"draft tree failed: {e.error}", severity="error", timeout=12)
+            return
         if e.kind == "export":
             if e.error:
                 self.say(f"export failed: {e.error}", severity="error", timeout=12)
@@ -254,7 +275,15 @@ class MainScreen(Screen):
             if st.shown is None:
                 self.query_one(TokenStrip).show_message(f"computing sample #{st.sample}…")
         self.request_accepts()
+        self.request_trees()
         self.refresh_header()
+
+    def request_trees(self) -> None:
+        """While the tree panel is open: ask for the shown sample's draft trees if not here."""
+        st, engine = self.state, self.engine
+        key = st.trees_key()
+        if self.tree and key is not None and key not in st.trees and engine is not None:
+            engine.request_trees(*key)
 
     def request_accepts(self) -> None:
         """Ask for the serving replays of the current sample the UI does not hold yet."""
@@ -327,7 +356,22 @@ class MainScreen(Screen):
         width = detail.content_size.width or 48
         detail.update(detail_renderable(st.session, v, row, width))
         self.query_one("#slots", Static).update(slots_renderable(st.session, v, row))
+        self.paint_tree()
         self.refresh_header()
+
+    def paint_tree(self) -> None:
+        """The tree panel at the cursor (when open)."""
+        from inspector.tui.panels import tree_renderable
+
+        st = self.state
+        v, row, key = st.shown, st.row, st.trees_key()
+        if not self.tree or v is None or row is None or st.session is None or key is None:
+            return
+        panel = self.query_one("#tree", Static)
+        width = panel.content_size.width or 36
+        height = panel.content_size.height or 15
+        trees = st.trees.get(key)
+        panel.update(tree_renderable(st.session, v, trees, row, width, height))
 
     def refresh_header(self) -> None:
         from inspector.tui.view import header_text
@@ -498,8 +542,10 @@ class MainScreen(Screen):
         if engine is not None:
             engine.set_spec(spec)
         self.request_accepts()
+        self.request_trees()
         self.refresh_accuracy()
         self.paint_rounds()
+        self.paint_tree()
         self.say(f"τ replays a {serving_label(spec)}: {spec.flags()}", timeout=4)
 
     def action_serving(self) -> None:
@@ -528,6 +574,9 @@ class MainScreen(Screen):
 
     def action_toggle_mask(self) -> None:
         self.mask_only = not self.mask_only
+
+    def action_toggle_tree(self) -> None:
+        self.tree = not self.tree
 
     def action_toggle_rounds(self) -> None:
         self.rounds = not self.rounds
