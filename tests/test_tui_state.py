@@ -147,7 +147,9 @@ def test_the_bar_shows_tau_for_the_sample_and_the_set():
     assert cells[-2] == "2.33"  # the set: 7 in 3
     assert "τ" not in bar(st, "speculators")
     narrow = accuracy_text(st, metrics="ours", narrow=True, width=80).plain
-    assert "in-vocab" not in narrow and "2.33" in narrow
+    head = narrow.splitlines()[0].split()
+    assert head.count("in-vocab") == 1 and head.index("in-vocab") > head.index("all-tok", 4)
+    assert "2.33" in narrow and "2.00" in narrow
     assert accuracy_title("ours", st.spec).startswith(
         "accuracy · τ: accept len of a chain of 2 steps"
     )

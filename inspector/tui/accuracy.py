@@ -158,13 +158,15 @@ def accuracy_renderable(
 
     The count columns never shrink; only the wiring name gives way on a narrow screen. In ours,
     each group ends with τ, the replayed accept length (`accepts`: this sample's, the set's); a
-    narrow screen drops in-vocab to keep it.
+    narrow screen drops this sample's in-vocab to keep it.
     """
     k_steps = session.ttt_steps
     heads, cells_of = HEADS[metrics], CELLS[metrics]
     tau = metrics == "ours" and accepts is not None
-    if tau and narrow:  # room for τ: all-tok only
-        heads, cells_of = heads[:1], (lambda s, f=cells_of: f(s)[:1])
+    # A narrow screen keeps τ by dropping this sample's in-vocab (the set's stays).
+    sample_heads, sample_cells = heads, cells_of
+    if tau and narrow:
+        sample_heads, sample_cells = heads[:1], (lambda s, f=cells_of: f(s)[:1])
     dim = ("…", "dim")
     rows: list[list[tuple[str, str]]] = []  # (text, style) per cell
     for idx, w in enumerate(wirings):
@@ -177,7 +179,7 @@ def accuracy_renderable(
             else wiring_name(session, w)
         )
         cells = [(mark, "bold"), (name, "")]
-        cells += [(c, "") for c in cells_of(sm[0])] if sm else [dim] * len(heads)
+        cells += [(c, "") for c in sample_cells(sm[0])] if sm else [dim] * len(sample_heads)
         a_sample, a_set = accepts.get(w, (None, None)) if accepts is not None else (None, None)
         if tau:
             cells.append((_tau(a_sample), "bold"))
@@ -200,7 +202,7 @@ def accuracy_renderable(
     sample_title = f"#{v.sample}" if v is not None else "sample"
     set_title = f"all {n_good}" if done >= n_good else f"{done}/{n_good} samples"
     taus = ["τ"] if tau else []
-    headers = ["", "wiring", f"{sample_title} {heads[0]}", *heads[1:], *taus]
+    headers = ["", "wiring", f"{sample_title} {heads[0]}", *sample_heads[1:], *taus]
     headers += [f"{set_title} {heads[0]}", *heads[1:], *taus]
     if k_steps > 1:
         headers.append(by_step_heading(metrics, k_steps))
