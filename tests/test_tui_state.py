@@ -131,6 +131,11 @@ def test_accept_totals_pool_rounds_per_wiring_and_settings():
     tot = st.set_accept(TRAIN)
     assert tot.n_samples == 1 and tot.stats.accept_length == 2.0
     assert st.missing_accepts() == [] and not st.add_accept(accept(0, TRAIN, [(2, 3, 4)]))
+    assert st.clear_error(0)  # a retry worked: its replays are asked for again, then counted
+    st.sample = 0
+    assert st.missing_accepts() == [TRAIN, SERVE]
+    assert st.add_accept(accept(0, TRAIN, [(2, 3, 4), (6, 0, 1)]))
+    assert st.set_accept(TRAIN).n_samples == 2
 
 
 def test_the_bar_shows_tau_for_the_sample_and_the_set():

@@ -191,8 +191,10 @@ class ViewModel:
         from inspector.serving.walk import AcceptStats
 
         key = (a.index, a.wiring, a.spec)
+        if a.index in self.errors:
+            return False
         self.accepts.put(key, a)
-        if key in self.accept_stats or a.index in self.errors:
+        if key in self.accept_stats:
             return False
         self.accept_stats[key] = a.stats
         tot = self.accept_totals.get((a.wiring, a.spec))
@@ -204,7 +206,11 @@ class ViewModel:
         return True
 
     def _drop_accepts(self, i: int) -> None:
+        """Sample i leaves the τ totals, and its replays the cache (a retry that works asks for
+        them again)."""
         from inspector.serving.walk import AcceptStats
+
+        self.accepts.pop_where(lambda k: k[0] == i)
 
         for key in [k for k in self.accept_stats if k[0] == i]:
             del self.accept_stats[key]

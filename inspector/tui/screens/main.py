@@ -162,6 +162,8 @@ class MainScreen(Screen):
         data = e.sample
         if st.clear_error(data.index):  # a retry worked (e.g. after an out-of-memory error)
             self.query_one(SampleList).clear_error(data.index)
+            if data.index == st.sample:
+                self.request_accepts()  # its replays left with the error
         for w in st.remember_sample(data):
             self.say(f"sample #{data.index}: {w}", severity="warning")
         added = st.add_predictions(data, e.preds)
