@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_tui_support import (
     DEMO,
@@ -24,6 +25,7 @@ from test_tui_support import (
 )
 
 from inspector.cli import main as cli_main
+from inspector.serving.spec import DraftSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,8 +35,10 @@ def syn(tmp_path_factory):
     return synthetic_inputs(tmp_path_factory.mktemp("tui-flow"), n_samples=4, seq_len=48)
 
 
-def eval_json(capsys, inputs, *wirings: str, positions: bool = False, extra=()) -> dict:
-    argv = ["eval", str(inputs.checkpoint), *inputs.samples, "--json", *extra]
+def eval_json(
+    capsys, inputs, *wirings: str, positions: bool = False, extra=(), command: str = "eval"
+) -> dict:
+    argv = [command, str(inputs.checkpoint), *inputs.samples, "--json", *extra]
     if inputs.target is not None:
         argv += ["--target", str(inputs.target)]
     for w in wirings:
@@ -422,12 +426,101 @@ async def test_ttt_steps_and_acceptance_length(syn, capsys):
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         bar = widget_text(app, "#accuracy")
-        assert "all-tok s0..s2, τ" in bar
-        assert f"τ {ref3['acceptance_length']:.2f}" in bar
+        assert "all-tok s0..s2" in bar
+        # τ is the replayed chain of the app's 3 TTT steps, as eval's acceptance_length (not the
+        # closed form, acceptance_length_estimate): the set's column, pooled over the rounds.
+        st = app.main.state
+        assert st.spec == DraftSpec(3)
+        assert "accept len of a chain of 3 steps" in app.main.query_one("#accuracy").border_title
+        total = st.set_accept(st.wiring)
+        assert total.n_samples == len(ref3["per_sample"])
+        assert total.stats.accept_length == pytest.approx(ref3["acceptance_length"])
+        assert f"{ref3['acceptance_length']:.2f}" in bar.splitlines()[1]
         by_step = " ".join(f"{100 * s['all_tok']['acc']:.1f}" for s in ref3["steps"])
         assert by_step in bar
         assert "K=3" in screen_text(app)
         assert "TTT" in widget_text(app, "#detail")
+
+
+@pytest.mark.skipif(not demo_available(), reason="assets/demo not built")
+async def test_accept_length_matches_accept_json(capsys):
+    """With one TTT step the app's τ replays a chain of 3 (the draft forwards its own chain, as
+    `accept` does): the sample's and the set's τ are `accept --json`'s, pooled over rounds."""
+    inputs = demo_inputs()
+    ref = eval_json(capsys, inputs, "train", command="accept", extra=("--steps", "3"))
+    w_ref = ref["wirings"][0]
+    app = make_app(inputs)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
+        st = app.main.state
+        assert st.spec == DraftSpec(3)
+        total = st.set_accept(st.wiring)
+        assert total.n_samples == ref["samples"]
+        assert total.stats.rounds == w_ref["rounds"]
+        assert total.stats.accept_length == pytest.approx(w_ref["accept_length"])
+        mine = st.sample_accept(st.wiring)
+        accepted = w_ref["per_sample"][st.sample]["accepted"]
+        assert mine.rounds == len(accepted) and mine.accepted == sum(accepted)
+        row = widget_text(app, "#accuracy").splitlines()[1]
+        assert f"{mine.accept_length:.2f}" in row and f"{w_ref['accept_length']:.2f}" in row
+
+
+@pytest.mark.skipif(not demo_available(), reason="assets/demo not built")
+async def test_serving_dialog_replays_a_tree_as_accept_json(capsys):
+    """`a` sets a tree (SGLang's flags): the device thread replays the sample, then the fill the
+    set; τ is `accept --steps 3 --topk 4 --draft-tokens 8`'s; `-` then drops a step."""
+    inputs = demo_inputs()
+    extra = ("--steps", "3", "--topk", "4", "--draft-tokens", "8")
+    ref = eval_json(capsys, inputs, "train", command="accept", extra=extra)["wirings"][0]
+    app = make_app(inputs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        st = app.main.state
+        chain = st.set_accept(st.wiring).stats.accept_length
+        await pilot.press("a")
+        await until(pilot, lambda: type(app.screen).__name__ == "ServingScreen")
+        await pilot.press("tab", "4", "tab", "8", "enter")
+        await settle(pilot)
+        assert st.spec == DraftSpec(3, 4, 8)
+        title = app.main.query_one("#accuracy").border_title
+        assert "tree of 3 steps, topk 4, 8 tokens" in title
+        total = st.set_accept(st.wiring)
+        assert total.n_samples == 48 and total.stats.rounds == ref["rounds"]
+        assert total.stats.accept_length == pytest.approx(ref["accept_length"])
+        row = widget_text(app, "#accuracy").splitlines()[1]
+        assert f"{ref['accept_length']:.2f}" in row
+        accepted = ref["per_sample"][st.sample]["accepted"]
+        assert st.sample_accept(st.wiring).accepted == sum(accepted)
+        # The tree panel at the cursor: the same trees, the path the sample takes.
+        await pilot.press("T")
+        await settle(pilot, fill=False)
+        trees = st.trees.get(st.trees_key())
+        acc = st.accepts.get((st.sample, st.wiring, st.spec))
+        assert trees is not None and acc is not None
+        n = len(trees.accepted)
+        assert n == st.view.n_rows
+        assert (trees.accepted == acc.a_by_start[1 : n + 1]).all()
+        assert (trees.on_path.sum(1) == trees.accepted).all()
+        assert (trees.depth[trees.on_path] <= 3).all()
+        par = trees.parent
+        has_parent = par >= 0
+        p_parent = np.take_along_axis(trees.prob, np.maximum(par, 0), 1)
+        assert (trees.prob[has_parent] <= p_parent[has_parent] + 1e-6).all()
+        j = st.row
+        panel = widget_text(app, "#tree")
+        assert f"pos {j}  token {j + 2}  accepts {int(trees.accepted[j])} of 3" in panel
+        assert panel.count("✓") == int(trees.accepted[j])
+        await pilot.press("minus")
+        await settle(pilot, fill=False)
+        assert st.spec == DraftSpec(2, 4, 8) and st.sample_accept(st.wiring) is not None
+        assert "of 2" in widget_text(app, "#tree")
+        await pilot.press("a")  # back to the chain: its replays were kept
+        await until(pilot, lambda: type(app.screen).__name__ == "ServingScreen")
+        await pilot.press("tab", "1", "enter")
+        await pilot.press("plus")
+        await pilot.pause()
+        assert st.spec == DraftSpec(3)
+        assert st.set_accept(st.wiring).stats.accept_length == chain
 
 
 @pytest.mark.skipif(not demo_available(), reason="assets/demo not built")

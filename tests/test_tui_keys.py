@@ -40,6 +40,8 @@ async def reset(app, pilot) -> None:
         await pilot.pause()
     main.state.pins.clear()
     main.mask_only = False
+    main.rounds = True
+    main.tree = False
     main.colour = "hit"
     main.metrics = "ours"
     main.query_one("TokenStrip").set_mode("hit")
@@ -48,6 +50,7 @@ async def reset(app, pilot) -> None:
     lst.apply_sort()
     main.state.rows.clear()
     main.set_wiring(main.state.session.presets["train"])
+    main.set_spec(main.state.session.serving_default())
     main.set_sample(0)
     main.state.gen += 1
     main.state.view = None
@@ -177,6 +180,38 @@ async def test_goto(opened):
     assert any("outside" in m for m in app.main.messages)
     await pilot.press("g", "escape")
     assert type(app.screen).__name__ == "MainScreen"
+
+
+async def test_serving_settings_dialog_and_step_keys(opened):
+    from inspector.serving.spec import DraftSpec
+
+    app, pilot = opened
+    st = app.main.state
+    assert st.spec == DraftSpec(3)  # one TTT step: a chain of 3
+    await pilot.press("a")
+    assert type(app.screen).__name__ == "ServingScreen"
+    await pilot.press("tab", "2", "enter")  # topk 2 without draft tokens: says why, stays open
+    assert type(app.screen).__name__ == "ServingScreen"
+    error = str(app.screen.query_one("#serving-error").render())
+    assert "--draft-tokens" in error and "required" in error
+    await pilot.press("tab", "1", "2", "enter")  # 3 steps of topk 2 propose 10 nodes at most
+    assert type(app.screen).__name__ == "ServingScreen"
+    assert "2..11" in str(app.screen.query_one("#serving-error").render())
+    await pilot.press("escape")  # cancelled: unchanged
+    assert type(app.screen).__name__ == "MainScreen" and st.spec == DraftSpec(3)
+    await pilot.press("a", "tab", "2", "tab", "6", "enter")
+    await settle(pilot, fill=False)
+    assert st.spec == DraftSpec(3, 2, 6)
+    assert st.sample_accept(st.wiring) is not None  # replayed on the device thread
+    assert any("--speculative-eagle-topk 2" in m for m in app.main.messages)
+    await pilot.press("minus", "minus")
+    assert st.spec == DraftSpec(1, 2, 3)  # one step of topk 2 proposes 2 nodes: 3 tokens
+    await pilot.press("minus")
+    assert st.spec == DraftSpec(1, 2, 3) and "at least one step" in app.main.messages[-1]
+    await pilot.press("plus")
+    await settle(pilot, fill=False)
+    assert st.spec == DraftSpec(2, 2, 3) and st.sample_accept(st.wiring) is not None
+    assert "tree of 2 steps, topk 2, 3 tokens" in app.main.query_one("#accuracy").border_title
 
 
 async def test_wiring_editor(opened):
@@ -448,7 +483,12 @@ async def test_every_key_in_help_and_palette():
         "`c`",
         "`o`",
         "`e`",
+        "`r`",
+        "`T`",
         "`d`",
+        "`a`",
+        "`+`",
+        "`-`",
         "F1",
         "?",
         "`q`",
@@ -478,10 +518,52 @@ async def test_palette_refuses_what_needs_a_sample(opened):
 async def test_click_on_token_moves_cursor(opened):
     app, pilot = opened
     strip = app.main.query_one("TokenStrip")
-    t = strip.token_at(0, 1)  # first token of the second line
-    assert t is not None
-    await pilot.click("TokenStrip", offset=(2, 2))  # border + padding
+    assert strip.lines_per_row == 2  # each token line has its rounds line under it
+    t = strip.token_at(0, 2)  # first token of the second token line
+    assert t is not None and strip.token_at(0, 3) == t  # its rounds line counts as it
+    await pilot.click("TokenStrip", offset=(2, 3))  # border + padding
     assert row(app) == t - 2
+
+
+async def test_rounds_line_under_the_tokens(opened):
+    """Under each token: a of a round whose first drafted token it is; each round's first token
+    bold (ROUND_START); `r` hides the line and shows it again."""
+    from inspector.tui.view import ROUND_START
+    from inspector.tui.widgets.strip import TokenStrip
+
+    app, pilot = opened
+    st = app.main.state
+    strip = app.main.query_one(TokenStrip)
+    acc = st.accepts.get((st.sample, st.wiring, st.spec))
+    assert acc is not None and strip._a == acc.a_at.tolist()
+    first = int(acc.starts[0]) + 1  # the first round's first drafted token
+    assert strip._round[first] == ROUND_START
+    row_of = strip._row_of[first]
+    line = strip._render_rounds(row_of, 200).text
+    x = sum(len(strip._texts[t]) for t in strip._rows[row_of][: strip._rows[row_of].index(first)])
+    assert line[x] == str(int(acc.accepted[0]))
+    height = strip.virtual_size.height
+    await pilot.press("r")
+    assert not app.main.rounds and strip.lines_per_row == 1
+    assert strip.virtual_size.height == height // 2
+    await pilot.press("r")
+    assert strip.lines_per_row == 2 and strip.virtual_size.height == height
+
+
+async def test_tree_panel_toggles_with_the_slots_and_follows_the_cursor(opened):
+    app, pilot = opened
+    main = app.main
+    st = main.state
+    await pilot.press("T")
+    await settle(pilot, fill=False)
+    assert main.tree and main.query_one("#tree").display and not main.query_one("#slots").display
+    trees = st.trees.get(st.trees_key())
+    assert trees is not None and len(trees.accepted) == st.view.n_rows
+    assert f"pos {st.row}  token {st.row + 2}  accepts" in widget_text(app, "#tree")
+    await pilot.press("right")
+    assert f"pos {st.row}  token {st.row + 2}  accepts" in widget_text(app, "#tree")
+    await pilot.press("T")
+    assert not main.query_one("#tree").display and main.query_one("#slots").display
 
 
 async def test_sample_list_enter_opens_sample(opened):

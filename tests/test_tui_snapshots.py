@@ -61,3 +61,10 @@ def test_trainer_view_120x40(snap_compare):
     app = make_app(demo_inputs())
     keys = ("s", "p", "t", "v")
     assert snap_compare(app, terminal_size=(120, 40), run_before=run_then(*keys))
+
+
+def test_tree_panel_120x40(snap_compare):
+    """A tree of 3 steps, topk 4, 8 tokens (`a`), the draft tree panel at the cursor (`T`)."""
+    app = make_app(demo_inputs())
+    keys = ("a", "tab", "4", "tab", "8", "enter", "T")
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_then(*keys))

@@ -97,6 +97,157 @@ def test_a_sample_failing_after_it_was_counted_leaves_the_totals():
     assert st.clear_error(1) and not st.clear_error(1)
 
 
+def accept(i: int, w, rounds: list[tuple[int, int, int]], spec=None):
+    """A SampleAccept of sample i from its rounds (start, accepted, emitted)."""
+    from inspector.serving.spec import DraftSpec
+    from inspector.serving.walk import AcceptStats, Round
+    from inspector.tui.events import SampleAccept
+
+    spec = spec or DraftSpec(3)
+    arr = np.array(rounds, dtype=np.int64).reshape(-1, 3)
+    stats = AcceptStats.of([Round(*r) for r in rounds], spec.steps)
+    a = np.zeros(12, dtype=np.int64)
+    a[arr[:, 0]] = arr[:, 1]
+    return SampleAccept(i, w, spec, a, arr[:, 0], arr[:, 1], arr[:, 2], stats, np.roll(a, 1))
+
+
+def test_accept_totals_pool_rounds_per_wiring_and_settings():
+    from inspector.serving.spec import DraftSpec
+
+    st = loaded()
+    assert st.spec == DraftSpec(3)  # one TTT step: a chain of 3
+    assert st.add_accept(accept(0, TRAIN, [(2, 3, 4), (6, 0, 1)]))
+    assert st.add_accept(accept(1, TRAIN, [(2, 1, 2)]))
+    assert not st.add_accept(accept(1, TRAIN, [(2, 1, 2)]))  # counted once
+    assert st.add_accept(accept(1, TRAIN, [(2, 1, 2)], spec=DraftSpec(2)))  # other settings
+    tot = st.set_accept(TRAIN)
+    assert tot.n_samples == 2 and (tot.stats.rounds, tot.stats.emitted) == (3, 7)
+    assert tot.stats.accept_length == pytest.approx(7 / 3)  # pooled: not a mean of means
+    assert st.sample_accept(TRAIN).accept_length == 2.5
+    assert st.missing_accepts() == [] and st.set_accept(SERVE) is None
+    st.pins.append(SERVE)
+    assert st.missing_accepts() == [SERVE]
+    st.mark_error(0, "data_0.pt: bad")  # a failed sample leaves the totals
+    tot = st.set_accept(TRAIN)
+    assert tot.n_samples == 1 and tot.stats.accept_length == 2.0
+    assert st.missing_accepts() == [] and not st.add_accept(accept(0, TRAIN, [(2, 3, 4)]))
+    assert st.clear_error(0)  # a retry worked: its replays are asked for again, then counted
+    st.sample = 0
+    assert st.missing_accepts() == [TRAIN, SERVE]
+    assert st.add_accept(accept(0, TRAIN, [(2, 3, 4), (6, 0, 1)]))
+    assert st.set_accept(TRAIN).n_samples == 2
+
+
+def test_the_bar_shows_tau_for_the_sample_and_the_set():
+    from inspector.tui.accuracy import accuracy_text, accuracy_title
+
+    st = loaded(ttt=2)
+    st.add_stats(0, TRAIN, steps(3, 10), 12)
+    st.add_accept(accept(0, TRAIN, [(2, 2, 3), (6, 0, 1)], spec=st.spec))
+    st.add_accept(accept(1, TRAIN, [(2, 2, 3)], spec=st.spec))
+    lines = bar(st, "ours").splitlines()
+    assert lines[0].split()[-4:] == ["in-vocab", "τ", "all-tok", "s0..s1"]
+    cells = lines[1].split()
+    assert cells[cells.index("33.3%") + 1] == "2.00"  # this sample: 4 tokens in 2 rounds
+    assert cells[-2] == "2.33"  # the set: 7 in 3
+    assert "τ" not in bar(st, "speculators")
+    narrow = accuracy_text(st, metrics="ours", narrow=True, width=80).plain
+    head = narrow.splitlines()[0].split()
+    assert head.count("in-vocab") == 1 and head.index("in-vocab") > head.index("all-tok", 4)
+    assert "2.33" in narrow and "2.00" in narrow
+    assert accuracy_title("ours", st.spec).startswith(
+        "accuracy · τ: accept len of a chain of 2 steps"
+    )
+    from inspector.serving.spec import DraftSpec
+
+    assert "tree of 5 steps, topk 4, 8 tokens" in accuracy_title("ours", DraftSpec(5, 4, 8))
+
+
+def test_the_rounds_line_is_what_the_walk_accepts():
+    from inspector.serving.walk import generation_runs, walk
+    from inspector.tui.summary import accept_at
+    from inspector.tui.view import IN_ROUND, ROUND_START, round_marks
+
+    rng = np.random.default_rng(0)
+    mask = np.zeros(40, dtype=bool)
+    mask[5:18] = mask[25:40] = True
+    a = rng.integers(0, 4, size=40)
+    rounds = walk(a, generation_runs(mask))
+    at = accept_at(a, mask)
+    assert all(at[r.start + 1] == r.accepted for r in rounds)
+    assert (at[:6] == -1).all() and (at[18:26] == -1).all()  # a run's first token: the prefill's
+    arr = np.array([[r.start, r.accepted, r.emitted] for r in rounds])
+    acc = SimpleNamespace(a_at=at, starts=arr[:, 0], emitted=arr[:, 2])
+    values, marks = round_marks(acc, 40)
+    assert values == at.tolist()
+    assert [t for t, m in enumerate(marks) if m == ROUND_START] == [r.start + 1 for r in rounds]
+    assert sum(m in (ROUND_START, IN_ROUND) for m in marks) == sum(r.emitted for r in rounds)
+    assert round_marks(acc, 41) is None and round_marks(None, 40) is None
+
+
+def test_tree_panel_shows_the_path_and_where_it_falls_off():
+    """Row 0 drafts a tree of 2 steps, topk 2, 5 tokens: the sample's x2 = 10 is drafted, its
+    x3 = 30 is not (21, 22 are): accepts 1, falls off at depth 2."""
+    from inspector.serving.spec import DraftSpec
+    from inspector.tui.events import SampleTrees
+    from inspector.tui.panels import tree_renderable
+
+    spec = DraftSpec(2, 2, 5)
+    st = loaded()
+    v = view_with(2, masked=[0, 1], misses=[], flips=[])
+    v.data.input_ids = np.array([1, 2, 10, 30])
+    trees = SampleTrees(
+        0,
+        TRAIN,
+        spec,
+        tokens=np.array([[10, 11, 21, 22], [12, 13, 23, 24]]),
+        parent=np.array([[-1, -1, 0, 0], [-1, -1, 0, 1]]),
+        depth=np.array([[1, 1, 2, 2], [1, 1, 2, 2]]),
+        prob=np.array([[0.6, 0.3, 0.4, 0.1], [0.5, 0.4, 0.3, 0.2]], dtype=np.float32),
+        on_path=np.array([[True, False, False, False], [False] * 4]),
+        accepted=np.array([1, 0]),
+    )
+    lines = tree_renderable(st.session, v, trees, 0, width=36, height=15).plain.splitlines()
+    assert lines[0] == "pos 0  token 2  accepts 1 of 2"
+    # depth-first, each parent before its children, indented by depth
+    assert [ln.split()[:2] for ln in lines[1:5]] == [
+        ["✓", "10"],
+        ["·", "21"],
+        ["·", "22"],
+        ["·", "11"],
+    ]
+    assert lines[2].startswith("  · 21") and lines[1].endswith("0.600")
+    assert lines[5] == "  ✗ 30 (true) is not drafted here"
+    row1 = tree_renderable(st.session, v, trees, 1, width=36, height=15).plain
+    assert "accepts 0 of 2" in row1 and row1.endswith("\n✗ 30 (true) is not drafted here")
+    import dataclasses
+
+    ends = dataclasses.replace(
+        trees,
+        tokens=np.array([[10, 11, 21, 22], [30, 13, 23, 24]]),
+        on_path=np.array([[True, False, False, False], [True, False, False, False]]),
+        accepted=np.array([1, 1]),
+    )
+    row1 = tree_renderable(st.session, v, ends, 1, width=36, height=15).plain
+    assert "accepts 1 of 2" in row1 and row1.endswith("the sample ends here")  # x3 is the last
+    small = tree_renderable(st.session, v, trees, 0, width=36, height=5).plain
+    assert "✓ 10" in small and "more nodes" in small  # the path stays when the panel is short
+    assert "computing" in tree_renderable(st.session, v, None, 0).plain
+
+
+def test_steps_keys_keep_the_settings_valid():
+    from inspector.serving.spec import DraftSpec
+
+    st = loaded(ttt=2)
+    assert st.spec == DraftSpec(2) and st.stepped_spec(1) == DraftSpec(3)
+    assert st.set_spec(DraftSpec(1)) and not st.set_spec(DraftSpec(1))
+    assert st.stepped_spec(-1) is None  # a round drafts at least one step
+    st.set_spec(DraftSpec(3, 4, 20))
+    assert st.stepped_spec(1) == DraftSpec(4, 4, 20)
+    assert st.stepped_spec(-1) == DraftSpec(2, 4, 20)  # 4 + 16 candidates: 21 tokens at most
+    assert st.stepped_spec(-2) == DraftSpec(1, 4, 5)  # one level: 4 nodes, the root
+
+
 def test_load_marks_the_samples_skipped_before_the_first_usable_one():
     st = ViewModel()
     s = session()
@@ -289,7 +440,7 @@ def test_the_engine_side_never_imports_textual():
     code = (
         "import sys, inspector.tui.engine, inspector.tui.state, inspector.tui.loader, "
         "inspector.tui.summary, inspector.tui.events, inspector.tui.tasks, inspector.tui.view, "
-        "inspector.tui.panels, inspector.tui.accuracy;"
+        "inspector.tui.panels, inspector.tui.accuracy, inspector.tui.trees;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'torch')))"
     )
     out = python_output(code)

@@ -10,6 +10,10 @@ Three views of the same predictions (`v` cycles them, see `state.metrics_order`)
   and simulated_acc_len = sum_k prod_{m<=k} acc_m.
 The trainers' counts are the `StepMetrics` fields of `inspector.metrics.trainers`; they need the
 verifier's norm + lm_head (`--target`), and the bar says so when it is absent.
+
+Ours also shows τ, the accept length an engine would log (tokens emitted per verification round,
+its bonus token included, pooled over rounds) under the current engine settings (`a`): the
+serving replay (`inspector.serving`) of this sample and of the set's samples replayed so far.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from inspector.tui.view import cell, wiring_name
 
 if TYPE_CHECKING:
     from inspector.metrics import Counts, StepMetrics
-    from inspector.tui.state import SetTotals, ViewModel
+    from inspector.serving.spec import DraftSpec
+    from inspector.serving.walk import AcceptStats
+    from inspector.tui.state import AcceptTotals, SetTotals, ViewModel
     from inspector.tui.summary import Session
     from inspector.tui.view import ViewState
     from inspector.wiring import WiringKey
@@ -47,6 +53,25 @@ NEEDS_TARGET = {
     "norm + lm_head)",
     "specforge": "needs --target: acc compares with the target's argmax (its norm + lm_head)",
 }
+
+
+def serving_label(spec: DraftSpec) -> str:
+    """'chain of 3 steps' or 'tree of 5 steps, topk 4, 8 tokens' (the engine flags' values)."""
+    if spec.is_chain:
+        return f"chain of {spec.steps} step{'s' if spec.steps > 1 else ''}"
+    return f"tree of {spec.steps} steps, topk {spec.topk}, {spec.draft_tokens} tokens"
+
+
+def accuracy_title(metrics: str, spec: DraftSpec | None) -> str:
+    """The bar's border title: the view, and in ours what τ replays."""
+    if metrics != "ours" or spec is None:
+        return TITLES[metrics]
+    return f"{TITLES[metrics]} · τ: accept len of a {serving_label(spec)} (a to change)"
+
+
+def _tau(a: AcceptStats | None) -> str:
+    al = a.accept_length if a is not None else None
+    return "…" if al is None else fmt_float(al)
 
 
 def _counts(c: Counts | None) -> str:
@@ -73,7 +98,7 @@ def _step_pcts(steps: Sequence[StepMetrics], counts: Callable[[StepMetrics], Cou
 def by_step_heading(metrics: str, k_steps: int) -> str:
     last = f"s{k_steps - 1}"
     return {
-        "ours": f"all-tok s0..{last}, τ",
+        "ours": f"all-tok s0..{last}",
         "speculators": f"full_acc / cond_acc s0..{last}",
         "specforge": f"acc s0..{last}, simulated_acc_len",
     }[metrics]
@@ -81,7 +106,7 @@ def by_step_heading(metrics: str, k_steps: int) -> str:
 
 def by_step(metrics: str, steps: Sequence[StepMetrics]) -> str:
     """Every TTT step's accuracy in one cell, and the view's acceptance figure."""
-    from inspector.metrics import acceptance_length, simulated_acc_len
+    from inspector.metrics import simulated_acc_len
 
     if metrics == "speculators":
         full = _step_pcts(steps, lambda s: s.spec_full)
@@ -91,7 +116,7 @@ def by_step(metrics: str, steps: Sequence[StepMetrics]) -> str:
         sim = simulated_acc_len([s.specforge.acc if s.specforge else None for s in steps])
         sim_text = "-" if sim is None else fmt_float(sim, 3)
         return f"{_step_pcts(steps, lambda s: s.specforge)}%  {sim_text}"
-    return f"{_step_pcts(steps, lambda s: s.all_tok)}%  τ {fmt_float(acceptance_length(steps))}"
+    return f"{_step_pcts(steps, lambda s: s.all_tok)}%"
 
 
 def accuracy_text(st: ViewModel, *, metrics: str, narrow: bool, width: int) -> Text | None:
@@ -107,6 +132,7 @@ def accuracy_text(st: ViewModel, *, metrics: str, narrow: bool, width: int) -> T
         st.totals,
         st.n_good,
         st.row if v is not None else None,
+        accepts={w: (st.sample_accept(w), st.set_accept(w)) for w in st.distinct()},
         metrics=metrics,
         narrow=narrow,
         width=width,
@@ -122,6 +148,7 @@ def accuracy_renderable(
     n_good: int,
     row: int | None,
     *,
+    accepts: dict[WiringKey, tuple[AcceptStats | None, AcceptTotals | None]] | None = None,
     metrics: str = "ours",
     narrow: bool = False,
     width: int = 200,
@@ -129,10 +156,17 @@ def accuracy_renderable(
     """Rows: current wiring then the pins (newest = the reference); then the flipped positions
     and, in a trainer view, what its numbers count (or that they need --target).
 
-    The count columns never shrink; only the wiring name gives way on a narrow screen.
+    The count columns never shrink; only the wiring name gives way on a narrow screen. In ours,
+    each group ends with τ, the replayed accept length (`accepts`: this sample's, the set's); a
+    narrow screen drops this sample's in-vocab to keep it.
     """
     k_steps = session.ttt_steps
     heads, cells_of = HEADS[metrics], CELLS[metrics]
+    tau = metrics == "ours" and accepts is not None
+    # A narrow screen keeps τ by dropping this sample's in-vocab (the set's stays).
+    sample_heads, sample_cells = heads, cells_of
+    if tau and narrow:
+        sample_heads, sample_cells = heads[:1], (lambda s, f=cells_of: f(s)[:1])
     dim = ("…", "dim")
     rows: list[list[tuple[str, str]]] = []  # (text, style) per cell
     for idx, w in enumerate(wirings):
@@ -145,12 +179,21 @@ def accuracy_renderable(
             else wiring_name(session, w)
         )
         cells = [(mark, "bold"), (name, "")]
-        cells += [(c, "") for c in cells_of(sm[0])] if sm else [dim] * len(heads)
+        cells += [(c, "") for c in sample_cells(sm[0])] if sm else [dim] * len(sample_heads)
+        a_sample, a_set = accepts.get(w, (None, None)) if accepts is not None else (None, None)
+        if tau:
+            cells.append((_tau(a_sample), "bold"))
         if tot is not None and tot.steps:
             style = "dim" if tot.n_samples < n_good else ""
             cells += [(c, style) for c in cells_of(tot.steps[0])]
         else:
             cells += [dim] * len(heads)
+        if tau:
+            if a_set is None:
+                cells.append(dim)
+            else:
+                style = "dim" if a_set.n_samples < n_good else "bold"
+                cells.append((_tau(a_set.stats), style))
         if k_steps > 1:
             src = tot.steps if tot is not None and tot.steps else (sm or [])
             cells.append((by_step(metrics, src), "") if src else dim)
@@ -158,8 +201,9 @@ def accuracy_renderable(
     done = min((t.n_samples for w in wirings if (t := totals.get(w)) is not None), default=0)
     sample_title = f"#{v.sample}" if v is not None else "sample"
     set_title = f"all {n_good}" if done >= n_good else f"{done}/{n_good} samples"
-    headers = ["", "wiring", f"{sample_title} {heads[0]}", *heads[1:]]
-    headers += [f"{set_title} {heads[0]}", *heads[1:]]
+    taus = ["τ"] if tau else []
+    headers = ["", "wiring", f"{sample_title} {heads[0]}", *sample_heads[1:], *taus]
+    headers += [f"{set_title} {heads[0]}", *heads[1:], *taus]
     if k_steps > 1:
         headers.append(by_step_heading(metrics, k_steps))
     t = _table(headers, rows, width)

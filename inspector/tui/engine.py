@@ -10,8 +10,11 @@ Requests are not a plain queue:
   request, and the UI paints only results of the latest generation;
 - tasks (doctor, export) run next, in order;
 - then the prefetch of the neighbouring samples;
-- then, while idle, the set-wide fill: per-sample metrics of the current and pinned wirings for the
-  sample list and the whole-set totals, sent back in batches.
+- then the serving replay of the sample on screen (`request_accept`; a newer one replaces it), and
+  its draft trees while the tree panel is open (`request_trees`; the same);
+- then, while idle, the set-wide fill: per-sample metrics and serving replays (under the current
+  engine settings, `set_spec`) of the current and pinned wirings for the sample list and the
+  whole-set totals, sent back in batches.
 torch is imported by this thread, never by the UI thread, so the first paint does not wait for it.
 """
 
@@ -27,20 +30,31 @@ from typing import TYPE_CHECKING, Any
 
 from inspector.cache import ByteLRU
 from inspector.tui.events import (
+    AcceptData,
     Event,
     Loaded,
     LoadFailed,
     LoadProgress,
+    SampleAccept,
+    SampleTrees,
     StatsBatch,
     TaskDone,
     ViewData,
     ViewFailed,
 )
 from inspector.tui.loader import Loader
-from inspector.tui.summary import SampleData, Session, build_sample_data, error_text, make_session
+from inspector.tui.summary import (
+    SampleData,
+    Session,
+    accept_at,
+    build_sample_data,
+    error_text,
+    make_session,
+)
 
 if TYPE_CHECKING:
     from inspector.metrics import StepMetrics
+    from inspector.serving.spec import DraftSpec
     from inspector.wiring import WiringKey
 
 
@@ -51,6 +65,13 @@ class _ViewRequest:
     sample: int
     wirings: tuple[WiringKey, ...]
     prefetch: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _AcceptRequest:
+    sample: int
+    wirings: tuple[WiringKey, ...]
+    spec: DraftSpec
 
 
 class Engine:
@@ -76,6 +97,13 @@ class Engine:
         self._cond = threading.Condition()
         self._stop = False
         self._view: _ViewRequest | None = None
+        self._accept: _AcceptRequest | None = None
+        self._spec: DraftSpec | None = None  # the fill's engine settings (from the session)
+        self._replayer: Any = None  # serving.replay.Replayer, made on the device thread
+        self._accepted: set[tuple[int, WiringKey, DraftSpec]] = set()
+        self._accepts: list[SampleAccept] = []
+        self._trees_req: _AcceptRequest | None = None  # one wiring
+        self._trees: ByteLRU[tuple[int, WiringKey, DraftSpec], SampleTrees] = ByteLRU(0)
         self._tasks: deque[tuple[str, Callable[[Any], Any]]] = deque()
         self._prefetch: deque[tuple[int, tuple[WiringKey, ...]]] = deque()
         self._fill_wirings: list[WiringKey] = []
@@ -127,6 +155,28 @@ class Engine:
                 self._fill_pos.setdefault(w, 0)
             self._cond.notify_all()
 
+    def request_accept(self, sample: int, wirings: Sequence[WiringKey], spec: DraftSpec) -> None:
+        """Replay a sample under wirings and engine settings (an AcceptData comes back); replaces
+        any accept request not yet started."""
+        with self._cond:
+            self._accept = _AcceptRequest(sample, tuple(wirings), spec)
+            self._cond.notify_all()
+
+    def request_trees(self, sample: int, wiring: WiringKey, spec: DraftSpec) -> None:
+        """The draft tree of every row of a sample (a SampleTrees comes back, or a TaskDone
+        "trees" with the error); replaces any trees request not yet started."""
+        with self._cond:
+            self._trees_req = _AcceptRequest(sample, (tuple(wiring),), spec)
+            self._cond.notify_all()
+
+    def set_spec(self, spec: DraftSpec) -> None:
+        """The engine settings the fill replays the set under (samples it already did stay)."""
+        with self._cond:
+            if spec != self._spec:
+                self._spec = spec
+                self._fill_pos = {w: 0 for w in self._fill_pos}
+            self._cond.notify_all()
+
     def submit(self, kind: str, fn: Callable[[Any], Any]) -> None:
         """Run fn(evaluator) on the device thread; a TaskDone(kind, result|error) comes back."""
         with self._cond:
@@ -141,11 +191,21 @@ class Engine:
     def idle(self) -> bool:
         """Nothing running or queued except fill (for tests and benchmarks)."""
         with self._cond:
-            return not self.busy and self._view is None and not self._tasks and not self._prefetch
+            return (
+                not self.busy
+                and self._view is None
+                and self._accept is None
+                and self._trees_req is None
+                and not self._tasks
+                and not self._prefetch
+            )
 
     def fill_pending(self) -> bool:
         with self._cond:
-            return self._next_fill() is not None or bool(self._stats or self._stat_errors)
+            return self._next_fill() is not None or self._unsent()
+
+    def _unsent(self) -> bool:
+        return bool(self._stats or self._stat_errors or self._accepts)
 
     # --- the thread --------------------------------------------------------------------------------
     def _send(self, message: Event) -> None:
@@ -159,9 +219,16 @@ class Engine:
         try:
             res = self._loader(lambda text: self._send(LoadProgress(text)))
             self.ev = res.ev
+            if self._spec is None:
+                from inspector.tui.summary import default_serving
+
+                self._spec = default_serving(int(res.ev.ttt_steps))
             budget = getattr(res.ev, "budget", None)
             self._sample_data.max_bytes = (
                 budget.host_share("app_samples") if budget is not None else 256 * 2**20
+            )
+            self._trees.max_bytes = (
+                budget.host_share("replays") if budget is not None else 64 * 2**20
             )
             self._bad.update(i for i, _ in res.skipped)
             self.session = make_session(
@@ -198,6 +265,12 @@ class Engine:
                 if self._view is not None:
                     req, self._view = self._view, None
                     return lambda: self._serve_view(req)
+                if self._accept is not None:
+                    acc, self._accept = self._accept, None
+                    return lambda: self._serve_accept(acc)
+                if self._trees_req is not None:
+                    tr, self._trees_req = self._trees_req, None
+                    return lambda: self._serve_trees(tr)
                 if self._tasks:
                     kind, fn = self._tasks.popleft()
                     return lambda: self._run_task(kind, fn)
@@ -207,7 +280,7 @@ class Engine:
                 item = self._next_fill() if self._fill_enabled else None
                 if item is not None:
                     return lambda: self._fill_one(*item)
-                if self._stats or self._stat_errors:
+                if self._unsent():
                     return self._flush_stats
                 self._cond.wait()
 
@@ -283,6 +356,59 @@ class Engine:
             )
         self._flush_stats()
 
+    def replay(self, i: int, w: WiringKey, spec: DraftSpec) -> SampleAccept:
+        """Sample i's serving replay (device thread only), cached by the Replayer's ByteLRU under
+        the budget's `replays` share, keyed by (sample, wiring, settings)."""
+        from inspector.serving.replay import Replayer
+        from inspector.wiring import Wiring
+
+        if self._replayer is None:
+            self._replayer = Replayer(self.ev, spec)
+        self._replayer.spec = spec  # the cache key holds the settings
+        r = self._replayer.replay(i, Wiring(tuple(w)))
+        mask = self.ev.samples[i].loss_mask.numpy()
+        a_at = accept_at(r.a_by_start, mask)
+        return SampleAccept(
+            i, tuple(w), spec, r.a_by_start, r.starts, r.accepted, r.emitted, r.stats, a_at
+        )
+
+    def _note_accept(self, a: SampleAccept) -> None:
+        key = (a.index, a.wiring, a.spec)
+        if key not in self._accepted:
+            self._accepted.add(key)
+            self._accepts.append(a)
+
+    def _serve_accept(self, req: _AcceptRequest) -> None:
+        if req.sample in self._bad or not (0 <= req.sample < len(self.ev.samples)):
+            return
+        out: list[SampleAccept] = []
+        try:
+            for w in dict.fromkeys(req.wirings):
+                a = self.replay(req.sample, w, req.spec)
+                self._accepted.add((a.index, a.wiring, a.spec))
+                out.append(a)
+        except Exception as e:  # noqa: BLE001 - the sample's row gets marked
+            _, text = self._failed(req.sample, e)
+            self._stat_errors.append((req.sample, text))
+            self._flush_stats()
+            return
+        self._send(AcceptData(req.sample, req.spec, out))
+
+    def _serve_trees(self, req: _AcceptRequest) -> None:
+        from inspector.tui.trees import sample_trees
+
+        key = (req.sample, req.wirings[0], req.spec)
+        trees = self._trees.get(key)
+        if trees is None:
+            try:
+                trees = sample_trees(self.ev, req.sample, req.wirings[0], req.spec)
+            except Exception as e:  # noqa: BLE001 - shown in the panel
+                self._free_after_oom(e)
+                self._send(TaskDone("trees", error=error_text(e)))
+                return
+            self._trees.put(key, trees)
+        self._send(trees)
+
     def _serve_prefetch(self, sample: int, wirings: tuple[WiringKey, ...]) -> None:
         if sample in self._bad or not (0 <= sample < len(self.ev.samples)):
             return
@@ -301,9 +427,13 @@ class Engine:
         if self.ev is None:
             return None
         n = len(self.ev.samples)
+        spec = self._spec
         for w in self._fill_wirings:
             pos = self._fill_pos.get(w, 0)
-            while pos < n and ((pos, w) in self._done or pos in self._bad):
+            while pos < n and (
+                pos in self._bad
+                or ((pos, w) in self._done and (spec is None or (pos, w, spec) in self._accepted))
+            ):
                 pos += 1
             self._fill_pos[w] = pos
             if pos < n:
@@ -313,18 +443,23 @@ class Engine:
     def _fill_one(self, i: int, w: WiringKey) -> None:
         from inspector.wiring import Wiring
 
+        spec = self._spec
         try:
-            pred = self.ev.predict(i, Wiring(w))
+            if (i, w) not in self._done:
+                self._note(i, w, self.ev.predict(i, Wiring(w)))
+            if spec is not None and (i, w, spec) not in self._accepted:
+                self._note_accept(self.replay(i, w, spec))
         except Exception as e:  # noqa: BLE001
             kind, text = self._failed(i, e)
             if kind != "sample":  # not the sample's fault: do not retry it in a loop
                 self._bad.add(i)
             self._stat_errors.append((i, text))
-        else:
-            self._note(i, w, pred)
         self._keep_warm()
         now = time.monotonic()
-        if len(self._stats) >= self.STATS_BATCH or now - self._last_flush > self.STATS_INTERVAL:
+        if (
+            len(self._stats) + len(self._accepts) >= self.STATS_BATCH
+            or now - self._last_flush > self.STATS_INTERVAL
+        ):
             self._flush_stats()
 
     def _keep_warm(self) -> None:
@@ -339,11 +474,12 @@ class Engine:
 
     def _flush_stats(self) -> None:
         self._last_flush = time.monotonic()
-        if not self._stats and not self._stat_errors:
+        if not self._unsent():
             return
         items, self._stats = self._stats, []
         errors, self._stat_errors = self._stat_errors, []
-        self._send(StatsBatch(items, errors))
+        accepts, self._accepts = self._accepts, []
+        self._send(StatsBatch(items, errors, accepts))
 
     def _run_task(self, kind: str, fn: Callable[[Any], Any]) -> None:
         try:

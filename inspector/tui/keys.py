@@ -144,6 +144,53 @@ MAIN_KEYS: list[Binding] = [
         "cond_acc and SpecForge's acc (what their training logs show)",
     ),
     key(
+        "a",
+        "serving",
+        "serving",
+        "Serving settings",
+        "choose the engine settings τ replays: draft steps, topk (1 is a chain) and draft tokens, "
+        "as SGLang's flags name them",
+        show=False,
+    ),
+    key(
+        "plus",
+        "serving_steps(1)",
+        "+step",
+        "One more draft step",
+        "replay τ with one more draft step per round (a tree keeps its topk and draft tokens)",
+        key_display="+",
+        show=False,
+    ),
+    key(
+        "minus",
+        "serving_steps(-1)",
+        "-step",
+        "One draft step fewer",
+        "replay τ with one draft step fewer per round (a tree's draft tokens shrink to fit)",
+        key_display="-",
+        show=False,
+    ),
+    key(
+        "r",
+        "toggle_rounds",
+        "rounds",
+        "Rounds line under the tokens",
+        "show or hide, under each token, what a round whose first drafted token it is accepts "
+        "(a) and the rounds an engine takes (each round's first token bold, a rule under what it "
+        "emits)",
+        show=False,
+    ),
+    key(
+        "T",
+        "toggle_tree",
+        "tree",
+        "Draft tree at the cursor",
+        "show the tree an engine drafts for the round whose first drafted token is the cursor's "
+        "(each node's token and cumulative probability, the path the sample takes, where it "
+        "falls off) in place of the slot panel, or the slots again",
+        show=False,
+    ),
+    key(
         "m",
         "toggle_mask",
         "masked",
@@ -187,6 +234,8 @@ KEY_NAMES = {
     "left_square_bracket": "[",
     "right_square_bracket": "]",
     "question_mark": "?",
+    "plus": "+",
+    "minus": "-",
     "f1": "F1",
     "f8": "F8",
     "shift+f8": "Shift+F8",

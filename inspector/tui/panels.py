@@ -6,7 +6,7 @@ press. Rows are the engine's positions (row j predicts token j+2).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -141,4 +141,72 @@ def slots_renderable(session: Session, v: ViewState, row: int) -> Text:
                 cell(value, widths[c], right[c]),
                 style="red" if value in ("NaN", "Inf", "-Inf") else "",
             )
+    return t
+
+
+# --- draft tree panel ------------------------------------------------------------------------------
+def tree_renderable(
+    session: Session, v: ViewState, trees: Any, row: int, width: int = 36, height: int = 15
+) -> Text:
+    """The draft tree of the round whose first drafted token is the cursor's (row j: token j+2),
+    from a `SampleTrees` (None while it is computed): each node's token and cumulative probability,
+    indented by depth, ✓ on the path the sample's own continuation takes, then where it falls
+    off (the true token no child drafted) or that every step was accepted."""
+    t = Text(no_wrap=True, overflow="ellipsis")
+    j = int(row)
+    if trees is None:
+        t.append("computing the draft tree…", style="dim italic")
+        return t
+    if j >= len(trees.accepted):
+        t.append(f"pos {j}: no round drafts here", style="dim")
+        return t
+    d = session.decoder
+    ids = v.data.input_ids
+    a = int(trees.accepted[j])
+    steps = trees.spec.steps
+    t.append(f"pos {j}", style="bold")
+    t.append(f"  token {j + 2}  accepts ")
+    t.append(f"{a}", style="bold green" if a else "bold red")
+    t.append(f" of {steps}")
+    parent = trees.parent[j].tolist()
+    children: dict[int, list[int]] = {}
+    for n, p in enumerate(parent):
+        children.setdefault(int(p), []).append(n)
+    order: list[int] = []
+    stack = list(reversed(children.get(-1, [])))
+    while stack:
+        n = stack.pop()
+        order.append(n)
+        stack.extend(reversed(children.get(n, [])))
+    on_path = trees.on_path[j]
+    room = max(1, height - 3)
+    hidden = 0
+    if len(order) > room:  # the path and the alternatives at each of its steps first
+        keep = [n for n in order if parent[n] < 0 or bool(on_path[parent[n]])]
+        hidden = len(order) - len(keep)
+        order = keep[:room]
+        hidden += len(keep) - len(order)
+    depth, prob, tokens = trees.depth[j], trees.prob[j], trees.tokens[j]
+    for n in order:
+        indent = "  " * (int(depth[n]) - 1)
+        hit = bool(on_path[n])
+        mark = "✓" if hit else "·"
+        text = d.visible(int(tokens[n]))
+        tw = max(3, width - len(indent) - 9)
+        t.append("\n" + indent)
+        t.append(mark + " ", style="bold green" if hit else "dim")
+        t.append(cell(text, tw), style="bold" if hit else "")
+        t.append(f" {fmt_float(prob[n], 3):>5}", style="" if hit else "dim")
+    if hidden:
+        t.append(f"\n… {hidden} more nodes", style="dim")
+    nxt = j + 2 + a
+    t.append("\n" + "  " * a)
+    if a >= steps:
+        t.append("all accepted (+ bonus)", style="green")
+    elif nxt >= len(ids):
+        t.append("the sample ends here", style="dim")
+    else:
+        t.append("✗ ", style="bold red")
+        t.append(short(d.visible(int(ids[nxt])), 12), style="bold")
+        t.append(" (true) is not drafted here", style="red")
     return t

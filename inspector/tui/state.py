@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     import numpy as np
 
     from inspector.metrics import StepMetrics
+    from inspector.serving.spec import DraftSpec
+    from inspector.serving.walk import AcceptStats
+    from inspector.tui.events import SampleAccept, SampleTrees
     from inspector.tui.summary import SampleData, Session
     from inspector.tui.view import ViewState
     from inspector.wiring import WiringKey
@@ -53,6 +56,15 @@ class SetTotals:
     n_samples: int
 
 
+@dataclass
+class AcceptTotals:
+    """Serving replays summed over every sample replayed so far under one wiring and settings
+    (`AcceptStats.add`: rounds and emitted tokens pooled, as the engines log them)."""
+
+    stats: AcceptStats
+    n_samples: int
+
+
 class ListRow(NamedTuple):
     """One sample-list row: length, step-0 all-tok under the current and reference wirings."""
 
@@ -82,6 +94,14 @@ class ViewModel:
         # Sized by the budget once loaded; what is on screen is held by `view` in any case.
         self.preds: ByteLRU[tuple[int, WiringKey], Any] = ByteLRU(0)
         self.samples: ByteLRU[int, SampleData] = ByteLRU(0)
+        # The serving replays: the engine settings, each sample's rounds (the arrays the engine's
+        # Replayer cache holds too) and the pooled counts per (wiring, settings).
+        self.spec: DraftSpec | None = None
+        self.accepts: ByteLRU[tuple[int, WiringKey, DraftSpec], SampleAccept] = ByteLRU(0)
+        self.accept_stats: dict[tuple[int, WiringKey, DraftSpec], AcceptStats] = {}
+        self.accept_totals: dict[tuple[WiringKey, DraftSpec], AcceptTotals] = {}
+        # The draft trees of every row (the tree panel), per (sample, wiring, settings).
+        self.trees: ByteLRU[tuple[int, WiringKey, DraftSpec], SampleTrees] = ByteLRU(0)
         self.warned: set[tuple[int, str]] = set()
 
     # --- session ------------------------------------------------------------------------------
@@ -91,8 +111,12 @@ class ViewModel:
         if session.budget is not None:
             self.preds.max_bytes = session.budget.host_share("app_predictions")
             self.samples.max_bytes = session.budget.host_share("app_samples")
+            self.accepts.max_bytes = session.budget.host_share("replays")
+            self.trees.max_bytes = session.budget.host_share("replays")
         else:
             self.preds.max_bytes = self.samples.max_bytes = FALLBACK_CACHE_BYTES
+            self.accepts.max_bytes = self.trees.max_bytes = FALLBACK_CACHE_BYTES
+        self.spec = session.serving_default()
         self.wiring = session.initial
         self.sample = session.first_sample
         return [(i, e) for i, e in session.skipped if self.mark_error(i, e)]
@@ -161,6 +185,90 @@ class ViewModel:
             tot.n_samples += 1
         return True
 
+    def add_accept(self, a: SampleAccept) -> bool:
+        """Keep a sample's serving replay and count it in its totals (once; never a failed
+        sample); True when the totals moved."""
+        from inspector.serving.walk import AcceptStats
+
+        key = (a.index, a.wiring, a.spec)
+        if a.index in self.errors:
+            return False
+        self.accepts.put(key, a)
+        if key in self.accept_stats:
+            return False
+        self.accept_stats[key] = a.stats
+        tot = self.accept_totals.get((a.wiring, a.spec))
+        if tot is None:
+            tot = AcceptTotals(AcceptStats(a.stats.depth), 0)
+            self.accept_totals[(a.wiring, a.spec)] = tot
+        tot.stats.add(a.stats)
+        tot.n_samples += 1
+        return True
+
+    def _drop_accepts(self, i: int) -> None:
+        """Sample i leaves the τ totals, and its replays the cache (a retry that works asks for
+        them again)."""
+        from inspector.serving.walk import AcceptStats
+
+        self.accepts.pop_where(lambda k: k[0] == i)
+
+        for key in [k for k in self.accept_stats if k[0] == i]:
+            del self.accept_stats[key]
+            tot = self.accept_totals.pop(key[1:], None)
+            if tot is None:
+                continue
+            fresh = AcceptTotals(AcceptStats(tot.stats.depth), 0)
+            for (_, w, spec), st in self.accept_stats.items():
+                if (w, spec) == key[1:]:
+                    fresh.stats.add(st)
+                    fresh.n_samples += 1
+            self.accept_totals[key[1:]] = fresh
+
+    def sample_accept(self, w: WiringKey, i: int | None = None) -> AcceptStats | None:
+        """Sample i's (the current one's) replay under w and the current settings, if known."""
+        if self.spec is None:
+            return None
+        return self.accept_stats.get((self.sample if i is None else i, w, self.spec))
+
+    def set_accept(self, w: WiringKey) -> AcceptTotals | None:
+        """The set's pooled replay under w and the current settings so far."""
+        return None if self.spec is None else self.accept_totals.get((w, self.spec))
+
+    def set_spec(self, spec: DraftSpec) -> bool:
+        """New serving settings for τ; False when they are the current ones."""
+        if spec == self.spec:
+            return False
+        self.spec = spec
+        return True
+
+    def stepped_spec(self, delta: int) -> DraftSpec | None:
+        """The settings with `delta` more draft steps (at least 1; a tree's draft tokens clamped
+        to what its beam can propose); None when nothing would change."""
+        from inspector.serving.spec import DraftSpec
+
+        s = self.spec
+        if s is None or s.steps + delta < 1:
+            return None
+        steps = s.steps + delta
+        if s.is_chain:
+            return DraftSpec(steps)
+        most = s.topk + (steps - 1) * s.topk * s.topk + 1
+        return DraftSpec(steps, s.topk, min(s.draft_tokens or most, most))
+
+    def missing_accepts(self) -> list[WiringKey]:
+        """The shown wirings whose replay of the current sample (current settings) is not here."""
+        if self.spec is None or self.sample in self.errors:
+            return []
+        return [w for w in self.distinct() if (self.sample, w, self.spec) not in self.accepts]
+
+    def trees_key(self) -> tuple[int, WiringKey, DraftSpec] | None:
+        """The key of the trees the tree panel shows: the view's sample and wiring, the
+        current settings."""
+        v = self.shown
+        if v is None or self.spec is None:
+            return None
+        return (v.sample, v.wiring, self.spec)
+
     def mark_error(self, i: int, error: str) -> bool:
         """Sample i failed: its metrics leave the totals (as eval skips it). False if known."""
         from inspector.metrics import sum_steps
@@ -168,6 +276,7 @@ class ViewModel:
         if i in self.errors:
             return False
         self.errors[i] = error
+        self._drop_accepts(i)
         for w in {w for (j, w) in self.stats if j == i}:
             del self.stats[(i, w)]
             tot = self.totals.get(w)

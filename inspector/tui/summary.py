@@ -16,7 +16,10 @@ if TYPE_CHECKING:  # numpy/torch types only; never imported at module load
     from inspector.formats.tokenizer import TokenDecoder
     from inspector.memory import MemoryBudget
     from inspector.sample import SlotInfo
+    from inspector.serving.spec import DraftSpec
     from inspector.wiring import WiringKey
+
+DEFAULT_SERVING_STEPS = 3  # the serving chain when the app runs one TTT step (as `accept`)
 
 
 @dataclass
@@ -47,6 +50,10 @@ class Session:
     has_verifier: bool = False  # the trainers' own metrics need the verifier's head (--target)
     first_sample: int = 0  # the first sample that loads (the slot layout comes from it)
     skipped: list[tuple[int, str]] = field(default_factory=list)  # samples before it: (i, error)
+    serving: DraftSpec | None = None  # the engine settings the accept length starts with
+
+    def serving_default(self) -> DraftSpec:
+        return self.serving or default_serving(self.ttt_steps)
 
     def wiring_label(self, w: Sequence[int]) -> str:
         """'[embed, L2, L4]': `Wiring.label`, the one label every view shows."""
@@ -83,6 +90,14 @@ def error_text(e: BaseException) -> str:
     if isinstance(e, InputError):
         return str(e)
     return f"{type(e).__name__}: {e}"
+
+
+def default_serving(ttt_steps: int) -> DraftSpec:
+    """A chain of the app's TTT steps (replayed from its predictions, no forward of its own), or
+    of `DEFAULT_SERVING_STEPS` when it runs only step 0."""
+    from inspector.serving.spec import DraftSpec
+
+    return DraftSpec(ttt_steps if ttt_steps > 1 else DEFAULT_SERVING_STEPS)
 
 
 def make_session(
@@ -139,7 +154,23 @@ def make_session(
         has_verifier=bool(getattr(ev, "has_verifier", False)),
         first_sample=first_sample,
         skipped=list(skipped),
+        serving=default_serving(int(ev.ttt_steps)),
     )
+
+
+def accept_at(a_by_start: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:
+    """Per token t: what a round whose first drafted token is t accepts (the round after
+    committed x_0..x_{t-1}, capped at its generation run's end, as the walk caps it); -1 where no
+    round can draft t (outside the runs, and each run's first token, which the prefill emits)."""
+    import numpy as np
+
+    from inspector.serving.walk import generation_runs
+
+    out = np.full(len(a_by_start), -1, dtype=np.int64)
+    for p, e in generation_runs(loss_mask):
+        n = np.arange(p, e)
+        out[n + 1] = np.minimum(a_by_start[n], e - n)
+    return out
 
 
 def build_sample_data(ev: Any, i: int, decoder: TokenDecoder | None) -> SampleData:

@@ -28,6 +28,8 @@ TOKEN_WIDTH = 18
 # number of p(true) colour bins.
 NONE, PROMPT, HIT, MISS, OOV = 0, 1, 2, 3, 4
 P_BINS = 10
+# The rounds line under the strip (per token): emitted by a round, and a round's first token.
+IN_ROUND, ROUND_START = 1, 2
 
 
 @dataclass
@@ -103,6 +105,21 @@ def strip_marks(v: ViewState, mask_only: bool) -> tuple[list[int], list[int], li
     else:
         show = np.ones(t, dtype=bool)
     return kind.tolist(), pbin.tolist(), show.tolist()
+
+
+def round_marks(accept: Any, length: int) -> tuple[list[int], list[int]] | None:
+    """The strip's rounds line from a `SampleAccept` (None: not computed yet): per token, a of a
+    round whose first drafted token it is (-1: none), and ROUND_START for each round's first
+    token, IN_ROUND for the others it emits (`widgets.strip`), else 0."""
+    import numpy as np
+
+    if accept is None or len(accept.a_at) != length:
+        return None
+    marks = np.zeros(length, dtype=np.int8)
+    for n, e in zip(accept.starts.tolist(), accept.emitted.tolist(), strict=True):
+        marks[n + 1 : n + 1 + e] = IN_ROUND
+        marks[n + 1] = ROUND_START
+    return accept.a_at.tolist(), marks.tolist()
 
 
 # --- text helpers ----------------------------------------------------------------------------

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, ScreenResultType
 from textual.widgets import Input, Label
+
+from inspector.formatting import printable
+
+if TYPE_CHECKING:
+    from inspector.serving.spec import DraftSpec
 
 
 class Dialog(ModalScreen[ScreenResultType]):
@@ -45,6 +52,65 @@ class GotoScreen(Dialog[int | None]):
             self.close(int(text))
         except ValueError:
             self.notify(f"{text!r} is not a position", severity="error", markup=False)
+
+    def action_cancel(self) -> None:
+        self.close(None)
+
+
+class ServingScreen(Dialog["DraftSpec | None"]):
+    """The engine settings τ replays: steps, topk and draft tokens, as SGLang names them.
+    Enter (in any field) applies them, Escape cancels; a bad combination says why and stays."""
+
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def __init__(self, spec: DraftSpec) -> None:
+        super().__init__()
+        self.spec = spec
+
+    def compose(self) -> ComposeResult:
+        s = self.spec
+        tokens = "" if s.is_chain else str(s.draft_tokens)
+        with Vertical(id="serving-box", classes="dialog"):
+            yield Label("serving settings: the engine τ replays (greedy)", classes="dialog-title")
+            for name, value, hint in (
+                ("steps", str(s.steps), "--speculative-num-steps"),
+                ("topk", str(s.topk), "--speculative-eagle-topk (1: a chain)"),
+                ("tokens", tokens, "--speculative-num-draft-tokens (a chain: steps + 1)"),
+            ):
+                with Horizontal(classes="serving-row"):
+                    yield Label(name, classes="serving-name")
+                    yield Input(value, type="integer", id=f"serving-{name}")
+                    yield Label(hint, classes="serving-hint")
+            yield Label("", id="serving-error")
+            yield Label("Enter applies · Esc cancels", classes="serving-hint")
+
+    def read(self) -> DraftSpec:
+        """The settings typed (InputError when they do not make an engine's settings)."""
+        from inspector.errors import InputError
+        from inspector.serving.spec import DraftSpec
+
+        values: dict[str, int | None] = {}
+        for name in ("steps", "topk", "tokens"):
+            text = self.query_one(f"#serving-{name}", Input).value.strip()
+            try:
+                values[name] = int(text) if text else None
+            except ValueError:
+                raise InputError(None, name, f"{text!r} is not a number") from None
+        if values["steps"] is None:
+            raise InputError(None, "steps", "required")
+        topk = values["topk"] or 1
+        tokens = None if topk == 1 else values["tokens"]  # a chain verifies steps + 1
+        return DraftSpec(values["steps"], topk, tokens)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        from inspector.errors import InputError
+
+        try:
+            spec = self.read()
+        except InputError as e:
+            self.query_one("#serving-error", Label).update(printable(str(e)))
+            return
+        self.close(spec)
 
     def action_cancel(self) -> None:
         self.close(None)

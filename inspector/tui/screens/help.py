@@ -24,6 +24,14 @@ vocabulary) or by **p(true)** (`c`, red 0 → green 1). Misses are also **underl
 without colour. `⏎` is a newline, `·` a space, `→` a tab; without a tokenizer the strip shows
 token ids. The sparkline is p(true) by position (mean per cell).
 
+**Rounds line** (under each line of tokens; `r` hides it): under each token, *a*, how many drafted
+tokens a round whose first drafted token it is would accept under the serving settings (the bar's
+title; `a` changes them): the round after the tokens before it, capped at the end of its generation
+run (−, no digit, where no round drafts it: the prompt, and each run's first token, which the
+prefill emits). The rounds an engine takes through the sample run as a rule under the tokens each
+emits (its accepted tokens and the target's bonus token); each round's first token is **bold**.
+The current wiring's replay; τ in the bar is emitted tokens per round over them.
+
 ## Accuracy bar
 
 Per wiring: this sample, then all samples (dim while the background fill still runs; the heading
@@ -36,8 +44,14 @@ then the other trainer. Which number is which:
   This is what serving accepts, and `eagle-inspect eval`'s number.
 * **in-vocab** (ours): the same over positions whose true token is in the draft vocabulary;
   **coverage** (`eval`) is the share of true tokens in the draft vocab, the ceiling of all-tok.
-* **τ / accept len** (ours, `--ttt-steps K` > 1): 1 + Σ_k Π_{m≤k} c_m, the expected accepted
-  tokens per greedy draft round; c_m is step m's accuracy given steps < m hit at the same position.
+* **τ** (ours): the accept length an engine logs (SGLang's `accept len`, vLLM's mean acceptance
+  length): tokens emitted per verification round, the target's bonus token included, pooled over
+  every round, for this sample and for the samples replayed so far. The rounds are replayed
+  exactly (`eagle-inspect accept`): each generation run starts after its prefill token, a round
+  accepts the drafted tokens matching the sample's continuation and the next round starts after
+  them. The bar's title names the engine settings: a chain of the app's TTT steps (or of 3) to
+  start with; `a` sets draft steps, topk (a tree) and draft tokens as SGLang's flags do, `+` / `-`
+  add or drop a step. **all-tok s0..sK** lists every TTT step's accuracy (teacher forced).
 * **full_acc_k** (speculators): a row hits when steps 0..k *all* match the verifier's argmax within
   the draft vocab (cumulative); its rows include the one after the last token (no true token needed).
 * **cond_acc_k** (speculators): the full_acc_k hits over the rows whose steps < k all matched: the
@@ -63,6 +77,16 @@ is ours (all-tok). The trainers' numbers need the verifier's norm + lm_head: ope
   draft tokens with a higher logit; **loss**: −log p(true).
 * **top-10**: the draft's ten most likely tokens with probabilities; ✓ marks the true token.
 * **◆ ref**: the same position under the reference wiring.
+
+## Draft tree panel (`T`, in place of the slot panel)
+
+The tree an engine drafts, under the serving settings, for the round whose first drafted token is
+the cursor's (row *j*: the round after x[0..j+1]): each node's token and cumulative probability
+(the beam's score), depth-first and indented by depth (a chain is one branch). **✓** marks the
+path the sample's own continuation takes, the tokens greedy verification accepts; the last line
+says where it falls off (the true token no child drafted), or that every step was accepted and
+the target adds its bonus token. When the panel is short, the path and the alternatives at each
+of its steps stay.
 
 ## Slot panel
 

@@ -26,6 +26,7 @@ from inspector.tui.widgets.samples import COLUMN_SORTS, SampleList
 from inspector.tui.widgets.strip import TokenStrip
 
 if TYPE_CHECKING:
+    from inspector.serving.spec import DraftSpec
     from inspector.tui.engine import Engine
     from inspector.wiring import WiringKey
 
@@ -39,6 +40,8 @@ class MainScreen(Screen):
 
     colour = var("hit", init=False)  # token colouring: "hit" (hit/miss) or "p" (p(true))
     mask_only = var(False, init=False)  # show and step through loss-masked positions only
+    rounds = var(True, init=False)  # the strip's rounds line (a per position, the walk's rounds)
+    tree = var(False, init=False)  # the draft tree panel in place of the slot panel
     metrics = var("ours", init=False)  # the accuracy bar's view (state.METRICS)
     status = var("starting", init=False)  # loading stage, shown in the header
 
@@ -64,6 +67,7 @@ class MainScreen(Screen):
                 with Horizontal(id="lower"):
                     yield Static(id="detail")
                     yield Static(id="slots")
+                    yield Static(id="tree")
         yield Static(id="accuracy")
         yield Footer()
 
@@ -72,7 +76,8 @@ class MainScreen(Screen):
         self.query_one("#strip").border_title = "tokens"
         self.query_one("#detail").border_title = "position"
         self.query_one("#slots").border_title = "slots"
-        self.query_one("#accuracy").border_title = "accuracy"
+        self.query_one("#tree").border_title = "draft tree"
+        self.query_one("#accuracy").border_title = "accuracy"  # until loaded: refresh_accuracy
         self.refresh_header()
 
     def say(self, text: str, *, severity: str = "information", timeout: float = 5) -> None:
@@ -95,10 +100,16 @@ class MainScreen(Screen):
         self.paint_view()
         self.refresh_header()
 
-    def watch_metrics(self, metrics: str) -> None:
-        from inspector.tui.accuracy import TITLES
+    def watch_rounds(self, on: bool) -> None:
+        self.query_one(TokenStrip).set_show_rounds(on)
 
-        self.query_one("#accuracy").border_title = TITLES[metrics]
+    def watch_tree(self, on: bool) -> None:
+        self.query_one("#tree").display = on
+        self.query_one("#slots").display = not on
+        self.request_trees()
+        self.paint_tree()
+
+    def watch_metrics(self, metrics: str) -> None:
         self.refresh_accuracy()
 
     # --- device events -----------------------------------------------------------------------------
@@ -106,6 +117,8 @@ class MainScreen(Screen):
         handle = {
             ev.ViewData: self.on_view_data,
             ev.StatsBatch: self.on_stats_batch,
+            ev.AcceptData: self.on_accept_data,
+            ev.SampleTrees: self.on_sample_trees,
             ev.ViewFailed: self.on_view_failed,
             ev.TaskDone: self.on_task_done,
             ev.LoadProgress: self.on_load_progress,
@@ -149,6 +162,8 @@ class MainScreen(Screen):
         data = e.sample
         if st.clear_error(data.index):  # a retry worked (e.g. after an out-of-memory error)
             self.query_one(SampleList).clear_error(data.index)
+            if data.index == st.sample:
+                self.request_accepts()  # its replays left with the error
         for w in st.remember_sample(data):
             self.say(f"sample #{data.index}: {w}", severity="warning")
         added = st.add_predictions(data, e.preds)
@@ -187,10 +202,32 @@ class MainScreen(Screen):
             self.mark_error(i, err)
         for i in changed:
             self.update_list_row(i)
-        if changed or e.errors:
+        accepted = [a for a in e.accepts if self.state.add_accept(a)]
+        if changed or e.errors or accepted:
             self.refresh_accuracy()
+        if any(a.index == self.state.sample for a in e.accepts):
+            self.paint_rounds()
+
+    def on_accept_data(self, e: ev.AcceptData) -> None:
+        """The serving replay of a sample the UI asked for (it may be another one by now)."""
+        for a in e.accepts:
+            self.state.add_accept(a)
+        self.refresh_accuracy()
+        if e.sample == self.state.sample:
+            self.paint_rounds()
+
+    def on_sample_trees(self, e: ev.SampleTrees) -> None:
+        key = (e.index, e.wiring, e.spec)
+        self.state.trees.put(key, e)
+        if key == self.state.trees_key():
+            self.paint_tree()
 
     def on_task_done(self, e: ev.TaskDone) -> None:
+        if e.kind == "trees":
+            if e.error:
+                self.query_one("#tree", Static).update(f"no draft tree: {printable(e.error)}")
+                self.say(f"draft tree failed: {e.error}", severity="error", timeout=12)
+            return
         if e.kind == "export":
             if e.error:
                 self.say(f"export failed: {e.error}", severity="error", timeout=12)
@@ -228,6 +265,8 @@ class MainScreen(Screen):
             return
         gen = st.request()
         wirings = st.distinct()
+        if st.spec is not None:
+            engine.set_spec(st.spec)
         engine.set_fill(wirings)
         if self.show_if_ready():
             st.applied()
@@ -237,7 +276,23 @@ class MainScreen(Screen):
             engine.request_view(gen, st.sample, wirings, st.neighbours())
             if st.shown is None:
                 self.query_one(TokenStrip).show_message(f"computing sample #{st.sample}…")
+        self.request_accepts()
+        self.request_trees()
         self.refresh_header()
+
+    def request_trees(self) -> None:
+        """While the tree panel is open: ask for the shown sample's draft trees if not here."""
+        st, engine = self.state, self.engine
+        key = st.trees_key()
+        if self.tree and key is not None and key not in st.trees and engine is not None:
+            engine.request_trees(*key)
+
+    def request_accepts(self) -> None:
+        """Ask for the serving replays of the current sample the UI does not hold yet."""
+        st, engine = self.state, self.engine
+        missing = st.missing_accepts()
+        if missing and engine is not None and st.spec is not None:
+            engine.request_accept(st.sample, missing, st.spec)
 
     def show_if_ready(self) -> bool:
         if not self.state.build_view(self.mask_only):
@@ -261,10 +316,23 @@ class MainScreen(Screen):
             strip.set_tokens(
                 v.data.texts, v.data.ends_line, kind, pbin, show, sep=sep, cursor=st.row + 2
             )
+            self.paint_rounds()
             self.paint_spark()
             self.paint_position()
             self.refresh_accuracy()
             self.query_one(SampleList).show_sample(st.sample)
+
+    def paint_rounds(self) -> None:
+        """The strip's rounds line: the current wiring's replay under the current settings."""
+        from inspector.tui.view import round_marks
+
+        st = self.state
+        v = st.view
+        if v is None:
+            return
+        accept = st.accepts.get((v.sample, v.wiring, st.spec)) if st.spec is not None else None
+        marks = round_marks(accept, v.data.length)
+        self.query_one(TokenStrip).set_rounds(*(marks or (None, None)))
 
     def paint_spark(self) -> None:
         import numpy as np
@@ -290,7 +358,22 @@ class MainScreen(Screen):
         width = detail.content_size.width or 48
         detail.update(detail_renderable(st.session, v, row, width))
         self.query_one("#slots", Static).update(slots_renderable(st.session, v, row))
+        self.paint_tree()
         self.refresh_header()
+
+    def paint_tree(self) -> None:
+        """The tree panel at the cursor (when open)."""
+        from inspector.tui.panels import tree_renderable
+
+        st = self.state
+        v, row, key = st.shown, st.row, st.trees_key()
+        if not self.tree or v is None or row is None or st.session is None or key is None:
+            return
+        panel = self.query_one("#tree", Static)
+        width = panel.content_size.width or 36
+        height = panel.content_size.height or 15
+        trees = st.trees.get(key)
+        panel.update(tree_renderable(st.session, v, trees, row, width, height))
 
     def refresh_header(self) -> None:
         from inspector.tui.view import header_text
@@ -301,9 +384,12 @@ class MainScreen(Screen):
         self.query_one("#header", Static).update(text)
 
     def refresh_accuracy(self) -> None:
-        from inspector.tui.accuracy import accuracy_text
+        from inspector.tui.accuracy import accuracy_text, accuracy_title
 
         bar = self.query_one("#accuracy", Static)
+        title = accuracy_title(self.metrics, self.state.spec)
+        if bar.border_title != title:
+            bar.border_title = title
         narrow, width = self.size.width < 100, max(bar.content_size.width, 20)
         text = accuracy_text(self.state, metrics=self.metrics, narrow=narrow, width=width)
         if text is not None:
@@ -447,12 +533,55 @@ class MainScreen(Screen):
         self.request_view()
         self.call_after_refresh(self.update_all_rows)
 
+    def set_spec(self, spec: DraftSpec) -> None:
+        """Replay τ under new engine settings: this sample now, the set in the fill (the replays
+        already made under other settings stay, so going back is immediate)."""
+        from inspector.tui.accuracy import serving_label
+
+        st, engine = self.state, self.engine
+        if not st.set_spec(spec):
+            return
+        if engine is not None:
+            engine.set_spec(spec)
+        self.request_accepts()
+        self.request_trees()
+        self.refresh_accuracy()
+        self.paint_rounds()
+        self.paint_tree()
+        self.say(f"τ replays a {serving_label(spec)}: {spec.flags()}", timeout=4)
+
+    def action_serving(self) -> None:
+        from inspector.tui.screens.dialogs import ServingScreen
+
+        st = self.state
+        if st.spec is None:
+            return
+
+        def done(spec: DraftSpec | None) -> None:
+            if spec is not None:
+                self.set_spec(spec)
+
+        self.app.push_screen(ServingScreen(st.spec), done)
+
+    def action_serving_steps(self, delta: int) -> None:
+        spec = self.state.stepped_spec(delta)
+        if spec is None:
+            self.say("a round drafts at least one step")
+            return
+        self.set_spec(spec)
+
     def action_cycle_metrics(self) -> None:
         layout = self.state.session.layout if self.state.session else ""
         self.metrics = next_metrics(self.metrics, layout)
 
     def action_toggle_mask(self) -> None:
         self.mask_only = not self.mask_only
+
+    def action_toggle_tree(self) -> None:
+        self.tree = not self.tree
+
+    def action_toggle_rounds(self) -> None:
+        self.rounds = not self.rounds
 
     def action_toggle_colour(self) -> None:
         self.colour = "p" if self.colour == "hit" else "hit"

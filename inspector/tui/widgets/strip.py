@@ -1,8 +1,13 @@
 """The token strip: a sample's text, one coloured cell per token, drawn with Textual's Line API.
 
 Only the visible lines are rendered, each once (strips are cached per line until the data, the
-colouring or the width changes); a cursor move re-renders just the two lines it touches. Samples of
+colouring or the width changes); a cursor move re-renders just the lines it touches. Samples of
 thousands of tokens cost a layout pass of one Python loop and nothing per frame.
+
+Under each line of tokens, the rounds line (`set_rounds`, on unless `show_rounds` is off): under
+token t, a, what a round whose first drafted token is t accepts under the serving settings, and the
+rounds an engine takes through the sample: each round's first token bold, a rule under the tokens
+it emits.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from inspector.formatting import printable
-from inspector.tui.view import HIT, MISS, NONE, P_BINS, PROMPT
+from inspector.tui.view import HIT, IN_ROUND, MISS, NONE, P_BINS, PROMPT, ROUND_START
 
 GAP = -1  # stands for a run of hidden (prompt) tokens when only masked positions are shown
 GAP_TEXT = "⋯"
+RULE = "─"
 
 
 class TokenStrip(ScrollView, can_focus=False):
@@ -37,6 +43,9 @@ class TokenStrip(ScrollView, can_focus=False):
         "strip--cursor",
         "strip--gap",
         "strip--message",
+        "strip--a",
+        "strip--round",
+        "strip--in-round",
     }
 
     class Clicked(Message):
@@ -55,6 +64,9 @@ class TokenStrip(ScrollView, can_focus=False):
         self._cursor: int | None = None
         self.mode = "hit"  # or "p"
         self._message: str | None = "loading…"
+        self._a: Sequence[int] | None = None  # per token: a (-1: no round drafts it)
+        self._round: Sequence[int] | None = None  # per token: ROUND_START, IN_ROUND or 0
+        self.show_rounds = True  # the rounds line under each token line
         self._rows: list[list[int]] = []
         self._row_of: dict[int, int] = {}
         self._layout_width = -1
@@ -107,6 +119,23 @@ class TokenStrip(ScrollView, can_focus=False):
             self._relayout()
         self._scroll_to_cursor()
 
+    def set_rounds(self, a: Sequence[int] | None, rounds: Sequence[int] | None) -> None:
+        """The rounds line's data (lists of length T), or None while it is being computed (the
+        line stays, blank, so the text does not jump when it comes)."""
+        self._a, self._round = a, rounds
+        self._cache.clear()
+        self.refresh()
+
+    def set_show_rounds(self, on: bool) -> None:
+        if on != self.show_rounds:
+            self.show_rounds = on
+            self._relayout()
+            self._scroll_to_cursor()
+
+    @property
+    def lines_per_row(self) -> int:
+        return 2 if self.show_rounds and self._message is None else 1
+
     def set_mode(self, mode: str) -> None:
         self.mode = mode
         self._cache.clear()
@@ -115,11 +144,13 @@ class TokenStrip(ScrollView, can_focus=False):
     def set_cursor(self, token: int | None) -> None:
         old = self._cursor
         self._cursor = token
+        k = self.lines_per_row
         for t in (old, token):
             row = self._row_of.get(t) if t is not None else None
             if row is not None:
-                self._cache.pop(row, None)
-                self.refresh_line(row)
+                for line in range(row * k, row * k + k):
+                    self._cache.pop(line, None)
+                self.refresh_lines(row * k, k)
         self._scroll_to_cursor()
 
     # --- layout ----------------------------------------------------------------------------------
@@ -160,7 +191,7 @@ class TokenStrip(ScrollView, can_focus=False):
             if cur:
                 rows.append(cur)
         self._rows, self._row_of = rows, row_of
-        self.virtual_size = Size(width, max(len(rows), 1))
+        self.virtual_size = Size(width, max(len(rows) * self.lines_per_row, 1))
         self.refresh()
 
     def on_resize(self) -> None:
@@ -174,10 +205,12 @@ class TokenStrip(ScrollView, can_focus=False):
         row = self._row_of.get(self._cursor)
         if row is None:
             return
+        k = self.lines_per_row
         top = self.scroll_offset.y
         height = max(self.scrollable_content_region.height, 1)
-        if row < top or row >= top + height:
-            self.scroll_to(y=max(0, row - height // 3), animate=False, immediate=True)
+        if row * k < top or row * k + k > top + height:
+            y = max(0, row - height // (3 * k)) * k
+            self.scroll_to(y=y, animate=False, immediate=True)
 
     # --- rendering -------------------------------------------------------------------------------
     def notify_style_update(self) -> None:
@@ -187,7 +220,10 @@ class TokenStrip(ScrollView, can_focus=False):
 
     def _get_styles(self) -> dict[str, Style]:
         if self._styles is None:
-            names = ("none", "prompt", "hit", "miss", "oov", "cursor", "gap", "message")
+            names = (
+                *("none", "prompt", "hit", "miss", "oov", "cursor", "gap", "message"),
+                *("a", "round", "in-round"),
+            )
             self._styles = {n: self.get_component_rich_style(f"strip--{n}") for n in names}
             lo = self.get_component_styles("strip--miss").color
             hi = self.get_component_styles("strip--hit").color
@@ -236,19 +272,44 @@ class TokenStrip(ScrollView, can_focus=False):
                 segments.append(Segment(sep, base))
         return Strip(segments).adjust_cell_length(width, base)
 
+    def _render_rounds(self, row: int, width: int) -> Strip:
+        """The rounds line under token row `row`: each token's a, left in its cells; a rule
+        under the tokens a round emits; a round's first token bold."""
+        styles = self._get_styles()
+        base = self.rich_style
+        a, rounds = self._a, self._round
+        if row >= len(self._rows) or a is None or rounds is None or len(a) != len(self._texts):
+            return Strip.blank(width, base)
+        segments: list[Segment] = []
+        sep_w = len(self._sep)
+        for t in self._rows[row]:
+            w = min(cell_len(self._item_text(t)), width) + sep_w
+            n = a[t] if t != GAP else -1
+            mark = rounds[t] if t != GAP else 0
+            fill = RULE if mark else " "
+            text = (str(n) if n >= 0 else fill)[:w]
+            text += fill * (w - len(text))
+            kind = "round" if mark == ROUND_START else "in-round" if mark == IN_ROUND else "a"
+            style = styles[kind]
+            if t == self._cursor:
+                style = style + styles["cursor"]
+            segments.append(Segment(text, style))
+        return Strip(segments).adjust_cell_length(width, base)
+
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
-        row = y + scroll_y
+        line = y + scroll_y
         width = self.scrollable_content_region.width
-        strip = self._cache.get(row)
+        strip = self._cache.get(line)
         if strip is None or strip.cell_length != width:
-            strip = self._render_row(row, width)
-            self._cache[row] = strip
+            row, sub = divmod(line, self.lines_per_row)
+            strip = self._render_rounds(row, width) if sub else self._render_row(row, width)
+            self._cache[line] = strip
         return strip.crop(scroll_x, scroll_x + width)
 
     # --- mouse -----------------------------------------------------------------------------------
     def token_at(self, x: int, y: int) -> int | None:
-        row = y + self.scroll_offset.y
+        row = (y + self.scroll_offset.y) // self.lines_per_row
         if self._message is not None or row >= len(self._rows):
             return None
         pos = 0
