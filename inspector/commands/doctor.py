@@ -64,7 +64,10 @@ def run_doctor(args: argparse.Namespace) -> int:
             progress.update(task, description=stage, completed=done, total=total)
 
         # --slot-layers reaches the doctor through the evaluator (inputs.slot_layers).
-        report = diagnose(ev, n, target_config=inputs.target, progress=report_progress)
+        # With the target at hand, the doctor also runs it to tell what every slot is.
+        report = diagnose(
+            ev, n, target_config=inputs.target, target=inputs.target, progress=report_progress
+        )
         if args.write_fixed is not None:
             write_fixed(
                 ev,

@@ -20,6 +20,7 @@ from inspector.doctor import serving, wording
 from inspector.doctor.layer_ids import LayerIdFacts, layer_id_facts, other_readings
 from inspector.doctor.report import Finding, WiringCase, WiringResult
 from inspector.doctor.search import WiringSearch
+from inspector.doctor.slot_identity import SlotIdentity
 from inspector.doctor.stats import clearly_better, paired_hits_z
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
@@ -100,9 +101,14 @@ class NamedWirings:
 
 
 def named_wirings(
-    ev: Evaluator, infos: Sequence[SlotInfo], *, override: Sequence[int] | None = None
+    ev: Evaluator,
+    infos: Sequence[SlotInfo],
+    *,
+    override: Sequence[int] | None = None,
+    identity: SlotIdentity | None = None,
 ) -> NamedWirings:
-    """configured (what the draft's aux ids select on an engine), train and serve."""
+    """configured (what the draft's aux ids select on an engine), train and serve; `infos` carry
+    the slots' identity as decided (`slot_identity`)."""
     data_config = ev.samples.data_config
     ids = layer_id_facts(
         ev.draft.config,
@@ -110,6 +116,7 @@ def named_wirings(
         ev.n_blocks,
         override=override if override is not None else ev.slot_layers,
         data_config=Path(data_config) if data_config is not None else None,
+        identity=identity,
     )
     named: dict[str, tuple[int, ...]] = {}
     if ids.configured is not None:

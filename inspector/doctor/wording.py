@@ -231,7 +231,11 @@ def _slots_source(ids: LayerIdFacts) -> str:
         return "the slots' HF indices are unknown (no data_config.json beside the samples)"
     if s.where == "--slot-layers":
         return f"the slots are HF {list(ids.slot_hf)} (--slot-layers)"
-    how = "as the file states" if s.stated else "assumed, since the file states no convention"
+    if s.where == "the target":
+        return f"the slots are HF {list(ids.slot_hf)} (measured against the target)"
+    how = "assumed, since the file states no convention"
+    if s.stated:
+        how = f"decided by its {s.decided_by}" if s.decided_by else "as the file states"
     return (
         f"the slots are HF {list(ids.slot_hf)} ({s.where} {list(s.ids)} read as "
         f"{CONVENTIONS.get(s.convention, s.convention)}, {how})"
@@ -357,6 +361,12 @@ def wiring(facts: WiringFacts) -> Text:
 # --- serving config ------------------------------------------------------------------------------
 def serving(cfg: dict, best_label: str, caveats: Sequence[str], slots_reread: bool) -> Text:
     problems = cfg.get("problems", [])
+    if cfg.get("undecided"):
+        return Text(
+            "serving config: no engine ids: " + "; ".join(problems),
+            "decide the slots' identity first (see the slot_identity finding): pass --target DIR, "
+            "state the convention in data_config.json, or pass --slot-layers",
+        )
     if cfg.get("ascending") is None:
         return Text("serving config: " + "; ".join(problems), "pass --slot-layers HF,IDS,...")
     vllm = cfg["vllm"]["config"]["eagle_aux_hidden_state_layer_ids"]
@@ -399,4 +409,98 @@ def samples_skipped(skipped: dict[int, str], searched: int) -> Text:
     return Text(
         f"{len(skipped)} of {searched} samples could not be scored: " + "; ".join(shown) + more,
         "fix or remove those sample files",
+    )
+
+
+# --- slot identity -------------------------------------------------------------------------------
+READING_NAMES = {
+    "hf": "HF indices",
+    "layer_output": "decoder-layer output ids (the speculators v1 default, HF index = id + 1)",
+}
+
+
+def _state(k: int | str | None) -> str:
+    if k is None:
+        return "no state of this target"
+    return "the post-norm final state" if k == "post-norm" else f"HF {k}"
+
+
+def _mismatch(m, n_layers: int | None) -> Text:
+    stored = f"slot {m.slot} is stored as {_state(m.claimed)}"
+    if m.verifier:
+        stored += " (the verifier's last state, the teacher's source)"
+    if m.actual is None:
+        return Text(
+            f"{stored} but equals {_state(None)}: captured from another layer convention, another "
+            "model revision, or a quantized or rotated target",
+            "capture the samples from the deployed target (eagle-inspect capture), or pass the "
+            "target the samples were captured from",
+        )
+    fix = f"recapture slot {m.slot} from {_state(m.claimed)}"
+    if m.verifier and n_layers is not None and m.claimed == n_layers:
+        fix += (
+            f" (the last layer's output before the final norm: vLLM id {n_layers}, not "
+            f"{n_layers - 1}; the off-by-one of TorchSpec#87)"
+        )
+    return Text(f"{stored} but equals {_state(m.actual)}", fix)
+
+
+def slot_identity(identity, infos) -> Text:
+    """The slots' identity: measured, decided by the files, or two readings and no decision."""
+    from inspector.doctor.target_slots import describe
+
+    measured = identity.measured
+    src = identity.source or "the samples"
+    if identity.mismatches:
+        parts = [_mismatch(m, identity.num_layers) for m in identity.mismatches]
+        summary = (
+            f"the target contradicts {src}: "
+            + "; ".join(p.summary for p in parts)
+            + ". Every score on this slot is of another state than the file names"
+        )
+        return Text(summary, "; ".join(dict.fromkeys(p.fix for p in parts)))
+    hf = [("post-norm" if k is None else k) for k in identity.hf]
+    if identity.decided_by == "the target":
+        matches = ", ".join(describe(m) for m in measured.matches)
+        agrees = f"{src} as read agrees"
+        if identity.settled is not None:
+            agrees = f"so {src} holds {READING_NAMES[identity.settled].split(' (')[0]}"
+        return Text(
+            f"slots measured against the target ({identity.num_layers} layers, samples "
+            f"{list(measured.samples)}): {matches}; {agrees}"
+        )
+    tail = ""
+    if measured is not None and measured.skipped:
+        tail = f"; the target was not run ({measured.skipped})"
+    notes = "".join("; " + n for n in identity.notes)
+    if identity.decided:
+        r = identity.file_reading
+        how = identity.decided_by
+        if r is not None and how == "layer count":
+            how = f"the layer count ({r.num_layers} layers, {r.layers_from})"
+        elif how not in ("--slot-layers",):
+            how = f"its {how}"
+        return Text(f"the slots are HF {hf}: {src}, decided by {how}{notes}{tail}")
+    r = identity.file_reading
+    assert r is not None
+    readings = "; ".join(
+        f"read as {READING_NAMES[conv]} the slots are HF {list(h)}"
+        for conv, h in (
+            (r.convention, identity.readings[0]),
+            ("hf" if r.convention != "hf" else "layer_output", identity.readings[-1]),
+        )
+    )
+    fits = ""
+    if identity.draft_fits:
+        names = " or ".join(READING_NAMES[f].split(" (")[0] for f in identity.draft_fits)
+        fits = (
+            f"; the draft's configured ids name captured slots when they are read as {names} "
+            "(not decisive: those ids are what the doctor checks)"
+        )
+    return Text(
+        f"{src} states no convention and nothing decides it: {readings}{fits}{tail}. The "
+        "serving config gives no ids until it is decided",
+        "pass --target DIR (the doctor then matches every slot to the state it equals), or state "
+        'it: "index_convention": "hf" (or "speculators") in data_config.json\'s hidden_states, '
+        "the target's num_hidden_layers there, or --slot-layers",
     )

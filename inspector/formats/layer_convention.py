@@ -127,8 +127,13 @@ def _layer_count(cfg: dict, hs: dict, path: Path) -> tuple[int | None, str | Non
     return None, None
 
 
-def read_layer_ids(cfg: dict, path: Path) -> LayerIdReading | None:
+def read_layer_ids(
+    cfg: dict, path: Path, *, num_layers: int | None = None, layers_from: str | None = None
+) -> LayerIdReading | None:
     """The reading of a parsed data_config.json at `path` (None when it has no layer_ids).
+
+    num_layers: the target's layer count from elsewhere (its config.json), used when the file
+    gives none (`layers_from` says where it came from).
 
     Raises InputError for ids no target can have (negative, or above the layer count) and for an
     `index_convention` other than "hf" / "speculators"."""
@@ -149,7 +154,10 @@ def read_layer_ids(cfg: dict, path: Path) -> LayerIdReading | None:
     numbers = [i for i in ids if i != POST_NORM]
     if any(i < 0 for i in numbers):
         raise InputError(path, key, f"{min(numbers)} is negative: layer ids count from 0")
-    L, layers_from = _layer_count(cfg, hs, path)
+    L, found_in = _layer_count(cfg, hs, path)
+    if L is None and num_layers is not None:
+        L, found_in = num_layers, layers_from or "the target's config.json"
+    layers_from = found_in
     top = max(numbers, default=0)
     if L is not None and top > L:
         raise InputError(

@@ -1,0 +1,167 @@
+"""What each stored slot is, measured: the target run over a few samples' input ids, every slot
+matched to the HF hidden state it equals.
+
+HF index k is `output_hidden_states[k]`: 0 the embedding output, k the output of decoder layer
+k-1, L the last layer's output *before* the final norm (what engines capture; transformers puts
+the post-norm state at L, so L comes from a hook on the final norm, as capture does), plus the
+post-norm state itself. A slot equals a state when their relative error (Frobenius norm of the
+difference over the state's) is within the rounding of the slot's stored dtype: its machine
+epsilon, at least `MIN_TOLERANCE` (a capture on another device or kernel differs by more than
+float32's epsilon). Neighbouring layers of a trained model differ by tens of percent, so the
+match is unambiguous; a slot that equals none was captured from another layer convention, another
+model revision, or a quantized or rotated target.
+
+Costs the target's forward over `n` samples (two by default) plus loading it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from inspector.errors import InputError
+from inspector.evaluate import Evaluator
+
+POST = "post-norm"
+MIN_TOLERANCE = 1e-3
+N_SAMPLES = 2
+
+
+def tolerance(dtype: torch.dtype) -> float:
+    """The relative error a stored copy of a state may have: the dtype's rounding."""
+    return max(float(torch.finfo(dtype).eps), MIN_TOLERANCE)
+
+
+def _name(k: int | str) -> str:
+    return "post-norm" if k == POST else f"HF {k}"
+
+
+@dataclass(frozen=True)
+class SlotMatch:
+    """One slot against every target state: the nearest, its relative error, the runner-up's."""
+
+    slot: int
+    nearest: int | str  # HF index, or POST
+    error: float
+    second: int | str | None
+    second_error: float | None
+    tolerance: float
+
+    @property
+    def equals(self) -> bool:
+        return self.error <= self.tolerance
+
+    @property
+    def matched(self) -> int | str | None:
+        """The state this slot is, None when it equals none."""
+        return self.nearest if self.equals else None
+
+    def to_dict(self) -> dict:
+        return {
+            "slot": self.slot,
+            "matched": self.matched,
+            "nearest": self.nearest,
+            "relative_error": round(self.error, 6),
+            "second": self.second,
+            "second_relative_error": None
+            if self.second_error is None
+            else round(self.second_error, 6),
+            "tolerance": self.tolerance,
+        }
+
+
+@dataclass(frozen=True)
+class TargetSlots:
+    """The measurement: the target's layer count, the samples run, one match per slot; or why it
+    could not run (`skipped`)."""
+
+    target: str
+    num_layers: int | None
+    samples: tuple[int, ...]
+    matches: tuple[SlotMatch, ...] = ()
+    skipped: str | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.skipped is None and bool(self.matches)
+
+    def to_dict(self) -> dict:
+        return {
+            "target": self.target,
+            "num_layers": self.num_layers,
+            "samples": list(self.samples),
+            "matches": [m.to_dict() for m in self.matches],
+            "skipped": self.skipped,
+        }
+
+
+def match_slot(
+    slot: int, stored: Sequence[torch.Tensor], states: Sequence[dict[int | str, torch.Tensor]]
+) -> SlotMatch:
+    """Match one slot (its stored tensor per sample) against the target's states per sample: the
+    error to each state is the mean over the samples."""
+    keys = list(states[0])
+    err: dict[int | str, float] = {}
+    for k in keys:
+        e = []
+        for s, st in zip(stored, states, strict=True):
+            ref = st[k].float()
+            e.append(float((s.float() - ref).norm() / ref.norm().clamp_min(1e-12)))
+        err[k] = sum(e) / len(e)
+    ranked = sorted(keys, key=lambda k: err[k])
+    second = ranked[1] if len(ranked) > 1 else None
+    return SlotMatch(
+        slot,
+        ranked[0],
+        err[ranked[0]],
+        second,
+        err[second] if second is not None else None,
+        tolerance(stored[0].dtype),
+    )
+
+
+def measure_slots(
+    ev: Evaluator, target: str | Path, samples: Sequence[int], n: int = N_SAMPLES
+) -> TargetSlots:
+    """Run the target over the first `n` usable samples of `samples` and match every slot.
+
+    Never raises for an unusable target: the reason is in `skipped` (the doctor says it)."""
+    use = [i for i in samples][:n]
+    try:
+        from inspector.capture.target import TargetModel
+
+        model = TargetModel(target, device="cpu" if ev.device.type == "cpu" else "auto")
+    except ImportError:
+        return TargetSlots(str(target), None, (), skipped="transformers is not installed")
+    except InputError as e:
+        return TargetSlots(str(target), None, (), skipped=str(e))
+    L = model.info.num_layers
+    every: list[int | str] = [*range(L + 1), POST]
+    stored: list[list[torch.Tensor]] = []
+    states: list[dict[int | str, torch.Tensor]] = []
+    for i in use:
+        sample = ev.samples[i]
+        try:
+            got = model.slots(sample.input_ids.tolist(), tuple(every), torch.float32)
+        except (RuntimeError, IndexError, ValueError) as e:
+            return TargetSlots(str(target), L, tuple(use), skipped=f"sample {i}: {e}")
+        states.append(dict(zip(every, got, strict=True)))
+        stored.append(list(sample.slots))
+    if not stored:
+        return TargetSlots(str(target), L, (), skipped="no sample to run")
+    n_slots = len(stored[0])
+    matches = tuple(match_slot(j, [s[j] for s in stored], states) for j in range(n_slots))
+    return TargetSlots(str(target), L, tuple(use), matches)
+
+
+def describe(m: SlotMatch) -> str:
+    """`slot 3 = HF 4 (rel. error 0.0017)`, or the nearest when it equals none."""
+    if m.equals:
+        return f"slot {m.slot} = {_name(m.nearest)} (rel. error {m.error:.2g})"
+    return (
+        f"slot {m.slot} equals no target state (nearest {_name(m.nearest)}, rel. error "
+        f"{m.error:.2g} > {m.tolerance:.2g})"
+    )
