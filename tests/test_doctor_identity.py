@@ -231,3 +231,67 @@ def test_an_unusable_target_is_said_not_raised(demo, prose, tmp_path):
     f = report.finding("slot_identity")
     assert f.severity == "info" and "the target was not run" in f.summary
     assert "config.json" in f.summary
+
+
+# --- what engines feed a config without ids -----------------------------------------------------
+def _layers(ids: list[int], n_layers: int):
+    def edit(cfg):
+        cfg["hidden_states"]["layer_ids"] = ids
+        cfg["hidden_states"]["layer_id_convention"] = PROSE
+        cfg["num_hidden_layers"] = n_layers
+
+    return edit
+
+
+def test_engine_default_that_cannot_serve(no_ids, prose):
+    """On the 6-layer demo target [2, L//2, L-3] = [2, 3, 3]: two states for three fc blocks."""
+    w = _run(no_ids, prose).finding("wiring")
+    assert w.severity == "error"
+    assert "vLLM, SGLang before #25454, SGLang since #25454 feed HF [2, 3]" in w.summary
+    assert "is [2, 3, 3]; a layer listed twice is captured once" in w.summary
+    assert "2 states for an fc of 3 blocks, so they cannot serve this draft" in w.summary
+    assert w.fix.startswith(
+        "pin the trained wiring: set eagle_aux_hidden_state_layer_ids [0, 2, 4]"
+    )
+    (feed,) = w.evidence["engine_defaults"]
+    assert feed == {
+        "engines": ["vLLM", "SGLang before #25454", "SGLang since #25454"],
+        "hf_indices": [2, 3],
+        "wiring": None,
+        "missing": [3],
+        "serves": False,
+    }
+    assert w.evidence["num_layers"] == 6
+
+
+def test_engine_default_scored_when_the_samples_hold_it(demo, no_ids, tmp_path):
+    """An 8-layer reading: the engines feed HF [2, 4, 5], which the planted slots hold."""
+    samples = _samples(demo, tmp_path / "eight", _layers([0, 2, 4, 5], 8))
+    report = _run(no_ids, samples)
+    w = report.finding("wiring")
+    assert w.severity == "error" and w.wiring == TRAIN
+    assert "feed HF [2, 4, 5] ([2, L//2, L-3] with L = 8): [L2, L4, L5], which scores" in w.summary
+    assert "(-47.3 points)" in w.summary and "an engine feeding" not in w.summary
+    assert report.wiring_result((1, 2, 3)).roles == ["serve", "engine default"]
+    assert w.evidence["named"]["engine default"]["wiring"] == [1, 2, 3]
+    assert _ids(report) == ([0, 2, 4], [-1, 1, 3])
+    # A configured draft gets the engine default scored too, but no word on it.
+    configured = _run(demo.draft, samples)
+    assert "engine default" in configured.wiring_result((1, 2, 3)).roles
+    assert "engine_defaults" not in configured.finding("wiring").evidence
+
+
+def test_engine_default_the_samples_lack(demo, no_ids, tmp_path):
+    samples = _samples(demo, tmp_path / "lack", _layers([0, 2, 4, 6], 8))
+    w = _run(no_ids, samples).finding("wiring")
+    assert "feed HF [2, 4, 5] ([2, L//2, L-3] with L = 8); the samples lack HF [5]" in w.summary
+    assert "--draft CKPT --engine vllm` captures" in w.summary
+    assert w.severity == "warning"
+
+
+def test_engine_default_without_a_layer_count(no_ids, unstated):
+    w = _run(no_ids, unstated).finding("wiring")
+    assert (
+        "feed HF [2, L//2, L-3] of an L-layer target, and the layer count is unknown" in w.summary
+    )
+    assert w.evidence["engine_defaults"] == [] and w.severity == "warning"

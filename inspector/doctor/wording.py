@@ -283,6 +283,49 @@ def _reread_fix(ids: LayerIdFacts) -> str:
     )
 
 
+CAPTURE_ENGINE = "eagle-inspect capture TARGET PROMPTS --out DIR --draft CKPT --engine {}"
+
+
+def _engine_defaults(facts: WiringFacts) -> str:
+    """Which HF indices vLLM and SGLang feed a config without ids, and what that wiring scores
+    (or why it cannot be scored here)."""
+    L = facts.num_layers
+    if not facts.engine_defaults:
+        return (
+            ": vLLM and SGLang (before and since #25454) feed HF [2, L//2, L-3] of an L-layer "
+            "target, and the layer count is unknown here (pass --target, or state "
+            "num_hidden_layers in data_config.json)"
+        )
+    parts = []
+    default = facts.named.get("engine default")
+    for feed in facts.engine_defaults:
+        text = f"{feed.names} feed HF {list(feed.hf)} ([2, L//2, L-3] with L = {L}"
+        if len(feed.hf) < 3:  # two of the three coincide on a small target
+            text += f" is {[2, L // 2, L - 3]}; a layer listed twice is captured once"
+        text += ")"
+        if not feed.serves:
+            text += (
+                f": {len(feed.hf)} states for an fc of {len(facts.best.wiring)} blocks, so they "
+                "cannot serve this draft at all"
+            )
+        elif feed.wiring is not None and default is not None and default.wiring == feed.wiring:
+            if feed.wiring == facts.best.wiring:
+                text += f": {default.label}, the best wiring"
+            else:
+                text += (
+                    f": {default.label}, which scores {default.all_tok.fmt()} "
+                    f"({-100 * (default.margin or 0.0):+.1f} points)"
+                )
+        elif feed.missing:
+            engine = feed.engine_keys[0]
+            text += (
+                f"; the samples lack HF {list(feed.missing)}, which "
+                f"`{CAPTURE_ENGINE.format(engine)}` captures"
+            )
+        parts.append(text)
+    return ": " + "; ".join(parts)
+
+
 def _wiring_fix(facts: WiringFacts, cfg_line: str) -> str:
     case, lab = facts.case, facts.best.label
     if case == WiringCase.NOT_ASCENDING:
@@ -296,6 +339,8 @@ def _wiring_fix(facts: WiringFacts, cfg_line: str) -> str:
         return reread + ("; otherwise " + set_line if set_line else "")
     if case == WiringCase.CONFIG_WRONG:
         return set_line or "configure the engines to feed " + lab
+    if case == WiringCase.UNCONFIGURED and cfg_line:
+        return f"pin the trained wiring: set {cfg_line} in the draft's config.json"
     if case in (WiringCase.UNCONFIGURED, WiringCase.CONFIG_UNMATCHED):
         return set_line or "pass --slot-layers to get the engine ids for " + lab
     if case == WiringCase.CONFIGURED:
@@ -315,7 +360,13 @@ def wiring(facts: WiringFacts) -> Text:
     serve = facts.named.get("serve")
     asc = facts.best_ascending
     serve_txt = ""
-    if serve is not None and serve.wiring != best.wiring:
+    default = facts.named.get("engine default")
+    shown = default is not None and case == WiringCase.UNCONFIGURED
+    if (
+        serve is not None
+        and serve.wiring != best.wiring
+        and not (shown and serve.wiring == default.wiring)
+    ):
         if not (
             case == WiringCase.NOT_ASCENDING and asc is not None and serve.wiring == asc.wiring
         ):
@@ -348,7 +399,7 @@ def wiring(facts: WiringFacts) -> Text:
     elif case == WiringCase.UNCONFIGURED:
         summary = (
             f"the draft fits {lab} best ({bfmt}{margin}); its config names no aux layer ids, so "
-            "engines feed their default layers"
+            "engines feed their default layers" + _engine_defaults(facts)
         )
     else:
         summary = f"the draft fits its configured wiring {lab} best ({bfmt}{margin})"
