@@ -555,3 +555,54 @@ def slot_identity(identity, infos) -> Text:
         'it: "index_convention": "hf" (or "speculators") in data_config.json\'s hidden_states, '
         "the target's num_hidden_layers there, or --slot-layers",
     )
+
+
+# --- lm_head -------------------------------------------------------------------------------------
+def lm_head(status, borrowed_from: str | None) -> Text:
+    """A draft that ships no lm_head: what its config states, what each engine loads."""
+    dvs = status.draft_vocab_size
+    keys = [
+        f"draft_vocab_size {dvs}" if dvs is not None else "no draft_vocab_size",
+        f"tie_word_embeddings {str(status.tied).lower()}",
+    ]
+    if status.reuse_target:
+        keys.append("reuse_target_lm_head true")
+    if status.tied:
+        sglang = "SGLang and vLLM tie it to the embedding"
+    elif dvs is not None:
+        sglang = (
+            "SGLang keeps a randomly initialised head (its loader never reports a missing "
+            "weight; sglang#27908: accept length 1.00)"
+        )
+    else:
+        sglang = "SGLang loads the target's lm_head (no draft_vocab_size)"
+    vllm = (
+        "vLLM shares the target's lm_head with a draft that ships none (before vllm#28549 it "
+        "replaced every draft's head with the target's)"
+    )
+    summary = f"the draft ships no lm_head.weight ({', '.join(keys)}): {sglang}; {vllm}"
+    if borrowed_from is not None:
+        rows = "its embedding" if status.tied else "the target's lm_head rows for the draft vocab"
+        summary += f". Every other finding scores the draft with {rows} ({borrowed_from})"
+        fix = (
+            "if the draft was trained with its own head, ship lm_head.weight; if it borrows the "
+            "target's, serve it with vLLM"
+            + (
+                "; SGLang serves it as shipped with a random head"
+                + (
+                    " (removing draft_vocab_size, which equals vocab_size, makes it load the "
+                    "target's)"
+                    if dvs == status.vocab_size
+                    else ""
+                )
+                if status.sglang_random
+                else ""
+            )
+        )
+    else:
+        summary += ". The other checks need a head to score the draft: none ran"
+        fix = (
+            "pass --target DIR (the doctor then scores the draft with the target's head), or "
+            "ship the draft's own lm_head.weight [draft_vocab_size, hidden_size]"
+        )
+    return Text(summary, fix)
