@@ -108,6 +108,11 @@ def test_ids_present_and_right_get_no_warning(demo, prose):
     d = report.to_dict()
     assert d["slot_identity"]["decided_by"] == "layer count"
     assert [s["hf_index"] for s in d["slots"]] == [0, 2, 4, 6]
+    # And with the target given: measured, still no warning.
+    with_target = _run(demo.draft, prose, target=demo.target)
+    assert [f.summary for f in with_target.findings if f.is_problem] == []
+    assert with_target.to_dict()["slot_identity"]["decided_by"] == "the target"
+    assert _ids(with_target) == ([0, 2, 4], [-1, 1, 3])
 
 
 def test_prose_alone_decides(demo, tmp_path):
@@ -295,3 +300,23 @@ def test_engine_default_without_a_layer_count(no_ids, unstated):
         "feed HF [2, L//2, L-3] of an L-layer target, and the layer count is unknown" in w.summary
     )
     assert w.evidence["engine_defaults"] == [] and w.severity == "warning"
+
+
+def test_every_view_labels_with_the_targets_layer_count(demo, unstated, capsys):
+    from inspector.cli import main
+
+    base = [str(demo.draft), str(unstated), "--limit", "1", "--json"]
+    assert main(["eval", *base]) == 0
+    assert [s["label"] for s in json.loads(capsys.readouterr().out)["slots"]] == [
+        "L1",
+        "L3",
+        "L5",
+        "L7",
+    ]
+    assert main(["eval", *base, "--target", str(demo.target)]) == 0
+    assert [s["label"] for s in json.loads(capsys.readouterr().out)["slots"]] == [
+        "embed",
+        "L2",
+        "L4",
+        "L6",
+    ]

@@ -32,7 +32,7 @@ from inspector.doctor.wiring_check import (
 from inspector.draft import Draft
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
-from inspector.formats.layer_convention import read_layer_ids
+from inspector.formats.layer_convention import read_layer_ids, target_layer_count
 from inspector.formats.tensorfiles import read_json
 from inspector.sample import SlotInfo, with_layer_ids
 
@@ -121,7 +121,7 @@ def _identity(
         if progress is not None:
             progress("slot identity", 0, 1)
         measured = measure_slots(ev, target, samples)
-        n_layers = measured.num_layers
+        n_layers = measured.num_layers or target_layer_count(target)
         if progress is not None:
             progress("slot identity", 1, 1)
     reading = None

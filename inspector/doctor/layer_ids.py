@@ -9,15 +9,16 @@ Who writes which convention:
   an explicit id i captures HF index i + 1 (-1 = the embedding); since that PR the +1 applies
   only when the first id is 1, other lists are read as HF indices.
 - data_config.json `hidden_states.layer_ids`: speculators up to v0.4 wrote decoder-layer output
-  ids (HF index = id + 1), which the sample reader assumes unless the file states
-  `"index_convention": "hf"`; sets written with vLLM-convention ids (speculators >= v0.5
-  `--target-layer-ids`) hold HF indices without saying so.
+  ids (HF index = id + 1); sets written with vLLM-convention ids (speculators >= v0.5
+  `--target-layer-ids`, our capture) hold HF indices. Which one a file holds is decided from its
+  evidence (`formats.layer_convention`, `slot_identity`); the reader assumes the former only when
+  nothing decides.
 - SpecForge `aux_hidden_states_layers`: the output of layer i, HF index i + 1.
 
-So one list of ids can name two sets of layers. The doctor reads each source under its assumed
-convention and, where a source does not state its own, also under the other one: when the
-draft's ids match no captured slot as assumed, another reading may select exactly the wiring
-the draft fits best. `--slot-layers` (doctor, eval, open) sets the slots' HF indices outright.
+So one list of ids can name two sets of layers. The doctor reads each source under its decided
+(or assumed) convention and, where nothing decides it, also under the other one: when the
+draft's ids match no captured slot as read, another reading may select exactly the wiring the
+draft fits best. `--slot-layers` (doctor, eval, open) sets the slots' HF indices outright.
 """
 
 from __future__ import annotations

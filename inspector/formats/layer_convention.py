@@ -115,16 +115,23 @@ def _layer_count(cfg: dict, hs: dict, path: Path) -> tuple[int | None, str | Non
             return d["num_hidden_layers"], f"{path.name} {key}"
     target = cfg.get("target")
     if isinstance(target, str) and target:
-        tcfg = (path.parent / target / "config.json").resolve()
-        try:
-            data = json.loads(tcfg.read_text())
-        except (OSError, ValueError):
-            return None, None
-        text = data.get("text_config", data) if isinstance(data, dict) else {}
-        n = text.get("num_hidden_layers") if isinstance(text, dict) else None
-        if type(n) is int and n > 0:
-            return n, f"{tcfg} num_hidden_layers"
+        folder = (path.parent / target).resolve()
+        n = target_layer_count(folder)
+        if n is not None:
+            return n, f"{folder / 'config.json'} num_hidden_layers"
     return None, None
+
+
+def target_layer_count(folder: str | Path) -> int | None:
+    """`num_hidden_layers` of a target model folder's config.json (its text_config for a
+    multimodal one); None when it cannot be read."""
+    try:
+        data = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    text = data.get("text_config", data) if isinstance(data, dict) else {}
+    n = text.get("num_hidden_layers") if isinstance(text, dict) else None
+    return n if type(n) is int and n > 0 else None
 
 
 def read_layer_ids(

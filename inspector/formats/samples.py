@@ -84,19 +84,22 @@ def _labels_from_layer_ids(ids: list[int | None]) -> list[SlotInfo]:
     ]
 
 
-def read_data_config(sample_file: Path) -> tuple[list[int | None] | None, Path | None]:
+def read_data_config(
+    sample_file: Path, *, num_layers: int | None = None, layers_from: str | None = None
+) -> tuple[list[int | None] | None, Path | None]:
     """HF indices of the slots, from a data_config.json beside the samples (or one folder up).
 
     Which convention the file's `hidden_states.layer_ids` use is decided from the file
     (`layer_convention.read_layer_ids`: its layer count, its `index_convention`, a prose field,
     its writer); a file that says nothing is read as speculators v1 wrote it (decoder-layer output
     ids, HF index = id + 1). An HF file may name the target's final norm output as `"post-norm"`
-    (returned as None).
+    (returned as None). num_layers: the target's layer count when known from elsewhere (--target),
+    evidence for a file that gives none.
     """
     path = data_config_path(sample_file)
     if path is None:
         return None, None
-    reading = read_layer_ids(read_json(path), path)
+    reading = read_layer_ids(read_json(path), path, num_layers=num_layers, layers_from=layers_from)
     return (reading.hf if reading is not None else None), path
 
 
