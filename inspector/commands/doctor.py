@@ -29,7 +29,9 @@ STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
 def run_doctor(args: argparse.Namespace) -> int:
+    from inspector.doctor import DoctorReport
     from inspector.doctor.lm_head import head_finding, head_status, headless_report, with_finding
+    from inspector.doctor.norm_flags import missing_norm_findings
 
     inputs = resolve_inputs(args)
     n = getattr(args, "n_samples", 8)
@@ -40,6 +42,12 @@ def run_doctor(args: argparse.Namespace) -> int:
         from inspector.formats.writer import check_out
 
         check_out(args.write_fixed, inputs.paths(), "--write-fixed")
+    # A norm flag without its tensors stops the loader: those findings are the report.
+    missing = missing_norm_findings(inputs.checkpoint)
+    if missing:
+        report = DoctorReport(best_wiring=(), wirings=[], findings=missing, serving_config={})
+        report.checkpoint = str(inputs.checkpoint)
+        return _emit(args, report, err)
     # A draft without lm_head: one finding without the target, else scored with its head.
     head = head_status(inputs.checkpoint)
     original = inputs.checkpoint

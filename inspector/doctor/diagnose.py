@@ -16,6 +16,7 @@ from inspector.doctor import wording
 from inspector.doctor.alignment import alignment_check
 from inspector.doctor.config_alternatives import ConfigCheckResult, config_checks
 from inspector.doctor.fingerprint import fc_fingerprint
+from inspector.doctor.norm_flags import norm_flag_checks
 from inspector.doctor.report import DoctorReport, Finding, WiringResult, sort_findings
 from inspector.doctor.search import Progress, WiringSearch, search_wirings
 from inspector.doctor.serving import serving_config, serving_finding
@@ -254,6 +255,7 @@ def diagnose(
     run.lap("config")
 
     rec = recommend(ws, results, infos)
+    findings.extend(norm_flag_checks(ev, run.samples, rec, shift=run.shift, draft=run.draft))
     readings = identity.readings if not identity.decided else None
     serving_cfg = serving_config(rec, infos, n_tokens=3, readings=readings)
     findings.extend(_final_findings(run, ws, results, rec, serving_cfg))

@@ -282,7 +282,7 @@ def wiring_finding(
         engine_defaults=names.engine_defaults,
         num_layers=names.num_layers,
         default_clearly_worse=ENGINE_DEFAULT in names.named
-        and clearly_better(bh, ws.hits(names.named[ENGINE_DEFAULT])),
+        and bool(clearly_better(bh, ws.hits(names.named[ENGINE_DEFAULT]))),
     )
     text = wording.wiring(facts)
     return Finding("wiring", _severity(facts), text.summary, text.fix, facts, wiring=best.wiring)

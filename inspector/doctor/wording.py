@@ -606,3 +606,48 @@ def lm_head(status, borrowed_from: str | None) -> Text:
             "ship the draft's own lm_head.weight [draft_vocab_size, hidden_size]"
         )
     return Text(summary, fix)
+
+
+# --- norm flags ----------------------------------------------------------------------------------
+NORM_ENGINES = {
+    "norm_before_fc": "vLLM applies it (it copies the key from speculators configs); SGLang "
+    "ignored the key and input_norm.weight until sglang#32334",
+    "fc_norm": "engines with EAGLE 3.1 support apply it (vLLM #42764, speculators #670); others "
+    "ignore fc_norm.{i}.weight",
+}
+
+
+def norm_flag(facts) -> Text:
+    """A norm flag against its tensors, and (when both settings run) which one fits."""
+    flag, on = facts.flag, facts.configured
+    val, other = str(on).lower(), str(not on).lower()
+    engines = NORM_ENGINES[facts.flag]
+    if facts.missing:
+        return Text(
+            f"{flag} is true but {', '.join(facts.missing)} is not stored: the loader refuses "
+            f"the draft, and an engine that applies {flag} has no weights for it; {engines}",
+            f'ship {", ".join(facts.missing)}, or set "{flag}": false if the draft was trained '
+            "without it",
+        )
+    scores = f"{facts.as_configured.fmt()} as configured, {facts.flipped.fmt()} with {flag}={other}"
+    if facts.flipped_better:
+        return Text(
+            f"{flag}: the draft fits {flag}={other} ({scores}); it was trained with {other}"
+            + (f", so {', '.join(facts.stored)} is stored but unused" if not on else ""),
+            f'set "{flag}": {other} in config.json; {engines}',
+        )
+    if not on:
+        return Text(
+            f"{', '.join(facts.stored)} is stored but {flag} is false, so no engine reads it "
+            f"({scores})",
+            f'drop the tensor, or set "{flag}": true if the draft was trained with it',
+        )
+    return Text(f"{flag}={val} with its weights fits ({scores}); {engines}")
+
+
+def norm_output() -> Text:
+    return Text(
+        "norm_output is true: speculators and vLLM feed the post-norm output to the next "
+        "drafting step (steps >= 1 only; the doctor scores step 0); SpecForge reads a key of "
+        "that name with another meaning, whether compute_logits applies the norm (SpecForge#879)"
+    )
