@@ -320,3 +320,33 @@ def test_every_view_labels_with_the_targets_layer_count(demo, unstated, capsys):
         "L4",
         "L6",
     ]
+
+
+# --- were the tokens written by the target? ------------------------------------------------------
+def test_target_data_on_sampled_regeneration(demo, prose):
+    f = _run(demo.draft, prose, target=demo.target).finding("target_data")
+    assert f.severity == "info" and "are the target's own greedy choice" in f.summary
+    agree = f.evidence["target_argmax_tokens"]
+    assert agree["total"] == 226 and 0.35 < agree["acc"] < 0.6  # sampled at 0.7
+    assert f.evidence["samples"] == [0, 1]
+
+
+def test_target_data_on_tokens_the_target_did_not_write(demo, tmp_path):
+    """The continuations shuffled: text the target did not write (its stored states no longer
+    match the target either)."""
+
+    def shuffle(path):
+        data = torch.load(path, weights_only=True)
+        ids, mask = data["input_ids"], data["loss_mask"].bool()
+        g = torch.Generator().manual_seed(0)
+        ids[mask] = ids[mask][torch.randperm(int(mask.sum()), generator=g)]
+        torch.save(data, path)
+
+    samples = _samples(demo, tmp_path / "shuffled", _prose)
+    for i in range(N):
+        shuffle(samples / f"data_{i}.pt")
+    f = _run(demo.draft, samples, target=demo.target).finding("target_data")
+    assert f.severity == "warning" and f.summary.startswith("only ")
+    assert "regenerate the responses with the target" in f.fix
+    assert f.evidence["target_argmax_tokens"]["acc"] < 0.2
+    assert _run(demo.draft, samples).finding("target_data") is None  # needs the target

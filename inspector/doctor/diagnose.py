@@ -21,6 +21,7 @@ from inspector.doctor.report import DoctorReport, Finding, WiringResult, sort_fi
 from inspector.doctor.search import Progress, WiringSearch, search_wirings
 from inspector.doctor.serving import serving_config, serving_finding
 from inspector.doctor.slot_identity import SlotIdentity, decide, identity_finding, relabel
+from inspector.doctor.target_data import target_data_finding
 from inspector.doctor.target_slots import measure_slots
 from inspector.doctor.vocab import vocab_check
 from inspector.doctor.wiring_check import (
@@ -222,9 +223,9 @@ def diagnose(
     infos = relabel(infos, identity.hf)
     names = named_wirings(ev, infos, override=slot_layers, identity=identity)
     findings = [vocab_check(ev, samples)]
-    identity_f = identity_finding(identity, infos)
-    if identity_f is not None:
-        findings.append(identity_f)
+    for f in (identity_finding(identity, infos), target_data_finding(identity.measured)):
+        if f is not None:
+            findings.append(f)
     run = _Searcher(ev, samples, infos, names, prune, progress)
     ws, results = run.search()
     run.lap("search")

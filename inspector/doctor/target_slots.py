@@ -83,6 +83,9 @@ class TargetSlots:
     samples: tuple[int, ...]
     matches: tuple[SlotMatch, ...] = ()
     skipped: str | None = None
+    # Loss-masked tokens that are the target's own greedy choice at the previous position, of
+    # how many (None: not measured): data the target did not write agrees far less.
+    argmax_agree: tuple[int, int] | None = None
 
     @property
     def measured(self) -> bool:
@@ -95,6 +98,9 @@ class TargetSlots:
             "samples": list(self.samples),
             "matches": [m.to_dict() for m in self.matches],
             "skipped": self.skipped,
+            "target_argmax_tokens": None
+            if self.argmax_agree is None
+            else {"hits": self.argmax_agree[0], "total": self.argmax_agree[1]},
         }
 
 
@@ -142,6 +148,8 @@ def measure_slots(
     every: list[int | str] = [*range(L + 1), POST]
     stored: list[list[torch.Tensor]] = []
     states: list[dict[int | str, torch.Tensor]] = []
+    head = model.model.get_output_embeddings()
+    agree = [0, 0]
     for i in use:
         sample = ev.samples[i]
         try:
@@ -150,11 +158,30 @@ def measure_slots(
             return TargetSlots(str(target), L, tuple(use), skipped=f"sample {i}: {e}")
         states.append(dict(zip(every, got, strict=True)))
         stored.append(list(sample.slots))
+        if head is not None:
+            hits, total = argmax_agreement(got[-1], head.weight, sample.input_ids, sample.loss_mask)
+            agree[0] += hits
+            agree[1] += total
     if not stored:
         return TargetSlots(str(target), L, (), skipped="no sample to run")
     n_slots = len(stored[0])
     matches = tuple(match_slot(j, [s[j] for s in stored], states) for j in range(n_slots))
-    return TargetSlots(str(target), L, tuple(use), matches)
+    agreement = (agree[0], agree[1]) if head is not None and agree[1] else None
+    return TargetSlots(str(target), L, tuple(use), matches, argmax_agree=agreement)
+
+
+@torch.no_grad()
+def argmax_agreement(
+    post_norm: torch.Tensor, head: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor
+) -> tuple[int, int]:
+    """How many loss-masked tokens x_{j+1} are the target's argmax at position j (of how many):
+    `post_norm` [T, H] is the target's final normed state, `head` its lm_head [V, H]."""
+    j = torch.arange(ids.numel() - 1)
+    j = j[mask[j + 1].bool()]
+    if j.numel() == 0:
+        return 0, 0
+    pred = (post_norm[j].float() @ head.float().T).argmax(-1)
+    return int((pred.cpu() == ids[j + 1].cpu()).sum()), int(j.numel())
 
 
 def describe(m: SlotMatch) -> str:
