@@ -308,3 +308,91 @@ def test_engine_defaults():
         "missing": [5],
         "serves": True,
     }
+
+
+# --- what the mutation run found untested --------------------------------------------------------
+def test_match_slot_ranks_three_and_two_states():
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(4, 8, generator=g)
+    states = [{0: a, 1: a * 1.5, 2: a * 3}]
+    m = match_slot(0, [a * 1.1], states)
+    assert (m.nearest, m.second) == (0, 1)  # the runner-up is the second nearest, not the third
+    two = match_slot(0, [a], [{0: a, 1: a * 2}])
+    assert two.second == 1 and two.second_error == pytest.approx(0.5)
+    # Relative to the state's own norm, however small it is.
+    small = match_slot(0, [a * 1e-3 * 1.1], [{0: a * 1e-3}])
+    assert small.error == pytest.approx(0.1, rel=1e-3)
+
+
+def test_json_rounds_to_six_places():
+    m = SlotMatch(0, 1, 0.00123456789, 2, 0.98765432109, 0.0078)
+    d = m.to_dict()
+    assert (d["relative_error"], d["second_relative_error"]) == (0.001235, 0.987654)
+
+
+def test_target_slots_json():
+    t = TargetSlots("T", 6, (0, 1), (_match(0, 0),), argmax_agree=(3, 4))
+    assert t.to_dict() == {
+        "target": "T",
+        "num_layers": 6,
+        "samples": [0, 1],
+        "matches": [_match(0, 0).to_dict()],
+        "skipped": None,
+        "target_argmax_tokens": {"hits": 3, "total": 4},
+    }
+    assert TargetSlots("T", None, ()).to_dict()["target_argmax_tokens"] is None
+
+
+def test_identity_json_keys():
+    infos = _slots([1, 3, 5, 7])
+    r = _reading([0, 2, 4, 6], LAYER_OUTPUT, None, other=(0, 2, 4, 6), conflict=None)
+    d = decide(infos, _cfg((0, 2, 4), "hf"), 3, reading=r).to_dict()
+    assert d == {
+        "hf_indices": [1, 3, 5, 7],
+        "decided_by": None,
+        "source": "data_config.json hidden_states.layer_ids [0, 2, 4, 6]",
+        "readings": [[1, 3, 5, 7], [0, 2, 4, 6]],
+        "num_layers": None,
+        "data_config": r.to_dict(),
+        "target": None,
+        "mismatches": [],
+        "draft_ids_fit": ["hf"],
+        "notes": [],
+        "settled": None,
+    }
+    bare = decide([SlotInfo("s0")], _cfg(), 1).to_dict()
+    assert bare["data_config"] is None and bare["target"] is None
+
+
+def test_reading_json():
+    r = _reading([0, 2], LAYER_OUTPUT, None, other=(0, 2), n_layers=6, conflict="c")
+    assert r.to_dict() == {
+        "where": "data_config.json hidden_states.layer_ids",
+        "ids": [0, 2],
+        "convention": "layer_output",
+        "decided_by": None,
+        "num_layers": 6,
+        "layers_from": "data_config.json num_hidden_layers",
+        "other_hf_indices": [0, 2],
+        "conflict": "c",
+    }
+    assert _reading([0, 2], HF, "index_convention").to_dict()["other_hf_indices"] is None
+
+
+def test_the_draft_fits_exactly_the_captured_slots():
+    infos = _slots([1, 3, 5])
+    r = _reading([0, 2, 4], LAYER_OUTPUT, None, other=(0, 2, 4))
+    assert decide(infos, _cfg((0, 2, 4), "hf"), 3, reading=r).draft_fits == ["hf"]
+
+
+def test_relabel_needs_one_index_per_slot():
+    with pytest.raises(ValueError):
+        relabel(_slots([0, 2]), (0,))
+
+
+def test_engine_default_json_and_conditions():
+    (served,) = engine_defaults(_slots([0, 2, 4, 5]), 3, 8)
+    assert served.to_dict()["wiring"] == [1, 2, 3]
+    # Held layers but a state count the fc does not take: no wiring.
+    (four,) = engine_defaults(_slots([2, 4, 5, 7]), 4, 8)
+    assert (four.serves, four.missing, four.wiring) == (False, (), None)
