@@ -136,3 +136,46 @@ def _samples() -> list[str]:
     from inspector.demo_paths import demo_paths
 
     return [str(demo_paths().train_samples)]
+
+
+def test_own_head_against_the_targets(demo, capsys):
+    """The demo draft trained its own head: the target's rows score clearly lower, which is what
+    vLLM served before vllm#28549."""
+    rc = main(["doctor", "--samples", "2", "--json"])  # the demo, with its target
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    (f,) = [x for x in d["findings"] if x["kind"] == "lm_head"]
+    assert f["severity"] == "info" and "vllm#28549" in f["summary"]
+    e = f["evidence"]
+    assert e["own_clearly_better"] is True and e["target_clearly_better"] is False
+    assert e["own_head"]["acc"] > e["target_head"]["acc"]
+
+
+def test_a_draft_shipping_the_targets_rows_is_told(demo, headless, tmp_path, capsys):
+    """A head that is not the one the draft was trained with: the borrowed rows score better."""
+    from inspector.formats.target import read_target_head
+
+    full = read_target_head(demo.target).lm_head
+    w = load_file(str(demo.draft / "model.safetensors"))
+    rows = full[torch.arange(256) + w["d2t"].long()]
+    noisy = edited_copy(
+        demo.draft,
+        tmp_path / "noisy",
+        tensors=lambda t: {"lm_head.weight": rows + 0.5 * torch.randn(rows.shape)},
+    )
+    rc = main(
+        [
+            "doctor",
+            str(noisy),
+            *_samples(),
+            "--samples",
+            "2",
+            "--json",
+            "--target",
+            str(demo.target),
+        ]
+    )
+    d = json.loads(capsys.readouterr().out)
+    (f,) = [x for x in d["findings"] if x["kind"] == "lm_head"]
+    assert rc in (0, 1) and f["severity"] == "warning"
+    assert "trained with the target's head, not the one it ships" in f["summary"]

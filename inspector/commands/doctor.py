@@ -64,7 +64,9 @@ def run_doctor(args: argparse.Namespace) -> int:
             from inspector.doctor.lm_head import borrow_target_head
 
             inputs.checkpoint = borrow_target_head(head, inputs.target, Path(tmp) / "draft")
-        report = _diagnose(args, inputs, n, err)
+        report = _diagnose(
+            args, inputs, n, err, head_borrowed=head is not None and not head.present
+        )
         inputs.checkpoint = original
     if head is not None and not head.present:
         report.checkpoint = str(original)
@@ -72,7 +74,9 @@ def run_doctor(args: argparse.Namespace) -> int:
     return _emit(args, report, err)
 
 
-def _diagnose(args: argparse.Namespace, inputs: Inputs, n: int, err: Console) -> DoctorReport:
+def _diagnose(
+    args: argparse.Namespace, inputs: Inputs, n: int, err: Console, *, head_borrowed: bool
+) -> DoctorReport:
     """Load, diagnose and (with --write-fixed) write, with a progress bar on a terminal."""
     from inspector.doctor import diagnose, write_fixed
 
@@ -104,7 +108,12 @@ def _diagnose(args: argparse.Namespace, inputs: Inputs, n: int, err: Console) ->
         # --slot-layers reaches the doctor through the evaluator (inputs.slot_layers).
         # With the target at hand, the doctor also runs it to tell what every slot is.
         report = diagnose(
-            ev, n, target_config=inputs.target, target=inputs.target, progress=report_progress
+            ev,
+            n,
+            target_config=inputs.target,
+            target=inputs.target,
+            head_borrowed=head_borrowed,
+            progress=report_progress,
         )
         if args.write_fixed is not None:
             write_fixed(

@@ -16,6 +16,7 @@ from inspector.doctor import wording
 from inspector.doctor.alignment import alignment_check
 from inspector.doctor.config_alternatives import ConfigCheckResult, config_checks
 from inspector.doctor.fingerprint import fc_fingerprint
+from inspector.doctor.lm_head import compare_heads
 from inspector.doctor.norm_flags import norm_flag_checks
 from inspector.doctor.report import DoctorReport, Finding, WiringResult, sort_findings
 from inspector.doctor.search import Progress, WiringSearch, search_wirings
@@ -197,6 +198,7 @@ def diagnose(
     slot_layers: Sequence[int] | None = None,
     target_config: str | Path | None = None,
     target: str | Path | None = None,
+    head_borrowed: bool = False,
     prune: bool = True,
     progress: Progress | None = None,
 ) -> DoctorReport:
@@ -209,7 +211,10 @@ def diagnose(
     target_config: the target's config.json (or folder), for its rope settings; defaults to the
       evaluator's target head folder.
     target: the target model's folder: when given, it runs over two samples and every slot is
-      matched to the hidden state it equals (`slot_identity`); needs transformers.
+      matched to the hidden state it equals (`slot_identity`); needs transformers. With the
+      evaluator's target head too, the draft's own lm_head is scored against the target's.
+    head_borrowed: the draft's lm_head is the target's, borrowed for a draft that ships none
+      (the command's `lm_head` finding says so): no comparison of the two.
     prune: drop clearly worse wirings after the first samples (False: evaluate all on all).
     progress: called as progress(stage, done, total) per step of each stage; an exception raised
       there aborts the run.
@@ -257,6 +262,20 @@ def diagnose(
 
     rec = recommend(ws, results, infos)
     findings.extend(norm_flag_checks(ev, run.samples, rec, shift=run.shift, draft=run.draft))
+    if target is not None and ev.target_head is not None and not head_borrowed:
+        # The draft's own head against the target's (with a head borrowed for a draft that
+        # ships none, the command adds the lm_head finding instead).
+        findings.append(
+            compare_heads(
+                ev,
+                run.samples,
+                rec,
+                ev.target_head.lm_head,
+                str(target),
+                shift=run.shift,
+                draft=run.draft,
+            )
+        )
     readings = identity.readings if not identity.decided else None
     serving_cfg = serving_config(rec, infos, n_tokens=3, readings=readings)
     findings.extend(_final_findings(run, ws, results, rec, serving_cfg))

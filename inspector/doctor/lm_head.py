@@ -20,16 +20,21 @@ target's head is used.
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from inspector.doctor import wording
 from inspector.doctor.report import DoctorReport, Finding, sort_findings
+from inspector.doctor.stats import clearly_better, counts_of
+from inspector.draft import Draft
 from inspector.errors import InputError
+from inspector.evaluate import Evaluator
 from inspector.formats.checkpoint import canonical_name
 from inspector.formats.tensorfiles import find_weight_file, read_json, read_tensors, tensor_names
+from inspector.metrics import Counts
 
 HEAD = "lm_head.weight"
 
@@ -167,3 +172,55 @@ def borrow_target_head(status: HeadStatus, target: str | Path, out: Path) -> Pat
     shutil.copy(src / "config.json", out / "config.json")
     save_file({k: v.contiguous() for k, v in weights.items()}, str(out / "model.safetensors"))
     return out
+
+
+@dataclass(frozen=True)
+class HeadComparison:
+    """The draft's own head against the target's rows for the draft vocab, on one wiring."""
+
+    own: Counts
+    target: Counts
+    target_clearly_better: bool
+    own_clearly_better: bool
+    target_path: str
+
+    def to_dict(self) -> dict:
+        return {
+            "own_head": self.own.to_dict(),
+            "target_head": self.target.to_dict(),
+            "target_clearly_better": self.target_clearly_better,
+            "own_clearly_better": self.own_clearly_better,
+            "target": self.target_path,
+        }
+
+
+def compare_heads(
+    ev: Evaluator,
+    samples: Sequence[int],
+    wiring: tuple[int, ...],
+    target_head: torch.Tensor,
+    target_path: str,
+    *,
+    shift: int = 0,
+    draft: Draft | None = None,
+) -> Finding:
+    """Score `wiring` with the draft's own head and with `target_head` [V, H] restricted to the
+    draft vocab: what vLLM served before vllm#28549, which replaced every draft's head."""
+    from inspector.doctor.norm_flags import draft_hits
+
+    draft = draft if draft is not None else ev.draft
+    rows = draft.vocab.draft_to_target.to(target_head.device)
+    theirs = target_head[rows].to(draft.device, draft.dtype)
+    borrowed = replace(draft, weights={**draft.weights, HEAD: theirs})
+    own = draft_hits(ev, samples, draft, wiring, shift)
+    alt = draft_hits(ev, samples, borrowed, wiring, shift)
+    facts = HeadComparison(
+        counts_of(own),
+        counts_of(alt),
+        bool(clearly_better(alt, own)),
+        bool(clearly_better(own, alt)),
+        target_path,
+    )
+    text = wording.head_comparison(facts)
+    severity = "warning" if facts.target_clearly_better else "info"
+    return Finding("lm_head", severity, text.summary, text.fix, facts)

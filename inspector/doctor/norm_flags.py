@@ -108,9 +108,9 @@ def missing_norm_findings(checkpoint: str | Path, n_blocks: int = 3) -> list[Fin
     return out
 
 
-def _hits(ev: Evaluator, samples: Sequence[int], draft, wiring: tuple[int, ...], shift: int):
+def draft_hits(ev: Evaluator, samples: Sequence[int], draft, wiring: tuple[int, ...], shift: int):
     """Per-position hits of `wiring` under `draft`, through its own evaluator: the fc
-    projections an evaluator caches depend on the draft's norm flags."""
+    projections an evaluator caches depend on the draft's norm flags (and its weights)."""
     own = Evaluator(draft, ev.samples, budget=ev.budget, slot_layers=ev.slot_layers)
     scorer = Scorer(own, shift=shift)
     parts = []
@@ -158,8 +158,8 @@ def norm_flag_checks(
         else:  # both settings run: which one was the draft trained with?
             configured = replace(draft, config=replace(cfg, **{flag: on}))
             flipped = replace(draft, config=replace(cfg, **{flag: not on}))
-            base = _hits(ev, samples, configured, wiring, shift)
-            alt = _hits(ev, samples, flipped, wiring, shift)
+            base = draft_hits(ev, samples, configured, wiring, shift)
+            alt = draft_hits(ev, samples, flipped, wiring, shift)
             better = bool(clearly_better(alt, base))
             facts = replace(
                 facts, as_configured=counts_of(base), flipped=counts_of(alt), flipped_better=better

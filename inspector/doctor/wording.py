@@ -668,3 +668,24 @@ def target_data(facts, low: bool) -> Text:
         "regenerate the responses with the target (eagle-inspect capture --generate N, or the "
         "trainer's regeneration step) and retrain",
     )
+
+
+def head_comparison(facts) -> Text:
+    """The draft's own head against the target's rows for the draft vocab."""
+    scores = (
+        f"the draft's own lm_head scores {facts.own.fmt()}, the target's rows for the draft vocab "
+        f"{facts.target.fmt()}"
+    )
+    if facts.target_clearly_better:
+        return Text(
+            f"{scores}: the draft was trained with the target's head, not the one it ships",
+            "ship the target's rows as lm_head.weight (arange(D) + d2t of the target's lm_head), "
+            "or serve with vLLM, which shares the target's head only with a draft that ships none",
+        )
+    tail = ""
+    if facts.own_clearly_better:
+        tail = (
+            "; an engine that replaces a draft's head with the target's (vLLM before "
+            "vllm#28549, vllm#27732) serves the lower figure"
+        )
+    return Text(f"{scores}{tail}")
