@@ -396,3 +396,21 @@ def test_engine_default_json_and_conditions():
     # Held layers but a state count the fc does not take: no wiring.
     (four,) = engine_defaults(_slots([2, 4, 5, 7]), 4, 8)
     assert (four.serves, four.missing, four.wiring) == (False, (), None)
+
+
+def test_a_target_too_big_for_memory_is_not_loaded(monkeypatch):
+    from inspector.demo_paths import demo_paths
+    from inspector.doctor import target_slots
+
+    try:
+        target = demo_paths().target
+    except Exception:
+        pytest.skip("bundled demo not built")
+    need = target_slots.weight_bytes(target)
+    assert need is not None and need > 1_000_000
+    monkeypatch.setattr("inspector.memory.available_host_bytes", lambda: need - 1)
+    why = target_slots.too_big(target, torch.device("cpu"))
+    assert why is not None and "GiB are free on cpu" in why
+    monkeypatch.setattr("inspector.memory.available_host_bytes", lambda: need)
+    assert target_slots.too_big(target, torch.device("cpu")) is None
+    assert target_slots.weight_bytes(Path("/nonexistent")) is None

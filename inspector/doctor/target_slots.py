@@ -136,6 +136,9 @@ def measure_slots(
 
     Never raises for an unusable target: the reason is in `skipped` (the doctor says it)."""
     use = [i for i in samples][:n]
+    why = too_big(Path(target), ev.device)
+    if why is not None:
+        return TargetSlots(str(target), None, (), skipped=why)
     try:
         from inspector.capture.target import TargetModel
 
@@ -182,6 +185,34 @@ def argmax_agreement(
         return 0, 0
     pred = (post_norm[j].float() @ head.float().T).argmax(-1)
     return int((pred.cpu() == ids[j + 1].cpu()).sum()), int(j.numel())
+
+
+def weight_bytes(folder: Path) -> int | None:
+    """The bytes a model folder's weights declare (safetensors headers only; None otherwise)."""
+    from inspector.formats.tensorfiles import find_weight_file, tensor_headers
+
+    try:
+        headers = tensor_headers(find_weight_file(folder))
+    except InputError:
+        return None
+    return None if headers is None else sum(h.end - h.begin for h in headers.values())
+
+
+def too_big(folder: Path, device: torch.device) -> str | None:
+    """Why the target is not loaded: its weights exceed the memory now available (a 70B target
+    on a CPU host), or None. Only the memory the weights need is checked, not the activations."""
+    from inspector.memory import available_host_bytes, free_device_bytes
+
+    need = weight_bytes(folder)
+    if need is None:
+        return None
+    free = free_device_bytes(device) if device.type != "cpu" else available_host_bytes()
+    if free is None or need <= free:
+        return None
+    return (
+        f"its weights take {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB are free on "
+        f"{device.type}: capture the samples on the target's machine and compare there"
+    )
 
 
 def describe(m: SlotMatch) -> str:
