@@ -179,3 +179,14 @@ def test_a_draft_shipping_the_targets_rows_is_told(demo, headless, tmp_path, cap
     (f,) = [x for x in d["findings"] if x["kind"] == "lm_head"]
     assert rc in (0, 1) and f["severity"] == "warning"
     assert "trained with the target's head, not the one it ships" in f["summary"]
+
+
+def test_no_comparison_with_a_head_of_another_width(demo):
+    from inspector.doctor.lm_head import compare_heads
+    from inspector.evaluate import Evaluator
+    from inspector.formats import SampleSet, load_draft
+
+    ev = Evaluator(load_draft(demo.draft), SampleSet(demo.train_samples))
+    assert compare_heads(ev, [0], (0, 1, 2), torch.zeros(512, 64), "T") is None
+    f = compare_heads(ev, [0], (0, 1, 2), torch.zeros(512, 128), "T")
+    assert f is not None and f.evidence["target"] == "T"

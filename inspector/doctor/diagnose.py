@@ -265,17 +265,17 @@ def diagnose(
     if target is not None and ev.target_head is not None and not head_borrowed:
         # The draft's own head against the target's (with a head borrowed for a draft that
         # ships none, the command adds the lm_head finding instead).
-        findings.append(
-            compare_heads(
-                ev,
-                run.samples,
-                rec,
-                ev.target_head.lm_head,
-                str(target),
-                shift=run.shift,
-                draft=run.draft,
-            )
+        heads = compare_heads(
+            ev,
+            run.samples,
+            rec,
+            ev.target_head.lm_head,
+            str(target),
+            shift=run.shift,
+            draft=run.draft,
         )
+        if heads is not None:
+            findings.append(heads)
     readings = identity.readings if not identity.decided else None
     serving_cfg = serving_config(rec, infos, n_tokens=3, readings=readings)
     findings.extend(_final_findings(run, ws, results, rec, serving_cfg))
