@@ -190,3 +190,15 @@ def test_no_comparison_with_a_head_of_another_width(demo):
     assert compare_heads(ev, [0], (0, 1, 2), torch.zeros(512, 64), "T") is None
     f = compare_heads(ev, [0], (0, 1, 2), torch.zeros(512, 128), "T")
     assert f is not None and f.evidence["target"] == "T"
+
+
+def test_a_head_of_another_width_cannot_be_borrowed(demo, tmp_path):
+    narrow = _headless(demo, tmp_path / "n")
+    cfg = json.loads((narrow / "config.json").read_text())
+    cfg["transformer_layer_config"]["hidden_size"] = 64
+    (narrow / "config.json").write_text(json.dumps(cfg))
+    status = head_status(narrow)
+    assert status.hidden_size == 64
+    with pytest.raises(InputError) as e:
+        borrow_target_head(status, demo.target, tmp_path / "b")
+    assert e.value.field == "lm_head.weight" and "128 wide" in str(e.value)

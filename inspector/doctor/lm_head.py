@@ -63,6 +63,7 @@ class HeadStatus:
     vocab_size: int | None
     has_embedding: bool
     has_d2t: bool
+    hidden_size: int | None = None
 
     @property
     def sglang_random(self) -> bool:
@@ -91,7 +92,7 @@ def head_status(checkpoint: str | Path) -> HeadStatus | None:
         names = {canonical_name(n) for n in tensor_names(wf)}
     except InputError:
         return None
-    dvs, vs = _key(cfg, "draft_vocab_size"), _key(cfg, "vocab_size")
+    dvs, vs, hs = _key(cfg, "draft_vocab_size"), _key(cfg, "vocab_size"), _key(cfg, "hidden_size")
     return HeadStatus(
         str(folder),
         str(wf),
@@ -102,6 +103,7 @@ def head_status(checkpoint: str | Path) -> HeadStatus | None:
         vs if type(vs) is int else None,
         "embed_tokens.weight" in names,
         "d2t" in names,
+        hs if type(hs) is int else None,
     )
 
 
@@ -158,6 +160,13 @@ def borrow_target_head(status: HeadStatus, target: str | Path, out: Path) -> Pat
         head = weights[canon["embed_tokens.weight"]]
     else:
         full = read_target_head(Path(target), vocab_size=status.vocab_size).lm_head
+        if status.hidden_size is not None and full.shape[1] != status.hidden_size:
+            raise InputError(
+                status.weight_file,
+                HEAD,
+                f"absent, and the target's lm_head is {full.shape[1]} wide for a draft of hidden "
+                f"size {status.hidden_size}: it cannot be borrowed",
+            )
         d = status.draft_vocab_size or full.shape[0]
         ids = torch.arange(d)
         if "d2t" in canon:
