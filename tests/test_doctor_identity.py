@@ -350,3 +350,12 @@ def test_target_data_on_tokens_the_target_did_not_write(demo, tmp_path):
     assert "regenerate the responses with the target" in f.fix
     assert f.evidence["target_argmax_tokens"]["acc"] < 0.2
     assert _run(demo.draft, samples).finding("target_data") is None  # needs the target
+
+
+def test_the_target_runs_on_the_readable_samples(demo, tmp_path):
+    samples = _samples(demo, tmp_path / "broken", _prose)
+    (samples / "data_0.pt").write_bytes(b"not a torch file")
+    report = _run(demo.draft, samples, target=demo.target)
+    ident = report.to_dict()["slot_identity"]
+    assert ident["decided_by"] == "the target" and ident["target"]["samples"] == [1, 2]
+    assert report.finding("samples") is not None

@@ -132,10 +132,9 @@ def match_slot(
 def measure_slots(
     ev: Evaluator, target: str | Path, samples: Sequence[int], n: int = N_SAMPLES
 ) -> TargetSlots:
-    """Run the target over the first `n` usable samples of `samples` and match every slot.
+    """Run the target over the first `n` readable samples of `samples` and match every slot.
 
     Never raises for an unusable target: the reason is in `skipped` (the doctor says it)."""
-    use = [i for i in samples][:n]
     why = too_big(Path(target), ev.device)
     if why is not None:
         return TargetSlots(str(target), None, (), skipped=why)
@@ -153,12 +152,19 @@ def measure_slots(
     states: list[dict[int | str, torch.Tensor]] = []
     head = model.model.get_output_embeddings()
     agree = [0, 0]
-    for i in use:
-        sample = ev.samples[i]
+    ran: list[int] = []
+    for i in samples:
+        if len(ran) == n:
+            break
+        try:
+            sample = ev.samples[i]
+        except InputError:  # an unreadable sample is the samples finding's business
+            continue
+        ran.append(i)
         try:
             got = model.slots(sample.input_ids.tolist(), tuple(every), torch.float32)
         except (RuntimeError, IndexError, ValueError) as e:
-            return TargetSlots(str(target), L, tuple(use), skipped=f"sample {i}: {e}")
+            return TargetSlots(str(target), L, tuple(ran), skipped=f"sample {i}: {e}")
         states.append(dict(zip(every, got, strict=True)))
         stored.append(list(sample.slots))
         if head is not None:
@@ -170,7 +176,7 @@ def measure_slots(
     n_slots = len(stored[0])
     matches = tuple(match_slot(j, [s[j] for s in stored], states) for j in range(n_slots))
     agreement = (agree[0], agree[1]) if head is not None and agree[1] else None
-    return TargetSlots(str(target), L, tuple(use), matches, argmax_agree=agreement)
+    return TargetSlots(str(target), L, tuple(ran), matches, argmax_agree=agreement)
 
 
 @torch.no_grad()
