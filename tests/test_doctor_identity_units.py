@@ -131,7 +131,7 @@ def test_nothing_to_read():
         None,
         False,
     )
-    assert identity_finding(ident, infos) is None
+    assert identity_finding(ident) is None
 
 
 def test_override_decides():
@@ -142,7 +142,7 @@ def test_override_decides():
         "--slot-layers",
         ((0, 2, 4, 6),),
     )
-    f = identity_finding(ident, infos)
+    f = identity_finding(ident)
     assert f.severity == "info" and "decided by --slot-layers" in f.summary
 
 
@@ -156,18 +156,18 @@ def test_a_decided_file():
         1,
     )
     assert ident.draft_fits == []  # only computed while undecided
-    f = identity_finding(ident, infos)
+    f = identity_finding(ident)
     assert f.severity == "info"
     assert "decided by the layer count (6 layers, data_config.json num_hidden_layers)" in f.summary
     prose = decide(infos, _cfg(), 3, reading=_reading([0, 2, 4, 6], HF, "layer_id_convention"))
-    assert "decided by its layer_id_convention" in identity_finding(prose, infos).summary
+    assert "decided by its layer_id_convention" in identity_finding(prose).summary
 
 
 def test_a_conflict_is_a_warning():
     infos = _slots([0, 2, 4, 6])
     r = _reading([0, 2, 4, 6], HF, "layer count", n_layers=6, conflict="index_convention says X")
     ident = decide(infos, _cfg(), 3, reading=r)
-    f = identity_finding(ident, infos)
+    f = identity_finding(ident)
     assert f.severity == "warning" and "; index_convention says X" in f.summary
     assert ident.notes == ["index_convention says X"]
 
@@ -179,7 +179,7 @@ def test_the_readers_guess_uses_the_doctors_layer_count():
     assert ident.hf == (0, 2, 4, 6)
     specforge = [*_slots([1, 3, 5], verifier_last=False), SlotInfo("final", post_norm=True)]
     ident = decide(specforge, _cfg(), 3, reading=_reading([0, 2, 4], HF, "index_convention"))
-    assert ident.hf == (1, 3, 5, None)  # four slots, three ids: the reader's reading stands
+    assert ident.hf == (0, 2, 4, None)  # three ids for the aux slots, none for the final one
 
 
 def test_undecided_states_both_readings_and_what_the_draft_fits():
@@ -188,7 +188,7 @@ def test_undecided_states_both_readings_and_what_the_draft_fits():
     ident = decide(infos, _cfg((0, 2, 4), "hf"), 3, reading=r)
     assert not ident.decided and ident.readings == ((1, 3, 5, 7), (0, 2, 4, 6))
     assert ident.draft_fits == ["hf"]
-    f = identity_finding(ident, infos)
+    f = identity_finding(ident)
     assert f.severity == "warning"
     assert (
         "read as decoder-layer output ids (the speculators v1 default, HF index = id + 1) the "
@@ -213,11 +213,11 @@ def test_the_target_decides_and_flags():
         [],
         None,
     )
-    assert identity_finding(ok, infos).severity == "info"
+    assert identity_finding(ok).severity == "info"
     early = decide(infos, _cfg(), 3, reading=r, measured=_measured(0, 2, 4, 4))
     assert early.hf == (0, 2, 4, 4)
     assert early.mismatches == [Mismatch(3, 6, 4, True)]
-    f = identity_finding(early, infos)
+    f = identity_finding(early)
     assert f.severity == "error" and "vLLM id 6, not 5" in f.fix
     none = decide(
         infos,
@@ -240,7 +240,7 @@ def test_the_target_settles_an_undecided_file():
     r = _reading([0, 2, 4], LAYER_OUTPUT, None, other=(0, 2, 4))
     ident = decide(infos, _cfg(), 3, reading=r, measured=_measured(0, 2, 4))
     assert (ident.hf, ident.settled, ident.mismatches) == ((0, 2, 4), "hf", [])
-    assert "holds HF indices" in identity_finding(ident, infos).summary
+    assert "holds HF indices" in identity_finding(ident).summary
     # The assumed reading was right: nothing to settle beyond it.
     same = decide(infos, _cfg(), 3, reading=r, measured=_measured(1, 3, 5))
     assert same.settled == "layer_output" and same.hf == (1, 3, 5)
@@ -255,7 +255,7 @@ def test_a_target_that_did_not_run():
     r = _reading([0, 2, 4, 6], HF, "index_convention")
     ident = decide(infos, _cfg(), 3, reading=r, measured=skipped)
     assert ident.decided_by == "index_convention" and ident.notes == []
-    f = identity_finding(ident, infos)
+    f = identity_finding(ident)
     assert (
         f.severity == "info"
         and "the target was not run (transformers is not installed)" in f.summary
@@ -414,3 +414,32 @@ def test_a_target_too_big_for_memory_is_not_loaded(monkeypatch):
     monkeypatch.setattr("inspector.memory.available_host_bytes", lambda: need)
     assert target_slots.too_big(target, torch.device("cpu")) is None
     assert target_slots.weight_bytes(Path("/nonexistent")) is None
+
+
+def test_a_slot_measured_as_the_post_norm_state():
+    infos = _slots([0, 2, 4, 6])
+    r = _reading([0, 2, 4, 6], HF, "index_convention")
+    ident = decide(infos, _cfg(), 3, reading=r, measured=_measured(0, 2, 4, POST))
+    assert ident.hf == (0, 2, 4, None)  # the final state after the norm, which has no HF index
+    assert ident.mismatches == [Mismatch(3, 6, POST, True)]
+    f = identity_finding(ident)
+    assert (f.kind, f.evidence) == ("slot_identity", ident.to_dict())
+    assert "but equals the post-norm final state" in f.summary
+
+
+def test_an_undecided_specforge_file_names_the_aux_slots():
+    """SpecForge ids name the aux slots; the post-norm final slot after them has none."""
+    infos = [*_slots([1, 3, 5], verifier_last=False), SlotInfo("final", post_norm=True)]
+    r = _reading([0, 2, 4], LAYER_OUTPUT, None, other=(0, 2, 4))
+    ident = decide(infos, _cfg(), 3, reading=r)
+    assert ident.readings == ((1, 3, 5, None), (0, 2, 4, None))
+    f = identity_finding(ident)
+    assert f.severity == "warning" and "the slots are HF [0, 2, 4, post-norm]" in f.summary
+    settled = decide(infos, _cfg(), 3, reading=r, measured=_measured(0, 2, 4, POST))
+    assert (settled.hf, settled.settled, settled.mismatches) == ((0, 2, 4, None), "hf", [])
+    # Ids that fit neither the slots nor the aux slots: the reader's labels stand, undecided
+    # with one reading (no second one to state).
+    odd = decide(infos, _cfg(), 3, reading=_reading([0, 2], LAYER_OUTPUT, None, other=(0, 2)))
+    assert odd.readings == ((1, 3, 5, None),)
+    f = identity_finding(odd)
+    assert f.severity == "info" and "as the reader assumed" in f.summary

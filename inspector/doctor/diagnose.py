@@ -228,7 +228,7 @@ def diagnose(
     infos = relabel(infos, identity.hf)
     names = named_wirings(ev, infos, override=slot_layers, identity=identity)
     findings = [vocab_check(ev, samples)]
-    for f in (identity_finding(identity, infos), target_data_finding(identity.measured)):
+    for f in (identity_finding(identity), target_data_finding(identity.measured)):
         if f is not None:
             findings.append(f)
     run = _Searcher(ev, samples, infos, names, prune, progress)

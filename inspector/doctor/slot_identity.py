@@ -29,7 +29,7 @@ from inspector.doctor.layer_ids import OVERRIDE, TARGET
 from inspector.doctor.report import Finding
 from inspector.doctor.target_slots import POST, TargetSlots
 from inspector.draft import DraftConfig
-from inspector.formats.layer_convention import LayerIdReading
+from inspector.formats.layer_convention import HF, LayerIdReading
 from inspector.sample import SlotInfo
 
 Hf = tuple[int | None, ...]
@@ -144,6 +144,16 @@ def _draft_fits(cfg: DraftConfig, readings: dict[str, Hf], n_blocks: int) -> lis
     return [name for name, hf in readings.items() if want <= {k for k in hf if k is not None}]
 
 
+def _per_slot(hf: Sequence[int | None], infos: Sequence[SlotInfo]) -> Hf | None:
+    """HF indices named by a file, one per slot: a SpecForge file names the aux slots only, and
+    the post-norm final slot after them has none. None when they do not fit the slots."""
+    if len(hf) == len(infos):
+        return tuple(hf)
+    if len(hf) == len(infos) - 1 and infos[-1].post_norm:
+        return (*hf, None)
+    return None
+
+
 def decide(
     infos: Sequence[SlotInfo],
     cfg: DraftConfig,
@@ -166,11 +176,12 @@ def decide(
     elif reading is not None:
         source = f"data_config.json {reading.key} {list(reading.ids)}"
         # The doctor may know more than the sample reader did (the target's layer count).
-        claimed = tuple(reading.hf) if len(reading.hf) == len(infos) else assumed
+        claimed = _per_slot(reading.hf, infos) or assumed
         readings = {reading.convention: claimed}
         decided_by = reading.decided_by
-        if reading.other_hf is not None and len(reading.other_hf) == len(infos):
-            readings["hf" if reading.convention != "hf" else "layer_output"] = reading.other_hf
+        other = _per_slot(reading.other_hf, infos) if reading.other_hf is not None else None
+        if other is not None:  # only an undecided file has another reading: its ids as HF
+            readings[HF] = other
     else:
         source, claimed, readings, decided_by = None, assumed, {"": assumed}, None
     identity = SlotIdentity(
@@ -182,7 +193,7 @@ def decide(
         # Against the reading the target bears out best: an undecided file whose other reading
         # is exactly right has no mismatch, only its convention settled.
         names = sorted(readings, key=lambda r: len(_against(measured, infos, readings[r])))
-        best = readings[names[0]] if decided_by is None else claimed
+        best = readings[names[0]]  # a decided identity has one reading: the claimed one
         identity.mismatches = _against(measured, infos, best)
         identity.hf = _measured_hf(measured, best)
         if decided_by is None and reading is not None and not identity.mismatches:
@@ -193,7 +204,7 @@ def decide(
     return identity
 
 
-def identity_finding(identity: SlotIdentity, infos: Sequence[SlotInfo]) -> Finding | None:
+def identity_finding(identity: SlotIdentity) -> Finding | None:
     """error: a slot the target shows is not what the file says; warning: nothing decides the
     reading, or a note contradicts the file; info: the decided mapping. None: no ids to read."""
     if not identity.known and not identity.notes:
@@ -206,5 +217,5 @@ def identity_finding(identity: SlotIdentity, infos: Sequence[SlotInfo]) -> Findi
         severity = "warning"
     else:
         severity = "info"
-    text = wording.slot_identity(identity, infos)
+    text = wording.slot_identity(identity)
     return Finding("slot_identity", severity, text.summary, text.fix, identity)

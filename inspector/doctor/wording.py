@@ -496,7 +496,12 @@ def _mismatch(m, n_layers: int | None) -> Text:
     return Text(f"{stored} but equals {_state(m.actual)}", fix)
 
 
-def slot_identity(identity, infos) -> Text:
+def _names(hf) -> str:
+    """[1, 3, 5, post-norm]: a slot without an HF index is the post-norm final state."""
+    return "[" + ", ".join("post-norm" if k is None else str(k) for k in hf) + "]"
+
+
+def slot_identity(identity) -> Text:
     """The slots' identity: measured, decided by the files, or two readings and no decision."""
     from inspector.doctor.target_slots import describe
 
@@ -534,8 +539,13 @@ def slot_identity(identity, infos) -> Text:
         return Text(f"the slots are HF {hf}: {src}, decided by {how}{notes}{tail}")
     r = identity.file_reading
     assert r is not None
+    if len(identity.readings) == 1:  # the ids fit the slots in the reader's reading only
+        return Text(
+            f"the slots are HF {_names(identity.hf)} as the reader assumed: {src} read as "
+            f"{READING_NAMES[r.convention]}, the file states no convention{tail}"
+        )
     readings = "; ".join(
-        f"read as {READING_NAMES[conv]} the slots are HF {list(h)}"
+        f"read as {READING_NAMES[conv]} the slots are HF {_names(h)}"
         for conv, h in (
             (r.convention, identity.readings[0]),
             ("hf" if r.convention != "hf" else "layer_output", identity.readings[-1]),
