@@ -153,3 +153,83 @@ def test_the_sample_reader_uses_the_decided_reading(tmp_path):
     sub = tmp_path / "sub"
     sub.mkdir()
     assert read_data_config(sub / "data_0.pt")[1] == tmp_path / "data_config.json"
+
+
+# --- what the mutation run found untested --------------------------------------------------------
+def test_errors_name_the_file_and_the_field(tmp_path):
+    path = tmp_path / "data_config.json"
+    cases = [
+        ({"hidden_states": {"layer_ids": [0], "index_convention": "x"}}, "index_convention", "'x'"),
+        (
+            {"hidden_states": {"layer_ids": [0, True]}},
+            "hidden_states.layer_ids",
+            "list of integers",
+        ),
+        ({"layer_ids": "0,2"}, "layer_ids", "list of integers, got '0,2'"),
+        ({"layer_ids": [-2, 1]}, "layer_ids", "-2 is negative"),
+        ({"layer_ids": [0, 9], "num_hidden_layers": 6}, "layer_ids", "id 9 is above"),
+    ]
+    for cfg, field, text in cases:
+        with pytest.raises(InputError) as e:
+            read_layer_ids(cfg, path)
+        assert (e.value.path, e.value.field) == (str(path), field) and text in str(e.value), cfg
+
+
+def test_post_norm_only_in_hf_files(tmp_path):
+    path = tmp_path / "data_config.json"
+    r = read_layer_ids({"layer_ids": [0, 2, "post-norm"], "index_convention": "hf"}, path)
+    assert r.hf == [0, 2, None] and (r.path, r.key) == (path, "layer_ids")
+    for stated in ("speculators", None):
+        cfg = {"layer_ids": [0, "post-norm"]}
+        if stated:
+            cfg["index_convention"] = stated
+        with pytest.raises(InputError):
+            read_layer_ids(cfg, path)
+    with pytest.raises(InputError):
+        read_layer_ids({"layer_ids": [0, "other"], "index_convention": "hf"}, path)
+
+
+def test_the_layer_count_given_from_elsewhere(tmp_path):
+    path = tmp_path / "data_config.json"
+    r = read_layer_ids({"layer_ids": [0, 6]}, path, num_layers=6)
+    assert (r.decided_by, r.layers_from) == ("layer count", "the target's config.json")
+    r = read_layer_ids({"layer_ids": [0, 6]}, path, num_layers=6, layers_from="T config.json")
+    assert r.layers_from == "T config.json"
+    # The file's own count wins over the hint.
+    r = read_layer_ids({"layer_ids": [0, 6], "num_hidden_layers": 7}, path, num_layers=6)
+    assert (r.decided_by, r.num_layers, r.layers_from) == (
+        None,
+        7,
+        "data_config.json num_hidden_layers",
+    )
+    assert read_layer_ids({"layer_ids": [0, 6]}, path).num_layers is None
+    # No ids at all: nothing above any count.
+    r = read_layer_ids({"layer_ids": [], "num_hidden_layers": 6}, path)
+    assert r.hf == [] and r.decided_by is None
+    # A count of 0 layers is no count.
+    r = read_layer_ids({"layer_ids": [0], "num_hidden_layers": 0}, path)
+    assert r.num_layers is None and r.decided_by is None
+
+
+def test_target_folder_counts(tmp_path):
+    from inspector.formats.layer_convention import target_layer_count
+
+    cfg = tmp_path / "config.json"
+    for data, n in (
+        ({"num_hidden_layers": 1}, 1),
+        ({"num_hidden_layers": 0}, None),
+        ({"num_hidden_layers": "6"}, None),
+        ({"text_config": {"num_hidden_layers": 4}}, 4),
+        ({"text_config": 3}, None),
+        ([6], None),
+    ):
+        cfg.write_text(json.dumps(data))
+        assert target_layer_count(tmp_path) == n, data
+    path = tmp_path / "data_config.json"
+    assert read_layer_ids({"layer_ids": [0, 4], "target": ""}, path).num_layers is None
+    assert read_layer_ids({"layer_ids": [0, 4], "target": 5}, path).num_layers is None
+
+
+def test_the_writer_may_be_named_under_any_of_its_keys(tmp_path):
+    r = _read(tmp_path, {"layer_ids": [2, 16]}, generator="my tool 1.0", writer="speculators 0.4")
+    assert (r.convention, r.decided_by) == (LAYER_OUTPUT, "writer 'speculators 0.4'")

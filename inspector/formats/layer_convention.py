@@ -109,10 +109,12 @@ def _writer_convention(cfg: dict, hs: dict) -> tuple[str, str] | None:
 
 def _layer_count(cfg: dict, hs: dict, path: Path) -> tuple[int | None, str | None]:
     """The target's layer count from the file, or from the config.json of the target it names."""
-    for where, d in (("hidden_states", hs), ("", cfg), ("target", cfg.get("target"))):
-        if isinstance(d, dict) and type(d.get("num_hidden_layers")) is int:
+    places = (("hidden_states", hs), ("", cfg)) if hs is not cfg else (("", cfg),)
+    for where, d in (*places, ("target", cfg.get("target"))):
+        n = d.get("num_hidden_layers") if isinstance(d, dict) else None
+        if type(n) is int and n > 0:
             key = f"{where}.num_hidden_layers" if where else "num_hidden_layers"
-            return d["num_hidden_layers"], f"{path.name} {key}"
+            return n, f"{path.name} {key}"
     target = cfg.get("target")
     if isinstance(target, str) and target:
         folder = (path.parent / target).resolve()
