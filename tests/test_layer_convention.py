@@ -233,3 +233,32 @@ def test_target_folder_counts(tmp_path):
 def test_the_writer_may_be_named_under_any_of_its_keys(tmp_path):
     r = _read(tmp_path, {"layer_ids": [2, 16]}, generator="my tool 1.0", writer="speculators 0.4")
     assert (r.convention, r.decided_by) == (LAYER_OUTPUT, "writer 'speculators 0.4'")
+
+
+def test_the_remaining_survivors(tmp_path):
+    path = tmp_path / "data_config.json"
+    # A writer named without a version is passed over for one that has it.
+    r = _read(tmp_path, {"layer_ids": [2, 16]}, generator="speculators", writer="speculators 0.4")
+    assert r.decided_by == "writer 'speculators 0.4'"
+    # A one-layer target is a count; no ids name no layer, not even the last one.
+    assert read_layer_ids({"layer_ids": [0, 1], "num_hidden_layers": 1}, path).decided_by == (
+        "layer count"
+    )
+    assert read_layer_ids({"layer_ids": [], "num_hidden_layers": 1}, path).decided_by is None
+    # Every branch keeps the file, its key and the count with where it came from.
+    cfg = {
+        "hidden_states": {"layer_ids": [0, 2], "index_note": "HF indices"},
+        "num_hidden_layers": 8,
+    }
+    r = read_layer_ids(cfg, path)
+    assert (r.path, r.key, r.decided_by, r.num_layers, r.layers_from) == (
+        path,
+        "hidden_states.layer_ids",
+        "index_note",
+        8,
+        "data_config.json num_hidden_layers",
+    )
+    r = read_layer_ids({"hidden_states": {"layer_ids": [0, 8]}, "num_hidden_layers": 8}, path)
+    assert (r.path, r.key, r.decided_by) == (path, "hidden_states.layer_ids", "layer count")
+    r = read_layer_ids({"hidden_states": {"layer_ids": [0, 2]}}, path)
+    assert (r.path, r.key, r.decided_by) == (path, "hidden_states.layer_ids", None)
