@@ -63,7 +63,8 @@ def _add_model_args(p: argparse.ArgumentParser, *, samples_optional: bool = True
         "--target",
         metavar="DIR",
         help="target model folder: embedding if the draft lacks one, norm + lm_head for the "
-        "trainers' metrics; 'auto': the verifier the draft's config names, found on this machine "
+        "trainers' metrics, and for doctor the model it runs to tell which layer every slot is; "
+        "'auto': the verifier the draft's config names, found on this machine "
         "(a folder, or the local Hugging Face cache)",
     )
     p.add_argument(

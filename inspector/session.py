@@ -80,6 +80,7 @@ def load_evaluator(
     """
     from inspector.evaluate import Evaluator, resolve_device
     from inspector.formats import SampleSet, load_draft, read_target_head
+    from inspector.formats.layer_convention import target_layer_count
     from inspector.memory import resolve_budget
 
     dev = resolve_device(device)
@@ -93,8 +94,13 @@ def load_evaluator(
         strict=strict,
     )
     cfg = draft.config
+    # The target's layer count is evidence for what data_config.json's layer ids mean.
+    n_layers = target_layer_count(inputs.target) if inputs.target is not None else None
     samples = SampleSet(
-        inputs.samples, vocab_size=cfg.vocab_size, hidden_size=cfg.target_hidden_size
+        inputs.samples,
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.target_hidden_size,
+        num_layers=n_layers,
     )
     head = None
     if inputs.target is not None:

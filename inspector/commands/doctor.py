@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
@@ -16,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from inspector.commands.common import load_evaluator, resolve_inputs
+from inspector.commands.common import Inputs, load_evaluator, resolve_inputs
 from inspector.commands.output import safe, stdout_console, visible, write_json
 from inspector.errors import InputError
 
@@ -27,7 +29,9 @@ STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
 def run_doctor(args: argparse.Namespace) -> int:
-    from inspector.doctor import diagnose, write_fixed
+    from inspector.doctor import DoctorReport
+    from inspector.doctor.lm_head import head_finding, head_status, headless_report, with_finding
+    from inspector.doctor.norm_flags import missing_norm_findings
 
     inputs = resolve_inputs(args)
     n = getattr(args, "n_samples", 8)
@@ -38,6 +42,44 @@ def run_doctor(args: argparse.Namespace) -> int:
         from inspector.formats.writer import check_out
 
         check_out(args.write_fixed, inputs.paths(), "--write-fixed")
+    # A norm flag without its tensors stops the loader: those findings are the report.
+    missing = missing_norm_findings(inputs.checkpoint)
+    if missing:
+        report = DoctorReport(best_wiring=(), wirings=[], findings=missing, serving_config={})
+        report.checkpoint = str(inputs.checkpoint)
+        return _emit(args, report, err)
+    # A draft without lm_head: one finding without the target, else scored with its head.
+    head = head_status(inputs.checkpoint)
+    original = inputs.checkpoint
+    with tempfile.TemporaryDirectory(prefix="eagle-doctor-head-") as tmp:
+        if head is not None and not head.present:
+            if args.write_fixed is not None:
+                raise InputError(
+                    head.weight_file,
+                    "lm_head.weight",
+                    "absent: --write-fixed would have to invent a head; ship the draft's own",
+                )
+            if inputs.target is None:
+                return _emit(args, headless_report(head), err)
+            from inspector.doctor.lm_head import borrow_target_head
+
+            inputs.checkpoint = borrow_target_head(head, inputs.target, Path(tmp) / "draft")
+        report = _diagnose(
+            args, inputs, n, err, head_borrowed=head is not None and not head.present
+        )
+        inputs.checkpoint = original
+    if head is not None and not head.present:
+        report.checkpoint = str(original)
+        with_finding(report, head_finding(head, borrowed_from=str(inputs.target)))
+    return _emit(args, report, err)
+
+
+def _diagnose(
+    args: argparse.Namespace, inputs: Inputs, n: int, err: Console, *, head_borrowed: bool
+) -> DoctorReport:
+    """Load, diagnose and (with --write-fixed) write, with a progress bar on a terminal."""
+    from inspector.doctor import diagnose, write_fixed
+
     # Lenient: a faulty d2t or a missing head_dim become findings instead of load errors.
     ev = load_evaluator(
         inputs,
@@ -64,7 +106,15 @@ def run_doctor(args: argparse.Namespace) -> int:
             progress.update(task, description=stage, completed=done, total=total)
 
         # --slot-layers reaches the doctor through the evaluator (inputs.slot_layers).
-        report = diagnose(ev, n, target_config=inputs.target, progress=report_progress)
+        # With the target at hand, the doctor also runs it to tell what every slot is.
+        report = diagnose(
+            ev,
+            n,
+            target_config=inputs.target,
+            target=inputs.target,
+            head_borrowed=head_borrowed,
+            progress=report_progress,
+        )
         if args.write_fixed is not None:
             write_fixed(
                 ev,
@@ -75,6 +125,11 @@ def run_doctor(args: argparse.Namespace) -> int:
                 read=inputs.paths(),
                 progress=report_progress,
             )
+    return report
+
+
+def _emit(args: argparse.Namespace, report: DoctorReport, err: Console) -> int:
+    """Print the report (JSON or tables); the exit status."""
     # Named on stderr as eval does (and in the report's findings and JSON).
     for skipped in report.skipped:
         err.print(f"[yellow]skipped[/] {safe(skipped.line())}", highlight=False, soft_wrap=True)
@@ -99,10 +154,8 @@ def render(report: DoctorReport) -> list:
         + (f" (HF {s.hf_index})" if s.hf_index is not None and s.label != f"L{s.hf_index}" else "")
         for i, s in enumerate(infos)
     )
-    head = Text.assemble(
-        ("eagle-inspect doctor", "bold"),
-        visible(f"  {report.checkpoint}  on {len(report.sample_indices)} samples; slots {slots}"),
-    )
+    scope = f"  on {len(report.sample_indices)} samples; slots {slots}" if report.wirings else ""
+    head = Text.assemble(("eagle-inspect doctor", "bold"), visible(f"  {report.checkpoint}{scope}"))
     if report.pairing_shift:
         head.append(f"; pairing shifted by {report.pairing_shift:+d}", style="yellow")
     parts.append(head)
@@ -122,8 +175,9 @@ def render(report: DoctorReport) -> list:
                 expand=True,
             )
         )
-    parts.append(_wiring_table(report))
-    parts.append(_serving_panel(report))
+    if report.wirings:  # none when no check could score the draft (a draft without a head)
+        parts.append(_wiring_table(report))
+        parts.append(_serving_panel(report))
     if report.fixed is not None:
         parts.append(_fixed_panel(report.fixed))
     return parts

@@ -16,9 +16,14 @@ from inspector.doctor import wording
 from inspector.doctor.alignment import alignment_check
 from inspector.doctor.config_alternatives import ConfigCheckResult, config_checks
 from inspector.doctor.fingerprint import fc_fingerprint
+from inspector.doctor.lm_head import compare_heads
+from inspector.doctor.norm_flags import norm_flag_checks
 from inspector.doctor.report import DoctorReport, Finding, WiringResult, sort_findings
 from inspector.doctor.search import Progress, WiringSearch, search_wirings
 from inspector.doctor.serving import serving_config, serving_finding
+from inspector.doctor.slot_identity import SlotIdentity, decide, identity_finding, relabel
+from inspector.doctor.target_data import target_data_finding
+from inspector.doctor.target_slots import measure_slots
 from inspector.doctor.vocab import vocab_check
 from inspector.doctor.wiring_check import (
     NamedWirings,
@@ -30,6 +35,8 @@ from inspector.doctor.wiring_check import (
 from inspector.draft import Draft
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
+from inspector.formats.layer_convention import read_layer_ids, target_layer_count
+from inspector.formats.tensorfiles import read_json
 from inspector.sample import SlotInfo, with_layer_ids
 
 DEFAULT_SAMPLES = 8
@@ -100,6 +107,38 @@ def _infos(ev: Evaluator, slot_layers: Sequence[int] | None) -> list[SlotInfo]:
     return infos
 
 
+def _identity(
+    ev: Evaluator,
+    infos: list[SlotInfo],
+    samples: list[int],
+    slot_layers: Sequence[int] | None,
+    target: str | Path | None,
+    progress: Progress | None,
+) -> SlotIdentity:
+    """The slots' identity from the target (when given), --slot-layers, and data_config.json
+    read with the target's layer count when the file has none."""
+    override = slot_layers if slot_layers is not None else ev.slot_layers
+    measured = None
+    n_layers = None
+    if target is not None:
+        if progress is not None:
+            progress("slot identity", 0, 1)
+        measured = measure_slots(ev, target, samples)
+        n_layers = measured.num_layers or target_layer_count(target)
+        if progress is not None:
+            progress("slot identity", 1, 1)
+    reading = None
+    path = ev.samples.data_config
+    if override is None and path is not None:
+        path = Path(path)
+        reading = read_layer_ids(
+            read_json(path), path, num_layers=n_layers, layers_from=f"{target} config.json"
+        )
+    return decide(
+        infos, ev.draft.config, ev.n_blocks, override=override, reading=reading, measured=measured
+    )
+
+
 def _config_stage(
     run: _Searcher,
     ws: WiringSearch,
@@ -158,6 +197,8 @@ def diagnose(
     sample_indices: Sequence[int] | None = None,
     slot_layers: Sequence[int] | None = None,
     target_config: str | Path | None = None,
+    target: str | Path | None = None,
+    head_borrowed: bool = False,
     prune: bool = True,
     progress: Progress | None = None,
 ) -> DoctorReport:
@@ -169,6 +210,11 @@ def diagnose(
     slot_layers: HF index of every slot, overriding data_config.json (and `ev.slot_layers`).
     target_config: the target's config.json (or folder), for its rope settings; defaults to the
       evaluator's target head folder.
+    target: the target model's folder: when given, it runs over two samples and every slot is
+      matched to the hidden state it equals (`slot_identity`); needs transformers. With the
+      evaluator's target head too, the draft's own lm_head is scored against the target's.
+    head_borrowed: the draft's lm_head is the target's, borrowed for a draft that ships none
+      (the command's `lm_head` finding says so): no comparison of the two.
     prune: drop clearly worse wirings after the first samples (False: evaluate all on all).
     progress: called as progress(stage, done, total) per step of each stage; an exception raised
       there aborts the run.
@@ -178,8 +224,13 @@ def diagnose(
         sample_indices = range(min(max(1, n_samples), len(ev.samples)))
     samples = list(sample_indices)
     infos = _infos(ev, slot_layers)
-    names = named_wirings(ev, infos, override=slot_layers)
+    identity = _identity(ev, infos, samples, slot_layers, target, progress)
+    infos = relabel(infos, identity.hf)
+    names = named_wirings(ev, infos, override=slot_layers, identity=identity)
     findings = [vocab_check(ev, samples)]
+    for f in (identity_finding(identity), target_data_finding(identity.measured)):
+        if f is not None:
+            findings.append(f)
     run = _Searcher(ev, samples, infos, names, prune, progress)
     ws, results = run.search()
     run.lap("search")
@@ -210,7 +261,23 @@ def diagnose(
     run.lap("config")
 
     rec = recommend(ws, results, infos)
-    serving_cfg = serving_config(rec, infos, n_tokens=3)
+    findings.extend(norm_flag_checks(ev, run.samples, rec, shift=run.shift, draft=run.draft))
+    if target is not None and ev.target_head is not None and not head_borrowed:
+        # The draft's own head against the target's (with a head borrowed for a draft that
+        # ships none, the command adds the lm_head finding instead).
+        heads = compare_heads(
+            ev,
+            run.samples,
+            rec,
+            ev.target_head.lm_head,
+            str(target),
+            shift=run.shift,
+            draft=run.draft,
+        )
+        if heads is not None:
+            findings.append(heads)
+    readings = identity.readings if not identity.decided else None
+    serving_cfg = serving_config(rec, infos, n_tokens=3, readings=readings)
     findings.extend(_final_findings(run, ws, results, rec, serving_cfg))
     run.lap("fingerprint")
     run.seconds["total"] = round(time.perf_counter() - t0, 3)
@@ -221,6 +288,7 @@ def diagnose(
         findings=sort_findings(findings),
         serving_config=serving_cfg,
         slots=infos,
+        slot_identity=identity,
         sample_indices=run.samples,
         configured_wiring=names.configured,
         pairing_shift=run.shift,

@@ -66,6 +66,8 @@ def plan_fix(report: DoctorReport) -> FixPlan:
     hf = [report.slots[s].hf_index if s < len(report.slots) else None for s in best]
     order = ascending_order(best, hf)
     known = [h for h in hf if h is not None]
+    if report.serving_config.get("undecided"):
+        known = []  # the slots' HF indices are a guess: write no engine ids from them
     vocab = report.finding("vocab_map")
     repair = vocab.vocab_repair if vocab is not None and vocab.severity == "error" else None
     return FixPlan(

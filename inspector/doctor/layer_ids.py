@@ -9,15 +9,16 @@ Who writes which convention:
   an explicit id i captures HF index i + 1 (-1 = the embedding); since that PR the +1 applies
   only when the first id is 1, other lists are read as HF indices.
 - data_config.json `hidden_states.layer_ids`: speculators up to v0.4 wrote decoder-layer output
-  ids (HF index = id + 1), which the sample reader assumes unless the file states
-  `"index_convention": "hf"`; sets written with vLLM-convention ids (speculators >= v0.5
-  `--target-layer-ids`) hold HF indices without saying so.
+  ids (HF index = id + 1); sets written with vLLM-convention ids (speculators >= v0.5
+  `--target-layer-ids`, our capture) hold HF indices. Which one a file holds is decided from its
+  evidence (`formats.layer_convention`, `slot_identity`); the reader assumes the former only when
+  nothing decides.
 - SpecForge `aux_hidden_states_layers`: the output of layer i, HF index i + 1.
 
-So one list of ids can name two sets of layers. The doctor reads each source under its assumed
-convention and, where a source does not state its own, also under the other one: when the
-draft's ids match no captured slot as assumed, another reading may select exactly the wiring
-the draft fits best. `--slot-layers` (doctor, eval, open) sets the slots' HF indices outright.
+So one list of ids can name two sets of layers. The doctor reads each source under its decided
+(or assumed) convention and, where nothing decides it, also under the other one: when the
+draft's ids match no captured slot as read, another reading may select exactly the wiring the
+draft fits best. `--slot-layers` (doctor, eval, open) sets the slots' HF indices outright.
 """
 
 from __future__ import annotations
@@ -25,17 +26,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from inspector.doctor.serving import slots_for_hf
 from inspector.draft import DraftConfig
 from inspector.errors import InputError
+from inspector.formats.layer_convention import read_layer_ids
 from inspector.formats.tensorfiles import read_json
 from inspector.sample import SlotInfo
+
+if TYPE_CHECKING:
+    from inspector.doctor.slot_identity import SlotIdentity
 
 HF = "hf"  # id = HF index
 LAYER_OUTPUT = "layer_output"  # id = the decoder layer whose output is captured: HF index id + 1
 SGLANG = "sglang"  # SGLang eagle_config ids, before / since PR #25454
 OVERRIDE = "--slot-layers"
+TARGET = "the target"  # the slots were measured against the target model
 
 DRAFT_KEYS = {
     HF: "eagle_aux_hidden_state_layer_ids",
@@ -73,15 +80,19 @@ class IdSource:
     convention: str
     stated: bool
     hf: tuple[tuple[int, ...], ...]
+    decided_by: str | None = field(default=None, compare=False)  # what decided the reading
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "where": self.where,
             "ids": list(self.ids),
             "convention": self.convention,
             "stated": self.stated,
             "hf_indices": [list(h) for h in self.hf],
         }
+        if self.decided_by is not None:
+            out["decided_by"] = self.decided_by
+        return out
 
 
 @dataclass(frozen=True)
@@ -149,36 +160,53 @@ def draft_source(cfg: DraftConfig) -> IdSource | None:
     return IdSource(where, tuple(cfg.aux_layer_ids), conv, False, hf)
 
 
-def _data_config_ids(path: Path) -> tuple[list[int] | None, str | None]:
-    """The raw `hidden_states.layer_ids` of a data_config.json and the convention it states."""
-    try:
-        cfg = read_json(path)
-    except InputError:
-        return None, None
-    hs = cfg.get("hidden_states") if isinstance(cfg.get("hidden_states"), dict) else cfg
-    ids = hs.get("layer_ids")
-    if not isinstance(ids, list) or not all(type(i) is int for i in ids):
-        return None, None
-    stated = hs.get("index_convention", cfg.get("index_convention"))
-    return ids, stated if isinstance(stated, str) else None
+def _without_convention(cfg: dict) -> dict:
+    out = {k: v for k, v in cfg.items() if k != "index_convention"}
+    if isinstance(cfg.get("hidden_states"), dict):
+        hs = cfg["hidden_states"]
+        out["hidden_states"] = {k: v for k, v in hs.items() if k != "index_convention"}
+    return out
 
 
 def slots_source(
-    infos: Sequence[SlotInfo], override: Sequence[int] | None, data_config: Path | None
+    infos: Sequence[SlotInfo],
+    override: Sequence[int] | None,
+    data_config: Path | None,
+    identity: SlotIdentity | None = None,
 ) -> IdSource | None:
-    """Where the slots' HF indices come from: --slot-layers, data_config.json, or nowhere."""
+    """Where the slots' HF indices come from: the target, --slot-layers, data_config.json (read
+    as the file's evidence decides, see `formats.layer_convention`), or nowhere."""
+    if identity is not None and identity.decided_by == TARGET:
+        hf = tuple(k for k in identity.hf if k is not None)
+        return IdSource(TARGET, hf, HF, True, (hf,), TARGET)
     if override is not None:
         ids = tuple(int(k) for k in override)
-        return IdSource(OVERRIDE, ids, HF, True, (ids,))
+        return IdSource(OVERRIDE, ids, HF, True, (ids,), OVERRIDE)
     if data_config is None:
         return None
-    ids, stated = _data_config_ids(data_config)
-    if ids is None:
+    try:
+        cfg = read_json(data_config)
+    except InputError:
         return None
-    conv = HF if stated == HF else LAYER_OUTPUT
+    try:
+        reading = read_layer_ids(cfg, data_config)
+    except InputError:
+        # An unusable convention name states nothing: read the ids as if it were absent.
+        try:
+            reading = read_layer_ids(_without_convention(cfg), data_config)
+        except InputError:
+            return None
+    if reading is None or any(isinstance(i, str) for i in reading.ids):
+        return None
     hf = tuple(s.hf_index for s in infos if s.hf_index is not None)
+    ids = tuple(int(i) for i in reading.ids)
     return IdSource(
-        "data_config.json hidden_states.layer_ids", tuple(ids), conv, stated is not None, (hf,)
+        "data_config.json " + reading.key,
+        ids,
+        reading.convention,
+        reading.decided,
+        (hf,),
+        reading.decided_by,
     )
 
 
@@ -199,11 +227,12 @@ def layer_id_facts(
     *,
     override: Sequence[int] | None = None,
     data_config: Path | None = None,
+    identity: SlotIdentity | None = None,
 ) -> LayerIdFacts:
     """The sources' readings as assumed and the configured wiring they select (if any)."""
     facts = LayerIdFacts(
         draft_source(cfg),
-        slots_source(infos, override, data_config),
+        slots_source(infos, override, data_config, identity),
         tuple(s.hf_index for s in infos),
     )
     if facts.draft is None or len(facts.draft.ids) != n_blocks:

@@ -89,8 +89,8 @@ class WiringCase(Enum):
 class Finding:
     """One result of one check: what is wrong (or that it is fine), the figures, and the fix.
 
-    kind: "wiring", "fc_fingerprint", "norm_before_residual", "rope", "head_dim", "vocab_map",
-      "alignment", "serving_config" (plus "samples" for unreadable ones).
+    kind: "slot_identity", "wiring", "fc_fingerprint", "norm_before_residual", "rope",
+      "head_dim", "vocab_map", "alignment", "serving_config" (plus "samples" for unreadable ones).
     facts: the check's typed figures; `evidence` is their JSON form.
     wiring: the wiring the finding names (the app applies it).
     config_fix: config keys the fix sets (norm_before_residual, rope and head_dim findings).
@@ -266,6 +266,8 @@ class DoctorReport:
     # and not clearly better than it (no permuted checkpoint needed). The wiring finding names it.
     recommended_wiring: tuple[int, ...] | None = None
     slots: list[SlotInfo] = field(default_factory=list)
+    # What each slot is and what decided it (a `slot_identity.SlotIdentity`; its JSON form).
+    slot_identity: Evidence | None = None
     sample_indices: list[int] = field(default_factory=list)
     configured_wiring: tuple[int, ...] | None = None
     pairing_shift: int = 0
@@ -303,6 +305,7 @@ class DoctorReport:
             "pairing_shift": self.pairing_shift,
             "samples": list(self.sample_indices),
             "slots": [s.to_dict(i) for i, s in enumerate(self.slots)],
+            "slot_identity": self.slot_identity.to_dict() if self.slot_identity else None,
             "wirings": [w.to_dict() for w in self.wirings],
             "findings": [f.to_dict() for f in self.findings],
             "serving_config": self.serving_config,

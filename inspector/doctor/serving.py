@@ -156,6 +156,7 @@ def serving_config(
     *,
     slot_layers: Sequence[int] | None = None,
     n_tokens: int = 3,
+    readings: Sequence[Sequence[int | None]] | None = None,
 ) -> dict:
     """The serving settings for `wiring`, as the report's `serving_config`.
 
@@ -163,8 +164,26 @@ def serving_config(
     this wiring; None when HF indices are unknown), `problems`, and `sglang` / `vllm` with the
     config.json keys, launch lines and caveats. For a wiring that is not ascending, the configs
     are those of the checkpoint `--write-fixed` writes (same slots, fc blocks permuted).
+
+    readings: the slots' HF indices under each reading nothing decides between (see
+    `slot_identity`); with more than one, no engine ids are given, since every id would depend on
+    the guess: `undecided` lists the HF indices the wiring names in each reading instead.
     """
     hf = hf_indices(wiring, infos, slot_layers)
+    if readings is not None and len(readings) > 1:
+        return {
+            "wiring": list(wiring),
+            "hf_indices": [None] * len(hf),
+            "ascending": None,
+            "reproducible": None,
+            "undecided": [[r[s] for s in wiring] for r in readings],
+            "problems": [
+                "the slots' HF indices depend on the convention of data_config.json's layer ids, "
+                "which nothing decides: the wiring is HF "
+                + " or HF ".join(str([r[s] for s in wiring]) for r in readings)
+                + ", so any engine id would be a guess"
+            ],
+        }
     post = [s for s in wiring if s < len(infos) and infos[s].post_norm]
     last_layer = None
     for i, info in enumerate(infos):  # the verifier's last pre-norm state is HF index L
@@ -241,13 +260,15 @@ def serving_finding(
     caveats: list[str] = []
     wiring = None
     if ascending is None:
-        severity = "warning"
+        severity = "warning"  # unknown or undecided HF indices: no engine ids
     elif not ascending:
         severity = "error"
     else:
         caveats = [n for e in ("sglang", "vllm") for n in serving_cfg[e]["caveats"]]
         problems = serving_cfg.get("problems", [])
-        severity = "error" if problems else ("warning" if caveats else "info")
+        # Caveats are conditions on the engine's version (which the summary states), not faults
+        # of this draft or config: info, so a correctly configured draft gets no warning.
+        severity = "error" if problems else "info"
         wiring = best.wiring
     text = wording.serving(serving_cfg, best.label, caveats, slots_reread)
     return Finding("serving_config", severity, text.summary, text.fix, facts, wiring=wiring)

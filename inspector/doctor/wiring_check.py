@@ -13,19 +13,23 @@ Evidence: the recommended wiring and the next best with their all-tok counts; th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from inspector.doctor import serving, wording
+from inspector.doctor.engine_default import EngineFeed, engine_defaults
 from inspector.doctor.layer_ids import LayerIdFacts, layer_id_facts, other_readings
 from inspector.doctor.report import Finding, WiringCase, WiringResult
 from inspector.doctor.search import WiringSearch
+from inspector.doctor.slot_identity import SlotIdentity
 from inspector.doctor.stats import clearly_better, paired_hits_z
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.metrics import Counts
 from inspector.sample import SlotInfo
 from inspector.wiring import Wiring, serve_wiring, train_wiring
+
+ENGINE_DEFAULT = "engine default"  # the named wiring engines feed a config without ids
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,11 @@ class WiringFacts:
     searched: int
     dropped_early: int
     assumes_config_fixes: bool = False
+    # What engines feed when the config names no ids (see `engine_default`); num_layers: the
+    # target's layer count when known.
+    engine_defaults: list[EngineFeed] = field(default_factory=list)
+    num_layers: int | None = None
+    default_clearly_worse: bool = False  # the engine-default wiring scores clearly worse
 
     def to_dict(self) -> dict:
         out: dict = {
@@ -80,6 +89,9 @@ class WiringFacts:
                 out[key] = ref.to_dict()
         if self.assumes_config_fixes:
             out["assumes_config_fixes"] = True
+        if self.case == WiringCase.UNCONFIGURED:
+            out["engine_defaults"] = [f.to_dict() for f in self.engine_defaults]
+            out["num_layers"] = self.num_layers
         return out
 
 
@@ -89,6 +101,8 @@ class NamedWirings:
 
     named: dict[str, tuple[int, ...]]
     layer_ids: LayerIdFacts
+    engine_defaults: list[EngineFeed] = field(default_factory=list)
+    num_layers: int | None = None
 
     @property
     def configured(self) -> tuple[int, ...] | None:
@@ -100,9 +114,14 @@ class NamedWirings:
 
 
 def named_wirings(
-    ev: Evaluator, infos: Sequence[SlotInfo], *, override: Sequence[int] | None = None
+    ev: Evaluator,
+    infos: Sequence[SlotInfo],
+    *,
+    override: Sequence[int] | None = None,
+    identity: SlotIdentity | None = None,
 ) -> NamedWirings:
-    """configured (what the draft's aux ids select on an engine), train and serve."""
+    """configured (what the draft's aux ids select on an engine), train and serve; `infos` carry
+    the slots' identity as decided (`slot_identity`)."""
     data_config = ev.samples.data_config
     ids = layer_id_facts(
         ev.draft.config,
@@ -110,6 +129,7 @@ def named_wirings(
         ev.n_blocks,
         override=override if override is not None else ev.slot_layers,
         data_config=Path(data_config) if data_config is not None else None,
+        identity=identity,
     )
     named: dict[str, tuple[int, ...]] = {}
     if ids.configured is not None:
@@ -119,7 +139,12 @@ def named_wirings(
             named[name] = fn(infos, ev.n_blocks).slots
         except InputError:
             pass
-    return NamedWirings(named, ids)
+    n_layers = identity.num_layers if identity is not None else None
+    feeds = engine_defaults(infos, ev.n_blocks, n_layers)
+    for feed in feeds:  # scored beside the others whenever the samples hold its layers
+        if feed.wiring is not None:
+            named.setdefault(ENGINE_DEFAULT, feed.wiring)
+    return NamedWirings(named, ids, feeds, n_layers)
 
 
 def wiring_results(
@@ -191,8 +216,19 @@ def _severity(facts: WiringFacts) -> str:
     if case == WiringCase.CONFIG_UNMATCHED:
         return "warning"
     if case == WiringCase.UNCONFIGURED:
+        # Engines feed their default layers: an error when that wiring scores clearly worse,
+        # or when no engine can serve the draft without ids; info only when it is the best one.
+        default = facts.named.get(ENGINE_DEFAULT)
+        if default is not None:
+            if default.wiring == facts.best.wiring:
+                return "info"
+            return "error" if facts.default_clearly_worse else "warning"
+        if any(not f.serves for f in facts.engine_defaults):
+            return "error"
         serve = facts.named.get("serve")
-        return "info" if serve is None or serve.wiring == facts.best.wiring else "warning"
+        if not facts.engine_defaults and (serve is None or serve.wiring == facts.best.wiring):
+            return "info"
+        return "warning"
     return "info"
 
 
@@ -243,6 +279,10 @@ def wiring_finding(
         searched=len(results),
         dropped_early=sum(1 for r in results if not r.complete),
         assumes_config_fixes=assumes_config_fixes,
+        engine_defaults=names.engine_defaults,
+        num_layers=names.num_layers,
+        default_clearly_worse=ENGINE_DEFAULT in names.named
+        and bool(clearly_better(bh, ws.hits(names.named[ENGINE_DEFAULT]))),
     )
     text = wording.wiring(facts)
     return Finding("wiring", _severity(facts), text.summary, text.fix, facts, wiring=best.wiring)

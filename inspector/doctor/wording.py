@@ -231,7 +231,11 @@ def _slots_source(ids: LayerIdFacts) -> str:
         return "the slots' HF indices are unknown (no data_config.json beside the samples)"
     if s.where == "--slot-layers":
         return f"the slots are HF {list(ids.slot_hf)} (--slot-layers)"
-    how = "as the file states" if s.stated else "assumed, since the file states no convention"
+    if s.where == "the target":
+        return f"the slots are HF {list(ids.slot_hf)} (measured against the target)"
+    how = "assumed, since the file states no convention"
+    if s.stated:
+        how = f"decided by its {s.decided_by}" if s.decided_by else "as the file states"
     return (
         f"the slots are HF {list(ids.slot_hf)} ({s.where} {list(s.ids)} read as "
         f"{CONVENTIONS.get(s.convention, s.convention)}, {how})"
@@ -279,6 +283,49 @@ def _reread_fix(ids: LayerIdFacts) -> str:
     )
 
 
+CAPTURE_ENGINE = "eagle-inspect capture TARGET PROMPTS --out DIR --draft CKPT --engine {}"
+
+
+def _engine_defaults(facts: WiringFacts) -> str:
+    """Which HF indices vLLM and SGLang feed a config without ids, and what that wiring scores
+    (or why it cannot be scored here)."""
+    L = facts.num_layers
+    if not facts.engine_defaults:
+        return (
+            ": vLLM and SGLang (before and since #25454) feed HF [2, L//2, L-3] of an L-layer "
+            "target, and the layer count is unknown here (pass --target, or state "
+            "num_hidden_layers in data_config.json)"
+        )
+    parts = []
+    default = facts.named.get("engine default")
+    for feed in facts.engine_defaults:
+        text = f"{feed.names} feed HF {list(feed.hf)} ([2, L//2, L-3] with L = {L}"
+        if len(feed.hf) < 3:  # two of the three coincide on a small target
+            text += f" is {[2, L // 2, L - 3]}; a layer listed twice is captured once"
+        text += ")"
+        if not feed.serves:
+            text += (
+                f": {len(feed.hf)} states for an fc of {len(facts.best.wiring)} blocks, so they "
+                "cannot serve this draft at all"
+            )
+        elif feed.wiring is not None and default is not None and default.wiring == feed.wiring:
+            if feed.wiring == facts.best.wiring:
+                text += f": {default.label}, the best wiring"
+            else:
+                text += (
+                    f": {default.label}, which scores {default.all_tok.fmt()} "
+                    f"({-100 * (default.margin or 0.0):+.1f} points)"
+                )
+        elif feed.missing:
+            engine = feed.engine_keys[0]
+            text += (
+                f"; the samples lack HF {list(feed.missing)}, which "
+                f"`{CAPTURE_ENGINE.format(engine)}` captures"
+            )
+        parts.append(text)
+    return ": " + "; ".join(parts)
+
+
 def _wiring_fix(facts: WiringFacts, cfg_line: str) -> str:
     case, lab = facts.case, facts.best.label
     if case == WiringCase.NOT_ASCENDING:
@@ -292,6 +339,8 @@ def _wiring_fix(facts: WiringFacts, cfg_line: str) -> str:
         return reread + ("; otherwise " + set_line if set_line else "")
     if case == WiringCase.CONFIG_WRONG:
         return set_line or "configure the engines to feed " + lab
+    if case == WiringCase.UNCONFIGURED and cfg_line:
+        return f"pin the trained wiring: set {cfg_line} in the draft's config.json"
     if case in (WiringCase.UNCONFIGURED, WiringCase.CONFIG_UNMATCHED):
         return set_line or "pass --slot-layers to get the engine ids for " + lab
     if case == WiringCase.CONFIGURED:
@@ -311,7 +360,13 @@ def wiring(facts: WiringFacts) -> Text:
     serve = facts.named.get("serve")
     asc = facts.best_ascending
     serve_txt = ""
-    if serve is not None and serve.wiring != best.wiring:
+    default = facts.named.get("engine default")
+    shown = default is not None and case == WiringCase.UNCONFIGURED
+    if (
+        serve is not None
+        and serve.wiring != best.wiring
+        and not (shown and serve.wiring == default.wiring)
+    ):
         if not (
             case == WiringCase.NOT_ASCENDING and asc is not None and serve.wiring == asc.wiring
         ):
@@ -344,7 +399,7 @@ def wiring(facts: WiringFacts) -> Text:
     elif case == WiringCase.UNCONFIGURED:
         summary = (
             f"the draft fits {lab} best ({bfmt}{margin}); its config names no aux layer ids, so "
-            "engines feed their default layers"
+            "engines feed their default layers" + _engine_defaults(facts)
         )
     else:
         summary = f"the draft fits its configured wiring {lab} best ({bfmt}{margin})"
@@ -357,6 +412,12 @@ def wiring(facts: WiringFacts) -> Text:
 # --- serving config ------------------------------------------------------------------------------
 def serving(cfg: dict, best_label: str, caveats: Sequence[str], slots_reread: bool) -> Text:
     problems = cfg.get("problems", [])
+    if cfg.get("undecided"):
+        return Text(
+            "serving config: no engine ids: " + "; ".join(problems),
+            "decide the slots' identity first (see the slot_identity finding): pass --target DIR, "
+            "state the convention in data_config.json, or pass --slot-layers",
+        )
     if cfg.get("ascending") is None:
         return Text("serving config: " + "; ".join(problems), "pass --slot-layers HF,IDS,...")
     vllm = cfg["vllm"]["config"]["eagle_aux_hidden_state_layer_ids"]
@@ -400,3 +461,241 @@ def samples_skipped(skipped: dict[int, str], searched: int) -> Text:
         f"{len(skipped)} of {searched} samples could not be scored: " + "; ".join(shown) + more,
         "fix or remove those sample files",
     )
+
+
+# --- slot identity -------------------------------------------------------------------------------
+READING_NAMES = {
+    "hf": "HF indices",
+    "layer_output": "decoder-layer output ids (the speculators v1 default, HF index = id + 1)",
+}
+
+
+def _state(k: int | str | None) -> str:
+    if k is None:
+        return "no state of this target"
+    return "the post-norm final state" if k == "post-norm" else f"HF {k}"
+
+
+def _mismatch(m, n_layers: int | None) -> Text:
+    stored = f"slot {m.slot} is stored as {_state(m.claimed)}"
+    if m.verifier:
+        stored += " (the verifier's last state, the teacher's source)"
+    if m.actual is None:
+        return Text(
+            f"{stored} but equals {_state(None)}: captured from another layer convention, another "
+            "model revision, or a quantized or rotated target",
+            "capture the samples from the deployed target (eagle-inspect capture), or pass the "
+            "target the samples were captured from",
+        )
+    fix = f"recapture slot {m.slot} from {_state(m.claimed)}"
+    if m.verifier and n_layers is not None and m.claimed == n_layers:
+        fix += (
+            f" (the last layer's output before the final norm: vLLM id {n_layers}, not "
+            f"{n_layers - 1}; the off-by-one of TorchSpec#87)"
+        )
+    return Text(f"{stored} but equals {_state(m.actual)}", fix)
+
+
+def _names(hf) -> str:
+    """[1, 3, 5, post-norm]: a slot without an HF index is the post-norm final state."""
+    return "[" + ", ".join("post-norm" if k is None else str(k) for k in hf) + "]"
+
+
+def slot_identity(identity) -> Text:
+    """The slots' identity: measured, decided by the files, or two readings and no decision."""
+    from inspector.doctor.target_slots import describe
+
+    measured = identity.measured
+    src = identity.source or "the samples"
+    if identity.mismatches:
+        parts = [_mismatch(m, identity.num_layers) for m in identity.mismatches]
+        summary = (
+            f"the target contradicts {src}: "
+            + "; ".join(p.summary for p in parts)
+            + ". Every score on this slot is of another state than the file names"
+        )
+        return Text(summary, "; ".join(dict.fromkeys(p.fix for p in parts)))
+    hf = [("post-norm" if k is None else k) for k in identity.hf]
+    if identity.decided_by == "the target":
+        matches = ", ".join(describe(m) for m in measured.matches)
+        agrees = f"{src} as read agrees"
+        if identity.settled is not None:
+            agrees = f"so {src} holds {READING_NAMES[identity.settled].split(' (')[0]}"
+        return Text(
+            f"slots measured against the target ({identity.num_layers} layers, samples "
+            f"{list(measured.samples)}): {matches}; {agrees}"
+        )
+    tail = ""
+    if measured is not None and measured.skipped:
+        tail = f"; the target was not run ({measured.skipped})"
+    notes = "".join("; " + n for n in identity.notes)
+    if identity.decided:
+        r = identity.file_reading
+        how = identity.decided_by
+        if r is not None and how == "layer count":
+            how = f"the layer count ({r.num_layers} layers, {r.layers_from})"
+        elif how not in ("--slot-layers",):
+            how = f"its {how}"
+        return Text(f"the slots are HF {hf}: {src}, decided by {how}{notes}{tail}")
+    r = identity.file_reading
+    assert r is not None
+    if len(identity.readings) == 1:  # the ids fit the slots in the reader's reading only
+        return Text(
+            f"the slots are HF {_names(identity.hf)} as the reader assumed: {src} read as "
+            f"{READING_NAMES[r.convention]}, the file states no convention{tail}"
+        )
+    readings = "; ".join(
+        f"read as {READING_NAMES[conv]} the slots are HF {_names(h)}"
+        for conv, h in (
+            (r.convention, identity.readings[0]),
+            ("hf" if r.convention != "hf" else "layer_output", identity.readings[-1]),
+        )
+    )
+    fits = ""
+    if identity.draft_fits:
+        names = " or ".join(READING_NAMES[f].split(" (")[0] for f in identity.draft_fits)
+        fits = (
+            f"; the draft's configured ids name captured slots when they are read as {names} "
+            "(not decisive: those ids are what the doctor checks)"
+        )
+    return Text(
+        f"{src} states no convention and nothing decides it: {readings}{fits}{tail}. The "
+        "serving config gives no ids until it is decided",
+        "pass --target DIR (the doctor then matches every slot to the state it equals), or state "
+        'it: "index_convention": "hf" (or "speculators") in data_config.json\'s hidden_states, '
+        "the target's num_hidden_layers there, or --slot-layers",
+    )
+
+
+# --- lm_head -------------------------------------------------------------------------------------
+def lm_head(status, borrowed_from: str | None) -> Text:
+    """A draft that ships no lm_head: what its config states, what each engine loads."""
+    dvs = status.draft_vocab_size
+    keys = [
+        f"draft_vocab_size {dvs}" if dvs is not None else "no draft_vocab_size",
+        f"tie_word_embeddings {str(status.tied).lower()}",
+    ]
+    if status.reuse_target:
+        keys.append("reuse_target_lm_head true")
+    if status.tied:
+        sglang = "SGLang and vLLM tie it to the embedding"
+    elif dvs is not None:
+        sglang = (
+            "SGLang keeps a randomly initialised head (its loader never reports a missing "
+            "weight; sglang#27908: accept length 1.00)"
+        )
+    else:
+        sglang = "SGLang loads the target's lm_head (no draft_vocab_size)"
+    vllm = (
+        "vLLM shares the target's lm_head with a draft that ships none (before vllm#28549 it "
+        "replaced every draft's head with the target's)"
+    )
+    summary = f"the draft ships no lm_head.weight ({', '.join(keys)}): {sglang}; {vllm}"
+    if borrowed_from is not None:
+        rows = "its embedding" if status.tied else "the target's lm_head rows for the draft vocab"
+        summary += f". Every other finding scores the draft with {rows} ({borrowed_from})"
+        fix = (
+            "if the draft was trained with its own head, ship lm_head.weight; if it borrows the "
+            "target's, serve it with vLLM"
+            + (
+                "; SGLang serves it as shipped with a random head"
+                + (
+                    " (removing draft_vocab_size, which equals vocab_size, makes it load the "
+                    "target's)"
+                    if dvs == status.vocab_size
+                    else ""
+                )
+                if status.sglang_random
+                else ""
+            )
+        )
+    else:
+        summary += ". The other checks need a head to score the draft: none ran"
+        fix = (
+            "pass --target DIR (the doctor then scores the draft with the target's head), or "
+            "ship the draft's own lm_head.weight [draft_vocab_size, hidden_size]"
+        )
+    return Text(summary, fix)
+
+
+# --- norm flags ----------------------------------------------------------------------------------
+NORM_ENGINES = {
+    "norm_before_fc": "vLLM applies it (it copies the key from speculators configs); SGLang "
+    "ignored the key and input_norm.weight until sglang#32334",
+    "fc_norm": "engines with EAGLE 3.1 support apply it (vLLM #42764, speculators #670); others "
+    "ignore fc_norm.{i}.weight",
+}
+
+
+def norm_flag(facts) -> Text:
+    """A norm flag against its tensors, and (when both settings run) which one fits."""
+    flag, on = facts.flag, facts.configured
+    val, other = str(on).lower(), str(not on).lower()
+    engines = NORM_ENGINES[facts.flag]
+    if facts.missing:
+        return Text(
+            f"{flag} is true but {', '.join(facts.missing)} is not stored: the loader refuses "
+            f"the draft, and an engine that applies {flag} has no weights for it; {engines}",
+            f'ship {", ".join(facts.missing)}, or set "{flag}": false if the draft was trained '
+            "without it",
+        )
+    scores = f"{facts.as_configured.fmt()} as configured, {facts.flipped.fmt()} with {flag}={other}"
+    if facts.flipped_better:
+        return Text(
+            f"{flag}: the draft fits {flag}={other} ({scores}); it was trained with {other}"
+            + (f", so {', '.join(facts.stored)} is stored but unused" if not on else ""),
+            f'set "{flag}": {other} in config.json; {engines}',
+        )
+    if not on:
+        return Text(
+            f"{', '.join(facts.stored)} is stored but {flag} is false, so no engine reads it "
+            f"({scores})",
+            f'drop the tensor, or set "{flag}": true if the draft was trained with it',
+        )
+    return Text(f"{flag}={val} with its weights fits ({scores}); {engines}")
+
+
+def norm_output() -> Text:
+    return Text(
+        "norm_output is true: speculators and vLLM feed the post-norm output to the next "
+        "drafting step (steps >= 1 only; the doctor scores step 0); SpecForge reads a key of "
+        "that name with another meaning, whether compute_logits applies the norm (SpecForge#879)"
+    )
+
+
+# --- target data ---------------------------------------------------------------------------------
+def target_data(facts, low: bool) -> Text:
+    share = f"{facts.agree.fmt()} of the loss-masked tokens in samples {list(facts.samples)}"
+    if not low:
+        return Text(
+            f"{share} are the target's own greedy choice (all of them for greedy regeneration, "
+            "fewer when sampled)"
+        )
+    return Text(
+        f"only {share} are the target's own greedy choice: the responses look written by "
+        "another model or by people, not regenerated by this target, so the draft learns a "
+        "distribution it will not serve",
+        "regenerate the responses with the target (eagle-inspect capture --generate N, or the "
+        "trainer's regeneration step) and retrain",
+    )
+
+
+def head_comparison(facts) -> Text:
+    """The draft's own head against the target's rows for the draft vocab."""
+    scores = (
+        f"the draft's own lm_head scores {facts.own.fmt()}, the target's rows for the draft vocab "
+        f"{facts.target.fmt()}"
+    )
+    if facts.target_clearly_better:
+        return Text(
+            f"{scores}: the draft was trained with the target's head, not the one it ships",
+            "ship the target's rows as lm_head.weight (arange(D) + d2t of the target's lm_head), "
+            "or serve with vLLM, which shares the target's head only with a draft that ships none",
+        )
+    tail = ""
+    if facts.own_clearly_better:
+        tail = (
+            "; an engine that replaces a draft's head with the target's (vLLM before "
+            "vllm#28549, vllm#27732) serves the lower figure"
+        )
+    return Text(f"{scores}{tail}")

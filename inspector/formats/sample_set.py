@@ -88,13 +88,18 @@ class SampleSet:
         *,
         vocab_size: int | None = None,
         hidden_size: int | None = None,
+        num_layers: int | None = None,
     ) -> None:
         self.files = discover(spec)
         self.vocab_size = vocab_size
         # The draft's target_hidden_size, when known: every slot must have it (otherwise the
         # first usable sample's width is the reference).
         self.hidden_size = hidden_size
-        self.layer_ids, self.data_config = read_data_config(self.files[0])
+        # num_layers: the target's layer count (from --target), which can decide the convention
+        # of data_config.json's layer ids when the file does not.
+        self.layer_ids, self.data_config = read_data_config(
+            self.files[0], num_layers=num_layers, layers_from="the target's config.json"
+        )
         self._v2_rows = None
         if self.files[0].suffix == ".safetensors":
             self._v2_rows = read_v2_rows(self.files[0].parent)

@@ -26,6 +26,7 @@ import torch
 
 from inspector.errors import InputError
 from inspector.formats.files import check_regular, file_kind
+from inspector.formats.layer_convention import read_layer_ids
 from inspector.formats.tensorfiles import load_torch_file, read_json, read_safetensors
 from inspector.sample import Sample, SlotInfo
 
@@ -74,9 +75,6 @@ def discover(spec: str | Path | Sequence[str | Path]) -> list[Path]:
     return files
 
 
-POST_NORM = "post-norm"  # a layer_ids entry for the target's final norm output
-
-
 def _labels_from_layer_ids(ids: list[int | None]) -> list[SlotInfo]:
     return [
         SlotInfo("final(post-norm)", post_norm=True)
@@ -86,42 +84,32 @@ def _labels_from_layer_ids(ids: list[int | None]) -> list[SlotInfo]:
     ]
 
 
-def read_data_config(sample_file: Path) -> tuple[list[int | None] | None, Path | None]:
+def read_data_config(
+    sample_file: Path, *, num_layers: int | None = None, layers_from: str | None = None
+) -> tuple[list[int | None] | None, Path | None]:
     """HF indices of the slots, from a data_config.json beside the samples (or one folder up).
 
-    speculators v1 writes `hidden_states.layer_ids` as decoder-layer output ids (HF index = id + 1);
-    a file stating `"index_convention": "hf"` holds HF indices already, and may name the target's
-    final norm output as `"post-norm"` (returned as None).
+    Which convention the file's `hidden_states.layer_ids` use is decided from the file
+    (`layer_convention.read_layer_ids`: its layer count, its `index_convention`, a prose field,
+    its writer); a file that says nothing is read as speculators v1 wrote it (decoder-layer output
+    ids, HF index = id + 1). An HF file may name the target's final norm output as `"post-norm"`
+    (returned as None). num_layers: the target's layer count when known from elsewhere (--target),
+    evidence for a file that gives none.
     """
+    path = data_config_path(sample_file)
+    if path is None:
+        return None, None
+    reading = read_layer_ids(read_json(path), path, num_layers=num_layers, layers_from=layers_from)
+    return (reading.hf if reading is not None else None), path
+
+
+def data_config_path(sample_file: Path) -> Path | None:
+    """The data_config.json beside the samples or one folder up, if any."""
     for folder in (sample_file.parent, sample_file.parent.parent):
         path = folder / "data_config.json"
-        if not path.exists():
-            continue
-        cfg = read_json(path)
-        nested = isinstance(cfg.get("hidden_states"), dict)
-        hs = cfg["hidden_states"] if nested else cfg
-        key = "hidden_states.layer_ids" if nested else "layer_ids"
-        ids = hs.get("layer_ids")
-        if ids is None:
-            return None, path
-        convention = hs.get("index_convention", cfg.get("index_convention", "speculators"))
-        if convention not in ("hf", "speculators"):
-            raise InputError(
-                path, "index_convention", f"{convention!r}: expected 'hf' or 'speculators'"
-            )
-        if not isinstance(ids, list) or not all(
-            (isinstance(i, int) and not isinstance(i, bool))
-            or (convention == "hf" and i == POST_NORM)
-            for i in ids
-        ):
-            raise InputError(path, key, f"expected a list of integers, got {ids!r}")
-        numbers = [i for i in ids if i != POST_NORM]
-        if any(i < 0 for i in numbers):
-            raise InputError(path, key, f"{min(numbers)} is negative: layer ids count from 0")
-        if convention == "hf":
-            return [None if i == POST_NORM else i for i in ids], path
-        return [i + 1 for i in ids], path
-    return None, None
+        if path.exists():
+            return path
+    return None
 
 
 SLOT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)

@@ -82,7 +82,10 @@ def doctor_job(
             post(DoctorFinished(DoctorOutcome(error=f"not available in this build ({e})")))
             return
         try:
-            report = diagnose(ev, n_samples=n_samples, progress=progress)
+            # With a target folder the doctor also runs it to tell what each slot is.
+            head = getattr(ev, "target_head", None)
+            target = head.path if head is not None else None
+            report = diagnose(ev, n_samples=n_samples, target=target, progress=progress)
         except DoctorCancelled:
             post(DoctorFinished(DoctorOutcome(cancelled=True)))
             return

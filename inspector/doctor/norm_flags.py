@@ -1,0 +1,175 @@
+"""Check: the optional norms' config flags against the tensors the checkpoint stores, one finding
+kind per concern.
+
+- `norm_before_fc` with `input_norm.weight` [N*Ht]: an RMSNorm over the concatenated slots before
+  fc (speculators; gpt-oss drafts). vLLM applies it (the key is copied from speculators configs);
+  SGLang ignored both the key and the tensor until sglang#32334.
+- `fc_norm` with `fc_norm.{i}.weight` [Ht] per slot (EAGLE 3.1; speculators #670, vLLM #42764):
+  an engine without EAGLE 3.1 support ignores them.
+- `norm_output` has no tensor: it feeds the post-norm output to the next TTT step (speculators,
+  vLLM); SpecForge reads a key of that name with another meaning, whether compute_logits applies
+  the norm (SpecForge#879). It does not change step 0, which is what the doctor scores.
+
+A flag without its tensors stops the loader, so the command checks for it first
+(`missing_norm_findings`) and reports it alone. A stored tensor without its flag is ignored by
+every engine: the check reruns the recommended wiring with the flag flipped (and a set flag with
+its tensors off), so the finding says which setting the draft was trained with.
+
+Evidence: the flag, the tensors, the counts as configured and flipped. Fix: the flag's value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from inspector.doctor import wording
+from inspector.doctor.report import Finding
+from inspector.doctor.search import Scorer
+from inspector.doctor.stats import clearly_better, counts_of, severity_for_gain
+from inspector.errors import InputError
+from inspector.evaluate import Evaluator
+from inspector.formats.checkpoint import canonical_name
+from inspector.formats.tensorfiles import find_weight_file, read_json, tensor_names
+from inspector.metrics import Counts
+
+FLAGS = ("norm_before_fc", "fc_norm")
+
+
+def tensors_of(flag: str, n_blocks: int) -> list[str]:
+    """The tensors a norm flag needs."""
+    if flag == "norm_before_fc":
+        return ["input_norm.weight"]
+    return [f"fc_norm.{i}.weight" for i in range(n_blocks)]
+
+
+@dataclass(frozen=True)
+class NormFacts:
+    """One concern: the flag as configured, which of its tensors are stored, and the scores of
+    the recommended wiring as configured and with the flag flipped (None: not run)."""
+
+    flag: str
+    configured: bool
+    tensors: tuple[str, ...]
+    stored: tuple[str, ...]
+    as_configured: Counts | None = None
+    flipped: Counts | None = None
+    flipped_better: bool = False
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        return tuple(t for t in self.tensors if t not in self.stored)
+
+    def to_dict(self) -> dict:
+        out: dict = {
+            "flag": self.flag,
+            "configured": self.configured,
+            "tensors": list(self.tensors),
+            "stored": list(self.stored),
+        }
+        if self.as_configured is not None:
+            out["as_configured"] = self.as_configured.to_dict()
+        if self.flipped is not None:
+            out["flipped"] = self.flipped.to_dict()
+            out["flipped_clearly_better"] = self.flipped_better
+        return out
+
+
+def _config_flag(cfg: dict, key: str) -> bool:
+    layer = cfg.get("transformer_layer_config")
+    return cfg.get(key) is True or (isinstance(layer, dict) and layer.get(key) is True)
+
+
+def missing_norm_findings(checkpoint: str | Path, n_blocks: int = 3) -> list[Finding]:
+    """Flags set without their tensors (the loader refuses such a draft): an error each, read
+    from config.json and the tensor names only. [] when the folder cannot be read."""
+    folder = Path(checkpoint)
+    folder = folder.parent if folder.is_file() else folder
+    try:
+        cfg = read_json(folder / "config.json")
+        names = {canonical_name(n) for n in tensor_names(find_weight_file(folder))}
+    except InputError:
+        return []
+    out = []
+    for flag in FLAGS:
+        if not _config_flag(cfg, flag):
+            continue
+        if flag == "fc_norm":
+            n = sum(1 for k in names if k.startswith("fc_norm.") and k.endswith(".weight"))
+            n_blocks = max(n_blocks, n)
+        tensors = tensors_of(flag, n_blocks)
+        facts = NormFacts(flag, True, tuple(tensors), tuple(t for t in tensors if t in names))
+        if facts.missing:
+            text = wording.norm_flag(facts)
+            out.append(Finding(flag, "error", text.summary, text.fix, facts))
+    return out
+
+
+def draft_hits(ev: Evaluator, samples: Sequence[int], draft, wiring: tuple[int, ...], shift: int):
+    """Per-position hits of `wiring` under `draft`, through its own evaluator: the fc
+    projections an evaluator caches depend on the draft's norm flags (and its weights)."""
+    own = Evaluator(draft, ev.samples, budget=ev.budget, slot_layers=ev.slot_layers)
+    scorer = Scorer(own, shift=shift)
+    parts = []
+    for i in samples:
+        try:
+            (r,) = scorer.score(i, [wiring])
+        except InputError:
+            continue
+        parts.append(r.hit)
+    return np.concatenate(parts) if parts else np.zeros(0, bool)
+
+
+def _stated_flags(draft) -> dict[str, bool] | None:
+    """The flags as config.json states them (the loader turns a flag on when its tensors are
+    stored, engines do not); None when the draft was not loaded from a folder."""
+    folder = Path(draft.path) if draft.path else None
+    if folder is None or not (folder / "config.json").is_file():
+        return None
+    try:
+        cfg = read_json(folder / "config.json")
+    except InputError:
+        return None
+    return {flag: _config_flag(cfg, flag) for flag in FLAGS}
+
+
+def norm_flag_checks(
+    ev: Evaluator, samples: Sequence[int], wiring: tuple[int, ...], *, shift: int = 0, draft=None
+) -> list[Finding]:
+    """One finding per flag that config.json sets or whose tensors are stored (none for a draft
+    with neither), plus norm_output when set. Both settings are scored on `wiring` when the
+    tensors allow: engines follow config.json, so "as configured" is the stated flag."""
+    draft = draft if draft is not None else ev.draft
+    cfg = draft.config
+    stated = _stated_flags(draft) or {flag: bool(getattr(cfg, flag)) for flag in FLAGS}
+    out: list[Finding] = []
+    for flag in FLAGS:
+        on = stated[flag]
+        tensors = tensors_of(flag, cfg.num_fc_blocks)
+        stored = tuple(t for t in tensors if t in draft.weights)
+        if not on and not stored:
+            continue
+        facts = NormFacts(flag, on, tuple(tensors), stored)
+        if facts.missing:
+            severity = "error"
+        else:  # both settings run: which one was the draft trained with?
+            configured = replace(draft, config=replace(cfg, **{flag: on}))
+            flipped = replace(draft, config=replace(cfg, **{flag: not on}))
+            base = draft_hits(ev, samples, configured, wiring, shift)
+            alt = draft_hits(ev, samples, flipped, wiring, shift)
+            better = bool(clearly_better(alt, base))
+            facts = replace(
+                facts, as_configured=counts_of(base), flipped=counts_of(alt), flipped_better=better
+            )
+            severity = severity_for_gain(float(alt.mean() - base.mean())) if better else "info"
+            if not on and not better:
+                severity = "warning"  # a stored tensor no engine reads
+        text = wording.norm_flag(facts)
+        out.append(Finding(flag, severity, text.summary, text.fix, facts))
+    if cfg.norm_output:
+        text = wording.norm_output()
+        out.append(Finding("norm_output", "info", text.summary, text.fix, None))
+    return out
