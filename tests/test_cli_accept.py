@@ -132,3 +132,22 @@ def test_accept_live_needs_a_target_and_prompts(tiny_synthetic, capsys):
     assert rc == 2 and "--target" in err
     rc, _, err = _run(capsys, [draft, samples, "--live", "--target", "t"])
     assert rc == 2 and "SAMPLES" in err and "--prompts" in err
+
+
+@needs_demo
+def test_doctor_quotes_the_accept_length_accept_replays(capsys):
+    """The wiring finding: what an engine logs with the trained and with the served wiring, the
+    very numbers `accept` gives over the doctor's samples (a chain of 3 steps)."""
+    assert main(["doctor", "--json", "--device", "cpu"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    finding = next(f for f in doc["findings"] if f["kind"] == "wiring")
+    best, serve = finding["evidence"]["best"], finding["evidence"]["named"]["serve"]
+    rc, out, _ = _run(capsys, ["--json", "--limit", str(len(doc["samples"]))])
+    train, served = json.loads(out)["wirings"]
+    assert best["wiring"] == train["wiring"] and serve["wiring"] == served["wiring"]
+    assert best["accept_length"] == pytest.approx(train["accept_length"], abs=1e-4)
+    assert serve["accept_length"] == pytest.approx(served["accept_length"], abs=1e-4)
+    assert (
+        f"logs accept len {serve['accept_length']:.2f} instead of "
+        f"{best['accept_length']:.2f} at 3 steps"
+    ) in finding["summary"]

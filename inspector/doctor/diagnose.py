@@ -18,7 +18,13 @@ from inspector.doctor.config_alternatives import ConfigCheckResult, config_check
 from inspector.doctor.fingerprint import fc_fingerprint
 from inspector.doctor.lm_head import compare_heads
 from inspector.doctor.norm_flags import norm_flag_checks
-from inspector.doctor.report import DoctorReport, Finding, WiringResult, sort_findings
+from inspector.doctor.report import (
+    ACCEPT_STEPS,
+    DoctorReport,
+    Finding,
+    WiringResult,
+    sort_findings,
+)
 from inspector.doctor.search import Progress, WiringSearch, search_wirings
 from inspector.doctor.serving import serving_config, serving_finding
 from inspector.doctor.slot_identity import SlotIdentity, decide, identity_finding, relabel
@@ -26,6 +32,7 @@ from inspector.doctor.target_data import target_data_finding
 from inspector.doctor.target_slots import measure_slots
 from inspector.doctor.vocab import vocab_check
 from inspector.doctor.wiring_check import (
+    ENGINE_DEFAULT,
     NamedWirings,
     named_wirings,
     recommend,
@@ -38,6 +45,7 @@ from inspector.evaluate import Evaluator
 from inspector.formats.layer_convention import read_layer_ids, target_layer_count
 from inspector.formats.tensorfiles import read_json
 from inspector.sample import SlotInfo, with_layer_ids
+from inspector.serving.walk import AcceptStats
 
 DEFAULT_SAMPLES = 8
 
@@ -159,6 +167,35 @@ def _config_stage(
     )
 
 
+def _accept_lengths(run: _Searcher, rec: tuple[int, ...]) -> dict[tuple[int, ...], float]:
+    """The accept length an engine logs (a greedy chain of ACCEPT_STEPS drafts, replayed over the
+    doctor's samples) for the recommended wiring and the ones engines feed (serve, the engine
+    default, the configured one). Not quoted when the samples are read one position off or the
+    config needed a correction: the engine would run neither."""
+    if run.shift or run.draft is not None:
+        return {}
+    from inspector.serving.replay import Replayer
+    from inspector.serving.spec import DraftSpec
+    from inspector.wiring import Wiring
+
+    named = run.names.named
+    wanted = [rec] + [
+        named[n] for n in ("serve", ENGINE_DEFAULT, "configured") if n in named and named[n] != rec
+    ]
+    replayer = Replayer(run.ev, DraftSpec(ACCEPT_STEPS))
+    out: dict[tuple[int, ...], float] = {}
+    for w in dict.fromkeys(wanted):
+        total = AcceptStats(ACCEPT_STEPS)
+        for i in run.samples:
+            try:
+                total.add(replayer.replay(i, Wiring(w), keep=False).stats)
+            except InputError:
+                continue  # a sample the search could not use either
+        if total.accept_length is not None:
+            out[w] = round(total.accept_length, 4)
+    return out
+
+
 def _final_findings(
     run: _Searcher,
     ws: WiringSearch,
@@ -176,6 +213,7 @@ def _final_findings(
         shift=run.shift,
         recommended=rec,
         assumes_config_fixes=run.draft is not None,
+        accept=_accept_lengths(run, rec),
     )
     fingerprint = fc_fingerprint(
         run.ev,

@@ -24,6 +24,11 @@ class Evidence(Protocol):
     def to_dict(self) -> dict: ...
 
 
+# The chain the wiring finding quotes engines' accept length for (a common
+# --speculative-num-steps / num_speculative_tokens; `eagle-inspect accept` takes any).
+ACCEPT_STEPS = 3
+
+
 @dataclass(frozen=True)
 class ConfigFix:
     """Config keys a fix sets. None leaves a key as it is; `drop_rope_scaling` removes the scaling."""

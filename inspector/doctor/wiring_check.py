@@ -41,6 +41,9 @@ class WiringRef:
     all_tok: Counts
     margin: float | None = None
     z: float | None = None
+    # Tokens per round an engine logs serving this wiring (a greedy chain of ACCEPT_STEPS drafts,
+    # replayed over the doctor's samples); None where not replayed.
+    accept_length: float | None = None
 
     def to_dict(self) -> dict:
         out: dict = {"wiring": list(self.wiring), "label": self.label}
@@ -49,6 +52,8 @@ class WiringRef:
             out["margin"] = self.margin
         if self.z is not None:
             out["z"] = self.z
+        if self.accept_length is not None:
+            out["accept_length"] = self.accept_length
         return out
 
 
@@ -189,9 +194,15 @@ def _margin(a: WiringResult, b: WiringResult) -> float:
     return round((a.all_tok.acc or 0.0) - (b.all_tok.acc or 0.0), 4)
 
 
-def _ref(r: WiringResult, best: WiringResult | None = None, z: float | None = None) -> WiringRef:
+def _ref(
+    r: WiringResult,
+    best: WiringResult | None = None,
+    z: float | None = None,
+    accept: dict[tuple[int, ...], float] | None = None,
+) -> WiringRef:
     margin = _margin(best, r) if best is not None else None
-    return WiringRef(r.wiring, r.label, r.all_tok, margin, z)
+    al = (accept or {}).get(r.wiring)
+    return WiringRef(r.wiring, r.label, r.all_tok, margin, z, al)
 
 
 def _case(
@@ -248,8 +259,10 @@ def wiring_finding(
     shift: int,
     recommended: tuple[int, ...],
     assumes_config_fixes: bool = False,
+    accept: dict[tuple[int, ...], float] | None = None,
 ) -> Finding:
-    """The wiring finding for the recommended wiring (see `WiringCase` for the cases)."""
+    """The wiring finding for the recommended wiring (see `WiringCase` for the cases); accept:
+    the replayed accept length of some wirings (the recommended and the served ones)."""
     top = results[0]
     best = next(r for r in results if r.wiring == recommended)
     others = [r for r in results if r is not best]
@@ -260,7 +273,7 @@ def wiring_finding(
         if w in by_wiring:
             h = ws.hits(w)
             z = round(paired_hits_z(bh, h), 2) if h.size == bh.size else None
-            named[name] = _ref(by_wiring[w], best, z)
+            named[name] = _ref(by_wiring[w], best, z, accept)
     case = _case(ws, best, names, serving_cfg)
     asc = None
     if case == WiringCase.NOT_ASCENDING:
@@ -268,7 +281,7 @@ def wiring_finding(
     names.layer_ids.readings = other_readings(names.layer_ids, infos, best.wiring)
     facts = WiringFacts(
         case=case,
-        best=_ref(best),
+        best=_ref(best, accept=accept),
         second=_ref(others[0], best) if others else None,
         top_ranked=_ref(top) if top is not best else None,
         best_ascending=_ref(asc, best) if asc is not None else None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from inspector.doctor.report import VocabRepair, WiringCase
+from inspector.doctor.report import ACCEPT_STEPS, VocabRepair, WiringCase
 from inspector.formatting import pct
 
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from inspector.doctor.layer_ids import LayerIdFacts, Reading
     from inspector.doctor.report import ConfigFix
     from inspector.doctor.vocab import VocabFacts, VocabProblem
-    from inspector.doctor.wiring_check import WiringFacts
+    from inspector.doctor.wiring_check import WiringFacts, WiringRef
     from inspector.draft import DraftConfig
 
 FINGERPRINT_UNREADABLE = "fc fingerprint: no readable sample"
@@ -286,6 +286,16 @@ def _reread_fix(ids: LayerIdFacts) -> str:
 CAPTURE_ENGINE = "eagle-inspect capture TARGET PROMPTS --out DIR --draft CKPT --engine {}"
 
 
+def _accept_versus(served: WiringRef, best: WiringRef) -> str:
+    """' and logs accept len 1.30 instead of 2.73 at 3 steps' (the replayed chain), or ''."""
+    if served.accept_length is None or best.accept_length is None:
+        return ""
+    return (
+        f" and logs accept len {served.accept_length:.2f} instead of "
+        f"{best.accept_length:.2f} at {ACCEPT_STEPS} steps"
+    )
+
+
 def _engine_defaults(facts: WiringFacts) -> str:
     """Which HF indices vLLM and SGLang feed a config without ids, and what that wiring scores
     (or why it cannot be scored here)."""
@@ -315,7 +325,7 @@ def _engine_defaults(facts: WiringFacts) -> str:
                 text += (
                     f": {default.label}, which scores {default.all_tok.fmt()} "
                     f"({-100 * (default.margin or 0.0):+.1f} points)"
-                )
+                ) + _accept_versus(default, facts.best)
         elif feed.missing:
             engine = feed.engine_keys[0]
             text += (
@@ -371,6 +381,9 @@ def wiring(facts: WiringFacts) -> Text:
             case == WiringCase.NOT_ASCENDING and asc is not None and serve.wiring == asc.wiring
         ):
             serve_txt = f"; an engine feeding {serve.label} gets {serve.all_tok.fmt()}"
+            serve_txt += _accept_versus(serve, best)
+    if not serve_txt and best.accept_length is not None:
+        serve_txt = f"; served so, an engine logs accept len {best.accept_length:.2f} at {ACCEPT_STEPS} steps"
     cfg_line = ""
     if facts.engine_ids is not None:
         vllm, sg = facts.engine_ids

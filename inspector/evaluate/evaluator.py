@@ -204,6 +204,10 @@ class Evaluator:
 
         def make() -> torch.Tensor:
             s = self._slot(index, slot)
+            if self.draft.config.norm_before_fc:
+                # The whole input is normed first, so a block's projection of the raw slot only
+                # serves the fc fingerprint's magnitudes; fc_output never sums these.
+                return linear(s, self._fc_blocks[block])
             return fc_block_project(self.draft, s, block, self._fc_blocks[block])
 
         return self._proj.get_or_make((index, block, slot), make)
