@@ -74,6 +74,8 @@ def test_beam_keeps_the_global_top_k_and_the_tree_the_best_nodes():
     tr = build_trees(root, _fake_expand({1: l1, 2: l2})[0], spec)
     # one more node: 7-3-8 (.288) beats .21; its parent 3 is node 4 of the tree
     assert tr.tokens.tolist() == [[5, 7, 1, 2, 3, 8]]
+    want = [0.6, 0.4, 0.3, 0.3, 0.36, 0.288]  # cumulative probabilities
+    assert tr.score.exp()[0].tolist() == pytest.approx(want)
     assert tr.parent.tolist() == [[-1, -1, 0, 0, 1, 4]]
     assert tr.depth.tolist() == [[1, 1, 2, 2, 2, 3]]
 
