@@ -14,8 +14,10 @@ from serving_oracle import direct_round, random_draft
 pytest.importorskip("transformers")
 
 from inspector.model import fc_project  # noqa: E402
-from inspector.serving.live import LiveDraft, live_accept, verify_tree  # noqa: E402
+from inspector.serving.live import live_accept  # noqa: E402
+from inspector.serving.live_draft import LiveDraft  # noqa: E402
 from inspector.serving.spec import DraftSpec  # noqa: E402
+from inspector.serving.verify import verify_tree  # noqa: E402
 
 DEMO = Path(__file__).resolve().parent.parent / "assets" / "demo"
 TARGET, DRAFT, PROMPTS = DEMO / "target", DEMO / "draft", DEMO / "prompts.jsonl"

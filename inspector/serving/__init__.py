@@ -7,7 +7,8 @@ from saved samples (`replay`), and measured by a live loop against the target (`
 - `walk`: generation runs, the rounds an engine would take through them, the pooled statistics;
 - `replay`: the above over an `Evaluator`'s samples, per wiring;
 - `live`: real speculative decoding against the transformers target, reported like the replay,
-  its realised sequences written as samples the replay must reproduce round by round.
+  its realised sequences written as samples the replay must reproduce round by round
+  (`live_draft`: its draft side; `verify`: the target's verification of a tree).
 """
 
 from inspector.serving.spec import DraftSpec

@@ -1,0 +1,140 @@
+"""The live loop's draft side: the KV of the committed rows (always from the target's features)
+and the tree of a round, drafted one beam level at a time with each node's ancestor mask."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from inspector.draft import Draft
+from inspector.model import LayerCache, draft_layer, draft_logits, rms_norm, rope_cos_sin
+from inspector.serving.beam import Trees, build_trees, stable_topk
+from inspector.serving.spec import DraftSpec
+
+
+class LiveDraft:
+    """The draft's side of one sequence: the KV of its committed rows (always computed from the
+    target's features), and the tree of a round drafted from the last committed row."""
+
+    def __init__(self, draft: Draft, spec: DraftSpec, position_offset: int = 1) -> None:
+        self.draft = draft
+        self.spec = spec
+        self.offset = position_offset
+        self.rows = 0  # committed rows: row j pairs h_j with x_{j+1}
+        cfg = draft.config
+        self._k: list[torch.Tensor | None] = [None] * cfg.num_layers
+        self._v: list[torch.Tensor | None] = [None] * cfg.num_layers
+        self._z: torch.Tensor | None = None  # the last committed row's pre-norm output [1, 1, H]
+        self._embed = draft.weights["embed_tokens.weight"]
+        self._d2t = draft.vocab.draft_to_target.to(draft.device)
+
+    @property
+    def d2t(self) -> torch.Tensor:
+        return self._d2t
+
+    def _run(
+        self,
+        hidden: torch.Tensor,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        extra: list[tuple[torch.Tensor, torch.Tensor]] | None,
+        mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """Rows [Q, H] fed with target ids `tokens` [Q] at `positions` [Q], attending by `mask`
+        [Q, committed + extra + Q] to the committed keys, `extra` keys per layer and their own.
+        Returns the outputs [1, Q, H] and the rows' keys/values per layer."""
+        cfg = self.draft.config
+        cos, sin = rope_cos_sin(cfg, positions, hidden.device)
+        embeds = F.embedding(tokens[None], self._embed).to(hidden.dtype)
+        x = hidden[None]
+        new = []
+        for i in range(cfg.num_layers):
+            cache = LayerCache()
+            k, v = self._k[i], self._v[i]
+            if k is not None and v is not None:
+                cache.keys.append(k)
+                cache.values.append(v)
+            if extra is not None:
+                cache.keys.append(extra[i][0])
+                cache.values.append(extra[i][1])
+            x = draft_layer(
+                self.draft, i, x, embeds if i == 0 else None, cos, sin, cache, mask=mask
+            )
+            new.append((cache.keys[-1], cache.values[-1]))
+        return x, new
+
+    def extend(self, h: torch.Tensor, tokens: torch.Tensor) -> None:
+        """Commit rows: h [m, H] the fc output of the target's features at the next m positions,
+        tokens [m] the target ids that follow each (the accepted tokens and the bonus)."""
+        m, c = h.shape[0], self.rows
+        dev = h.device
+        pos = torch.arange(c, c + m, device=dev) + self.offset
+        mask = torch.ones(m, c + m, dtype=torch.bool, device=dev)
+        mask[:, c:] = torch.ones(m, m, dtype=torch.bool, device=dev).tril()
+        x, new = self._run(h, tokens, pos, None, mask)
+        for i, (k, v) in enumerate(new):
+            old_k, old_v = self._k[i], self._v[i]
+            self._k[i] = k if old_k is None else torch.cat([old_k, k], dim=2)
+            self._v[i] = v if old_v is None else torch.cat([old_v, v], dim=2)
+        self._z = x[:, -1:]
+        self.rows += m
+
+    def _topk(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-K log-probs and draft ids of each output row z [1, Q, H]: [1, Q, K] each."""
+        logits = draft_logits(self.draft, z)
+        logp = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+        return stable_topk(logp, self.spec.topk)
+
+    def tree(self) -> Trees:
+        """The round's tree (one row): `build_trees` over this row's beam, each level's K nodes
+        run as one batch, every node seeing the committed rows, its ancestors and itself."""
+        assert self._z is not None, "extend before drafting"
+        k = self.spec.topk
+        z = self._z
+        dev = z.device
+        c = self.rows
+        layers = self.draft.config.num_layers
+        tree_kv: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(layers)]
+        anc = torch.zeros(0, 0, dtype=torch.bool, device=dev)  # [nodes, nodes]: ancestors + self
+        state: dict[str, torch.Tensor] = {}
+
+        def expand(
+            level: int, parent: torch.Tensor, tokens: torch.Tensor
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            nonlocal anc
+            nodes = anc.shape[0]
+            p = parent[0]
+            if level == 1:
+                hidden = z[0].expand(k, -1)
+                par_anc = torch.zeros(k, nodes, dtype=torch.bool, device=dev)
+            else:
+                hidden = state["out"][p]
+                # the keys a node reads: its true ancestors' (exact), or, as SGLang's topk > 1
+                # draft decode does, those its own beam row wrote at earlier levels
+                row = torch.arange(k, device=dev) if self.spec.kv == "sglang" else p
+                par_anc = anc[state["nodes"][row]]
+            if self.draft.config.norm_output:
+                w = self.draft.weights["norm.weight"]
+                hidden = rms_norm(hidden, w, self.draft.config.rms_norm_eps)
+            pos = torch.full((k,), c - 1 + level + self.offset, device=dev)
+            own = torch.eye(k, dtype=torch.bool, device=dev)
+            mask = torch.cat([torch.ones(k, c, dtype=torch.bool, device=dev), par_anc, own], 1)
+            extra = None
+            if nodes:
+                extra = [
+                    (torch.cat([kk for kk, _ in kv], dim=2), torch.cat([vv for _, vv in kv], 2))
+                    for kv in tree_kv
+                ]
+            x, new = self._run(hidden, self._d2t[tokens[0]], pos, extra, mask)
+            for i, kv in enumerate(new):
+                tree_kv[i].append(kv)
+            grown = torch.zeros(nodes + k, nodes + k, dtype=torch.bool, device=dev)
+            grown[:nodes, :nodes] = anc
+            grown[nodes:] = torch.cat([par_anc, own], 1)
+            anc = grown
+            state["out"] = x[0]
+            state["nodes"] = torch.arange(nodes, nodes + k, device=dev)
+            return self._topk(x)
+
+        v, ids = self._topk(z)
+        return build_trees((v[0], ids[0]), expand, self.spec)
