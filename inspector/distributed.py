@@ -55,9 +55,20 @@ def gather_report(ctx: DistContext, report: Report) -> Report | None:
 
     parts: list[Report | None] = [None] * ctx.world_size
     dist.all_gather_object(parts, report)
+    _close()
     if not ctx.is_main:
         return None
     return merge_reports([p for p in parts if p is not None])
+
+
+def _close() -> None:
+    """Every rank has the reports: leave the group together and shut it down before the process
+    exits (a gloo group torn down at interpreter exit, while a peer is already gone, can abort
+    a rank with SIGABRT)."""
+    import torch.distributed as dist
+
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def merge_reports(parts: list[Report]) -> Report:
@@ -106,6 +117,7 @@ def gather_accept(ctx: DistContext, report):
 
     parts: list = [None] * ctx.world_size
     dist.all_gather_object(parts, report)
+    _close()
     if not ctx.is_main:
         return None
     return merge_accept([p for p in parts if p is not None])
