@@ -17,6 +17,7 @@ from inspector.doctor.alignment import alignment_check
 from inspector.doctor.config_alternatives import ConfigCheckResult, config_checks
 from inspector.doctor.fingerprint import fc_fingerprint
 from inspector.doctor.lm_head import compare_heads
+from inspector.doctor.long_context import long_context_finding
 from inspector.doctor.norm_flags import norm_flag_checks
 from inspector.doctor.report import (
     ACCEPT_STEPS,
@@ -167,13 +168,15 @@ def _config_stage(
     )
 
 
-def _accept_lengths(run: _Searcher, rec: tuple[int, ...]) -> dict[tuple[int, ...], float]:
+def _accept_lengths(
+    run: _Searcher, rec: tuple[int, ...]
+) -> tuple[dict[tuple[int, ...], float], AcceptStats | None]:
     """The accept length an engine logs (a greedy chain of ACCEPT_STEPS drafts, replayed over the
     doctor's samples) for the recommended wiring and the ones engines feed (serve, the engine
     default, the configured one). Not quoted when the samples are read one position off or the
     config needed a correction: the engine would run neither."""
     if run.shift or run.draft is not None:
-        return {}
+        return {}, None
     from inspector.serving.replay import Replayer
     from inspector.serving.spec import DraftSpec
     from inspector.wiring import Wiring
@@ -184,6 +187,7 @@ def _accept_lengths(run: _Searcher, rec: tuple[int, ...]) -> dict[tuple[int, ...
     ]
     replayer = Replayer(run.ev, DraftSpec(ACCEPT_STEPS))
     out: dict[tuple[int, ...], float] = {}
+    rec_stats = None
     for w in dict.fromkeys(wanted):
         total = AcceptStats(ACCEPT_STEPS)
         for i in run.samples:
@@ -193,7 +197,9 @@ def _accept_lengths(run: _Searcher, rec: tuple[int, ...]) -> dict[tuple[int, ...
                 continue  # a sample the search could not use either
         if total.accept_length is not None:
             out[w] = round(total.accept_length, 4)
-    return out
+        if w == rec:
+            rec_stats = total
+    return out, rec_stats
 
 
 def _final_findings(
@@ -203,7 +209,9 @@ def _final_findings(
     rec: tuple[int, ...],
     serving_cfg: dict,
 ) -> list[Finding]:
-    """The wiring, fc fingerprint and serving findings for the recommended wiring."""
+    """The wiring, fc fingerprint, serving and long-context findings for the recommended
+    wiring."""
+    accept, rec_stats = _accept_lengths(run, rec)
     wiring = wiring_finding(
         ws,
         results,
@@ -213,7 +221,7 @@ def _final_findings(
         shift=run.shift,
         recommended=rec,
         assumes_config_fixes=run.draft is not None,
-        accept=_accept_lengths(run, rec),
+        accept=accept,
     )
     fingerprint = fc_fingerprint(
         run.ev,
@@ -225,7 +233,9 @@ def _final_findings(
     )
     reread = any(r.rereads_slots for r in run.names.layer_ids.readings)
     best = next(r for r in results if r.wiring == rec)
-    return [wiring, fingerprint, serving_finding(serving_cfg, best, slots_reread=reread)]
+    out = [wiring, fingerprint, serving_finding(serving_cfg, best, slots_reread=reread)]
+    long_context = long_context_finding(rec_stats)
+    return out + ([long_context] if long_context is not None else [])
 
 
 def diagnose(

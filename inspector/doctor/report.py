@@ -95,7 +95,8 @@ class Finding:
     """One result of one check: what is wrong (or that it is fine), the figures, and the fix.
 
     kind: "slot_identity", "wiring", "fc_fingerprint", "norm_before_residual", "rope",
-      "head_dim", "vocab_map", "alignment", "serving_config" (plus "samples" for unreadable ones).
+      "head_dim", "vocab_map", "alignment", "serving_config", "long_context" (and the kinds
+      docs/doctor.md lists; "samples" for unreadable ones).
     facts: the check's typed figures; `evidence` is their JSON form.
     wiring: the wiring the finding names (the app applies it).
     config_fix: config keys the fix sets (norm_before_residual, rope and head_dim findings).

@@ -693,6 +693,22 @@ def target_data(facts, low: bool) -> Text:
     )
 
 
+def long_context(facts, collapse: bool) -> Text:
+    """The replayed accept length before and after `facts.split` tokens of context."""
+    figures = (
+        f"accept len {facts.early:.2f} in rounds starting within the first {facts.split} tokens "
+        f"({facts.early_rounds} rounds), {facts.late:.2f} beyond ({facts.late_rounds} rounds)"
+    )
+    if not collapse:
+        return Text(f"{figures}: no long-context collapse")
+    return Text(
+        f"{figures}: acceptance collapses with context length, which accuracy over short "
+        "training windows never shows",
+        "check the draft's rope settings against the target's (the rope finding: a dropped "
+        "rope_scaling) and train at the context length the engine serves",
+    )
+
+
 def head_comparison(facts) -> Text:
     """The draft's own head against the target's rows for the draft vocab."""
     scores = (

@@ -1,0 +1,64 @@
+"""Check: does acceptance collapse further into the context? The recommended wiring's replayed
+rounds (a greedy chain of ACCEPT_STEPS drafts) split at `SPLIT` tokens: the accept length of
+rounds that start in the first 2K tokens against those that start later.
+
+Public cases: an Eagle3 converter that dropped the target's rope_scaling (speculators#574),
+drafts trained at a shorter max length than they serve (speculators#684: 2.30 at 2K to 1.08 at
+20K; SGLang#6783): teacher-forced accuracy over short training windows never shows it. A warning
+when the later rounds accept `DROP` tokens fewer per round or more, each side with `MIN_ROUNDS`
+rounds at least; info with both figures otherwise; no finding when no round starts past SPLIT
+(the samples are too short to tell).
+
+Evidence: rounds and accept length on each side, the split. Fix: the draft config's rope
+settings (the rope finding) and training at the serving context length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inspector.doctor import wording
+from inspector.doctor.report import Finding
+from inspector.serving.walk import AcceptStats
+
+SPLIT = 2048
+DROP = 0.3  # tokens per round
+MIN_ROUNDS = 50
+
+
+@dataclass(frozen=True)
+class LongContextFacts:
+    split: int
+    early_rounds: int
+    early: float
+    late_rounds: int
+    late: float
+
+    def to_dict(self) -> dict:
+        return {
+            "split": self.split,
+            "early": {"rounds": self.early_rounds, "accept_length": self.early},
+            "late": {"rounds": self.late_rounds, "accept_length": self.late},
+        }
+
+
+def long_context_finding(stats: AcceptStats | None, bucket: int = 1024) -> Finding | None:
+    """None when no round starts past SPLIT (or nothing was replayed). `stats.buckets` are
+    `bucket`-token buckets of round starts: [rounds, emitted] each."""
+    if stats is None:
+        return None
+    early = [0, 0]
+    late = [0, 0]
+    for k, (n, e) in stats.buckets.items():
+        side = early if k * bucket < SPLIT else late
+        side[0] += n
+        side[1] += e
+    if late[0] == 0 or early[0] == 0:
+        return None
+    facts = LongContextFacts(
+        SPLIT, early[0], round(early[1] / early[0], 4), late[0], round(late[1] / late[0], 4)
+    )
+    enough = min(facts.early_rounds, facts.late_rounds) >= MIN_ROUNDS
+    collapse = enough and facts.early - facts.late >= DROP
+    text = wording.long_context(facts, collapse)
+    return Finding("long_context", "warning" if collapse else "info", text.summary, text.fix, facts)

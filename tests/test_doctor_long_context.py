@@ -1,0 +1,48 @@
+"""The long-context check: the replayed accept length before and after 2K tokens of context."""
+
+from __future__ import annotations
+
+from inspector.doctor.long_context import long_context_finding
+from inspector.serving.walk import AcceptStats, Round
+
+
+def _stats(early: list[tuple[int, int]], late: list[tuple[int, int]]) -> AcceptStats:
+    """Rounds (start, a) before and after the split; each emits a + 1."""
+    rounds = [Round(s, a, a + 1) for s, a in early + late]
+    return AcceptStats.of(rounds, depth=3)
+
+
+def test_a_collapse_past_2k_tokens_is_a_warning():
+    s = _stats([(100 + i, 2) for i in range(60)], [(5000 + i, 0) for i in range(60)])
+    f = long_context_finding(s)
+    assert f is not None and f.kind == "long_context" and f.severity == "warning"
+    assert f.facts.to_dict() == {
+        "split": 2048,
+        "early": {"rounds": 60, "accept_length": 3.0},
+        "late": {"rounds": 60, "accept_length": 1.0},
+    }
+    assert (
+        "accept len 3.00 in rounds starting within the first 2048 tokens (60 rounds)" in f.summary
+    )
+    assert "1.00 beyond (60 rounds)" in f.summary and "rope" in f.fix
+
+
+def test_a_steady_accept_length_or_too_few_rounds_is_info():
+    steady = long_context_finding(_stats([(10, 1)] * 60, [(3000, 1)] * 60))
+    assert steady is not None and steady.severity == "info" and "no long-context" in steady.summary
+    few = long_context_finding(_stats([(10, 2)] * 60, [(3000, 0)] * 49))
+    assert few is not None and few.severity == "info"
+    # a drop just under 0.3 tokens per round is no collapse; at 0.3 it is
+    small = long_context_finding(_stats([(10, 1)] * 100, [(3000, 1)] * 71 + [(3000, 0)] * 29))
+    assert small.severity == "info"
+    at = long_context_finding(_stats([(10, 1)] * 100, [(3000, 1)] * 70 + [(3000, 0)] * 30))
+    assert at.severity == "warning"
+
+
+def test_no_finding_without_rounds_on_both_sides():
+    assert long_context_finding(None) is None
+    assert long_context_finding(_stats([(10, 1)] * 60, [])) is None
+    assert long_context_finding(_stats([], [(3000, 1)] * 60)) is None
+    # the split is at 2048 tokens: a round starting at 2047 is early, at 2048 late
+    assert long_context_finding(_stats([(2047, 1)], [])) is None
+    assert long_context_finding(_stats([(10, 1)], [(2048, 1)])) is not None
