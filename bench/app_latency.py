@@ -3,6 +3,7 @@
     python bench/app_latency.py                  # the demo (if built) and a mid-size random draft
     python bench/app_latency.py --only mid --samples 8
     python bench/app_latency.py --screenshot assets/screenshots/app.svg   # the README image
+    python bench/app_latency.py --fill 300 --presses 100     # only: key presses during the fill
 
 Measures, as medians over repeats:
   first paint     from the first import of our package (in a fresh process, as the CLI does) to the
@@ -16,12 +17,19 @@ Measures, as medians over repeats:
 captured where the headless driver would write them). The background fill is off, so the
 device thread does only what the keys ask for.
 The mid case is inspector.synthetic's size "mid" (H 1024, vocab 32000/8000) with 2048-token samples.
+
+With --fill N: the app on N mid-size samples of --fill-seq-len tokens (default 256) on CPU, the
+background fill on (serve pinned, train current: two wirings per sample); `→` pressed every
+--press-every seconds while the fill runs (up to --presses), each timed from the key event reaching
+the app to the first frame that shows the moved cursor. Reports p50/p99/max of those and the fill
+throughput (samples scored under both wirings per second, from the first fill result to the last).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import statistics
 import subprocess
@@ -265,6 +273,105 @@ async def key_latencies(inputs: Inputs, moves: int, switches: int) -> dict[str, 
     return out
 
 
+# --- key presses during the background fill --------------------------------------------------------
+async def press_and_wait(app, frames: Frames, key: str, done) -> float:
+    """Seconds from a key event reaching the app to the first frame after the repaint that made
+    `done()` true. The event goes straight to the driver: Pilot.press would also wait until the
+    process's CPU is idle (up to a second), which it never is while the device thread fills."""
+    from textual import events
+
+    t0 = time.perf_counter()
+    event = events.Key(key, None)
+    event.set_sender(app)
+    app._driver.send_message(event)
+    return await frame_after(frames, t0, done)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile (0..1), nearest rank: p99 of 100 values is the second largest."""
+    v = sorted(values)
+    return v[min(len(v) - 1, max(0, math.ceil(q * len(v)) - 1))]
+
+
+async def fill_latency(
+    inputs: Inputs, n: int, presses: int, every: float, *, fill: bool = True
+) -> dict:
+    """Key presses spread over the fill of n samples; see the module docstring. fill=False: the
+    same presses with the fill off (the floor the machine's load sets), `presses` of them."""
+    from inspector.tui.app import InspectorApp
+
+    app = InspectorApp(inputs, device="cpu", fill=fill)
+    lat: list[float] = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        main = app.main
+        while main.state.view is None:
+            await pilot.pause(0.05)
+        await pilot.press("s", "p", "t")  # serve pinned, train current: the fill runs both
+        frames = Frames(app)
+
+        def scored() -> int:
+            if len(main.state.totals) < 2:
+                return 0
+            return min(t.n_samples for t in main.state.totals.values())
+
+        while fill and scored() == 0:
+            await asyncio.sleep(0.005)
+        if not fill:
+            await wait_idle(pilot)
+        t0, d0 = time.perf_counter(), scored()
+        next_press = t0 + every
+        while True:
+            await asyncio.sleep(0.02)
+            done = scored()
+            if not fill and len(lat) >= presses:
+                break
+            if fill and (done >= n or (app.engine is not None and not app.engine.fill_pending())):
+                break
+            if len(lat) < presses and time.perf_counter() >= next_press:
+                row = main.state.rows.get(main.state.sample, 0)
+                n_rows = main.state.view.n_rows if main.state.view else 1
+                key = "right" if row + 1 < n_rows else "home"
+                lat.append(
+                    await press_and_wait(
+                        app, frames, key, lambda r=row: main.state.rows.get(main.state.sample) != r
+                    )
+                )
+                next_press = time.perf_counter() + every
+        elapsed = time.perf_counter() - t0
+        done = scored()
+    return {
+        "fill": fill,
+        "samples": n,
+        "scored": done,
+        "fill_s": elapsed,
+        "samples_per_s": (done - d0) / elapsed if elapsed > 0 else float("nan"),
+        "latencies": lat,
+    }
+
+
+def report_fill(r: dict) -> None:
+    lat = r["latencies"]
+    load = os.getloadavg()
+    if not r["fill"]:
+        print(f"\nthe same presses with the fill off; load average {load[0]:.1f} {load[1]:.1f}")
+    else:
+        print(
+            f"\nfill of {r['samples']} samples (2 wirings): {r['scored']} scored in "
+            f"{r['fill_s']:.1f} s, {r['samples_per_s']:.2f} samples/s; "
+            f"load average {load[0]:.1f} {load[1]:.1f}"
+        )
+    if not lat:
+        print("  no key press landed during the fill")
+        return
+    ms = [x * 1000 for x in lat]
+    ok = percentile(ms, 0.99) < 50 and max(ms) < 100
+    print(
+        f"  key press during the fill: p50 {statistics.median(ms):.1f} ms, "
+        f"p99 {percentile(ms, 0.99):.1f} ms, max {max(ms):.1f} ms (n={len(ms)}; "
+        f"target p99 < 50 ms, max < 100 ms: {'ok' if ok else 'MISSED'})"
+    )
+
+
 async def screenshot(inputs: Inputs, path: Path) -> None:
     """The README image: the demo at 120x40, serve pinned as the reference, back on train, the
     cursor on the first flipped position."""
@@ -299,7 +406,29 @@ def main() -> int:
     p.add_argument("--moves", type=int, default=30)
     p.add_argument("--switches", type=int, default=3)
     p.add_argument("--screenshot", type=Path, metavar="SVG", help="only save the demo screenshot")
+    p.add_argument(
+        "--fill", type=int, metavar="N", help="only: key presses during the fill of N samples"
+    )
+    p.add_argument("--fill-seq-len", type=int, default=256, help="their length (default 256)")
+    p.add_argument("--presses", type=int, default=100, help="key presses during the fill")
+    p.add_argument("--press-every", type=float, default=0.25, help="seconds between presses")
+    p.add_argument(
+        "--fill-off", action="store_true", help="with --fill: the same presses, the fill off"
+    )
+    p.add_argument("--json", type=Path, help="with --fill: also write the figures here")
     args = p.parse_args()
+
+    if args.fill:
+        inputs = mid_inputs(args.fill, args.fill_seq_len)
+        r = asyncio.run(
+            fill_latency(inputs, args.fill, args.presses, args.press_every, fill=not args.fill_off)
+        )
+        report_fill(r)
+        if args.json is not None:
+            import json
+
+            args.json.write_text(json.dumps({**r, "load": os.getloadavg()}))
+        return 0
 
     if args.screenshot is not None:
         demo = demo_inputs()

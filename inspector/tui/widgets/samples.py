@@ -24,6 +24,15 @@ class SampleList(DataTable):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=False, cell_padding=0)
+        # DataTable keys its render caches by a counter that every cell update bumps, so during the
+        # fill they fill up with renders no frame reads again (10^4 cells, 10^3 rows and lines: some
+        # 10^5 objects). They live long enough to reach the collector's oldest generation, and every
+        # full collection, which holds the GIL, traversed them: 0.1-0.15 s on a loaded machine,
+        # several times a minute, each one a stalled key press. A few screens' worth is plenty.
+        self._cell_render_cache.maxsize = 2000
+        self._row_render_cache.maxsize = 400
+        self._row_renderable_cache.maxsize = 400
+        self._line_cache.maxsize = 400
         self.sort_mode = 0
         self.n = 0
         # Per sample: (length | None, cur acc | None, ref acc | None, error | None)
