@@ -46,3 +46,22 @@ def test_no_finding_without_rounds_on_both_sides():
     # the split is at 2048 tokens: a round starting at 2047 is early, at 2048 late
     assert long_context_finding(_stats([(2047, 1)], [])) is None
     assert long_context_finding(_stats([(10, 1)], [(2048, 1)])) is not None
+
+
+def test_rounds_are_summed_over_every_bucket_on_each_side():
+    early = [(10, 1)] * 30 + [(1500, 2)] * 30  # buckets 0 and 1
+    late = [(2100, 1)] * 25 + [(4000, 0)] * 25 + [(9000, 1)] * 1  # buckets 2, 3, 8
+    f = long_context_finding(_stats(early, late))
+    assert f.facts.early_rounds == 60 and f.facts.early == 2.5
+    # late: 26 rounds emitting 2, 25 emitting 1 -> 77 / 51, rounded to 4 places
+    assert f.facts.late_rounds == 51 and f.facts.late == 1.5098
+    assert f.severity == "warning"  # 51 and 60 rounds: enough; a drop of 0.99
+
+
+def test_exactly_the_minimum_rounds_count():
+    f = long_context_finding(_stats([(10, 2)] * 50, [(3000, 0)] * 50))
+    assert f.severity == "warning"
+    g = long_context_finding(_stats([(10, 0)] * 2 + [(10, 1)], [(3000, 0)] * 3))
+    assert g.facts.early == 1.3333 and g.severity == "info"  # 4 / 3 rounded, too few rounds
+    h = long_context_finding(_stats([(10, 1)] * 3, [(3000, 0)] * 2 + [(3000, 1)]))
+    assert h.facts.late == 1.3333

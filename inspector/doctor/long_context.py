@@ -59,6 +59,7 @@ def long_context_finding(stats: AcceptStats | None, bucket: int = 1024) -> Findi
         SPLIT, early[0], round(early[1] / early[0], 4), late[0], round(late[1] / late[0], 4)
     )
     enough = min(facts.early_rounds, facts.late_rounds) >= MIN_ROUNDS
-    collapse = enough and facts.early - facts.late >= DROP
+    # rounded figures: 2.0 - 1.7 is 0.30000000000000004, and a drop of exactly DROP counts
+    collapse = enough and facts.early - facts.late >= DROP - 1e-9
     text = wording.long_context(facts, collapse)
     return Finding("long_context", "warning" if collapse else "info", text.summary, text.fix, facts)
