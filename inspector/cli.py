@@ -45,7 +45,9 @@ def _port(text: str) -> int:
     return n
 
 
-def _add_model_args(p: argparse.ArgumentParser, *, samples_optional: bool = True) -> None:
+def _add_model_args(
+    p: argparse.ArgumentParser, *, samples_optional: bool = True, ttt: bool = True
+) -> None:
     nargs = "?" if samples_optional else None
     p.add_argument(
         "checkpoint",
@@ -86,13 +88,14 @@ def _add_model_args(p: argparse.ArgumentParser, *, samples_optional: bool = True
         help="memory the caches may keep, e.g. 8G or 30%% (of available RAM / free GPU memory); "
         "default 25%% of RAM, 40%% of GPU memory (or $EAGLE_INSPECT_MEMORY_BUDGET)",
     )
-    p.add_argument(
-        "--ttt-steps",
-        type=_positive,
-        default=1,
-        metavar="K",
-        help="teacher-forced TTT steps to run (default 1)",
-    )
+    if ttt:  # accept takes the engine's --steps instead
+        p.add_argument(
+            "--ttt-steps",
+            type=_positive,
+            default=1,
+            metavar="K",
+            help="teacher-forced TTT steps to run (default 1)",
+        )
     p.add_argument(
         "--slot-layers",
         metavar="IDS",
@@ -173,7 +176,7 @@ def _add_accept_parser(sub: argparse._SubParsersAction) -> None:
         "at least k drafted tokens, by context position. --live runs real speculative decoding "
         "against --target on --prompts instead.",
     )
-    _add_model_args(p)
+    _add_model_args(p, ttt=False)
     p.add_argument(
         "--wiring",
         action="append",

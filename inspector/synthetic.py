@@ -18,6 +18,7 @@ SIZES = {
     # H, heads, kv heads, head_dim, intermediate, V, D
     "tiny": (64, 4, 2, 16, 128, 256, 96),
     "mid": (1024, 8, 2, 128, 2816, 32000, 8000),
+    "4k": (4096, 32, 8, 128, 14336, 32000, 16000),  # an 8B target's draft width
     "large": (7168, 64, 8, 128, 18432, 163840, 32000),
 }
 
