@@ -142,7 +142,9 @@ def test_doctor_quotes_the_accept_length_accept_replays(capsys):
     doc = json.loads(capsys.readouterr().out)
     finding = next(f for f in doc["findings"] if f["kind"] == "wiring")
     best, serve = finding["evidence"]["best"], finding["evidence"]["named"]["serve"]
-    rc, out, _ = _run(capsys, ["--json", "--limit", str(len(doc["samples"]))])
+    used = finding["evidence"]["accept_samples"]
+    assert used == doc["samples"]  # the demo's 8 samples fit the doctor's 4096-token budget
+    rc, out, _ = _run(capsys, ["--json", "--limit", str(len(used))])
     train, served = json.loads(out)["wirings"]
     assert best["wiring"] == train["wiring"] and serve["wiring"] == served["wiring"]
     assert best["accept_length"] == pytest.approx(train["accept_length"], abs=1e-4)
@@ -151,3 +153,22 @@ def test_doctor_quotes_the_accept_length_accept_replays(capsys):
         f"logs accept len {serve['accept_length']:.2f} instead of "
         f"{best['accept_length']:.2f} at 3 steps"
     ) in finding["summary"]
+
+
+def test_doctor_replays_the_first_samples_up_to_its_token_budget(
+    tiny_synthetic, capsys, monkeypatch
+):
+    import importlib
+
+    diagnose = importlib.import_module("inspector.doctor.diagnose")  # the module, not the function
+    monkeypatch.setattr(diagnose, "ACCEPT_TOKENS", 50)  # 40-token samples: the first two
+    draft, samples = tiny_synthetic
+    assert main(["doctor", str(draft), str(samples), "--json", "--device", "cpu"]) in (0, 1)
+    doc = json.loads(capsys.readouterr().out)
+    finding = next(f for f in doc["findings"] if f["kind"] == "wiring")
+    assert finding["evidence"]["accept_samples"] == [0, 1] and doc["samples"] == [0, 1, 2]
+    rc, out, _ = _run(capsys, [draft, samples, "--json", "--limit", "2", "--wiring", "0,1,2"])
+    replayed = json.loads(out)["wirings"][0]["accept_length"]
+    best = finding["evidence"]["best"]
+    if best["wiring"] == [0, 1, 2]:
+        assert best["accept_length"] == pytest.approx(replayed, abs=1e-4)

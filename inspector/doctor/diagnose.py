@@ -21,6 +21,7 @@ from inspector.doctor.long_context import long_context_finding
 from inspector.doctor.norm_flags import norm_flag_checks
 from inspector.doctor.report import (
     ACCEPT_STEPS,
+    ACCEPT_TOKENS,
     DoctorReport,
     Finding,
     WiringResult,
@@ -170,17 +171,26 @@ def _config_stage(
 
 def _accept_lengths(
     run: _Searcher, rec: tuple[int, ...]
-) -> tuple[dict[tuple[int, ...], float], AcceptStats | None]:
+) -> tuple[dict[tuple[int, ...], float], AcceptStats | None, tuple[int, ...]]:
     """The accept length an engine logs (a greedy chain of ACCEPT_STEPS drafts, replayed over the
     doctor's samples) for the recommended wiring and the ones engines feed (serve, the engine
     default, the configured one). Not quoted when the samples are read one position off or the
-    config needed a correction: the engine would run neither."""
+    config needed a correction: the engine would run neither. The first samples up to
+    ACCEPT_TOKENS tokens are replayed (their indices in the wiring finding's evidence)."""
     if run.shift or run.draft is not None:
-        return {}, None
+        return {}, None, ()
     from inspector.serving.replay import Replayer
     from inspector.serving.spec import DraftSpec
     from inspector.wiring import Wiring
 
+    # A token budget, not every sample: each replayed wiring costs ACCEPT_STEPS draft forwards
+    # over its rows (on a 4096-wide draft, 8 x 2K-token samples took minutes per wiring).
+    used, budget = [], ACCEPT_TOKENS
+    for i in run.samples:
+        if used and budget <= 0:
+            break
+        used.append(i)
+        budget -= run.ev.samples[i].length
     named = run.names.named
     wanted = [rec] + [
         named[n] for n in ("serve", ENGINE_DEFAULT, "configured") if n in named and named[n] != rec
@@ -190,7 +200,7 @@ def _accept_lengths(
     rec_stats = None
     for w in dict.fromkeys(wanted):
         total = AcceptStats(ACCEPT_STEPS)
-        for i in run.samples:
+        for i in used:
             try:
                 total.add(replayer.replay(i, Wiring(w), keep=False).stats)
             except InputError:
@@ -199,7 +209,7 @@ def _accept_lengths(
             out[w] = round(total.accept_length, 4)
         if w == rec:
             rec_stats = total
-    return out, rec_stats
+    return out, rec_stats, tuple(used)
 
 
 def _final_findings(
@@ -211,7 +221,7 @@ def _final_findings(
 ) -> list[Finding]:
     """The wiring, fc fingerprint, serving and long-context findings for the recommended
     wiring."""
-    accept, rec_stats = _accept_lengths(run, rec)
+    accept, rec_stats, accept_samples = _accept_lengths(run, rec)
     wiring = wiring_finding(
         ws,
         results,
@@ -222,6 +232,7 @@ def _final_findings(
         recommended=rec,
         assumes_config_fixes=run.draft is not None,
         accept=accept,
+        accept_samples=accept_samples,
     )
     fingerprint = fc_fingerprint(
         run.ev,

@@ -27,6 +27,9 @@ class Evidence(Protocol):
 # The chain the wiring finding quotes engines' accept length for (a common
 # --speculative-num-steps / num_speculative_tokens; `eagle-inspect accept` takes any).
 ACCEPT_STEPS = 3
+# Tokens of the doctor's samples that replay covers (the first samples up to this many, one at
+# least): its cost is ACCEPT_STEPS draft forwards per token and wiring.
+ACCEPT_TOKENS = 4096
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,7 @@ class WiringFacts:
     engine_defaults: list[EngineFeed] = field(default_factory=list)
     num_layers: int | None = None
     default_clearly_worse: bool = False  # the engine-default wiring scores clearly worse
+    accept_samples: tuple[int, ...] = ()  # the samples the accept lengths were replayed on
 
     def to_dict(self) -> dict:
         out: dict = {
@@ -94,6 +95,8 @@ class WiringFacts:
                 out[key] = ref.to_dict()
         if self.assumes_config_fixes:
             out["assumes_config_fixes"] = True
+        if self.accept_samples:
+            out["accept_samples"] = list(self.accept_samples)
         if self.case == WiringCase.UNCONFIGURED:
             out["engine_defaults"] = [f.to_dict() for f in self.engine_defaults]
             out["num_layers"] = self.num_layers
@@ -260,6 +263,7 @@ def wiring_finding(
     recommended: tuple[int, ...],
     assumes_config_fixes: bool = False,
     accept: dict[tuple[int, ...], float] | None = None,
+    accept_samples: tuple[int, ...] = (),
 ) -> Finding:
     """The wiring finding for the recommended wiring (see `WiringCase` for the cases); accept:
     the replayed accept length of some wirings (the recommended and the served ones)."""
@@ -294,6 +298,7 @@ def wiring_finding(
         assumes_config_fixes=assumes_config_fixes,
         engine_defaults=names.engine_defaults,
         num_layers=names.num_layers,
+        accept_samples=accept_samples if accept else (),
         default_clearly_worse=ENGINE_DEFAULT in names.named
         and bool(clearly_better(bh, ws.hits(names.named[ENGINE_DEFAULT]))),
     )
