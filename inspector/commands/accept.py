@@ -7,11 +7,15 @@ import argparse
 import sys
 
 from rich.console import Console, Group
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from inspector.commands.common import load_evaluator, resolve_inputs
+from inspector.commands.common import (
+    load_evaluator,
+    progress_bar,
+    resolve_inputs,
+    wirings_and_labels,
+)
 from inspector.commands.output import safe, stdout_console, write_json
 from inspector.errors import InputError
 from inspector.formatting import fmt_float, pct
@@ -78,22 +82,9 @@ def _replay(args, spec, err, init_from_env):
     )
     for note in inputs.notes:
         err.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
-    specs = args.wiring or ["train", "serve"]
-    wirings = [ev.wiring(s) for s in specs]
-    labels = [
-        f"{s} {w.label(ev.slot_info)}" if s in ("train", "serve") else w.label(ev.slot_info)
-        for s, w in zip(specs, wirings, strict=True)
-    ]
+    wirings, labels = wirings_and_labels(ev, args.wiring)
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
-    with Progress(
-        TextColumn("replaying"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal or (dist_ctx is not None and not dist_ctx.is_main),
-    ) as progress:
+    with progress_bar("replaying", err, dist_ctx) as progress:
         task = progress.add_task("accept", total=n)
         report = Replayer(ev, spec).run(
             wirings,

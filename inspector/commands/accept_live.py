@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from inspector.commands.common import progress_bar
 from inspector.commands.output import safe
 from inspector.errors import InputError
 
@@ -45,15 +45,7 @@ def run_live(args: argparse.Namespace, spec, err: Console):
     device = resolve_device(args.device)
     draft = load_draft(draft_dir, target=target, dtype=args.dtype, device=device)
     specs = args.wiring or ["train", "serve"]
-    with Progress(
-        TextColumn("speculative decoding"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    ) as progress:
+    with progress_bar("speculative decoding", err) as progress:
         task = progress.add_task("live", total=None)
         report = live_accept(
             draft,

@@ -8,7 +8,14 @@ from pathlib import Path
 from inspector.errors import InputError
 from inspector.session import Inputs, demo_inputs, load_evaluator
 
-__all__ = ["Inputs", "load_evaluator", "parse_slot_layers", "resolve_inputs"]
+__all__ = [
+    "Inputs",
+    "load_evaluator",
+    "parse_slot_layers",
+    "progress_bar",
+    "resolve_inputs",
+    "wirings_and_labels",
+]
 
 
 def parse_slot_layers(text: str | None) -> list[int] | None:
@@ -80,3 +87,36 @@ def resolve_inputs(args: argparse.Namespace) -> Inputs:
             str(prompts_samples(prompts, inputs.target, draft=inputs.checkpoint, device=device))
         ]
     return inputs
+
+
+def wirings_and_labels(ev, specs: list[str] | None) -> tuple[list, list[str]]:
+    """`--wiring` (default train and serve) parsed against the evaluator's slots, and each one's
+    label: a preset's name before its slots ("train [embed, L2, L4]"), else the slots."""
+    specs = specs or ["train", "serve"]
+    wirings = [ev.wiring(s) for s in specs]
+    labels = [
+        f"{s} {w.label(ev.slot_info)}" if s in ("train", "serve") else w.label(ev.slot_info)
+        for s, w in zip(specs, wirings, strict=True)
+    ]
+    return wirings, labels
+
+
+def progress_bar(what: str, err, dist_ctx=None):
+    """A transient bar on stderr (none when stderr is no terminal, or on torchrun's other ranks)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    return Progress(
+        TextColumn(what),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal or (dist_ctx is not None and not dist_ctx.is_main),
+    )

@@ -8,11 +8,16 @@ import os
 import sys
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from inspector.commands.common import Inputs, load_evaluator, resolve_inputs
+from inspector.commands.common import (
+    Inputs,
+    load_evaluator,
+    progress_bar,
+    resolve_inputs,
+    wirings_and_labels,
+)
 from inspector.commands.output import safe, stdout_console, write_json, write_json_spooled
 from inspector.errors import InputError
 from inspector.evaluate import Report
@@ -35,22 +40,9 @@ def run_eval(args: argparse.Namespace) -> int:
     )
     for note in inputs.notes:
         err.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
-    specs = args.wiring or ["train", "serve"]
-    wirings = [ev.wiring(s) for s in specs]
-    labels = [
-        f"{s} {w.label(ev.slot_info)}" if s in ("train", "serve") else w.label(ev.slot_info)
-        for s, w in zip(specs, wirings, strict=True)
-    ]
+    wirings, labels = wirings_and_labels(ev, args.wiring)
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
-    with Progress(
-        TextColumn("evaluating"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal or (dist_ctx is not None and not dist_ctx.is_main),
-    ) as progress:
+    with progress_bar("evaluating", err, dist_ctx) as progress:
         task = progress.add_task("eval", total=n)
         # Positions go to a spool on disk (one process) or stay in memory for torchrun's gather.
         want = bool(args.positions and args.json)
