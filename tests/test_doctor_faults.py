@@ -297,3 +297,69 @@ def test_slot_layers_bad_values_exit_2(demo, unstated, ids, capsys):
     assert main(["eval", str(demo.draft), str(unstated), "--slot-layers", ids, "--limit", "1"]) == 2
     err = capsys.readouterr().err
     assert "--slot-layers" in err and len(err.strip().splitlines()) == 1
+
+
+def _hidden_norm_scaled(c: float):
+    """hidden_norm's weight x c with the attention's hidden-half columns / c: the forward under
+    norm_before_residual=false is unchanged (the residual is the raw fc output), while under
+    true the residual becomes c times larger, so the weights clearly fit false."""
+
+    def edit(w):
+        h = w["layers.0.hidden_norm.weight"].shape[0]
+        out = {"layers.0.hidden_norm.weight": w["layers.0.hidden_norm.weight"] * c}
+        for p in ("q_proj", "k_proj", "v_proj"):
+            m = w[f"layers.0.self_attn.{p}.weight"].clone()
+            m[:, h:] /= c
+            out[f"layers.0.self_attn.{p}.weight"] = m
+        return out
+
+    return edit
+
+
+def test_norm_before_residual_absent_fits_false(demo, tmp_path):
+    # A speculators config without the key: speculators reads false, vLLM's parser true. The
+    # weights fit false, so vLLM runs the draft with the wrong residual: the doctor says so and
+    # its fix writes the key.
+    absent = _variant(
+        demo,
+        tmp_path,
+        "nbr_absent",
+        tensors=_hidden_norm_scaled(8.0),
+        config=lambda c: c.pop("norm_before_residual"),
+    )
+    _, report = _run(absent, demo.train_samples)
+    f = report.finding("norm_before_residual")
+    ev = f.evidence
+    assert ev["explicit"] is False and ev["norm_before_residual"] is False
+    assert ev["readings"] == {"vLLM": True, "SGLang": False, "speculators": False}
+    assert ev["fits"] is False and ev["misread_by"] == ["vLLM"]
+    assert f.severity in ("warning", "error"), f.summary
+    assert "vLLM reads true" in f.summary and "vLLM will run" in f.summary
+    assert '"norm_before_residual": false' in f.fix
+    assert f.config_fix == ConfigFix(norm_before_residual=False)
+    assert report.recommended_wiring == TRAIN
+
+    # The same weights with the key written: every reader that honours it agrees, no warning.
+    pinned = _variant(demo, tmp_path, "nbr_pinned", tensors=_hidden_norm_scaled(8.0))
+    _, ok = _run(pinned, demo.train_samples)
+    g = ok.finding("norm_before_residual")
+    assert g.severity == "info" and g.config_fix is None
+    assert g.evidence["readings"]["vLLM"] is False
+
+
+def test_norm_before_residual_absent_fits_true(demo, tmp_path):
+    # fc x 8 makes true the right value (see above); without the key the loader reads false,
+    # as speculators does, and the flip wins: the finding names who reads what.
+    absent = _variant(
+        demo,
+        tmp_path,
+        "nbr_absent_true",
+        tensors=lambda w: {"fc.weight": w["fc.weight"] * 8},
+        config=lambda c: c.pop("norm_before_residual"),
+    )
+    _, report = _run(absent, demo.train_samples)
+    f = report.finding("norm_before_residual")
+    ev = f.evidence
+    assert ev["fits"] is True and set(ev["misread_by"]) == {"SGLang", "speculators"}
+    assert "as read when absent" in f.summary and "readers differ" in f.summary
+    assert f.config_fix == ConfigFix(norm_before_residual=True)

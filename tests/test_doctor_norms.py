@@ -112,3 +112,31 @@ def test_facts():
         "stored": ["fc_norm.0.weight"],
     }
     assert tensors_of("norm_before_fc", 5) == ["input_norm.weight"]
+
+
+@pytest.mark.parametrize(
+    ("layout", "explicit", "value", "expected"),
+    [
+        # The key absent: speculators' class defaults to false, vLLM's speculators parser to
+        # true, vLLM's flat Llama draft reads the missing attribute as false.
+        ("speculators", False, False, {"vLLM": True, "SGLang": False, "speculators": False}),
+        ("specforge", False, False, {"vLLM": False, "SGLang": False}),
+        # Written: every reader that honours it takes it; SGLang has no such branch.
+        ("speculators", True, True, {"vLLM": True, "SGLang": False, "speculators": True}),
+        ("specforge", True, True, {"vLLM": True, "SGLang": False}),
+        ("speculators", True, False, {"vLLM": False, "SGLang": False, "speculators": False}),
+    ],
+)
+def test_residual_readings(demo, layout, explicit, value, expected):
+    from dataclasses import replace
+
+    from inspector.doctor.config_alternatives import residual_readings
+
+    cfg = load_draft(demo.draft).config
+    cfg = replace(
+        cfg,
+        source_format=layout,
+        norm_before_residual_explicit=explicit,
+        norm_before_residual=value,
+    )
+    assert residual_readings(cfg) == expected

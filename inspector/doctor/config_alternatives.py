@@ -3,7 +3,11 @@
 Each alternative is the same draft (same weights) under one changed config value, scored on the
 same rows with its own best candidate wiring, and compared with the best wiring as configured:
 - norm_before_residual flipped: the first layer's residual is hidden_norm(h) when true, h when
-  false (vLLM honours the key; SGLang's llama_eagle3 always uses the raw residual);
+  false (vLLM honours the key; SGLang's llama_eagle3 always uses the raw residual). When
+  config.json omits the key the readers disagree: speculators' config class defaults it to false,
+  vLLM's speculators-config parser (`update_eagle3`) to true, vLLM's flat Llama draft reads a
+  missing attribute as false. The finding then says which reading the weights fit and which
+  engine gets it wrong, and its fix writes the key;
 - rope: the target's rope_theta / scaling, the default theta 10000, or no scaling;
 - head_dim: RoPE over hidden_size/heads or 2*hidden_size/heads dims instead of head_dim. A
   speculators + transformers pitfall: a config without head_dim makes the trainer build its
@@ -81,6 +85,17 @@ class ConfigFacts:
     # norm_before_residual: hidden_norm(h) ~ h (RMS ratio within RESIDUAL_INERT), so the flag
     # barely changes this draft's output.
     residual_norm_inert: bool = False
+    # norm_before_residual: the value the weights fit (None: the flip is not clearly worse or
+    # better), and the value each reader takes from config.json (see `residual_readings`).
+    fits: bool | None = None
+    readings: dict[str, bool] | None = None
+
+    @property
+    def misread_by(self) -> list[str]:
+        """The readers that take another norm_before_residual than the weights fit."""
+        if self.fits is None or self.readings is None:
+            return []
+        return [who for who, v in self.readings.items() if v != self.fits]
 
     def to_dict(self) -> dict:
         out: dict = {
@@ -99,6 +114,10 @@ class ConfigFacts:
                 out["rope_dim"] = self.winner.alternative.rope_dim
         if self.residual_scale is not None:
             out.update(self.residual_scale)
+        if self.readings is not None:
+            out["readings"] = dict(self.readings)
+            out["fits"] = self.fits
+            out["misread_by"] = self.misread_by
         return out
 
 
@@ -106,6 +125,25 @@ class ConfigFacts:
 class ConfigCheckResult:
     findings: list[Finding] = field(default_factory=list)
     corrected: Draft | None = None  # every winning alternative applied, when one wins
+
+
+def residual_readings(cfg) -> dict[str, bool]:
+    """norm_before_residual as each reader takes it from this config.json.
+
+    The key present: every reader that honours it takes its value; SGLang's llama_eagle3 has no
+    such branch and always adds the raw fc output. The key absent: speculators' config class
+    defaults to false, vLLM's parser of speculators configs sets true, and vLLM's flat Llama
+    draft (SpecForge, EAGLE layouts) reads the missing attribute as false.
+    """
+    if cfg.norm_before_residual_explicit:
+        vllm = speculators = cfg.norm_before_residual
+    else:
+        speculators = False
+        vllm = cfg.source_format == "speculators"
+    out = {"vLLM": vllm, "SGLang": False}
+    if cfg.source_format == "speculators":
+        out["speculators"] = speculators
+    return out
 
 
 def target_rope(ev: Evaluator, target_config: str | Path | None = None) -> RopeConfig | None:
@@ -240,7 +278,10 @@ def _facts(kind: str, draft: Draft, trope: RopeConfig | None, base_hits: np.ndar
     cfg = draft.config
     config: dict = {}
     if kind == "norm_before_residual":
-        config = {"norm_before_residual": cfg.norm_before_residual}
+        config = {
+            "norm_before_residual": cfg.norm_before_residual,
+            "explicit": cfg.norm_before_residual_explicit,
+        }
     elif kind == "rope":
         config = {
             "theta": cfg.rope.theta,
@@ -274,6 +315,14 @@ def _facts(kind: str, draft: Draft, trope: RopeConfig | None, base_hits: np.ndar
     if facts.winner is not None:
         facts.gain = float(facts.winner.hits.mean() - base_hits.mean())
         facts.z = paired_hits_z(facts.winner.hits, base_hits)
+    if kind == "norm_before_residual":
+        facts.readings = residual_readings(cfg)
+        if facts.winner is not None:
+            facts.fits = facts.winner.alternative.draft.config.norm_before_residual
+        elif scores and all(clearly_better(base_hits, s.hits) for s in scores):
+            facts.fits = cfg.norm_before_residual
+            # What a reader of the other value loses.
+            facts.gain = float(base_hits.mean() - max(s.hits.mean() for s in scores))
     return facts
 
 
@@ -284,12 +333,23 @@ def _finding(facts: ConfigFacts, cfg) -> Finding:
         severity = "error"
     elif facts.winner is not None:
         severity = severity_for_gain(facts.gain or 0.0)
+    elif facts.kind == "norm_before_residual" and _unpinned_misread(facts, cfg):
+        # The weights fit the configured value, but the key is absent and an engine reads the
+        # other one: writing it pins every reader that honours it.
+        severity = severity_for_gain(facts.gain or 0.0)
+        fix = ConfigFix(norm_before_residual=facts.fits)
     else:
         severity = "info"
     text = wording.config_alternative(facts, cfg, fix)
     return Finding(
         facts.kind, severity, text.summary, text.fix, facts, config_fix=None if fix.empty else fix
     )
+
+
+def _unpinned_misread(facts: ConfigFacts, cfg) -> bool:
+    """The key is absent and a reader that honours it takes the value the weights do not fit."""
+    honouring = [w for w in facts.misread_by if w != "SGLang"]
+    return not cfg.norm_before_residual_explicit and bool(honouring)
 
 
 def _residual_scale(ev: Evaluator, samples: Sequence[int], best: tuple[int, ...]) -> dict | None:

@@ -147,10 +147,13 @@ def _config_winner(facts: ConfigFacts, cfg: DraftConfig, fix: ConfigFix) -> Text
     label = win.alternative.label
     if facts.kind == "norm_before_residual":
         val = str(fix.norm_before_residual).lower()
+        read = "as configured" if cfg.norm_before_residual_explicit else "as read when absent"
         summary = (
-            f"norm_before_residual: the draft scores {alt} with {val} vs {base} as configured "
+            f"norm_before_residual: the draft scores {alt} with {val} vs {base} {read} "
             f"({str(cfg.norm_before_residual).lower()}): it was trained with {val}"
         )
+        if not cfg.norm_before_residual_explicit:
+            summary += "; " + residual_readers(facts)
         text = f'set "norm_before_residual": {val} in config.json'
         if fix.norm_before_residual:
             text += "; vLLM honours the key, while SGLang's llama_eagle3 has no such branch and always uses the raw residual"
@@ -182,6 +185,16 @@ def _config_winner(facts: ConfigFacts, cfg: DraftConfig, fix: ConfigFix) -> Text
     return Text(summary, text)
 
 
+def residual_readers(facts: ConfigFacts) -> str:
+    """Who reads which norm_before_residual from a config.json that omits the key."""
+    readings = facts.readings or {}
+    parts = []
+    for who, v in readings.items():
+        why = " (no such branch: raw residual)" if who == "SGLang" else ""
+        parts.append(f"{who} reads {str(v).lower()}{why}")
+    return "config.json has no norm_before_residual key, and readers differ: " + ", ".join(parts)
+
+
 def config_alternative(facts: ConfigFacts, cfg: DraftConfig, fix: ConfigFix) -> Text:
     if facts.winner is not None:
         return _config_winner(facts, cfg, fix)
@@ -205,6 +218,16 @@ def config_alternative(facts: ConfigFacts, cfg: DraftConfig, fix: ConfigFix) -> 
     summary = (
         f"norm_before_residual={str(cfg.norm_before_residual).lower()} fits: {base} (tried {tried})"
     )
+    if not cfg.norm_before_residual_explicit:
+        summary += "; " + residual_readers(facts)
+        wrong = [w for w in facts.misread_by if w != "SGLang"]
+        if wrong and facts.fits is not None:
+            val = str(facts.fits).lower()
+            return Text(
+                summary + f": {' and '.join(wrong)} will run the draft with the wrong residual",
+                f'write "norm_before_residual": {val} into config.json so every reader that '
+                "honours the key agrees",
+            )
     if cfg.norm_before_residual:
         summary += "; note SGLang's llama_eagle3 ignores the key (raw residual): serve with vLLM"
     scale = facts.residual_scale
