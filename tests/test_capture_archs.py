@@ -94,10 +94,11 @@ def _gpt_oss():
 def _deepseek_v3():
     from transformers import DeepseekV3Config
 
-    # MLA (low-rank q and kv, split rope / no-rope heads); layer 0 dense, then MoE with a grouped
-    # top-k router and a shared expert
+    # MLA (low-rank q and kv, split rope / no-rope heads; as many kv heads as heads, as in the
+    # released configs: transformers' cached decode needs it); layer 0 dense, then MoE with a
+    # grouped top-k router and a shared expert
     return DeepseekV3Config(
-        **COMMON,
+        **{**COMMON, "num_key_value_heads": COMMON["num_attention_heads"]},
         **MOE,
         n_routed_experts=4,
         n_shared_experts=1,
@@ -273,7 +274,18 @@ def test_capture_reproduces_the_targets_states_and_logits(tmp_path: Path, name: 
             logits = torch.tanh(logits / softcap) * softcap
         torch.testing.assert_close(logits, want.logits[0], rtol=0, atol=1e-4, msg=name)
     # Every listed architecture calls its final norm `norm`; found here without the name.
-    assert TargetModel(target, dtype="float32", device="cpu").norm_name == "norm"
+    model = TargetModel(target, dtype="float32", device="cpu")
+    assert model.norm_name == "norm"
+    # The cached forward (--generate, the live loop): a prefill, then two tokens on its cache,
+    # gives the slots of one whole forward (float32 sums in another order: close, not equal).
+    ids, picks = PROMPTS[0], (0, "post-norm", L)
+    whole = model.slots(ids, picks, torch.float32)
+    _, first, cache = model.forward_cached(torch.tensor(ids[:-2]), picks)
+    _, then, _ = model.forward_cached(torch.tensor(ids[-2:]), picks, cache=cache)
+    for a, b, w in zip(first, then, whole, strict=True):
+        torch.testing.assert_close(torch.cat([a, b]), w, rtol=1e-5, atol=1e-4, msg=name)
+    new = model.continue_prompt(ids, 3, temperature=0.0, seed=0)
+    assert 1 <= len(new) <= 3 and all(0 <= t < V for t in new)
 
 
 # --- refusals: one line, exit 2, nothing written ---------------------------------------------
