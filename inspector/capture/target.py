@@ -1,11 +1,18 @@
 """The target model under transformers: loading (never remote code), the slots of one sequence,
 and greedy or sampled continuations.
 
-Hidden states come from ``output_hidden_states``: entry 0 is the embedding output and entry k
-(1..L-1) the output of decoder layer k-1. Entry L is *not* used: transformers returns the state
-after the final norm there, while engines (and speculators files) capture the last layer's output
-before it. A hook on the final norm module gives both: its input is HF index L as engines mean it,
-its output is the post-norm state.
+Hidden states come from ``output_hidden_states``: entry 0 is the embedding output (the input of
+the first decoder layer, so Gemma's sqrt(hidden) scaling included) and entry k (1..L-1) the output
+of decoder layer k-1. Entry L is *not* used: transformers (5.x, every architecture) returns the
+state after the final norm there, while engines (and speculators files) capture the last layer's
+output before it. A hook on the final norm module gives both: its input is HF index L as engines
+mean it, its output is the post-norm state.
+
+The final norm is found by what it does, not by its name: among the norm-like children of the text
+decoder (``get_decoder()``: the base model of a causal LM, the language model of a vision-language
+one), it is the one whose output the decoder returns as its last hidden state (what the head
+reads), and whose input is the last decoder layer's output. A three-token probe forward at load
+time checks both, so a model with no such module is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -19,7 +26,6 @@ import torch
 
 from inspector.errors import InputError
 
-NORM_NAMES = ("norm", "final_layernorm", "final_norm", "ln_f", "norm_f")
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -66,8 +72,128 @@ def read_target_info(target: str | Path) -> TargetInfo:
     return TargetInfo(L, V, max_pos if isinstance(max_pos, int) else None, eos_ids)
 
 
+def model_class(target: str | Path) -> Any:
+    """The transformers auto class that loads ``target``: ``AutoModelForCausalLM``, or for a
+    vision-language model it does not map (Mistral 3) ``AutoModelForImageTextToText``, whose
+    language model the capture then runs on its own. Anything else is refused with one line."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+    )
+
+    where = Path(target) / "config.json"
+    try:
+        cfg = AutoConfig.from_pretrained(str(target), trust_remote_code=False)
+    except Exception as e:  # noqa: BLE001 - read_target_info has read it already; same message
+        raise InputError(where, None, _first_line(e)) from e
+    kind = getattr(cfg, "model_type", None)
+    if kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return AutoModelForCausalLM
+    if kind in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        return AutoModelForImageTextToText
+    raise InputError(
+        where, "model_type", f"{kind!r}: transformers has no causal language model for it"
+    )
+
+
+def _norm_like(m: torch.nn.Module) -> bool:
+    """A leaf module that normalises: torch's own kinds, or a model's own class (LlamaRMSNorm,
+    Gemma3RMSNorm, ...), which transformers names ``*Norm``."""
+    if any(True for _ in m.children()):
+        return False
+    kinds = (torch.nn.LayerNorm, torch.nn.RMSNorm, torch.nn.GroupNorm)
+    return isinstance(m, kinds) or "norm" in type(m).__name__.lower()
+
+
+def _first(x: Any) -> Any:
+    return x[0] if isinstance(x, tuple | list) else x
+
+
+def _same(a: Any, b: Any) -> bool:
+    """The same state: the same tensor (what transformers passes on), or equal values."""
+    if a is b:
+        return True
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.shape != b.shape:
+        return False
+    return bool(torch.equal(a, b.to(a.device)))
+
+
+def _probe_ids(decoder: torch.nn.Module) -> list[int]:
+    """Three token ids for the probe forward, not the padding id: its embedding row is often zero,
+    and a zero state is everywhere the same, so the probe would tell no module from another."""
+    cfg = getattr(decoder, "config", None)
+    pad = getattr(cfg, "pad_token_id", None)
+    vocab = getattr(cfg, "vocab_size", None) or 3
+    return [i for i in range(min(vocab, 4)) if i != pad][:3]
+
+
+def locate_final_norm(
+    decoder: torch.nn.Module, num_layers: int, device: torch.device | str, target: str | Path
+) -> tuple[str, torch.nn.Module]:
+    """The name and module of ``decoder``'s final norm, found by what it does rather than what it
+    is called (no architecture's names are assumed): a norm-like direct child of the decoder that
+    runs once per forward, whose input is the output of the last of the ``num_layers`` decoder
+    layers and whose output the decoder returns as its last hidden state. A three-token forward
+    checks that; a model with no such module is refused with one line (the engines' last slot is
+    the state before that norm, so without it there is nothing to capture as HF index L)."""
+    where = Path(target) / "config.json"
+    model_type = getattr(getattr(decoder, "config", None), "model_type", None)
+    kind = f"{model_type!r} ({type(decoder).__name__})" if model_type else type(decoder).__name__
+
+    def refuse(what: str) -> InputError:
+        return InputError(
+            where,
+            "model_type",
+            f"{kind}: {what}: cannot capture the last layer's output before the final norm",
+        )
+
+    stacks = [
+        m for m in decoder.children() if isinstance(m, torch.nn.ModuleList) and len(m) == num_layers
+    ]
+    if len(stacks) != 1:
+        raise refuse(f"no single list of its {num_layers} decoder layers")
+    last_layer = stacks[0][-1]
+    candidates = [(n, m) for n, m in decoder.named_children() if _norm_like(m)]
+    if not candidates:
+        raise refuse("no final norm module")
+    calls: dict[str, list[tuple[Any, Any]]] = {n: [] for n, _ in candidates}
+    seen: dict[str, Any] = {}
+    hooks = [
+        m.register_forward_hook(
+            lambda mod, args, out, n=n: calls[n].append((args[0] if args else None, _first(out)))
+        )
+        for n, m in candidates
+    ]
+    hooks.append(
+        last_layer.register_forward_hook(lambda mod, args, out: seen.update(last=_first(out)))
+    )
+    try:
+        with torch.no_grad():
+            probe = torch.tensor([_probe_ids(decoder)], dtype=torch.long, device=device)
+            out = decoder(input_ids=probe, use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    final = getattr(out, "last_hidden_state", None)
+    if final is None:
+        final = _first(out)
+    found = [(n, m) for n, m in candidates if len(calls[n]) == 1 and _same(calls[n][0][1], final)]
+    if len(found) > 1:
+        raise refuse(
+            f"several norm modules give the state its head reads ({', '.join(n for n, _ in found)})"
+        )
+    if not found:
+        raise refuse("no norm module's output is the state its head reads")
+    name, norm = found[0]
+    if "last" not in seen or not _same(calls[name][0][0], seen["last"]):
+        raise refuse(f"the input of its final norm ({name}) is not its last decoder layer's output")
+    return name, norm
+
+
 class TargetModel:
-    """A loaded ``AutoModelForCausalLM`` with a hook on its final norm."""
+    """A loaded transformers language model (see :func:`model_class`) with a hook on the final norm
+    of its text decoder (see :func:`locate_final_norm`)."""
 
     def __init__(
         self,
@@ -77,7 +203,6 @@ class TargetModel:
         device: str = "auto",
         device_map: str | None = None,
     ) -> None:
-        from transformers import AutoModelForCausalLM
         from transformers.utils import logging as hf_logging
 
         from inspector.evaluate import resolve_device
@@ -89,6 +214,7 @@ class TargetModel:
             raise InputError(None, "--dtype", f"{dtype!r}: one of {', '.join(DTYPE_NAMES)}")
         self.path = Path(target)
         self.info = read_target_info(target)
+        auto = model_class(target)
         kwargs: dict[str, Any] = {
             "dtype": dtype if dtype == "auto" else getattr(torch, dtype),
             "trust_remote_code": False,
@@ -100,7 +226,7 @@ class TargetModel:
         verbosity = hf_logging.get_verbosity()
         hf_logging.set_verbosity_error()
         try:
-            model, loading = AutoModelForCausalLM.from_pretrained(str(target), **kwargs)
+            model, loading = auto.from_pretrained(str(target), **kwargs)
         except ImportError as e:  # device_map="auto" needs accelerate
             raise InputError(None, "--device-map", _first_line(e)) from e
         except (OSError, ValueError, KeyError) as e:
@@ -118,26 +244,28 @@ class TargetModel:
         if device_map is None:
             model = model.to(resolve_device(device))
         self.model = model.eval()
-        self.base = model.base_model
-        self.norm = next(
-            (
-                getattr(self.base, n)
-                for n in NORM_NAMES
-                if isinstance(getattr(self.base, n, None), torch.nn.Module)
-            ),
-            None,
-        )
-        if self.norm is None:
-            raise InputError(target, "final norm", "no final norm module found in the model")
+        # The text decoder: the base model of a causal LM, the language model of a VLM (whose
+        # vision tower a text-only capture never runs).
+        self.decoder = model.get_decoder()
         # With a device map the inputs go where the embedding lives.
-        self.input_device = model.get_input_embeddings().weight.device
-        self.dtype = next(model.parameters()).dtype
+        embed = model.get_input_embeddings().weight
+        self.input_device = embed.device
+        self.dtype = embed.dtype
+        self.norm_name, self.norm = locate_final_norm(
+            self.decoder, self.info.num_layers, self.input_device, target
+        )
         self._seen: dict[str, torch.Tensor] = {}
+        self._norm_calls = 0
         self.norm.register_forward_hook(self._on_norm)
 
     def _on_norm(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
+        self._norm_calls += 1
         self._seen["pre"] = args[0]
         self._seen["post"] = output[0] if isinstance(output, tuple) else output
+
+    def _reset(self) -> None:
+        self._seen.clear()
+        self._norm_calls = 0
 
     @torch.no_grad()
     def slots(self, ids: list[int], slots: tuple, save_dtype: torch.dtype) -> list[torch.Tensor]:
@@ -146,18 +274,20 @@ class TargetModel:
         ``slots``: HF indices (L = the last layer before the final norm) or "post-norm".
         """
         x = torch.tensor([ids], dtype=torch.long, device=self.input_device)
-        self._seen.clear()
-        out = self.base(input_ids=x, output_hidden_states=True, use_cache=False)
+        self._reset()
+        out = self.decoder(input_ids=x, output_hidden_states=True, use_cache=False)
         res = [t.to("cpu", save_dtype) for t in self._pick(out.hidden_states, slots)]
-        self._seen.clear()
+        self._reset()
         return res
 
     def _pick(self, hs: tuple[torch.Tensor, ...], slots: tuple) -> list[torch.Tensor]:
         """The requested slots of the forward that just ran, [Q, H] each (batch row 0)."""
         L = self.info.num_layers
-        if "pre" not in self._seen or len(hs) != L + 1:
+        # Once per forward: a norm run twice would leave its last call here, not the final state.
+        if self._norm_calls != 1 or len(hs) != L + 1:
             raise RuntimeError(
-                f"the model did not return {L + 1} hidden states through its final norm"
+                f"the model did not return {L + 1} hidden states through its final norm "
+                f"({self.norm_name} ran {self._norm_calls} times)"
             )
         res = []
         for s in slots:
@@ -201,10 +331,10 @@ class TargetModel:
             add = torch.zeros(mask.shape, dtype=self.dtype, device=self.input_device)
             add.masked_fill_(~mask.to(self.input_device), torch.finfo(self.dtype).min)
             kwargs["attention_mask"] = add[None, None]
-        self._seen.clear()
+        self._reset()
         out = self.model(input_ids=x, **kwargs)
         res = self._pick(out.hidden_states, slots)
-        self._seen.clear()
+        self._reset()
         return out.logits[0], res, getattr(out, kv)
 
     @torch.no_grad()
@@ -239,5 +369,5 @@ class TargetModel:
                 break
             step = torch.tensor([[nxt]], dtype=torch.long, device=self.input_device)
             out = self.model(input_ids=step, use_cache=True, **{kv: getattr(out, kv)})
-        self._seen.clear()
+        self._reset()
         return new
