@@ -286,6 +286,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="run the checks on the first N samples (default 8)",
     )
+    p_doc.add_argument(
+        "--max-tokens",
+        type=_non_negative,
+        default=None,
+        metavar="N",
+        help="read each sample up to its first N tokens; 0: whole samples (default: as many as "
+        "a compute budget of about a minute on two CPU cores allows; small drafts read whole "
+        "samples)",
+    )
     p_doc.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p_doc.add_argument(
         "--write-fixed",

@@ -44,6 +44,18 @@ class Sample:
     def length(self) -> int:
         return int(self.input_ids.numel())
 
+    def prefix(self, n: int) -> Sample:
+        """The sample's first n tokens (views, no copy). A causal model's outputs there equal
+        those of the whole sample: positions count from the sample's start either way."""
+        if n >= self.length:
+            return self
+        return replace(
+            self,
+            input_ids=self.input_ids[:n],
+            slots=[t[:n] for t in self.slots],
+            loss_mask=self.loss_mask[:n],
+        )
+
     @property
     def verifier_slot(self) -> int | None:
         for i, s in enumerate(self.slot_info):

@@ -113,6 +113,7 @@ def _diagnose(
             target_config=inputs.target,
             target=inputs.target,
             head_borrowed=head_borrowed,
+            max_tokens=getattr(args, "max_tokens", None),
             progress=report_progress,
         )
         if args.write_fixed is not None:
@@ -154,7 +155,10 @@ def render(report: DoctorReport) -> list:
         + (f" (HF {s.hf_index})" if s.hf_index is not None and s.label != f"L{s.hf_index}" else "")
         for i, s in enumerate(infos)
     )
-    scope = f"  on {len(report.sample_indices)} samples; slots {slots}" if report.wirings else ""
+    read = _reading(report)
+    scope = (
+        f"  on {len(report.sample_indices)} samples{read}; slots {slots}" if report.wirings else ""
+    )
     head = Text.assemble(("eagle-inspect doctor", "bold"), visible(f"  {report.checkpoint}{scope}"))
     if report.pairing_shift:
         head.append(f"; pairing shifted by {report.pairing_shift:+d}", style="yellow")
@@ -181,6 +185,28 @@ def render(report: DoctorReport) -> list:
     if report.fixed is not None:
         parts.append(_fixed_panel(report.fixed))
     return parts
+
+
+def _reading(report: DoctorReport) -> str:
+    """How much of the samples the doctor read, when not everything (its compute budget)."""
+    p = report.plan
+    if p is None or not (p.cut or p.accept_skipped):
+        return ""
+    parts = []
+    if p.decided_by == "--max-tokens" and p.cuts:
+        parts.append(f"each cut to its first {max(p.cuts.values())} tokens (--max-tokens)")
+    elif p.cut:
+        parts.append(
+            f"up to {p.scored_per_sample} scored positions each, within the doctor's compute "
+            "budget (--max-tokens 0 reads everything)"
+        )
+    if p.dropped_samples:
+        parts.append(f"{len(p.dropped_samples)} more samples over the budget")
+    if p.accept_skipped:
+        parts.append("accept length not replayed here: run `eagle-inspect accept`")
+    elif p.accept_samples is not None:
+        parts.append(f"accept length replayed on {len(p.accept_samples)} of them")
+    return " (" + "; ".join(parts) + ")"
 
 
 def _wiring_table(report: DoctorReport, top: int = 8) -> Table:

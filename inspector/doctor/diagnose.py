@@ -14,6 +14,7 @@ from pathlib import Path
 
 from inspector.doctor import wording
 from inspector.doctor.alignment import alignment_check
+from inspector.doctor.budget import SampleShape, plan
 from inspector.doctor.config_alternatives import ConfigCheckResult, config_checks
 from inspector.doctor.fingerprint import fc_fingerprint
 from inspector.doctor.lm_head import compare_heads
@@ -64,6 +65,8 @@ class _Searcher:
     progress: Progress | None
     shift: int = 0
     draft: Draft | None = None
+    # The samples the accept length is replayed on (None: the first up to ACCEPT_TOKENS).
+    accept_samples: list[int] | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     _t: float = field(default_factory=time.perf_counter)
 
@@ -106,6 +109,18 @@ def _candidates(ws: WiringSearch, results: list[WiringResult], rec: tuple[int, .
     return [
         w for w in dict.fromkeys(cands) if ws.scores(w) is not None and not ws.scores(w).dropped
     ]
+
+
+def _shapes(ev: Evaluator, samples: Sequence[int]) -> list[SampleShape]:
+    """Length and scored positions of the readable samples among `samples` (the others are
+    named by the search's samples finding)."""
+    out = []
+    for i in samples:
+        try:
+            out.append(SampleShape.of(i, ev.samples[i].loss_mask.numpy()))
+        except InputError:
+            continue
+    return out
 
 
 def _infos(ev: Evaluator, slot_layers: Sequence[int] | None) -> list[SlotInfo]:
@@ -187,10 +202,14 @@ def _accept_lengths(
     # over its rows (on a 4096-wide draft, 8 x 2K-token samples took minutes per wiring).
     used, budget = [], ACCEPT_TOKENS
     for i in run.samples:
+        if run.accept_samples is not None and i not in run.accept_samples:
+            continue  # over the doctor's compute budget (budget.plan)
         if used and budget <= 0:
             break
         used.append(i)
         budget -= run.ev.samples[i].length
+    if not used:
+        return {}, None, ()
     named = run.names.named
     wanted = [rec] + [
         named[n] for n in ("serve", ENGINE_DEFAULT, "configured") if n in named and named[n] != rec
@@ -222,6 +241,7 @@ def _final_findings(
     """The wiring, fc fingerprint, serving and long-context findings for the recommended
     wiring."""
     accept, rec_stats, accept_samples = _accept_lengths(run, rec)
+    run.lap("accept")
     wiring = wiring_finding(
         ws,
         results,
@@ -259,6 +279,7 @@ def diagnose(
     target: str | Path | None = None,
     head_borrowed: bool = False,
     prune: bool = True,
+    max_tokens: int | None = None,
     progress: Progress | None = None,
 ) -> DoctorReport:
     """Find the wiring the draft was trained for and every train/serve mismatch.
@@ -275,13 +296,20 @@ def diagnose(
     head_borrowed: the draft's lm_head is the target's, borrowed for a draft that ships none
       (the command's `lm_head` finding says so): no comparison of the two.
     prune: drop clearly worse wirings after the first samples (False: evaluate all on all).
+    max_tokens: read each sample up to this many tokens; None: as many as the compute budget
+      allows (`budget.plan`: whole samples for small drafts), 0: whole samples.
     progress: called as progress(stage, done, total) per step of each stage; an exception raised
       there aborts the run.
     """
     t0 = time.perf_counter()
     if sample_indices is None:
         sample_indices = range(min(max(1, n_samples), len(ev.samples)))
-    samples = list(sample_indices)
+    reading = plan(ev.draft.config, _shapes(ev, sample_indices), max_tokens=max_tokens)
+    if reading.cuts:
+        ev = ev.with_samples(ev.samples.cut(reading.cuts))
+    # The unreadable samples stay: the search names them (the samples finding).
+    unread = set(reading.dropped_samples)
+    samples = [i for i in sample_indices if i not in unread]
     infos = _infos(ev, slot_layers)
     identity = _identity(ev, infos, samples, slot_layers, target, progress)
     infos = relabel(infos, identity.hf)
@@ -291,6 +319,8 @@ def diagnose(
         if f is not None:
             findings.append(f)
     run = _Searcher(ev, samples, infos, names, prune, progress)
+    run.accept_samples = reading.accept_samples
+    run.seconds["identity"] = round(time.perf_counter() - t0, 3)
     ws, results = run.search()
     run.lap("search")
     if ws.skipped:
@@ -335,6 +365,7 @@ def diagnose(
         )
         if heads is not None:
             findings.append(heads)
+    run.lap("norm flags")
     readings = identity.readings if not identity.decided else None
     serving_cfg = serving_config(rec, infos, n_tokens=3, readings=readings)
     findings.extend(_final_findings(run, ws, results, rec, serving_cfg))
@@ -355,4 +386,5 @@ def diagnose(
         seconds=run.seconds,
         skipped=ev.samples.skipped,
         warnings=ev.warnings(run.samples),
+        plan=reading,
     )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar, Protocol
 
+from inspector.doctor.budget import DoctorPlan
 from inspector.formats.sample_set import SampleWarning, SkippedSample
 from inspector.metrics import Counts
 from inspector.sample import SlotInfo
@@ -285,6 +286,7 @@ class DoctorReport:
     fixed: FixResult | None = None  # what --write-fixed wrote and whether it verified
     skipped: list[SkippedSample] = field(default_factory=list)  # samples that could not be read
     warnings: list[SampleWarning] = field(default_factory=list)  # what the scored samples hold
+    plan: DoctorPlan | None = None  # how much of the samples was read (the compute budget)
 
     @property
     def serve_wiring(self) -> tuple[int, ...]:
@@ -321,5 +323,6 @@ class DoctorReport:
             "fixed": self.fixed.to_dict() if self.fixed is not None else None,
             "skipped": [e.to_dict() for e in self.skipped],
             "warnings": [w.to_dict() for w in self.warnings],
+            "reading": self.plan.to_dict() if self.plan is not None else None,
             "seconds": self.seconds,
         }

@@ -112,6 +112,21 @@ class Evaluator:
             b.host_share("predictions")
         )
 
+    def with_samples(self, samples: SampleSet) -> Evaluator:
+        """An evaluator of the same draft, settings and head over other samples (a cut view of
+        these, for the doctor's budget), with its own caches."""
+        ev = Evaluator(
+            self.draft,
+            samples,
+            ttt_steps=self.ttt_steps,
+            position_offset=self.position_offset,
+            budget=self.budget,
+            slot_layers=self.slot_layers,
+        )
+        ev.target_head = self.target_head  # already on the device
+        ev.chunking = self.chunking
+        return ev
+
     # --- metadata -------------------------------------------------------------------------
     @property
     def n_blocks(self) -> int:

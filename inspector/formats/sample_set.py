@@ -4,7 +4,8 @@ skews their numbers (`SampleWarning`), each named once."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import copy
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +111,7 @@ class SampleSet:
         self._failed: dict[int, InputError] = {}
         self._warned: dict[int, list[str]] = {}  # what loading each sample noticed
         self._searching = False  # first_index is reading files in order
+        self.cuts: Mapping[int, int] = {}  # sample index -> tokens read (see `cut`)
 
     @property
     def cache_bytes(self) -> int:
@@ -131,7 +133,19 @@ class SampleSet:
         for i in range(len(self)):
             yield self[i]
 
+    def cut(self, cuts: Mapping[int, int]) -> SampleSet:
+        """A view of this set where sample i is its first cuts[i] tokens (others whole). It
+        shares the files, the loaded-sample cache and the failures with this set."""
+        view = copy.copy(self)
+        view.cuts = dict(cuts)
+        return view
+
     def __getitem__(self, i: int) -> Sample:
+        sample = self._load(i)
+        n = self.cuts.get(i)
+        return sample if n is None else sample.prefix(n)
+
+    def _load(self, i: int) -> Sample:
         if i < 0 or i >= len(self.files):
             raise IndexError(i)
         if i in self._failed:
