@@ -47,20 +47,22 @@ def trainer_of(name: str) -> str:
     return "specforge"  # SpecForge and TorchSpec: midlayer.*, keys with "embed" dropped on export
 
 
-def shrink(config: dict) -> dict:
-    """The config at test sizes; every other field as published."""
+def shrink(config: dict, *, keep_width: bool = False) -> dict:
+    """The config at test sizes; every other field as published. keep_width: the hidden size
+    and MLA ranks as published too (only the vocabulary and the MLP shrink), for timing."""
     cfg = dict(config)
     heads = cfg["num_attention_heads"]
-    if "head_dim" in cfg or "kv_lora_rank" in cfg:
-        hidden = HIDDEN
+    if keep_width:
+        pass
+    elif "head_dim" in cfg or "kv_lora_rank" in cfg:
+        cfg["hidden_size"] = HIDDEN
     else:
-        hidden = 4 * heads  # hidden/heads = 4: an even RoPE width, like the published 128
-    cfg["hidden_size"] = hidden
+        cfg["hidden_size"] = 4 * heads  # hidden/heads = 4: an even RoPE width, like 128
     cfg["intermediate_size"] = INTERMEDIATE
     vocab, draft = cfg["vocab_size"], cfg.get("draft_vocab_size")
     cfg["vocab_size"] = VOCAB
     for key in ("q_lora_rank", "kv_lora_rank"):
-        if cfg.get(key):
+        if cfg.get(key) and not keep_width:
             cfg[key] = LORA_RANK
     if draft is not None:
         cfg["draft_vocab_size"] = VOCAB if draft == vocab else DRAFT_VOCAB
@@ -156,11 +158,13 @@ def weights(cfg: dict, trainer: str, seed: int = 0) -> dict[str, torch.Tensor]:
     return w
 
 
-def build(config_file: Path, out: Path, seed: int = 0, seq_len: int = 24) -> FamilyCheckpoint:
+def build(
+    config_file: Path, out: Path, seed: int = 0, seq_len: int = 24, *, keep_width: bool = False
+) -> FamilyCheckpoint:
     """Write the shrunk checkpoint of `config_file` (its key order and values kept), samples,
     and, where the trainer's export drops the embedding, a target embedding file."""
     published = json.loads(config_file.read_text())
-    cfg = shrink(published)
+    cfg = shrink(published, keep_width=keep_width)
     trainer = trainer_of(config_file.stem)
     w = weights(cfg, trainer, seed)
     embed = None

@@ -16,6 +16,7 @@ from inspector.doctor import wording
 from inspector.doctor.alignment import alignment_check
 from inspector.doctor.budget import SampleShape, plan
 from inspector.doctor.config_alternatives import ConfigCheckResult, config_checks
+from inspector.doctor.final_state import final_state_finding, measure_final_state
 from inspector.doctor.fingerprint import fc_fingerprint
 from inspector.doctor.lm_head import compare_heads
 from inspector.doctor.long_context import long_context_finding
@@ -316,6 +317,14 @@ def diagnose(
     names = named_wirings(ev, infos, override=slot_layers, identity=identity)
     findings = [vocab_check(ev, samples)]
     for f in (identity_finding(identity), target_data_finding(identity.measured)):
+        if f is not None:
+            findings.append(f)
+    if not identity.measured_ok and ev.target_head is not None:
+        # The target was not run (too big here, or only its head given): its head still tells
+        # whether the slot named final is the final state.
+        layers = identity.num_layers or target_layer_count(ev.target_head.path)
+        fs = measure_final_state(ev, infos, samples, layers)
+        f = final_state_finding(fs, infos)
         if f is not None:
             findings.append(f)
     run = _Searcher(ev, samples, infos, names, prune, progress)
