@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import torch
 
 from inspector.cli import main
 from inspector.doctor import diagnose
@@ -171,3 +172,21 @@ def test_cli_max_tokens(demo, capsys):
     rc = main(["doctor", str(demo.draft), str(demo.train_samples), "--samples", "1"])
     text = capsys.readouterr().out
     assert "compute budget" not in text  # the demo draft is read whole
+
+
+def test_write_fixed_verifies_on_what_the_doctor_read(demo, tmp_path):
+    from support import edited_copy
+
+    from inspector.doctor import write_fixed
+
+    def permute(w):
+        fc = w["fc.weight"]
+        ht = fc.shape[1] // 3
+        return {"fc.weight": torch.cat([fc[:, b * ht : (b + 1) * ht] for b in (1, 2, 0)], dim=1)}
+
+    bad = edited_copy(demo.draft, tmp_path / "permuted", tensors=permute)
+    ev = Evaluator(load_draft(bad, strict=False), SampleSet(demo.train_samples))
+    report = diagnose(ev, 2, max_tokens=60)
+    res = write_fixed(ev, report, tmp_path / "fixed")
+    want = sum(int(ev.samples[i].loss_mask.numpy().astype(bool)[1:59].sum()) for i in (0, 1))
+    assert res.verified and res.verification.expected.total == want

@@ -254,6 +254,9 @@ def verify_fixed(
     fixed = load_draft(
         out, embed=embed, target=target, dtype=draft.dtype, device=ev.device, strict=strict
     )
+    if report.plan is not None and report.plan.cuts:
+        # The positions the doctor read (its compute budget), not whole samples.
+        ev = ev.with_samples(ev.samples.cut(report.plan.cuts))
     fev = Evaluator(fixed, ev.samples, position_offset=ev.position_offset)
     exp_sc = Scorer(ev, draft=expected_draft, shift=report.pairing_shift)
     fix_sc = Scorer(fev, shift=report.pairing_shift)
