@@ -308,9 +308,10 @@ def diagnose(
     reading = plan(ev.draft.config, _shapes(ev, sample_indices), max_tokens=max_tokens)
     if reading.cuts:
         ev = ev.with_samples(ev.samples.cut(reading.cuts))
-    # The unreadable samples stay: the search names them (the samples finding).
-    unread = set(reading.dropped_samples)
-    samples = [i for i in sample_indices if i not in unread]
+    # Samples over the budget are left out (the report lists them); unreadable ones stay, for
+    # the search's samples finding to name.
+    over = set(reading.dropped_samples)
+    samples = [i for i in sample_indices if i not in over]
     infos = _infos(ev, slot_layers)
     identity = _identity(ev, infos, samples, slot_layers, target, progress)
     infos = relabel(infos, identity.hf)
