@@ -190,3 +190,16 @@ def test_write_fixed_verifies_on_what_the_doctor_read(demo, tmp_path):
     res = write_fixed(ev, report, tmp_path / "fixed")
     want = sum(int(ev.samples[i].loss_mask.numpy().astype(bool)[1:59].sum()) for i in (0, 1))
     assert res.verified and res.verification.expected.total == want
+
+
+def test_plan_summary(cfg):
+    shapes = [_shape(i, 2048, 1500) for i in range(8)]
+    macs = token_macs(cfg)
+    per = READ_FORWARDS * (1500 + 33) + SCORED_FORWARDS * 32
+    p = plan(cfg, shapes, budget_macs=3.5 * per * macs / (1 - ACCEPT_SHARE))
+    text = p.summary()
+    assert "up to 32 scored positions each" in text and "5 more samples over the budget" in text
+    assert "accept length not replayed" in text
+    assert plan(cfg, shapes[:1]).summary() == ""
+    cut = plan(cfg, shapes[:2], max_tokens=100)
+    assert cut.summary() == "each cut to its first 100 tokens (--max-tokens)"

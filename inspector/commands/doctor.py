@@ -155,7 +155,9 @@ def render(report: DoctorReport) -> list:
         + (f" (HF {s.hf_index})" if s.hf_index is not None and s.label != f"L{s.hf_index}" else "")
         for i, s in enumerate(infos)
     )
-    read = _reading(report)
+    read = (
+        f" ({report.plan.summary()})" if report.plan is not None and report.plan.summary() else ""
+    )
     scope = (
         f"  on {len(report.sample_indices)} samples{read}; slots {slots}" if report.wirings else ""
     )
@@ -185,28 +187,6 @@ def render(report: DoctorReport) -> list:
     if report.fixed is not None:
         parts.append(_fixed_panel(report.fixed))
     return parts
-
-
-def _reading(report: DoctorReport) -> str:
-    """How much of the samples the doctor read, when not everything (its compute budget)."""
-    p = report.plan
-    if p is None or not (p.cut or p.accept_skipped):
-        return ""
-    parts = []
-    if p.decided_by == "--max-tokens" and p.cuts:
-        parts.append(f"each cut to its first {max(p.cuts.values())} tokens (--max-tokens)")
-    elif p.cut:
-        parts.append(
-            f"up to {p.scored_per_sample} scored positions each, within the doctor's compute "
-            "budget (--max-tokens 0 reads everything)"
-        )
-    if p.dropped_samples:
-        parts.append(f"{len(p.dropped_samples)} more samples over the budget")
-    if p.accept_skipped:
-        parts.append("accept length not replayed here: run `eagle-inspect accept`")
-    elif p.accept_samples is not None:
-        parts.append(f"accept length replayed on {len(p.accept_samples)} of them")
-    return " (" + "; ".join(parts) + ")"
 
 
 def _wiring_table(report: DoctorReport, top: int = 8) -> Table:

@@ -99,6 +99,26 @@ class DoctorPlan:
     def accept_skipped(self) -> bool:
         return self.accept_samples is not None and not self.accept_samples
 
+    def summary(self) -> str:
+        """How much was read, in words; empty when everything was."""
+        if not (self.cut or self.accept_skipped):
+            return ""
+        parts = []
+        if self.decided_by == "--max-tokens" and self.cuts:
+            parts.append(f"each cut to its first {max(self.cuts.values())} tokens (--max-tokens)")
+        elif self.cut:
+            parts.append(
+                f"up to {self.scored_per_sample} scored positions each, within the doctor's "
+                "compute budget (--max-tokens 0 reads everything)"
+            )
+        if self.dropped_samples:
+            parts.append(f"{len(self.dropped_samples)} more samples over the budget")
+        if self.accept_skipped:
+            parts.append("accept length not replayed here: run `eagle-inspect accept`")
+        elif self.accept_samples is not None:
+            parts.append(f"accept length replayed on {len(self.accept_samples)} of them")
+        return "; ".join(parts)
+
     def to_dict(self) -> dict:
         return {
             "decided_by": self.decided_by,

@@ -156,6 +156,9 @@ class DoctorScreen(Dialog[WiringKey | None]):
                 ("best wiring ", "bold"),
                 self.session.wiring_label(report.best_wiring),
                 f"   {len(self.findings)} findings",
+                f"   read: {report.plan.summary()}"
+                if report.plan is not None and report.plan.summary()
+                else "",
             )
         )
         options = []
