@@ -173,7 +173,7 @@ def test_unknown_conventions_are_refused(tmp_path: Path) -> None:
     assert "model_type: 'llava': no known" in _error(tmp_path, {"model_type": "llava"})
     assert "expected a string" in _error(tmp_path, {"model_type": 3})
     # The lm_head alone (what a headless draft borrows) does not depend on the norm.
-    assert read_target_lm_head(tmp_path).shape == (8, 4)
+    assert read_target_lm_head(_target(tmp_path, {"model_type": "cohere"})).shape == (8, 4)
 
 
 def test_a_remote_code_type_is_read_by_its_architecture(tmp_path: Path) -> None:
@@ -183,6 +183,12 @@ def test_a_remote_code_type_is_read_by_its_architecture(tmp_path: Path) -> None:
     )
     head = read_target_head(folder)
     assert (head.model_type, head.norm_style, head.rms_norm_eps) == ("deepseek_v3", RMS, 1e-6)
+    # a nested config naming only its language model's type is read by that type
+    folder = _target(tmp_path, {"text_config": {"model_type": "gemma3_text"}})
+    assert (read_target_head(folder).norm_style, read_target_head(folder).softcap) == (
+        RMS_ONE_PLUS,
+        None,
+    )
     folder = _target(tmp_path, {"model_type": "x", "architectures": ["Gemma3ForCausalLM"]})
     assert read_target_head(folder).norm_style == RMS_ONE_PLUS
 
@@ -219,22 +225,34 @@ def test_heads_and_norms_that_cannot_be_read_are_refused(tmp_path: Path) -> None
     wf = tmp_path / "model.safetensors"
     llama = {"model_type": "llama"}
     embed = {"model.embed_tokens.weight": torch.ones(8, 4), "model.norm.weight": torch.ones(4)}
-    # tied: the embedding; explicitly untied without a head: refused
-    assert read_target_head(_target(tmp_path, llama, embed)).lm_head.shape == (8, 4)
+    # No stored head: the embedding when tied, by the config or its class's default (Gemma's
+    # true, Llama's false); an untied target without a head is refused.
+    for cfg in ({"model_type": "gemma3_text"}, {**llama, "tie_word_embeddings": True}):
+        assert read_target_head(_target(tmp_path, cfg, embed)).lm_head.shape == (8, 4)
+    assert read_target_lm_head(tmp_path).shape == (8, 4)
+    # (the vision-language model's own config decides, before its text config)
+    nested = {"model_type": "gemma3", "text_config": {"tie_word_embeddings": False}}
+    assert read_target_head(_target(tmp_path, nested, embed)).lm_head.shape == (8, 4)
     untied = {"model_type": "gemma3", "tie_word_embeddings": False}
     assert _error(tmp_path, untied, embed) == (
-        f"{wf}: lm_head.weight: tensor not found (tie_word_embeddings false)"
+        f"{wf}: lm_head.weight: tensor not found (tie_word_embeddings is false)"
     )
+    assert _error(tmp_path, llama, embed) == (
+        f"{wf}: lm_head.weight: tensor not found (tie_word_embeddings defaults to false)"
+    )
+    with pytest.raises(InputError, match="defaults to false"):
+        read_target_lm_head(tmp_path)
     # a known type always stores its final norm
     assert _error(tmp_path, llama, {"lm_head.weight": torch.ones(8, 4)}) == (
         f"{wf}: model.norm.weight: tensor not found (the target's final norm)"
     )
     # a norm with a bias is a LayerNorm, not an RMSNorm
-    biased = {**embed, "model.norm.bias": torch.ones(4)}
+    headed = {"lm_head.weight": torch.ones(8, 4), "model.norm.weight": torch.ones(4)}
+    biased = {**headed, "model.norm.bias": torch.ones(4)}
     assert _error(tmp_path, llama, biased) == (
         f"{wf}: model.norm.bias: the final norm has a bias: not an RMSNorm"
     )
-    two = {**embed, "model.language_model.norm.weight": torch.ones(4)}
+    two = {**headed, "model.language_model.norm.weight": torch.ones(4)}
     assert _error(tmp_path, llama, two) == (
         f"{wf}: model.norm.weight: several final norms stored "
         "(model.norm.weight, model.language_model.norm.weight)"

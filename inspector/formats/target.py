@@ -62,6 +62,7 @@ class Convention:
     `eps`: the config class's default `rms_norm_eps` (what a config.json without it means).
     `softcap`: the head applies `final_logit_softcapping` from the config (cap * tanh(z / cap)),
     whose default is `softcap_default`. `scaling`: the head divides by `logits_scaling`.
+    `tied`: the config class's default `tie_word_embeddings` (read from the model's own config).
     """
 
     norm: str
@@ -69,6 +70,7 @@ class Convention:
     softcap: bool = False
     softcap_default: float | None = None
     scaling: bool = False
+    tied: bool = False
 
 
 # Read from transformers 5.24 (models/<type>/modeling_<type>.py: the final norm's class and the
@@ -98,17 +100,17 @@ CONVENTIONS: dict[str, Convention] = {
     # the norm's product in float32
     "gpt_oss": Convention(RMS_FLOAT, 1e-5),
     # (1 + w) norms; Gemma 2 and Gemma 3's causal LM soft-cap their logits when the config says
-    "gemma": Convention(RMS_ONE_PLUS, 1e-6),
-    "gemma2": Convention(RMS_ONE_PLUS, 1e-6, softcap=True, softcap_default=30.0),
-    "gemma3_text": Convention(RMS_ONE_PLUS, 1e-6, softcap=True),
+    "gemma": Convention(RMS_ONE_PLUS, 1e-6, tied=True),
+    "gemma2": Convention(RMS_ONE_PLUS, 1e-6, softcap=True, softcap_default=30.0, tied=True),
+    "gemma3_text": Convention(RMS_ONE_PLUS, 1e-6, softcap=True, tied=True),
     "qwen3_next": Convention(RMS_ONE_PLUS, 1e-6),
     # logits / logits_scaling
     "granite": Convention(RMS, 1e-6, scaling=True),
     # Vision-language models: their text config's type gives the norm (this entry when it names
     # none), their own class the head. Gemma3ForConditionalGeneration applies no soft-capping,
     # even when its text config sets final_logit_softcapping (released checkpoints set none).
-    "gemma3": Convention(RMS_ONE_PLUS, 1e-6),
-    "mistral3": Convention(RMS, 1e-5),
+    "gemma3": Convention(RMS_ONE_PLUS, 1e-6, tied=True),
+    "mistral3": Convention(RMS, 1e-5, tied=True),
     "llama4": Convention(RMS, 1e-5),
     "qwen2_vl": Convention(RMS, 1e-5),
     "qwen2_5_vl": Convention(RMS, 1e-5),
@@ -276,16 +278,28 @@ def _unknown(cfg: ConfigReader, kind: str) -> InputError:
     )
 
 
-def head_convention(
-    top: ConfigReader, text: ConfigReader
-) -> tuple[str | None, str, float, float | None, float | None]:
-    """(model_type, norm style, eps, softcap, logits_scaling) of a target config: the norm by its
-    language model's type, the head by the model's own. A config naming no model_type (a bare
-    test fixture) is read as Llama's; an unknown one is refused."""
+@dataclass(frozen=True)
+class HeadReading:
+    """How a target config says its logits are computed (see `head_convention`)."""
+
+    model_type: str | None  # the table's type; None: a config naming none, read as Llama's
+    norm_style: str
+    eps: float
+    softcap: float | None
+    logits_scaling: float | None
+    tied_default: bool | None  # tie_word_embeddings when the config does not say (None: unknown)
+
+
+def head_convention(top: ConfigReader, text: ConfigReader) -> HeadReading:
+    """The final norm and head of a target config: the norm by its language model's type, the
+    head by the model's own. A config naming no model_type anywhere (a bare test fixture) is read
+    as Llama's; an unknown one is refused."""
     kind = _type_of(top)
+    if kind is None and text is not top:
+        kind, top = _type_of(text), text  # a nested config naming only its language model's type
     if kind is None:
         eps = text.positive_number("rms_norm_eps", DEFAULT_RMS_NORM_EPS)
-        return None, RMS, eps, None, None
+        return HeadReading(None, RMS, eps, None, None, None)
     if kind not in CONVENTIONS:
         raise _unknown(top, kind)
     head = CONVENTIONS[kind]
@@ -306,28 +320,41 @@ def head_convention(
         if key in top.obj:
             softcap = top.positive_number(key, None) if top.has(key) else None
     scaling = top.positive_number("logits_scaling", 1.0) if head.scaling else None
-    return kind, norm.norm, eps, softcap, scaling
+    return HeadReading(kind, norm.norm, eps, softcap, scaling, head.tied)
 
 
-def _tied(top: ConfigReader, text: ConfigReader) -> bool:
+def _tied(top: ConfigReader, text: ConfigReader, default: bool | None) -> bool:
     """Whether a target that stores no lm_head uses its embedding as the head. transformers 5
-    reads tie_word_embeddings from the model's own (top-level) config; pre-5 saves of
-    vision-language models put it in text_config only. Absent everywhere: a checkpoint that
-    stores no head can only have been saved tied."""
-    for cfg in (top, text):
-        if cfg.has("tie_word_embeddings"):
-            return cfg.flag("tie_word_embeddings")
-    return True
+    reads tie_word_embeddings from the model's own (top-level) config, else its class's `default`;
+    a text_config's true still ties (pre-5 saves of vision-language models kept it there, and
+    Qwen2.5-VL's config forwards it). `default` None (a type not in the table): the text
+    config's value, else untied."""
+    key = "tie_word_embeddings"
+    if top.has(key):
+        return top.flag(key)
+    in_text = text is not top and text.has(key) and text.flag(key)
+    if default is None:
+        return bool(in_text)
+    return default or bool(in_text)
 
 
-def _head_name(weight_file: Path, names: set[str], top: ConfigReader, text: ConfigReader) -> str:
+def _head_name(
+    weight_file: Path,
+    names: set[str],
+    top: ConfigReader,
+    text: ConfigReader,
+    tied_default: bool | None,
+) -> str:
     head = _pick(names, HEAD_NAMES)
     if head is not None:
         return head
     embed = _pick(names, EMBED_NAMES)
-    if embed is not None and _tied(top, text):
+    if embed is not None and _tied(top, text, tied_default):
         return embed
-    why = "tensor not found" if embed is None else "tensor not found (tie_word_embeddings false)"
+    why = "tensor not found"
+    if embed is not None:
+        explicit = top.has("tie_word_embeddings") or text.has("tie_word_embeddings")
+        why += f" (tie_word_embeddings {'is' if explicit else 'defaults to'} false)"
     raise InputError(weight_file, "lm_head.weight", why)
 
 
@@ -337,7 +364,9 @@ def read_target_lm_head(folder: Path) -> torch.Tensor:
     folder = Path(folder)
     weight_file = find_weight_file(folder)
     top, text = _config(folder)
-    head = _head_name(weight_file, set(tensor_names(weight_file)), top, text)
+    kind = _type_of(top) or (_type_of(text) if text is not top else None)
+    tied = CONVENTIONS[kind].tied if kind in CONVENTIONS else None
+    head = _head_name(weight_file, set(tensor_names(weight_file)), top, text, tied)
     return _read_checked(weight_file, {head: None}, "")[head]
 
 
@@ -350,13 +379,13 @@ def read_target_head(
     weight_file = find_weight_file(folder)
     names = set(tensor_names(weight_file))
     top, text = _config(folder)
-    kind, style, eps, softcap, scaling = head_convention(top, text)
-    head = _head_name(weight_file, names, top, text)
+    how = head_convention(top, text)
+    head = _head_name(weight_file, names, top, text, how.tied_default)
     norms = [n for n in NORM_NAMES if n in names]
     if len(norms) > 1:
         raise InputError(weight_file, norms[0], f"several final norms stored ({', '.join(norms)})")
     norm = norms[0] if norms else None
-    if norm is None and kind is not None:
+    if norm is None and how.model_type is not None:
         # A model of a known type always stores its final norm: without it the logits are wrong.
         raise InputError(weight_file, NORM_NAMES[0], "tensor not found (the target's final norm)")
     if norm is not None and norm.removesuffix("weight") + "bias" in names:
@@ -370,10 +399,10 @@ def read_target_head(
     return TargetHead(
         tensors.get(norm) if norm else None,
         tensors[head],
-        eps,
+        how.eps,
         str(folder),
-        norm_style=style,
-        softcap=softcap,
-        logits_scaling=scaling,
-        model_type=kind,
+        norm_style=how.norm_style,
+        softcap=how.softcap,
+        logits_scaling=how.logits_scaling,
+        model_type=how.model_type,
     )
