@@ -173,10 +173,8 @@ def _demo_evaluator(samples: Path):
 
 
 def _verifier_logits(ev, i: int) -> torch.Tensor:
-    from inspector.model import rms_norm
-
     head = ev.target_head
-    return rms_norm(ev.samples[i].slots[3], head.norm_weight, head.rms_norm_eps) @ head.lm_head.T
+    return head.logits(head.normed(ev.samples[i].slots[3]))
 
 
 def test_the_draft_scores_the_same_on_the_captured_set(recaptured) -> None:

@@ -206,16 +206,24 @@ PROMPTS = [list(range(3, 15)), [200, 17, 45, 3, 99, 128, 7, 250, 64]]
 
 
 def _auto(cfg):
+    """The auto class that loads ``cfg`` whole, as the capture picks it: the causal LM, or for a
+    vision-language model transformers maps no causal LM to (Mistral 3, Qwen-VL), the
+    image-text-to-text one."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    return AutoModelForImageTextToText if cfg.model_type == "mistral3" else AutoModelForCausalLM
+    causal = cfg.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    return AutoModelForCausalLM if causal else AutoModelForImageTextToText
 
 
 def _save_random(name: str, folder: Path) -> Path:
-    """A random float32 model of ``name`` saved to ``folder``. Every weight is redrawn at std 0.2:
-    transformers' init (std 0.02, norms at 1) leaves states so small and norms so plain that a
+    return save_random(ARCHS[name](), folder)
+
+
+def save_random(cfg, folder: Path) -> Path:
+    """A random float32 model of config ``cfg`` saved to ``folder``. Every weight is redrawn at std
+    0.2: transformers' init (std 0.02, norms at 1) leaves states so small and norms so plain that a
     slot taken after the norm instead of before it, or a missing soft-cap, could pass unnoticed."""
-    cfg = ARCHS[name]()
     torch.manual_seed(0)
     model = _auto(cfg).from_config(cfg, dtype=torch.float32)
     gen = torch.Generator().manual_seed(1)

@@ -368,7 +368,6 @@ def test_verifier_targets_and_matches(request):
     from pathlib import Path
 
     from inspector.formats import read_target_head
-    from inspector.model import rms_norm
 
     demo = Path(request.config.rootpath) / "assets" / "demo"
     head = read_target_head(demo / "target")
@@ -382,7 +381,7 @@ def test_verifier_targets_and_matches(request):
     seen_differ = False
     for i in (0, 1):
         s = ev.samples[i]
-        y = rms_norm(s.slots[3], head.norm_weight, head.rms_norm_eps) @ head.lm_head.T
+        y = head.logits(head.normed(s.slots[3]))
         v_full = y.argmax(-1).numpy()
         v_in = d2t[y[:, d2t].argmax(-1)].numpy()
         seen_differ |= bool((v_full != v_in).any())

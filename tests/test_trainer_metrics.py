@@ -81,7 +81,7 @@ def _near_ties(logits: torch.Tensor, n: int) -> int:
 
 @pytest.fixture(scope="module")
 def demo_reports():
-    from inspector.model import fc_input, fc_project, forward_steps, rms_norm
+    from inspector.model import fc_input, fc_project, forward_steps
     from inspector.session import Inputs, load_evaluator
 
     out = {}
@@ -98,7 +98,7 @@ def demo_reports():
             for i in range(len(ev.samples)):
                 s = ev.samples[i]
                 slots = [x.float() for x in s.slots]
-                teacher = rms_norm(slots[3], head.norm_weight, head.rms_norm_eps) @ head.lm_head.T
+                teacher = head.logits(head.normed(slots[3]))
                 v = _near_ties(teacher, head.lm_head.shape[1])
                 for w in wirings:
                     h = fc_project(draft, fc_input(draft, [slots[j] for j in w.slots]))[:-1]

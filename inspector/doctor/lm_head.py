@@ -151,7 +151,7 @@ def borrow_target_head(status: HeadStatus, target: str | Path, out: Path) -> Pat
     config ties them. Returns the copy's folder."""
     from safetensors.torch import save_file
 
-    from inspector.formats.target import read_target_head
+    from inspector.formats.target import read_target_lm_head
 
     src = Path(status.checkpoint)
     weights = {k: v for k, v in read_tensors(Path(status.weight_file)).items()}
@@ -159,7 +159,7 @@ def borrow_target_head(status: HeadStatus, target: str | Path, out: Path) -> Pat
     if status.tied and "embed_tokens.weight" in canon:
         head = weights[canon["embed_tokens.weight"]]
     else:
-        full = read_target_head(Path(target), vocab_size=status.vocab_size).lm_head
+        full = read_target_lm_head(Path(target))
         if status.hidden_size is not None and full.shape[1] != status.hidden_size:
             raise InputError(
                 status.weight_file,

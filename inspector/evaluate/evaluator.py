@@ -44,7 +44,6 @@ from inspector.model import (
     fc_input,
     fc_project,
     iter_steps,
-    rms_norm,
 )
 from inspector.model.linear import linear
 from inspector.sample import Sample, SlotInfo, with_layer_ids
@@ -268,12 +267,14 @@ class Evaluator:
             return self._verifier.put(index, None)
         th = self.target_head
         y = sample.slots[vs].to(self.device, th.lm_head.dtype)
-        if not sample.slot_info[vs].post_norm and th.norm_weight is not None:
-            y = rms_norm(y, th.norm_weight, th.rms_norm_eps)
+        if not sample.slot_info[vs].post_norm:
+            y = th.normed(y)  # the target's own final norm (Llama's, Gemma's (1 + w), ...)
         rows = self.chunking.logit_rows(th.lm_head.shape[0])
         full, in_vocab = [], []
         for chunk in y.split(rows):  # the full-vocab logits of a long sample would not fit at once
-            logits = linear(chunk, th.lm_head)
+            # Soft-capping and scaling keep the order, but in low precision the cap can tie
+            # logits the target also sees tied: applied as the target does.
+            logits = th.finish(linear(chunk, th.lm_head))
             full.append(logits.argmax(-1))
             # The draft-vocab logits are a column subset: no second matmul, no copy of lm_head rows.
             in_vocab.append(self._d2t_abs[logits[:, self._d2t_abs].argmax(-1)])
