@@ -30,8 +30,6 @@ from inspector.doctor.stats import Z_CLEAR, paired_hits_z
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.metrics import Counts
-from inspector.model import rms_norm
-from inspector.model.linear import linear
 from inspector.sample import SlotInfo
 
 N_SAMPLES = 2
@@ -122,9 +120,8 @@ def measure_final_state(
         nxt = sample.input_ids[j + 1].to(ev.device)
         for s, info in enumerate(infos):
             y = sample.slots[s][j].to(ev.device, th.lm_head.dtype)
-            if not info.post_norm and th.norm_weight is not None:
-                y = rms_norm(y, th.norm_weight, th.rms_norm_eps)
-            pred = linear(y, th.lm_head).argmax(-1)
+            # The target's own norm (Gemma's 1 + w included) and head (its soft-cap too).
+            pred = th.logits(y if info.post_norm else th.normed(y)).argmax(-1)
             per_slot[s].append((pred == nxt).cpu())
     if not used:
         return None
