@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from inspector.draft import Draft
-from inspector.model.forward import mlp
+from inspector.model.forward import _rowwise_mlp
 from inspector.model.linear import linear
 from inspector.model.rope import apply_rope, rms_norm, rope_cos_sin
 
@@ -54,13 +54,15 @@ def step0_at_rows(
     h: torch.Tensor,
     rows: torch.Tensor,
     block_bytes: int = 2**62,
+    mlp_rows: int = 2**62,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Step 0's layer output at `rows` only, for a batch of fc outputs h [B, R, H], with the
     keys and values of every row.
 
     Equal to `forward_steps(draft, h, tokens, steps=1)[0][:, rows]` (the pre-norm output) for a
     single-layer draft, but keys and values are the only per-row work: queries, o_proj and the
-    MLP run on the selected rows, in blocks of at most `block_bytes` of attention scores.
+    MLP run on the selected rows; the attention in blocks of at most `block_bytes` of scores, the
+    MLP in chunks of `mlp_rows` rows.
     Returns (z [B, R', H], k [B, kvh, R, hd] after RoPE, v [B, kvh, R, hd]).
     """
     cfg, w, p = draft.config, draft.weights, "layers.0."
@@ -78,30 +80,32 @@ def step0_at_rows(
     kr, vr = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
     window = cfg.sliding_window(0)
     keys = torch.arange(r, device=h.device)
-    # SDPA with a boolean mask may build float [B, h, block, R] scores and their softmax.
+    hn_rows = hn[:, rows]
+    q = (shared.embed_part["q"][rows] + linear(hn_rows, shared.w_hidden["q"])).view(b, -1, nh, hd)
+    if p + "self_attn.q_norm.weight" in w:
+        q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+    q = apply_rope(q.transpose(1, 2), shared.cos[rows], shared.sin[rows])
+    # The attention in blocks of query rows (SDPA with a boolean mask may build float
+    # [B, h, block, R] scores and their softmax); the matmuls after it over all rows at once,
+    # in MLP row chunks, so each weight is read once per chunk, not once per block.
     block = max(1, min(int(rows.numel()), block_bytes // max(1, 8 * b * nh * r)))
-    out = []
+    parts = []
     for a in range(0, int(rows.numel()), block):
-        sel = rows[a : a + block]
-        hn_rows = hn[:, sel]
-        q = (shared.embed_part["q"][sel] + linear(hn_rows, shared.w_hidden["q"])).view(
-            b, -1, nh, hd
-        )
-        if p + "self_attn.q_norm.weight" in w:
-            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
-        q = apply_rope(q.transpose(1, 2), shared.cos[sel], shared.sin[sel])
-        back = sel[:, None] - keys[None, :]  # rows back, [blk, R]
+        back = rows[a : a + block, None] - keys[None, :]  # rows back, [blk, R]
         allowed = back >= 0  # causal
         if window is not None:
             allowed = allowed & (back < window)
-        o = F.scaled_dot_product_attention(q, kr, vr, attn_mask=allowed)
-        o = linear(o.transpose(1, 2).reshape(b, -1, nh * hd), w[p + "self_attn.o_proj.weight"])
-        if p + "self_attn.o_proj.bias" in w:
-            o = o + w[p + "self_attn.o_proj.bias"]
-        residual = hn_rows if cfg.norm_before_residual else h[:, sel]
-        u = residual + o
-        out.append(u + mlp(rms_norm(u, w[p + "post_attention_layernorm.weight"], eps), w, p))
-    return torch.cat(out, dim=1), k, v
+        parts.append(
+            F.scaled_dot_product_attention(q[:, :, a : a + block], kr, vr, attn_mask=allowed)
+        )
+    o = torch.cat(parts, dim=2) if len(parts) > 1 else parts[0]
+    o = linear(o.transpose(1, 2).reshape(b, -1, nh * hd), w[p + "self_attn.o_proj.weight"])
+    if p + "self_attn.o_proj.bias" in w:
+        o = o + w[p + "self_attn.o_proj.bias"]
+    residual = hn_rows if cfg.norm_before_residual else h[:, rows]
+    u = residual + o
+    normed = rms_norm(u, w[p + "post_attention_layernorm.weight"], eps)
+    return u + _rowwise_mlp(normed, w, p, mlp_rows), k, v
 
 
 def step0_logits_at_rows(

@@ -70,7 +70,9 @@ class RowTrees:
         if rows is not None:
             # Step 0 at the wanted rows; every row's keys.
             shared = Step0Shared(draft, tokens, position_offset)
-            z, k, v = step0_at_rows(draft, shared, h[None], rows, chunking.attn_block_bytes)
+            z, k, v = step0_at_rows(
+                draft, shared, h[None], rows, chunking.attn_block_bytes, chunking.mlp_rows
+            )
             self._k0.append((k, v))
             self.rows = int(rows.numel())
             self.base_pos = rows + position_offset
