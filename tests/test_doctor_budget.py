@@ -99,16 +99,21 @@ def test_budget_reads_fewer_samples_when_prompts_cost_too_much(cfg):
 
 
 def test_accept_replay_gets_its_share(cfg):
-    shapes = [_shape(i, 1000, 990) for i in range(4)]
+    from inspector.doctor.budget import ACCEPT_READ_FORWARDS
+
+    shapes = [_shape(i, 1000, 0) for i in range(4)]  # 998 round starts each
     macs = token_macs(cfg)
-    # Checks fit whole; the replay (3 steps x 3 wirings per token) fits two samples only.
-    checks = sum(READ_FORWARDS * 1000 + SCORED_FORWARDS * 9 for _ in shapes) * macs
-    budget = 2.5 * 1000 * 9 * macs / ACCEPT_SHARE
+    # A 30-step replay (3 wirings: 30 forwards where rounds start, keys and values elsewhere)
+    # fits two samples only; the checks fit whole.
+    checks = sum(READ_FORWARDS * 1000 + SCORED_FORWARDS * 998 for _ in shapes) * macs
+    per = 3 * (ACCEPT_READ_FORWARDS * 1000 + 30 * 998) * macs
+    budget = 2.5 * per / ACCEPT_SHARE
     assert checks <= budget * (1 - ACCEPT_SHARE)
-    p = plan(cfg, shapes, budget_macs=budget)
+    p = plan(cfg, shapes, budget_macs=budget, accept_steps=30)
     assert p.decided_by == "whole" and p.accept_samples == [0, 1]
-    assert plan(cfg, shapes, budget_macs=budget * 100).accept_samples is None
-    none = plan(replace(cfg, intermediate_size=cfg.intermediate_size * 1000), shapes[:1])
+    assert p.summary() == "accept length replayed on 2 of the samples"
+    assert plan(cfg, shapes, budget_macs=budget * 100, accept_steps=30).accept_samples is None
+    none = plan(replace(cfg, intermediate_size=cfg.intermediate_size * 100_000), shapes[:1])
     assert none.accept_skipped
 
 
@@ -199,7 +204,9 @@ def test_plan_summary(cfg):
     p = plan(cfg, shapes, budget_macs=3.5 * per * macs / (1 - ACCEPT_SHARE))
     text = p.summary()
     assert "up to 32 scored positions each" in text and "5 more samples over the budget" in text
-    assert "accept length not replayed" in text
+    assert "accept" not in text  # the replay fits: it drafts only where rounds start
     assert plan(cfg, shapes[:1]).summary() == ""
+    huge = replace(cfg, intermediate_size=cfg.intermediate_size * 100_000)
+    assert "accept length not replayed here" in plan(huge, shapes[:1]).summary()
     cut = plan(cfg, shapes[:2], max_tokens=100)
     assert cut.summary() == "each cut to its first 100 tokens (--max-tokens)"

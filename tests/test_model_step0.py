@@ -79,3 +79,32 @@ def test_step0_shared_needs_one_layer(syn):
     two = replace(draft, config=replace(draft.config, num_layers=2))
     with pytest.raises(ValueError, match="single-layer"):
         Step0Shared(two, torch.tensor([1, 2, 3]), 0)
+
+
+@pytest.mark.parametrize("variant", ["plain", "nbr", "qk_norm"])
+def test_step0_at_rows_in_blocks_and_chunks(syn, variant):
+    # The serving replay's bounds: attention scores in blocks of query rows, the MLP in row
+    # chunks. Per row the same computation, so the same values as one block up to rounding.
+    from inspector.model.step0 import step0_at_rows
+
+    draft = _variant(load_draft(syn[0]), variant)
+    ev = Evaluator(draft, SampleSet(syn[1]))
+    h = ev.fc_output(0, Wiring((0, 1, 2)))[None, :-1]
+    ids = ev.samples[0].input_ids
+    shared = Step0Shared(draft, ids[1:], 1)
+    rows = torch.tensor([0, 3, 4, 10, 20, 30, 46])
+    z, k, v = step0_at_rows(draft, shared, h, rows)
+    heads, r = draft.config.num_heads, h.shape[1]
+    one_row = 8 * heads * r  # bytes of one query row's scores
+    zb, kb, vb = step0_at_rows(draft, shared, h, rows, block_bytes=2 * one_row, mlp_rows=3)
+    # BLAS blocks a matmul by its row count: a few float32 roundings at the values' scale.
+    tol = 16 * torch.finfo(torch.float32).eps * float(z.abs().max())
+    torch.testing.assert_close(zb, z, rtol=0, atol=tol)
+    assert kb.equal(k) and vb.equal(v)
+    assert z.shape == (1, rows.numel(), draft.config.hidden_size)
+    assert k.shape == (1, draft.config.num_kv_heads, r, draft.config.head_dim)
+    # The layer output at the rows is the full forward's (pre-norm) output there.
+    from inspector.model import iter_steps
+
+    _, full = next(iter_steps(draft, h, ids[1:][None], steps=1, position_offset=1))
+    torch.testing.assert_close(z, full[:, rows], rtol=1e-4, atol=1e-4)

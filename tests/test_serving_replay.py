@@ -152,3 +152,53 @@ def test_sglang_kv_mode_equals_the_direct_rounds_with_row_kv(opts):
         for n in range(1, t)
     )
     assert trees_differ  # the approximation changes some trees on this draft
+
+
+@pytest.mark.parametrize(
+    ("spec", "cfg"),
+    [
+        (DraftSpec(3), {}),
+        (DraftSpec(3, 4, 8), {}),
+        (DraftSpec(4, 3, 12, kv="sglang"), {}),
+        (DraftSpec(3, 2, 6), {"norm_before_residual": True}),
+        (DraftSpec(3, 2, 6), {"sliding_windows": (4,)}),
+        (DraftSpec(3, 2, 6), {"norm_output": True}),
+    ],
+)
+def test_rounds_at_chosen_starts_equal_every_start(spec, cfg):
+    """The replay drafts only where rounds start (after the prompt): every other row's step 0
+    is keys and values only. Those trees equal the ones computed at every row (checked against
+    the direct rounds above), and so do the accept counts; elsewhere a_by_start is 0."""
+    from dataclasses import replace
+
+    from inspector.serving.tree_forward import RowTrees
+
+    draft = random_draft(seed=11)
+    draft = replace(draft, config=replace(draft.config, **cfg))
+    t = 16
+    h, ids = _sample(draft, t, seed=5)
+    starts = torch.tensor([3, 4, 5, 9, 10, 15])
+    rows = starts - 1
+    every = RowTrees(draft, h[: t - 1], ids[1:t], spec).trees()
+    some = RowTrees(draft, h[: t - 1], ids[1:t], spec, rows=rows).trees()
+    assert some.tokens.tolist() == every.tokens[rows].tolist()
+    assert some.parent.tolist() == every.parent[rows].tolist()
+    assert some.depth.tolist() == every.depth[rows].tolist()
+    # The every-row path merges its diagonal keys in float32 (attend's fused merge), the chosen
+    # rows' path stays in float64: a few float32 roundings of log-probs of this size.
+    tol = 8 * torch.finfo(torch.float32).eps * float(every.score.abs().max().clamp(min=1))
+    torch.testing.assert_close(some.score, every.score[rows], rtol=0, atol=tol)
+    got = tree_accepts(draft, h, ids, spec, starts=starts)
+    assert got[starts].tolist() == tree_accepts(draft, h, ids, spec)[starts].tolist()
+    others = torch.ones(t, dtype=torch.bool)
+    others[starts] = False
+    assert (got[others] == 0).all()
+
+
+def test_round_starts_are_the_runs_but_their_last_token():
+    from inspector.serving.replay import round_starts
+
+    mask = np.array([0, 0, 1, 1, 1, 0, 1, 1, 0, 1], dtype=np.int64)
+    # runs (2, 4), (6, 7), (9, 9): a round starts after x_n for n in P..E-1
+    assert round_starts(mask).tolist() == [2, 3, 6]
+    assert round_starts(np.zeros(5)).size == 0

@@ -2,7 +2,7 @@
 
 Every check reruns the draft: the wiring search (every ordered choice of slots, most dropped
 after the first sample), the re-pairing, each config alternative over the leading wirings, the
-norm flags; the accept-length replay runs ACCEPT_STEPS forwards per wiring over every row. A
+norm flags; the accept-length replay runs ACCEPT_STEPS forwards per wiring where rounds start. A
 4096-wide draft with a 14336-wide MLP and a 16K draft vocabulary costs ~0.36 GMAC per token and
 forward, so the doctor over 8 samples of 2K tokens is hundreds of TMAC: many minutes on a CPU,
 for findings that a few hundred scored positions settle (a wrong wiring moves accuracy by tens
@@ -20,7 +20,8 @@ every sample to N tokens instead, `--max-tokens 0` reads whole samples, both wit
 The constants are the cost model, in draft forwards per token, measured with bench/doctor_speed
 and the doctor's own `seconds` on a 4096-wide draft: a read token costs the fc projections of
 every block and slot and each wiring's keys and values (`READ_FORWARDS`); a scored token the
-checks' forwards (`SCORED_FORWARDS`); a replayed token ACCEPT_STEPS forwards per replayed wiring.
+checks' forwards (`SCORED_FORWARDS`); the replay ACCEPT_STEPS forwards per wiring where a round
+starts, and a row of context its step-0 keys and values (`ACCEPT_READ_FORWARDS`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ DOCTOR_MACS = 4.0e12  # about a minute on two CPU cores at the stored dtype; sec
 ACCEPT_SHARE = 0.3  # of DOCTOR_MACS, for the accept-length replay
 READ_FORWARDS = 2.0
 SCORED_FORWARDS = 24.0
+ACCEPT_READ_FORWARDS = 0.15  # a replayed context row: its step-0 keys and values only
 SCORED_LADDER = (4096, 2048, 1024, 512, 256, 128, 64, 32)
 
 
@@ -101,7 +103,7 @@ class DoctorPlan:
 
     def summary(self) -> str:
         """How much was read, in words; empty when everything was."""
-        if not (self.cut or self.accept_skipped):
+        if not self.cut and self.accept_samples is None:
             return ""
         parts = []
         if self.decided_by == "--max-tokens" and self.cuts:
@@ -116,7 +118,7 @@ class DoctorPlan:
         if self.accept_skipped:
             parts.append("accept length not replayed here: run `eagle-inspect accept`")
         elif self.accept_samples is not None:
-            parts.append(f"accept length replayed on {len(self.accept_samples)} of them")
+            parts.append(f"accept length replayed on {len(self.accept_samples)} of the samples")
         return "; ".join(parts)
 
     def to_dict(self) -> dict:
@@ -181,14 +183,21 @@ def plan(
             out.samples.append(s.index)
             if s.prefix(q) < s.length:
                 out.cuts[s.index] = s.prefix(q)
-    # The replay runs every read row, ACCEPT_STEPS forwards per wiring.
-    per_token = macs * accept_steps * accept_wirings
-    read = {s.index: out.cuts.get(s.index, s.length) for s in shapes}
-    if sum(read[i] for i in out.samples) * per_token > budget_macs * ACCEPT_SHARE:
+
+    # The replay drafts where rounds start (ACCEPT_STEPS forwards per wiring there); every
+    # other read row costs its step-0 keys and values.
+    def replay(shape: SampleShape) -> float:
+        q = out.scored_per_sample
+        read = out.cuts.get(shape.index, shape.length)
+        starts = shape.scored.size if q is None else min(q, shape.scored.size)
+        return macs * accept_wirings * (ACCEPT_READ_FORWARDS * read + accept_steps * starts)
+
+    kept = [s for s in shapes if s.index in out.samples]
+    if sum(replay(s) for s in kept) > budget_macs * ACCEPT_SHARE:
         out.accept_samples, spent = [], 0.0
-        for i in out.samples:
-            if spent + read[i] * per_token > budget_macs * ACCEPT_SHARE:
+        for s in kept:
+            if spent + replay(s) > budget_macs * ACCEPT_SHARE:
                 break
-            spent += read[i] * per_token
-            out.accept_samples.append(i)
+            spent += replay(s)
+            out.accept_samples.append(s.index)
     return out

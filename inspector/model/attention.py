@@ -35,6 +35,9 @@ class LayerCache:
         self.values: list[torch.Tensor] = []
         self.k0: torch.Tensor | None = None
         self.v0: torch.Tensor | None = None
+        # The row of each query when the queries are a subset of the step-0 rows (the serving
+        # replay drafts only where rounds start); None: query i is row i.
+        self.query_rows: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,12 @@ def attend(
     k0, v0 = cache.k0, cache.v0
     scale = attention_scale(cfg)
     # A window shorter than the sample changes which step-0 keys a row sees: explicit scores.
-    window = cache.window if cache.window is not None and cache.window < q.shape[2] else None
+    window = cache.window if cache.window is not None and cache.window < k0.shape[2] else None
+    if cache.query_rows is not None:
+        diag_k = [k.repeat_interleave(rep, dim=1) for k in cache.keys[1:]]
+        diag_v = [v.repeat_interleave(rep, dim=1) for v in cache.values[1:]]
+        block = chunking.attn_block_bytes
+        return attention_blocked(q, k0, v0, diag_k, diag_v, scale, block, window, cache.query_rows)
     if len(cache.keys) == 1 and window is None:
         # Step 0 is plain causal attention: the fused kernel, softmax accumulated in float32.
         if cfg.mla is None:
@@ -181,26 +189,34 @@ def attention_blocked(
     scale: float,
     block_bytes: int,
     window: int | None = None,
+    query_rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The same as `attention_dense`, query rows in blocks: at most block x T scores at once."""
+    """The same as `attention_dense`, query rows in blocks: at most block x T scores at once.
+
+    query_rows: the step-0 row of each query when the queries are a subset of the rows (their
+    diagonal keys are aligned with the queries); None: query i is row i."""
     b, h, t, _ = q.shape
+    n_keys = k0.shape[2]
+    acc = torch.promote_types(q.dtype, torch.float32)  # float32 at least; float64 stays
     # scores, their exp and the mask: ~3 float32 buffers of [B, h, block, T]
-    block = max(1, min(t, block_bytes // max(1, 12 * b * h * t)))
+    block = max(1, min(t, block_bytes // max(1, 12 * b * h * n_keys)))
     out = q.new_empty(b, h, t, v0.shape[-1])
-    rows = torch.arange(t, device=q.device)
+    keys = torch.arange(n_keys, device=q.device)
+    rows = keys if query_rows is None else query_rows
     for a in range(0, t, block):
         e = min(t, a + block)
-        qf = q[:, :, a:e].float()
-        s0 = (qf @ k0[:, :, :e].float().transpose(-1, -2)) * scale  # [B, h, blk, e]
-        hidden = rows[None, :e] > rows[a:e, None]
+        last = int(rows[e - 1]) + 1 if query_rows is None else int(rows[a:e].max()) + 1
+        qf = q[:, :, a:e].to(acc)
+        s0 = (qf @ k0[:, :, :last].to(acc).transpose(-1, -2)) * scale  # [B, h, blk, last]
+        hidden = keys[None, :last] > rows[a:e, None]
         if window is not None:
-            hidden = hidden | (rows[a:e, None] - rows[None, :e] >= window)
+            hidden = hidden | (rows[a:e, None] - keys[None, :last] >= window)
         s0 = s0.masked_fill(hidden, float("-inf"))
-        diag = [(qf * k[:, :, a:e].float()).sum(-1, keepdim=True) * scale for k in diag_k]
+        diag = [(qf * k[:, :, a:e].to(acc)).sum(-1, keepdim=True) * scale for k in diag_k]
         probs = torch.softmax(torch.cat([s0, *diag], dim=-1), dim=-1)
-        o = probs[..., :e] @ v0[:, :, :e].float()
+        o = probs[..., :last] @ v0[:, :, :last].to(acc)
         for m, v in enumerate(diag_v):
-            o = o + probs[..., e + m : e + m + 1] * v[:, :, a:e].float()
+            o = o + probs[..., last + m : last + m + 1] * v[:, :, a:e].to(acc)
         out[:, :, a:e] = o.to(q.dtype)
     return out
 

@@ -70,6 +70,15 @@ class SampleReplay:
         return AcceptStats.of(self.rounds, self.depth)
 
 
+def round_starts(loss_mask: np.ndarray) -> np.ndarray:
+    """Every n a round can start after (x_0..x_n committed) inside a generation run (P, E):
+    P..E-1. The walk reads a_by_start there only, so the replay drafts nowhere else."""
+    runs = generation_runs(loss_mask)
+    if not runs:
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate([np.arange(p, e, dtype=np.int64) for p, e in runs])
+
+
 def off_target_counts(
     ids: np.ndarray, loss_mask: np.ndarray, verifier_argmax: np.ndarray
 ) -> Counts:
@@ -174,12 +183,18 @@ class Replayer:
         )
 
     def a_by_start(self, index: int, wiring: Wiring, *, keep: bool = True) -> np.ndarray:
+        """What a round starting after x_n accepts, at every n a round can start after
+        (`round_starts`); 0 at every other n, where no round starts."""
         ev, spec = self.ev, self.spec
         sample = ev.samples[index]
+        starts = round_starts(sample.loss_mask.numpy())
         if spec.is_chain and ev.ttt_steps >= spec.steps:
             preds = ev.predict(index, wiring, keep=keep)
-            return chain_accepts([sp.hit for sp in preds.steps[: spec.steps]], sample.length)
-        if sample.length < 2:
+            every = chain_accepts([sp.hit for sp in preds.steps[: spec.steps]], sample.length)
+            out = np.zeros(sample.length, dtype=np.int64)
+            out[starts] = every[starts]
+            return out
+        if sample.length < 2 or starts.size == 0:
             return np.zeros(sample.length, dtype=np.int64)
         chunking = ev.chunking
         for divisor in (1, *OOM_RETRIES):
@@ -194,6 +209,7 @@ class Replayer:
                         spec,
                         position_offset=ev.position_offset,
                         chunking=chunking.smaller(divisor),
+                        starts=torch.from_numpy(starts).to(ev.device),
                     )
                     .cpu()
                     .numpy()

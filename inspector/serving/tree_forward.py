@@ -24,11 +24,13 @@ from inspector.model import (
     DEFAULT_CHUNKING,
     Chunking,
     LayerCache,
+    Step0Shared,
     draft_layer,
     draft_logits,
     rms_norm,
     rope_cos_sin,
 )
+from inspector.model.step0 import step0_at_rows
 from inspector.serving.beam import Trees, accepted_path, build_trees, stable_topk
 from inspector.serving.spec import DraftSpec
 
@@ -38,6 +40,10 @@ class RowTrees:
 
     h: fc output [R, H], row j built from the slots at position j; tokens: x_{j+1} per row [R]
     (target ids). Row j drafts for a round that starts after committed x_0..x_{j+1}.
+    rows: the rows whose trees are wanted (ascending), None for all. Every row's step-0 keys are
+    still computed (they are every node's context), but on a single-layer Llama draft the rest
+    of the work (queries, MLP, head, the tree levels) runs on these rows only: a replay needs
+    the rows where rounds start, not the prompt before them. Other drafts run every row.
     """
 
     def __init__(
@@ -49,25 +55,40 @@ class RowTrees:
         *,
         position_offset: int = 1,
         chunking: Chunking = DEFAULT_CHUNKING,
+        rows: torch.Tensor | None = None,
     ) -> None:
         self.draft = draft
         self.spec = spec
         self.chunking = chunking
         cfg = draft.config
-        self.rows = h.shape[0]
-        self.base_pos = torch.arange(self.rows, device=h.device) + position_offset
         self._embed = draft.weights["embed_tokens.weight"]
         self._d2t = draft.vocab.draft_to_target.to(h.device)
-        # Step 0: the extend over every row; its keys are every node's causal context.
-        cos, sin = rope_cos_sin(cfg, self.base_pos, h.device)
-        x = h[None]
-        embeds = F.embedding(tokens[None], self._embed).to(h.dtype)
         self._k0: list[tuple[torch.Tensor, torch.Tensor]] = []
-        for i in range(cfg.num_layers):
-            cache = LayerCache(cfg.sliding_window(i))
-            x = draft_layer(draft, i, x, embeds if i == 0 else None, cos, sin, cache, chunking)
-            self._k0.append((cache.keys[0], cache.values[0]))
-        self.z0 = x  # [1, R, H]
+        if rows is not None and not Step0Shared.supports(draft):
+            rows = None
+        self.row_index = rows  # the step-0 row of each tree (None: tree j is row j)
+        if rows is not None:
+            # Step 0 at the wanted rows; every row's keys.
+            shared = Step0Shared(draft, tokens, position_offset)
+            z, k, v = step0_at_rows(
+                draft, shared, h[None], rows, chunking.attn_block_bytes, chunking.mlp_rows
+            )
+            self._k0.append((k, v))
+            self.rows = int(rows.numel())
+            self.base_pos = rows + position_offset
+            self.z0 = z  # [1, R', H]
+        else:
+            self.rows = h.shape[0]
+            self.base_pos = torch.arange(self.rows, device=h.device) + position_offset
+            # Step 0: the extend over every row; its keys are every node's causal context.
+            cos, sin = rope_cos_sin(cfg, self.base_pos, h.device)
+            x = h[None]
+            embeds = F.embedding(tokens[None], self._embed).to(h.dtype)
+            for i in range(cfg.num_layers):
+                cache = LayerCache(cfg.sliding_window(i))
+                x = draft_layer(draft, i, x, embeds if i == 0 else None, cos, sin, cache, chunking)
+                self._k0.append((cache.keys[0], cache.values[0]))
+            self.z0 = x  # [1, R, H]
         # per layer, per depth >= 1: the keys/values each beam node wrote, [K, kvh, R, hd]
         self._kv: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in self._k0]
         self._lineage: list[torch.Tensor] = []  # [depth-1]: ancestor beam index [K, R]
@@ -132,6 +153,7 @@ class RowTrees:
             rep = cfg.num_heads // k0.shape[1]  # MLA keys come one per query head
             cache.k0 = k0.repeat_interleave(rep, dim=1).expand(k, -1, -1, -1)
             cache.v0 = v0.repeat_interleave(rep, dim=1).expand(k, -1, -1, -1)
+            cache.query_rows = self.row_index
             x = draft_layer(
                 self.draft, i, x, embeds if i == 0 else None, cos, sin, cache, self.chunking
             )
@@ -158,25 +180,35 @@ def tree_accepts(
     *,
     position_offset: int = 1,
     chunking: Chunking = DEFAULT_CHUNKING,
+    starts: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """a_by_start [T] for one sample: how many drafted tokens of a round after committed x_0..x_n
     match x_{n+1}, x_{n+2}, ... (uncapped by runs; a_by_start[0] = 0, no round starts there).
 
     h: fc output [T-1, H] (rows 0..T-2); ids: x_0..x_{T-1} [T].
+    starts: the n whose rounds are wanted (ascending, 1 <= n <= T-1); a_by_start is 0 at every
+      other n. None: every n.
     """
     t = ids.shape[0]
     with torch.inference_mode():
+        want = None if starts is None else starts.to(ids.device) - 1  # row n-1 drafts after x_n
         rt = RowTrees(
-            draft, h[: t - 1], ids[1:t], spec, position_offset=position_offset, chunking=chunking
+            draft,
+            h[: t - 1],
+            ids[1:t],
+            spec,
+            position_offset=position_offset,
+            chunking=chunking,
+            rows=want,
         )
         tr = rt.trees()
         d2t = rt._d2t
-        rows = torch.arange(t - 1, device=ids.device)
+        rows = torch.arange(t - 1, device=ids.device) if rt.row_index is None else rt.row_index
         # row r: the round after x_0..x_{r+1}; its truth is x_{r+2}, ..., at most T-2-r tokens
         pos = (rows[:, None] + 2 + torch.arange(spec.steps, device=ids.device)).clamp(max=t - 1)
         truth = ids[pos]
         limit = (t - 2 - rows).clamp(min=0)
         a, _ = accepted_path(d2t[tr.tokens], tr.parent, truth, limit)
     out = torch.zeros(t, dtype=torch.long, device=ids.device)
-    out[1:] = a
+    out[rows + 1] = a
     return out
