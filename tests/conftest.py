@@ -18,3 +18,15 @@ def tiny_synthetic(tmp_path: Path) -> tuple[Path, Path]:
     from inspector.synthetic import SyntheticSpec, write_synthetic
 
     return write_synthetic(tmp_path / "syn", SyntheticSpec(size="tiny", n_samples=3, seq_len=40))
+
+
+@pytest.fixture(scope="session")
+def demo():
+    """The bundled demo's paths (skips when the demo is not built)."""
+    from inspector.demo_paths import demo_paths
+    from inspector.errors import InputError
+
+    try:
+        return demo_paths()
+    except InputError:
+        pytest.skip("bundled demo not built")

@@ -26,16 +26,6 @@ from inspector.formats import SampleSet, load_draft
 
 
 @pytest.fixture(scope="module")
-def demo():
-    from inspector.demo_paths import demo_paths
-
-    try:
-        return demo_paths()
-    except InputError:
-        pytest.skip("bundled demo not built")
-
-
-@pytest.fixture(scope="module")
 def cfg(demo):
     return load_draft(demo.draft).config
 

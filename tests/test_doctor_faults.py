@@ -17,22 +17,11 @@ import torch
 from support import edited_copy
 
 from inspector.doctor import ConfigFix, diagnose, write_fixed
-from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
 
 N = 3  # samples per doctor run: the draft's own training samples give a clear signal
 TRAIN = (0, 1, 2)
-
-
-@pytest.fixture(scope="module")
-def demo():
-    from inspector.demo_paths import demo_paths
-
-    try:
-        return demo_paths()
-    except InputError:
-        pytest.skip("bundled demo not built")
 
 
 def _digest(folder: Path) -> str:

@@ -10,21 +10,10 @@ from test_doctor_identity import _prose, _samples
 from inspector.doctor import diagnose
 from inspector.doctor import target_slots as target_slots_module
 from inspector.doctor.final_state import FinalState, final_state_finding, named_final
-from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
 from inspector.formats.target import read_target_head
 from inspector.sample import SlotInfo
-
-
-@pytest.fixture(scope="module")
-def demo():
-    from inspector.demo_paths import demo_paths
-
-    try:
-        return demo_paths()
-    except InputError:
-        pytest.skip("bundled demo not built")
 
 
 @pytest.fixture

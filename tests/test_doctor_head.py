@@ -17,16 +17,6 @@ from inspector.doctor.lm_head import borrow_target_head, head_finding, head_stat
 from inspector.errors import InputError
 
 
-@pytest.fixture(scope="module")
-def demo():
-    from inspector.demo_paths import demo_paths
-
-    try:
-        return demo_paths()
-    except InputError:
-        pytest.skip("bundled demo not built")
-
-
 def _headless(demo, folder: Path, **config) -> Path:
     d = edited_copy(demo.draft, folder, config=lambda c: c.update(config))
     w = load_file(str(d / "model.safetensors"))

@@ -14,23 +14,12 @@ import torch
 from support import edited_copy
 
 from inspector.doctor import diagnose
-from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
 
 N = 3
 TRAIN = (0, 1, 2)
 PROSE = "HF output_hidden_states index: 0 = embedding output, k = output of decoder layer k-1"
-
-
-@pytest.fixture(scope="module")
-def demo():
-    from inspector.demo_paths import demo_paths
-
-    try:
-        return demo_paths()
-    except InputError:
-        pytest.skip("bundled demo not built")
 
 
 def _samples(demo, out: Path, edit, slots=None) -> Path:

@@ -12,22 +12,11 @@ from support import edited_copy
 from inspector.cli import main
 from inspector.doctor import diagnose
 from inspector.doctor.norm_flags import NormFacts, missing_norm_findings, tensors_of
-from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
 
 N = 3
 WIDTH = 3 * 128  # input_norm spans the three concatenated slots
-
-
-@pytest.fixture(scope="module")
-def demo():
-    from inspector.demo_paths import demo_paths
-
-    try:
-        return demo_paths()
-    except InputError:
-        pytest.skip("bundled demo not built")
 
 
 def _weight(seed: int, n: int) -> torch.Tensor:
