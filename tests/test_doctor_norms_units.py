@@ -1,0 +1,203 @@
+"""The norm-flag checks called directly on the demo draft edited in memory, over a few samples and
+the trained wiring: each flag/tensor combination's severity and evidence, the config readings,
+and the missing-tensor findings from folders, without a doctor run."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from support import edited_copy
+
+from inspector.doctor.norm_flags import (
+    _config_flag,
+    _stated_flags,
+    draft_hits,
+    missing_norm_findings,
+    norm_flag_checks,
+)
+from inspector.doctor.stats import counts_of, severity_for_gain
+from inspector.errors import InputError
+from inspector.evaluate import Evaluator
+from inspector.formats import SampleSet, load_draft
+
+SAMPLES = (0, 1)
+WIRING = (0, 1, 2)  # the demo draft's trained slots
+
+
+@pytest.fixture(scope="module")
+def demo():
+    from inspector.demo_paths import demo_paths
+
+    try:
+        return demo_paths()
+    except InputError:
+        pytest.skip("bundled demo not built")
+
+
+@pytest.fixture(scope="module")
+def ev(demo):
+    return Evaluator(load_draft(demo.draft), SampleSet(demo.train_samples))
+
+
+def _weight(seed: int, n: int) -> torch.Tensor:
+    return (0.5 + torch.rand(n, generator=torch.Generator().manual_seed(seed))).float()
+
+
+def _with(draft, flags: dict, tensors: dict, *, stated: bool = False):
+    """The draft with `tensors` added and `flags` set in its config; stated=False detaches it
+    from its folder, so the config object (not config.json) states the flags."""
+    out = replace(
+        draft, config=replace(draft.config, **flags), weights={**draft.weights, **tensors}
+    )
+    return out if stated else replace(out, path="")
+
+
+def test_a_plain_draft_has_no_findings(ev):
+    assert norm_flag_checks(ev, SAMPLES, WIRING) == []
+    assert norm_flag_checks(ev, SAMPLES, WIRING, draft=_with(ev.draft, {}, {})) == []
+
+
+def test_a_stored_tensor_without_its_flag_scores_both_settings(ev):
+    w = _weight(0, 3 * ev.draft.config.hidden_size)
+    draft = _with(ev.draft, {}, {"input_norm.weight": w})
+    (f,) = norm_flag_checks(ev, SAMPLES, WIRING, draft=draft)
+    assert f.kind == "norm_before_fc" and f.severity == "warning"
+    facts = f.facts
+    assert (facts.flag, facts.configured, facts.stored) == (
+        "norm_before_fc",
+        False,
+        ("input_norm.weight",),
+    )
+    # As configured: the flag off; flipped: the norm applied.
+    off = draft_hits(ev, SAMPLES, replace(draft, config=replace(draft.config)), WIRING, 0)
+    on_cfg = replace(draft.config, norm_before_fc=True)
+    on = draft_hits(ev, SAMPLES, replace(draft, config=on_cfg), WIRING, 0)
+    assert facts.as_configured == counts_of(off) and facts.flipped == counts_of(on)
+    assert facts.as_configured != facts.flipped and not facts.flipped_better
+
+
+def test_a_flag_the_draft_was_not_trained_with(ev):
+    n = ev.draft.config.hidden_size
+    tensors = {f"fc_norm.{i}.weight": _weight(i, n) * 3 for i in range(3)}
+    draft = _with(ev.draft, {"fc_norm": True}, tensors)
+    (f,) = norm_flag_checks(ev, SAMPLES, WIRING, draft=draft)
+    facts = f.facts
+    assert f.kind == "fc_norm" and facts.configured and facts.flipped_better
+    gain = facts.flipped.acc - facts.as_configured.acc
+    assert f.severity == severity_for_gain(gain) == "error"
+
+
+def test_without_scored_positions_nothing_is_clearly_better(ev):
+    # No positions: neither setting wins; a set flag is then as configured (info), a stored
+    # tensor without its flag still one no engine reads (warning).
+    n = ev.draft.config.hidden_size
+    tensors = {f"fc_norm.{i}.weight": _weight(i, n) * 3 for i in range(3)}
+    (on,) = norm_flag_checks(ev, (), WIRING, draft=_with(ev.draft, {"fc_norm": True}, tensors))
+    assert on.severity == "info" and not on.facts.flipped_better
+    assert on.facts.as_configured.total == on.facts.flipped.total == 0
+    (off,) = norm_flag_checks(ev, (), WIRING, draft=_with(ev.draft, {}, tensors))
+    assert off.severity == "warning" and not off.facts.configured
+
+
+def test_a_flag_without_its_tensors_is_an_error_without_scores(ev):
+    draft = _with(ev.draft, {"norm_before_fc": True}, {})
+    (f,) = norm_flag_checks(ev, SAMPLES, WIRING, draft=draft)
+    assert (f.kind, f.severity) == ("norm_before_fc", "error")
+    assert f.facts.missing == ("input_norm.weight",) and f.facts.as_configured is None
+
+
+def test_norm_output_is_info(ev):
+    draft = _with(ev.draft, {"norm_output": True}, {})
+    (f,) = norm_flag_checks(ev, SAMPLES, WIRING, draft=draft)
+    assert (f.kind, f.severity, f.facts) == ("norm_output", "info", None)
+    assert "SpecForge#879" in f.summary
+
+
+def test_the_shift_reaches_the_scorer(ev):
+    w = _weight(0, 3 * ev.draft.config.hidden_size)
+    draft = _with(ev.draft, {}, {"input_norm.weight": w})
+    (f,) = norm_flag_checks(ev, SAMPLES, WIRING, draft=draft, shift=1)
+    assert f.facts.as_configured == counts_of(draft_hits(ev, SAMPLES, draft, WIRING, 1))
+    assert f.facts.as_configured != counts_of(draft_hits(ev, SAMPLES, draft, WIRING, 0))
+
+
+def test_draft_hits_concatenates_the_samples(ev):
+    one = draft_hits(ev, [0], ev.draft, WIRING, 0)
+    assert one.dtype == bool and one.size > 0
+    both = draft_hits(ev, [0, 1], ev.draft, WIRING, 0)
+    assert np.array_equal(both[: one.size], one) and both.size > one.size
+    empty = draft_hits(ev, [], ev.draft, WIRING, 0)
+    assert empty.dtype == bool and empty.size == 0
+
+
+def test_draft_hits_skips_samples_that_cannot_be_read(demo, ev, tmp_path):
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    for i in range(3):
+        (samples / f"data_{i}.pt").write_bytes((demo.train_samples / f"data_{i}.pt").read_bytes())
+    (samples / "data_1.pt").write_bytes(b"not a tensor file")
+    broken = Evaluator(ev.draft, SampleSet(samples))
+    want = np.concatenate([draft_hits(broken, [i], ev.draft, WIRING, 0) for i in (0, 2)])
+    got = draft_hits(broken, [0, 1, 2], ev.draft, WIRING, 0)
+    assert want.size > 0 and np.array_equal(got, want)
+    assert draft_hits(broken, [1], ev.draft, WIRING, 0).size == 0
+
+
+def test_config_flags():
+    assert _config_flag({"fc_norm": True}, "fc_norm")
+    assert _config_flag({"transformer_layer_config": {"fc_norm": True}}, "fc_norm")
+    assert not _config_flag({"transformer_layer_config": {"fc_norm": False}}, "fc_norm")
+    assert not _config_flag({"fc_norm": "true"}, "fc_norm")  # only a JSON true
+    assert not _config_flag({"transformer_layer_config": "fc_norm"}, "fc_norm")
+    assert not _config_flag({}, "fc_norm")
+
+
+def test_stated_flags(demo, ev, tmp_path):
+    assert _stated_flags(ev.draft) == {"norm_before_fc": False, "fc_norm": False}
+    assert _stated_flags(replace(ev.draft, path="")) is None
+    assert _stated_flags(replace(ev.draft, path=str(tmp_path))) is None  # no config.json
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text("{not json")
+    assert _stated_flags(replace(ev.draft, path=str(bad))) is None
+    on = edited_copy(demo.draft, tmp_path / "on", config=lambda c: c.update(fc_norm=True))
+    assert _stated_flags(replace(ev.draft, path=str(on))) == {
+        "norm_before_fc": False,
+        "fc_norm": True,
+    }
+
+
+def test_missing_fc_norms_count_the_blocks_stored(demo, tmp_path):
+    n = 128
+
+    def two(w):
+        return {f"fc_norm.{i}.weight": _weight(i, n) for i in range(2)}
+
+    d = edited_copy(
+        demo.draft, tmp_path / "d", tensors=two, config=lambda c: c.update(fc_norm=True)
+    )
+    # The file, not the folder: its folder is read.
+    (f,) = missing_norm_findings(d / "model.safetensors")
+    assert f.facts.stored == ("fc_norm.0.weight", "fc_norm.1.weight")
+    assert f.facts.missing == ("fc_norm.2.weight",) and f.facts.configured
+
+    def four(w):
+        return {f"fc_norm.{i}.weight": _weight(i, n) for i in range(4)}
+
+    d4 = edited_copy(
+        demo.draft, tmp_path / "d4", tensors=four, config=lambda c: c.update(fc_norm=True)
+    )
+    assert missing_norm_findings(d4) == []  # four stored: a four-block fc, none missing
+    nested = edited_copy(
+        demo.draft,
+        tmp_path / "n",
+        config=lambda c: c.update(transformer_layer_config={"norm_before_fc": True}),
+    )
+    (g,) = missing_norm_findings(nested, n_blocks=3)
+    assert g.kind == "norm_before_fc" and g.facts.missing == ("input_norm.weight",)
+    raw = json.loads((nested / "config.json").read_text())
+    assert raw["norm_before_fc"] is False  # the top level says false; the nested true wins
