@@ -12,6 +12,7 @@ import pytest
 import torch
 from support import edited_copy
 
+from inspector.doctor import wording
 from inspector.doctor.norm_flags import (
     _config_flag,
     _stated_flags,
@@ -78,6 +79,29 @@ def test_a_stored_tensor_without_its_flag_scores_both_settings(ev):
     on = draft_hits(ev, SAMPLES, replace(draft, config=on_cfg), WIRING, 0)
     assert facts.as_configured == counts_of(off) and facts.flipped == counts_of(on)
     assert facts.as_configured != facts.flipped and not facts.flipped_better
+    assert f.evidence == {
+        "flag": "norm_before_fc",
+        "configured": False,
+        "tensors": ["input_norm.weight"],
+        "stored": ["input_norm.weight"],
+        "as_configured": facts.as_configured.to_dict(),
+        "flipped": facts.flipped.to_dict(),
+        "flipped_clearly_better": False,
+    }
+    text = wording.norm_flag(facts)
+    assert (f.summary, f.fix) == (text.summary, text.fix) and f.fix
+
+
+def test_engines_read_config_json_not_the_loaders_flag(ev):
+    # The loader turns norm_before_fc on when input_norm.weight is stored; config.json (the
+    # demo's, which says false) is what engines read, so "as configured" is the flag off.
+    w = _weight(0, 3 * ev.draft.config.hidden_size)
+    loaded = _with(ev.draft, {"norm_before_fc": True}, {"input_norm.weight": w}, stated=True)
+    (f,) = norm_flag_checks(ev, SAMPLES, WIRING, draft=loaded)
+    off = replace(loaded, config=replace(loaded.config, norm_before_fc=False))
+    assert not f.facts.configured and f.severity == "warning"
+    assert f.facts.as_configured == counts_of(draft_hits(ev, SAMPLES, off, WIRING, 0))
+    assert f.facts.flipped == counts_of(draft_hits(ev, SAMPLES, loaded, WIRING, 0))
 
 
 def test_a_flag_the_draft_was_not_trained_with(ev):
@@ -108,13 +132,21 @@ def test_a_flag_without_its_tensors_is_an_error_without_scores(ev):
     (f,) = norm_flag_checks(ev, SAMPLES, WIRING, draft=draft)
     assert (f.kind, f.severity) == ("norm_before_fc", "error")
     assert f.facts.missing == ("input_norm.weight",) and f.facts.as_configured is None
+    assert f.evidence == {
+        "flag": "norm_before_fc",
+        "configured": True,
+        "tensors": ["input_norm.weight"],
+        "stored": [],
+    }
+    text = wording.norm_flag(f.facts)
+    assert (f.summary, f.fix) == (text.summary, text.fix)
 
 
 def test_norm_output_is_info(ev):
     draft = _with(ev.draft, {"norm_output": True}, {})
     (f,) = norm_flag_checks(ev, SAMPLES, WIRING, draft=draft)
     assert (f.kind, f.severity, f.facts) == ("norm_output", "info", None)
-    assert "SpecForge#879" in f.summary
+    assert "SpecForge#879" in f.summary and f.fix == "" and f.evidence == {}
 
 
 def test_the_shift_reaches_the_scorer(ev):
@@ -171,6 +203,13 @@ def test_stated_flags(demo, ev, tmp_path):
     }
 
 
+def test_a_draft_without_a_folder_reads_no_config_json(demo, ev, tmp_path, monkeypatch):
+    # Not even one in the working directory: the flags then come from the config object.
+    (tmp_path / "config.json").write_text(json.dumps({"fc_norm": True}))
+    monkeypatch.chdir(tmp_path)
+    assert _stated_flags(replace(ev.draft, path="")) is None
+
+
 def test_missing_fc_norms_count_the_blocks_stored(demo, tmp_path):
     n = 128
 
@@ -192,6 +231,20 @@ def test_missing_fc_norms_count_the_blocks_stored(demo, tmp_path):
         demo.draft, tmp_path / "d4", tensors=four, config=lambda c: c.update(fc_norm=True)
     )
     assert missing_norm_findings(d4) == []  # four stored: a four-block fc, none missing
+
+    def gap(w):
+        return {f"fc_norm.{i}.weight": _weight(i, n) for i in (0, 1, 2, 4)}
+
+    g4 = edited_copy(
+        demo.draft, tmp_path / "g4", tensors=gap, config=lambda c: c.update(fc_norm=True)
+    )
+    # Four stored: four blocks, and the fourth (fc_norm.3) is missing.
+    (h,) = missing_norm_findings(g4)
+    assert h.facts.tensors == tuple(f"fc_norm.{i}.weight" for i in range(4))
+    assert h.facts.missing == ("fc_norm.3.weight",)
+    text = wording.norm_flag(h.facts)
+    assert (h.kind, h.severity, h.summary, h.fix) == ("fc_norm", "error", text.summary, text.fix)
+    assert h.fix
     nested = edited_copy(
         demo.draft,
         tmp_path / "n",
