@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from support import edited_copy
 
+from inspector.doctor import wording
 from inspector.doctor.lm_head import (
     HEAD,
     HeadStatus,
@@ -187,18 +188,27 @@ def test_a_tied_draft_borrows_its_embedding(demo, tmp_path):
 def test_rows_outside_the_targets_head_are_refused(demo, tmp_path):
     d = _edited(demo, tmp_path / "d")
     d2t = load_file(str(d / "model.safetensors"))["d2t"]
+    one_past = d2t.clone()
+    one_past[255] = 512 - 255  # row 512 of a 512-row head
     for name, bad in (
         ("past the end", d2t + 512),
+        ("one past the end", one_past),
         ("negative", -1 - torch.arange(256)),  # every id to row -1
     ):
         e = _edited(demo, tmp_path / name, add={"d2t": bad})
+        status = head_status(e)
         with pytest.raises(InputError) as err:
-            borrow_target_head(head_status(e), demo.target, tmp_path / "x")
-        assert err.value.field == "d2t" and "outside the target's lm_head rows" in str(err.value)
+            borrow_target_head(status, demo.target, tmp_path / "x")
+        assert (err.value.path, err.value.field, err.value.message) == (
+            status.weight_file,
+            "d2t",
+            "maps draft ids outside the target's lm_head rows",
+        )
     # The first id at row 0 and the last at the target's last row: accepted.
     last = d2t.clone()
     last[0], last[255] = 0, 511 - 255
     e = _edited(demo, tmp_path / "last", add={"d2t": last})
+    (tmp_path / "y").mkdir()  # an existing folder is written into
     w = load_file(
         str(borrow_target_head(head_status(e), demo.target, tmp_path / "y") / "model.safetensors")
     )
@@ -230,6 +240,15 @@ def test_own_head_against_the_targets_rows(ev, target_head):
         "own_clearly_better": True,
         "target": "T",
     }
+    text = wording.head_comparison(facts)
+    assert (f.summary, f.fix) == (text.summary, text.fix)
+
+
+def test_the_targets_rows_take_the_drafts_dtype(ev, target_head):
+    # A float64 head scores as the float32 rows would: the rows are cast to the draft's dtype.
+    f = compare_heads(ev, SAMPLES, WIRING, target_head, "T")
+    g = compare_heads(ev, SAMPLES, WIRING, target_head.double(), "T")
+    assert g.facts == f.facts
 
 
 def test_a_head_noisier_than_the_targets_rows_warns(ev, target_head):
@@ -257,3 +276,12 @@ def test_status_of_a_folder_without_config(tmp_path, demo):
     assert head_status(d) is None
     cfg = json.loads((demo.draft / "config.json").read_text())
     assert _key(cfg, "draft_vocab_size") == head_status(demo.draft).draft_vocab_size
+
+
+def test_a_narrower_draft_names_its_weight_file(demo, tmp_path):
+    d = _edited(demo, tmp_path / "d")
+    status = replace(head_status(d), hidden_size=64)
+    with pytest.raises(InputError) as e:
+        borrow_target_head(status, demo.target, tmp_path / "b")
+    assert (e.value.path, e.value.field) == (status.weight_file, HEAD)
+    assert e.value.message.startswith("absent, and the target's lm_head is 128 wide")
