@@ -20,7 +20,7 @@ from inspector.doctor.norm_flags import (
     missing_norm_findings,
     norm_flag_checks,
 )
-from inspector.doctor.stats import counts_of, severity_for_gain
+from inspector.doctor.stats import MARGIN_CLEAR, MARGIN_ERROR, counts_of, severity_for_gain
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
@@ -254,3 +254,17 @@ def test_missing_fc_norms_count_the_blocks_stored(demo, tmp_path):
     assert g.kind == "norm_before_fc" and g.facts.missing == ("input_norm.weight",)
     raw = json.loads((nested / "config.json").read_text())
     assert raw["norm_before_fc"] is False  # the top level says false; the nested true wins
+
+
+def test_a_small_gain_from_flipping_is_a_warning(ev):
+    # input_norm.weight at the slots' mean RMS, a tenth low: the norm roughly undoes its own
+    # scaling, so the draft (trained without it) loses a few points with the flag on - clearly
+    # worse, but by less than MARGIN_ERROR: a warning, not an error.
+    s = ev.samples[0]
+    h = torch.cat([s.slots[k].float() for k in range(3)], -1)
+    w = 0.9 * h.pow(2).mean(-1).sqrt().mean().expand(h.shape[-1]).clone()
+    draft = _with(ev.draft, {"norm_before_fc": True}, {"input_norm.weight": w})
+    (f,) = norm_flag_checks(ev, (0, 1, 2, 3), WIRING, draft=draft)
+    gain = f.facts.flipped.acc - f.facts.as_configured.acc
+    assert f.facts.flipped_better and MARGIN_CLEAR <= gain < MARGIN_ERROR
+    assert f.severity == "warning"
