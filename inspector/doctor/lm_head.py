@@ -157,7 +157,8 @@ def borrow_target_head(status: HeadStatus, target: str | Path, out: Path) -> Pat
     weights = {k: v for k, v in read_tensors(Path(status.weight_file)).items()}
     canon = {canonical_name(k): k for k in weights}
     if status.tied and "embed_tokens.weight" in canon:
-        head = weights[canon["embed_tokens.weight"]]
+        # a copy: safetensors refuses to save two names over one storage
+        head = weights[canon["embed_tokens.weight"]].clone()
     else:
         full = read_target_lm_head(Path(target))
         if status.hidden_size is not None and full.shape[1] != status.hidden_size:
