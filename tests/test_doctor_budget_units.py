@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from inspector.doctor.budget import (
+    ACCEPT_READ_FORWARDS,
     ACCEPT_SHARE,
     READ_FORWARDS,
     SCORED_FORWARDS,
@@ -125,24 +126,31 @@ def test_samples_scored_whole_are_not_cut():
     assert 1 in p.samples and 0 in p.cuts and 1 not in p.cuts
 
 
-def test_the_replay_counts_the_tokens_read():
-    # Cut to 64 scored positions, the replay fits one sample; whole samples would fit none.
+def _replay(read: int, starts: int, steps: int = 3) -> float:
+    """The replay's cost of one sample as plan prices it: 3 wirings, `steps` forwards where a
+    round starts, keys and values on every other row read."""
+    return MACS * 3 * (ACCEPT_READ_FORWARDS * read + steps * starts)
+
+
+def test_the_replay_counts_the_tokens_read_and_the_round_starts():
+    # Cut to 64 scored positions (665 tokens): the replay of all 8 cut samples fits its share;
+    # of the whole samples (1447 round starts each) it would not.
     shapes = [_shape(i, 2048, 600) for i in range(8)]
     per = READ_FORWARDS * (600 + 65) + SCORED_FORWARDS * 64
     budget = 8 * per * MACS / (1 - ACCEPT_SHARE) * 1.0001
     p = plan(CFG, shapes, budget_macs=budget)
     assert p.scored_per_sample == 64 and p.cuts[0] == 665
-    replay = 3 * 3 * MACS  # per token read: steps x wirings
-    assert 665 * replay <= budget * ACCEPT_SHARE < min(2 * 665, 2048) * replay
-    assert p.accept_samples == [0]
+    assert 8 * _replay(665, 64) <= budget * ACCEPT_SHARE < _replay(2048, 1446)
+    assert p.accept_samples is None
 
 
 def test_a_replay_costing_exactly_its_share():
-    shapes = [_shape(i, 1000, 990) for i in range(4)]
-    replay = 3 * 3 * MACS * 1000  # per sample
-    p = plan(CFG, shapes, budget_macs=_exact_budget(4 * replay, ACCEPT_SHARE))
+    shapes = [_shape(i, 1000, 0) for i in range(4)]  # round starts at 1..998
+    cost = _replay(1000, 998, steps=30)
+    p = plan(CFG, shapes, budget_macs=_exact_budget(4 * cost, ACCEPT_SHARE), accept_steps=30)
     assert p.decided_by == "whole" and p.accept_samples is None  # all of it fits
-    q = plan(CFG, shapes, budget_macs=_exact_budget(2 * replay, ACCEPT_SHARE))
+    q = plan(CFG, shapes, budget_macs=_exact_budget(2 * cost, ACCEPT_SHARE), accept_steps=30)
+    assert q.decided_by == "whole"
     assert q.accept_samples == [0, 1]  # the second sample fills the share exactly
 
 
