@@ -174,3 +174,18 @@ def test_plan_to_dict():
         "samples_over_budget": [],
         "accept_samples": None,
     }
+
+
+def test_the_replay_of_drafts_it_cannot_restrict_runs_every_row():
+    # Two layers: the replay drafts at every row read, so a prompt costs as much as a response.
+    two = replace(CFG, num_layers=2)
+    macs = token_macs(two)
+    shapes = [_shape(i, 1000, 900) for i in range(2)]  # 98 round starts each
+    every = macs * 3 * (3 * 1000 + 3 * 98)
+    checks = sum(READ_FORWARDS * 1000 + SCORED_FORWARDS * 98 for _ in shapes) * macs
+    budget = _exact_budget(1.5 * every, ACCEPT_SHARE)
+    assert checks <= budget * (1 - ACCEPT_SHARE)
+    assert plan(two, shapes, budget_macs=budget).accept_samples == [0]
+    # One layer: the same samples' replay costs keys and values on the prompt, and fits.
+    one = plan(CFG, shapes, budget_macs=budget * token_macs(CFG) / macs)
+    assert one.accept_samples is None

@@ -184,13 +184,16 @@ def plan(
             if s.prefix(q) < s.length:
                 out.cuts[s.index] = s.prefix(q)
 
-    # The replay drafts where rounds start (ACCEPT_STEPS forwards per wiring there); every
-    # other read row costs its step-0 keys and values.
+    # The replay drafts where rounds start (ACCEPT_STEPS forwards per wiring there); on a
+    # single-layer Llama draft every other read row costs its step-0 keys and values, on
+    # other drafts (MLA, several layers) the replay runs every row.
+    context = ACCEPT_READ_FORWARDS if cfg.num_layers == 1 and cfg.mla is None else accept_steps
+
     def replay(shape: SampleShape) -> float:
         q = out.scored_per_sample
         read = out.cuts.get(shape.index, shape.length)
         starts = shape.scored.size if q is None else min(q, shape.scored.size)
-        return macs * accept_wirings * (ACCEPT_READ_FORWARDS * read + accept_steps * starts)
+        return macs * accept_wirings * (context * read + accept_steps * starts)
 
     kept = [s for s in shapes if s.index in out.samples]
     if sum(replay(s) for s in kept) > budget_macs * ACCEPT_SHARE:
