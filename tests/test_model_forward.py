@@ -198,9 +198,9 @@ def test_draft_layer_is_the_step0_layer_with_or_without_an_explicit_mask(tiny):
     h, tokens = _inputs(draft, samples[0])
     r = h.shape[0]
     cfg = draft.config
-    ref = next(iter(iter_steps(draft, h, tokens, steps=1)))[1]
+    ref = next(iter(iter_steps(draft, h, tokens, steps=1, position_offset=5)))[1]
     embeds = torch.nn.functional.embedding(tokens, draft.weights["embed_tokens.weight"])[None]
-    cos, sin = rope_cos_sin(cfg, torch.arange(r) + 1, h.device)
+    cos, sin = rope_cos_sin(cfg, torch.arange(r) + 5, h.device)  # row 0 at 5
     cache = LayerCache()
     z = draft_layer(draft, 0, h[None], embeds, cos, sin, cache)
     assert z.shape == (1, r, cfg.hidden_size)
@@ -285,3 +285,74 @@ def test_fc_input_concatenates_the_slots_of_batched_samples(tiny):
     assert g.shape == (2, t, 3 * draft.config.target_hidden_size)
     for b in range(2):
         assert torch.equal(g[b], fc_input(draft, [s[b] for s in slots]))
+
+
+def test_mlp_runs_whole_under_autograd(tiny, monkeypatch):
+    """Training (the demo builder) runs the MLP on all rows at once whatever mlp_rows says:
+    chunks would sum the weights' gradients in another order (other float bits)."""
+    draft, samples = tiny
+    h, tokens = _inputs(draft, samples[0])
+    r = h.shape[0]
+    calls: list[int] = []
+    real = forward.mlp
+
+    def counting(x, w, p):
+        calls.append(x.shape[-2])
+        return real(x, w, p)
+
+    monkeypatch.setattr(forward, "mlp", counting)
+    small = Chunking(mlp_rows=16)
+    trained = h.clone().requires_grad_(True)
+    list(iter_steps(draft, trained, tokens, steps=2, chunking=small))
+    assert calls == [r, r]
+    calls.clear()
+    with torch.no_grad():
+        list(iter_steps(draft, trained, tokens, steps=2, chunking=small))
+    assert calls == [16, 16, r - 32] * 2
+    calls.clear()
+    list(iter_steps(draft, h[:16], tokens[:16], steps=1, chunking=small))  # rows == mlp_rows
+    assert calls == [16]
+
+
+def test_windowed_steps_attend_in_the_callers_blocks(tiny, monkeypatch):
+    """A sliding-window layer's later TTT steps run the blocked attention: with the chunking
+    the caller passes (the evaluator's out-of-memory retry shrinks it), same values."""
+    import inspector.model.attention as attention
+
+    draft, samples = tiny
+    windowed = replace(draft, config=replace(draft.config, sliding_windows=(8,)))
+    h, tokens = _inputs(draft, samples[0])
+    whole = [z for _, z in iter_steps(windowed, h, tokens, steps=2)]
+    seen: list[int] = []
+    real = attention.attention_blocked
+
+    def spy(q, k0, v0, diag_k, diag_v, scale, block_bytes, window=None):
+        seen.append(block_bytes)
+        return real(q, k0, v0, diag_k, diag_v, scale, block_bytes, window)
+
+    monkeypatch.setattr(attention, "attention_blocked", spy)
+    small = Chunking(attn_block_bytes=12 * 4 * 39 * 5)  # 5 query rows per block
+    blocked = [z for _, z in iter_steps(windowed, h, tokens, steps=2, chunking=small)]
+    assert seen == [small.attn_block_bytes] * 2  # steps 0 and 1 (the window is below 39 rows)
+    for a, b in zip(whole, blocked, strict=True):
+        assert (a - b).abs().max() <= accumulation_tolerance(a, draft.config.intermediate_size)
+
+
+def test_fc_wired_hands_each_block_over_contiguous(tiny, monkeypatch):
+    """fc_wired multiplies by contiguous copies of fc's column blocks, as the evaluator caches
+    them: a column slice of fc is strided, the layout whose bfloat16/float16 CPU kernels run
+    30-80x slower (same values on this CPU, so only the layout shows it)."""
+    from inspector.model import fc_wired
+
+    draft, samples = tiny
+    seen: list[bool] = []
+    real = forward.fc_block_project
+
+    def spy(d, slot, block, weight=None):
+        seen.append(weight is not None and weight.is_contiguous())
+        return real(d, slot, block, weight)
+
+    monkeypatch.setattr(forward, "fc_block_project", spy)
+    assert not draft.fc_block(1).is_contiguous()
+    fc_wired(draft, [samples[0].slots[i] for i in range(3)])
+    assert seen == [True, True, True]
