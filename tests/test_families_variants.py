@@ -106,6 +106,15 @@ def _layer_cfg(edit):
             "config.json: transformer_layer_config.rope_scaling.mrope_section: expected a list of "
             "positive integers, got [0, 8]",
         ),
+        (
+            lambda c: c.update(eagle_config={"use_input_layernorm_in_first_layer": False}),
+            "config.json: eagle_config.use_input_layernorm_in_first_layer: false is not "
+            "supported (only true)",
+        ),
+        (
+            lambda c: c.update(eagle_config={"use_mtp_layernorm": True}),
+            "config.json: eagle_config.use_mtp_layernorm: true is not supported (only false)",
+        ),
     ],
 )
 def test_refusals_are_one_line_naming_file_and_field(tiny_synthetic, tmp_path, edit, line):

@@ -352,3 +352,24 @@ def test_mla_without_q_lora_checks_q_proj(golden, tmp_path):
     assert str(e.value).endswith(
         "layers.0.self_attn.q_proj.weight: shape (96, 64), expected (96, 128)"
     )
+
+
+def test_mla_config_fields(golden):
+    """read_mla: the sizes as stated, q_lora_rank optional, rope_interleave true unless false."""
+    from inspector.formats.config import parse_draft_config
+
+    cfg = json.loads((golden / "specforge-mla" / "checkpoint" / "config.json").read_text())
+    m = parse_draft_config("c.json", cfg).config.mla
+    assert (m.q_lora_rank, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim) == (
+        24,
+        16,
+        16,
+        8,
+    )
+    assert m.v_head_dim == 12 and m.rope_interleave is True
+    del cfg["rope_interleave"], cfg["q_lora_rank"]
+    m = parse_draft_config("c.json", cfg).config.mla
+    assert m.rope_interleave is True and m.q_lora_rank is None
+    m = parse_draft_config("c.json", {**cfg, "rope_interleave": False}).config.mla
+    assert m.rope_interleave is False
+    assert parse_draft_config("c.json", {**cfg, "q_lora_rank": 8}).config.mla.q_lora_rank == 8
