@@ -132,3 +132,23 @@ def test_iter_steps_matches_forward_steps(tiny_synthetic):
     assert [x.shape for x in got] == [x.shape for x in ref] == [(70 - k, 96) for k in range(3)]
     for a, b in zip(got, ref, strict=True):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fused_merge_returns_the_query_dtype(dtype):
+    """The merge of the fused causal part and the diagonal keys runs in float32 and hands back
+    the query's dtype (the next matmul, o_proj, takes weights of that dtype)."""
+    cfg = _cfg(4, 2, 16)
+    t = 29
+    q = torch.randn(2, 4, t, 16, generator=torch.Generator().manual_seed(3))
+    cache = _cache(2, 2, t, 16)
+    ref = _dense(cfg, q, cache)
+    low = M.LayerCache()
+    low.keys = [k.to(dtype) for k in cache.keys]
+    low.values = [v.to(dtype) for v in cache.values]
+    with torch.inference_mode():
+        out = M.attend(cfg, q.to(dtype), low)
+    assert out.dtype == dtype and out.shape == ref.shape
+    # inputs and output rounded to the dtype's 8 or 11 significant bits: a few ulps of values ~1
+    eps = torch.finfo(dtype).eps
+    assert (out.float() - ref).abs().max() <= 8 * eps * ref.abs().max()
