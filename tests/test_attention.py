@@ -152,3 +152,24 @@ def test_fused_merge_returns_the_query_dtype(dtype):
     # inputs and output rounded to the dtype's 8 or 11 significant bits: a few ulps of values ~1
     eps = torch.finfo(dtype).eps
     assert (out.float() - ref).abs().max() <= 8 * eps * ref.abs().max()
+
+
+def test_a_window_shorter_than_the_sample_but_wider_than_a_head_applies():
+    """Whether the window cuts anything is a matter of rows (T), not of head_dim: a window of 20
+    rows on 40 rows with head_dim 16 hides keys from the later rows."""
+    cfg = _cfg(4, 2, 16)
+    t, window = 40, 20
+    q = torch.randn(2, 4, t, 16, generator=torch.Generator().manual_seed(5))
+    cache = _cache(2, 2, t, 16)
+    rep = 2
+    k0, v0 = (c[0].repeat_interleave(rep, 1) for c in (cache.keys, cache.values))
+    dk, dv = [cache.keys[1].repeat_interleave(rep, 1)], [cache.values[1].repeat_interleave(rep, 1)]
+    scale = 1 / math.sqrt(16)
+    ref = M.attention_dense(q, k0, v0, dk, dv, scale, window)
+    full = M.attention_dense(q, k0, v0, dk, dv, scale)
+    windowed = M.LayerCache(window)
+    windowed.keys, windowed.values = cache.keys, cache.values
+    with torch.inference_mode():
+        out = M.attend(cfg, q, windowed)
+    torch.testing.assert_close(out, ref, atol=2e-6, rtol=1e-5)
+    assert (out - full).abs().max() > 1e-3
