@@ -173,3 +173,26 @@ def test_a_window_shorter_than_the_sample_but_wider_than_a_head_applies():
         out = M.attend(cfg, q, windowed)
     torch.testing.assert_close(out, ref, atol=2e-6, rtol=1e-5)
     assert (out - full).abs().max() > 1e-3
+
+
+def test_explicit_masks_refuse_a_windowed_layer():
+    """The live loop's masked attention cannot model a sliding window: one line says so."""
+    from inspector.errors import InputError
+
+    cfg = _cfg(4, 2, 16)
+    cache = _cache(1, 2, 5, 16)
+    cache.window = 3
+    q = torch.randn(2, 4, 5, 16)
+    with pytest.raises(InputError) as e:
+        M.attend_masked(cfg, q, cache, torch.ones(5, 5, dtype=torch.bool).tril())
+    assert str(e.value) == (
+        "sliding_window: a draft layer with a sliding window: explicit masks do not model it"
+    )
+
+
+def test_logit_rows_bounds_the_float32_logits_of_a_chunk():
+    """[rows, vocab] float32 logits plus ~3 buffers of their size fit logits_bytes; 16 at least."""
+    c = Chunking(logits_bytes=16 * 1000 * 50)
+    assert c.logit_rows(1000) == 50
+    assert c.logit_rows(10**6) == 16
+    assert c.logit_rows(0) == 16 * 1000 * 50 // 16
