@@ -132,3 +132,67 @@ def test_iter_steps_matches_forward_steps(tiny_synthetic):
     assert [x.shape for x in got] == [x.shape for x in ref] == [(70 - k, 96) for k in range(3)]
     for a, b in zip(got, ref, strict=True):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fused_merge_returns_the_query_dtype(dtype):
+    """The merge of the fused causal part and the diagonal keys runs in float32 and hands back
+    the query's dtype (the next matmul, o_proj, takes weights of that dtype)."""
+    cfg = _cfg(4, 2, 16)
+    t = 29
+    q = torch.randn(2, 4, t, 16, generator=torch.Generator().manual_seed(3))
+    cache = _cache(2, 2, t, 16)
+    ref = _dense(cfg, q, cache)
+    low = M.LayerCache()
+    low.keys = [k.to(dtype) for k in cache.keys]
+    low.values = [v.to(dtype) for v in cache.values]
+    with torch.inference_mode():
+        out = M.attend(cfg, q.to(dtype), low)
+    assert out.dtype == dtype and out.shape == ref.shape
+    # inputs and output rounded to the dtype's 8 or 11 significant bits: a few ulps of values ~1
+    eps = torch.finfo(dtype).eps
+    assert (out.float() - ref).abs().max() <= 8 * eps * ref.abs().max()
+
+
+def test_a_window_shorter_than_the_sample_but_wider_than_a_head_applies():
+    """Whether the window cuts anything is a matter of rows (T), not of head_dim: a window of 20
+    rows on 40 rows with head_dim 16 hides keys from the later rows."""
+    cfg = _cfg(4, 2, 16)
+    t, window = 40, 20
+    q = torch.randn(2, 4, t, 16, generator=torch.Generator().manual_seed(5))
+    cache = _cache(2, 2, t, 16)
+    rep = 2
+    k0, v0 = (c[0].repeat_interleave(rep, 1) for c in (cache.keys, cache.values))
+    dk, dv = [cache.keys[1].repeat_interleave(rep, 1)], [cache.values[1].repeat_interleave(rep, 1)]
+    scale = 1 / math.sqrt(16)
+    ref = M.attention_dense(q, k0, v0, dk, dv, scale, window)
+    full = M.attention_dense(q, k0, v0, dk, dv, scale)
+    windowed = M.LayerCache(window)
+    windowed.keys, windowed.values = cache.keys, cache.values
+    with torch.inference_mode():
+        out = M.attend(cfg, q, windowed)
+    torch.testing.assert_close(out, ref, atol=2e-6, rtol=1e-5)
+    assert (out - full).abs().max() > 1e-3
+
+
+def test_explicit_masks_refuse_a_windowed_layer():
+    """The live loop's masked attention cannot model a sliding window: one line says so."""
+    from inspector.errors import InputError
+
+    cfg = _cfg(4, 2, 16)
+    cache = _cache(1, 2, 5, 16)
+    cache.window = 3
+    q = torch.randn(2, 4, 5, 16)
+    with pytest.raises(InputError) as e:
+        M.attend_masked(cfg, q, cache, torch.ones(5, 5, dtype=torch.bool).tril())
+    assert str(e.value) == (
+        "sliding_window: a draft layer with a sliding window: explicit masks do not model it"
+    )
+
+
+def test_logit_rows_bounds_the_float32_logits_of_a_chunk():
+    """[rows, vocab] float32 logits plus ~3 buffers of their size fit logits_bytes; 16 at least."""
+    c = Chunking(logits_bytes=16 * 1000 * 50)
+    assert c.logit_rows(1000) == 50
+    assert c.logit_rows(10**6) == 16
+    assert c.logit_rows(0) == 16 * 1000 * 50 // 16

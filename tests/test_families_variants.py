@@ -88,6 +88,33 @@ def _layer_cfg(edit):
             "config.json: transformer_layer_config.rope_scaling.mrope_section: sums to 4, but a "
             "head has 8 rotary pairs (head_dim 16)",
         ),
+        (
+            _layer_cfg(lambda c: c.update(layer_types="sliding_attention")),
+            "config.json: transformer_layer_config.layer_types: expected a list of strings, "
+            "got 'sliding_attention'",
+        ),
+        (
+            _layer_cfg(lambda c: c.update(layer_types=[1])),
+            "config.json: transformer_layer_config.layer_types: expected a list of strings, got [1]",
+        ),
+        (
+            _layer_cfg(lambda c: c.update(layer_types=["full_attention"] * 2)),
+            "config.json: transformer_layer_config.layer_types: 2 entries for 1 layers",
+        ),
+        (
+            _layer_cfg(lambda c: c.update(rope_scaling={"type": "mrope", "mrope_section": [0, 8]})),
+            "config.json: transformer_layer_config.rope_scaling.mrope_section: expected a list of "
+            "positive integers, got [0, 8]",
+        ),
+        (
+            lambda c: c.update(eagle_config={"use_input_layernorm_in_first_layer": False}),
+            "config.json: eagle_config.use_input_layernorm_in_first_layer: false is not "
+            "supported (only true)",
+        ),
+        (
+            lambda c: c.update(eagle_config={"use_mtp_layernorm": True}),
+            "config.json: eagle_config.use_mtp_layernorm: true is not supported (only false)",
+        ),
     ],
 )
 def test_refusals_are_one_line_naming_file_and_field(tiny_synthetic, tmp_path, edit, line):

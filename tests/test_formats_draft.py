@@ -289,3 +289,87 @@ def test_slot_labels_per_format(tmp_path: Path) -> None:
         ("target", True, False),
     ]
     assert [i.label for i in load_sample(v0, [1, 2, 9]).slot_info] == ["L1", "L2", "L9"]
+
+
+MLA_ATTENTION = {  # the golden MLA draft's attention tensors, as the loader must check them
+    "q_a_proj.weight": (24, 128),
+    "q_a_layernorm.weight": (24,),
+    "q_b_proj.weight": (96, 24),
+    "kv_a_proj_with_mqa.weight": (24, 128),
+    "kv_a_layernorm.weight": (16,),
+    "kv_b_proj.weight": (112, 16),
+    "o_proj.weight": (64, 48),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MLA_ATTENTION))
+def test_mla_attention_tensors_are_required_and_shape_checked(golden, tmp_path, name):
+    from support import edited_copy
+
+    src = golden / "specforge-mla" / "checkpoint"
+    stored = f"midlayer.self_attn.{name}"
+    good = MLA_ATTENTION[name]
+    assert tuple(load_file(str(src / "model.safetensors"))[stored].shape) == good
+    bad = (good[0] + 1, *good[1:])
+    short = edited_copy(src, tmp_path / "short", tensors=lambda w: {stored: torch.ones(bad)})
+    with pytest.raises(InputError) as e:
+        load_draft(short)
+    assert str(e.value).endswith(f"layers.0.self_attn.{name}: shape {bad}, expected {good}")
+    gone = tmp_path / "gone"
+    shutil.copytree(src, gone)
+    w = load_file(str(gone / "model.safetensors"))
+    del w[stored]
+    save_file(w, str(gone / "model.safetensors"))
+    with pytest.raises(InputError) as e:
+        load_draft(gone)
+    assert str(e.value).endswith(f"layers.0.self_attn.{name}: tensor not found")
+
+
+def test_mla_without_q_lora_checks_q_proj(golden, tmp_path):
+    """q_lora_rank null: one q_proj [heads x qk_head_dim, 2H] instead of q_a / q_b."""
+    from support import edited_copy
+
+    src = golden / "specforge-mla" / "checkpoint"
+
+    def q_proj(shape):
+        def edit(w):
+            for k in [k for k in w if ".q_a_" in k or ".q_b_" in k]:
+                del w[k]
+            return {"midlayer.self_attn.q_proj.weight": torch.ones(shape)}
+
+        return edit
+
+    def no_lora(cfg):
+        cfg["q_lora_rank"] = None
+
+    ok = edited_copy(src, tmp_path / "ok", tensors=q_proj((96, 128)), config=no_lora)
+    draft = load_draft(ok)
+    assert draft.config.mla.q_lora_rank is None
+    assert not any(".q_a_" in k or ".q_b_" in k for k in draft.weights)
+    bad = edited_copy(src, tmp_path / "bad", tensors=q_proj((96, 64)), config=no_lora)
+    with pytest.raises(InputError) as e:
+        load_draft(bad)
+    assert str(e.value).endswith(
+        "layers.0.self_attn.q_proj.weight: shape (96, 64), expected (96, 128)"
+    )
+
+
+def test_mla_config_fields(golden):
+    """read_mla: the sizes as stated, q_lora_rank optional, rope_interleave true unless false."""
+    from inspector.formats.config import parse_draft_config
+
+    cfg = json.loads((golden / "specforge-mla" / "checkpoint" / "config.json").read_text())
+    m = parse_draft_config("c.json", cfg).config.mla
+    assert (m.q_lora_rank, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim) == (
+        24,
+        16,
+        16,
+        8,
+    )
+    assert m.v_head_dim == 12 and m.rope_interleave is True
+    del cfg["rope_interleave"], cfg["q_lora_rank"]
+    m = parse_draft_config("c.json", cfg).config.mla
+    assert m.rope_interleave is True and m.q_lora_rank is None
+    m = parse_draft_config("c.json", {**cfg, "rope_interleave": False}).config.mla
+    assert m.rope_interleave is False
+    assert parse_draft_config("c.json", {**cfg, "q_lora_rank": 8}).config.mla.q_lora_rank == 8

@@ -1376,3 +1376,20 @@ def test_last_edges(tmp_path: Path) -> None:
         f"{tmp_path / 'e.bin'}: model.embed_tokens.weight: shape (3, 2), expected (3, 4)"
         " (the draft's [vocab_size, hidden_size])"
     )
+
+
+def test_values_in_messages_are_cut_to_40_characters() -> None:
+    """A value quoted in an error line: its repr up to 40 characters, else 37 and '...'; an int
+    past MAX_INT by its size only."""
+    from inspector.formats.config import MAX_INT, _short
+
+    assert _short("a" * 38) == "'" + "a" * 38 + "'"  # 40 characters: kept whole
+    assert _short("a" * 39) == "'" + "a" * 36 + "..."  # 41: cut to 40
+    assert len(_short(list(range(100)))) == 40
+    assert _short(MAX_INT) == str(MAX_INT) and _short(-MAX_INT) == str(-MAX_INT)
+    assert _short(MAX_INT + 1) == "an integer of 41 bits"
+    base = {"hidden_size": 8, "num_attention_heads": 2, "intermediate_size": 8, "vocab_size": 10}
+    scaling = {"rope_type": "yarn", "factor": 4, "mscale": "x" * 50}
+    assert _err(parse_draft_config, "c.json", {**base, "rope_scaling": scaling}) == (
+        "c.json: rope_scaling.mscale: expected a number, got '" + "x" * 36 + "..."
+    )
