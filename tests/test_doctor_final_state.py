@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from test_doctor_identity import _prose, _samples
 
 from inspector.doctor import diagnose
 from inspector.doctor import target_slots as target_slots_module
-from inspector.doctor.final_state import FinalState, final_state_finding, named_final
+from inspector.doctor.final_state import (
+    FinalState,
+    final_state_finding,
+    measure_final_state,
+    named_final,
+)
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
 from inspector.formats.target import read_target_head
@@ -99,3 +105,94 @@ def test_rivals_and_severity():
     unnamed = final_state_finding(_fs([[0, 0], [1, 1], [1, 0]], None), infos)
     assert unnamed.severity == "info" and "slot 1 behaves most like it" in unnamed.summary
     assert final_state_finding(None, infos) is None
+
+
+def test_to_dict_and_runner_up():
+    fs = _fs([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1]], 2)
+    # slot 2 over slot 1 on the same positions: 2 positions only slot 2 hits, none only slot 1
+    assert fs.runner_up_z() == pytest.approx(2 / np.sqrt(2))
+    assert fs.to_dict() == {
+        "slots": [
+            {"hits": 1, "total": 4, "acc": 0.25},
+            {"hits": 2, "total": 4, "acc": 0.5},
+            {"hits": 4, "total": 4, "acc": 1.0},
+        ],
+        "named_final": 2,
+        "named_by": "HF 6",
+        "best": 2,
+        "rivals": [],
+        "z_over_runner_up": 1.41,
+        "samples": [0],
+    }
+    unnamed = _fs([[1, 0], [0, 0]], None)
+    assert unnamed.runner_up_z() is None and unnamed.rivals() == []
+    assert unnamed.to_dict()["z_over_runner_up"] is None
+    assert _fs([[1, 1]], 0).runner_up_z() is None  # no other slot
+
+
+def test_finding_words():
+    infos = [SlotInfo("L2", 2), SlotInfo("L4", 4), SlotInfo("L6", 6)]
+    tied = final_state_finding(_fs([[0, 0], [1, 0], [1, 0]], 2), infos)
+    assert tied.kind == "final_state" and tied.wiring is None
+    assert tied.summary.startswith(
+        "slot 2, named the final state (HF 6), predicts the target's next tokens no better "
+        "than slot 1 (L4) 1/2 50.0%: slot 2 (L6) 1/2 50.0%. It is not the target's final state"
+    )
+    assert tied.summary.endswith(
+        "(through the target's norm and head, the slots predict the next token at: slot 0 (L2) "
+        "0/2 0.0%, slot 1 (L4) 1/2 50.0%, slot 2 (L6) 1/2 50.0%)"
+    )
+    assert tied.fix.startswith("recapture the last slot from the input of the target's final")
+    ok = final_state_finding(_fs([[0] * 20, [0] * 20, [1] * 20], 2), infos)
+    assert ok.summary.endswith(
+        ": slot 2 (HF 6) predicts the most, as the target's final state should"
+    )
+    assert ok.fix is None and ok.evidence["best"] == 2
+
+
+def test_measure_final_state_against_a_hand_computed_head(demo):
+    # The demo target's Llama head: w * x / rms(x), then lm_head; the next token is x_{j+1}.
+    draft = load_draft(demo.draft)
+    head = read_target_head(demo.target)
+    ev = Evaluator(draft, SampleSet(demo.train_samples), target_head=head)
+    infos = ev.slot_info
+    fs = measure_final_state(ev, infos, [0, 1, 2], 6)
+    assert fs.samples == [0, 1] and fs.named == 3 and fs.why == "HF 6"
+    want: list[list[bool]] = [[] for _ in infos]
+    budget = 256
+    for i in (0, 1):
+        s = ev.samples[i]
+        j = torch.arange(s.length - 1)
+        j = j[s.loss_mask[j + 1].bool()][:budget]
+        budget -= j.numel()
+        for k in range(len(infos)):
+            y = s.slots[k][j].float()
+            y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + head.rms_norm_eps)
+            pred = ((head.norm_weight.float() * y) @ head.lm_head.float().T).argmax(-1)
+            want[k] += (pred == s.input_ids[j + 1]).tolist()
+    assert [h.tolist() for h in fs.hits] == want
+    # A post-norm slot goes through the head without the norm: the normed slot 3 stored as
+    # post-norm predicts what its raw logits say.
+    post = [*infos[:3], SlotInfo("final(post-norm)", None, post_norm=True)]
+    fp = measure_final_state(ev, post, [0, 1], 6)
+    assert fp.named == 3 and fp.why == "post-norm" and fp.samples == [0, 1]
+    s = ev.samples[0]
+    j = torch.arange(s.length - 1)
+    j = j[s.loss_mask[j + 1].bool()]
+    raw = (s.slots[3][j].float() @ head.lm_head.float().T).argmax(-1) == s.input_ids[j + 1]
+    assert fp.hits[3][: j.numel()].tolist() == raw.tolist()
+
+
+def test_measure_final_state_caps_the_rows(demo, monkeypatch):
+    from inspector.doctor import final_state
+
+    monkeypatch.setattr(final_state, "MAX_ROWS", 50)
+    ev = Evaluator(
+        load_draft(demo.draft),
+        SampleSet(demo.train_samples),
+        target_head=read_target_head(demo.target),
+    )
+    fs = measure_final_state(ev, ev.slot_info, [0, 1, 2], 6)
+    assert fs.samples == [0] and all(h.size == 50 for h in fs.hits)
+    none = Evaluator(load_draft(demo.draft), SampleSet(demo.train_samples))
+    assert measure_final_state(none, none.slot_info, [0], 6) is None
