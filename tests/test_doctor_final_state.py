@@ -196,3 +196,48 @@ def test_measure_final_state_caps_the_rows(demo, monkeypatch):
     assert fs.samples == [0] and all(h.size == 50 for h in fs.hits)
     none = Evaluator(load_draft(demo.draft), SampleSet(demo.train_samples))
     assert measure_final_state(none, none.slot_info, [0], 6) is None
+
+
+def test_runner_up_is_the_next_best_slot_and_two_slots_suffice():
+    # Two slots: the runner-up is the other one.
+    assert _fs([[1, 1, 0], [1, 1, 1]], 1).runner_up_z() == pytest.approx(1.0)
+    # The next best is slot 2 (3 hits), not the first other slot (1 hit): z over slot 2 is 0.
+    fs = _fs([[1, 0, 0, 0], [1, 1, 1, 0], [1, 1, 1, 0]], 1)
+    assert fs.runner_up_z() == 0.0
+    fs = _fs([[0, 0, 0, 1], [1, 1, 1, 0], [1, 0, 0, 0]], 1)
+    assert fs.runner_up_z() == pytest.approx(2 / np.sqrt(4))
+
+
+def test_every_branch_is_a_final_state_finding_with_its_evidence():
+    infos = [SlotInfo("L2", 2), SlotInfo("L4", 4), SlotInfo("L6", 6)]
+    cases = [
+        _fs([[0, 0], [1, 1], [1, 0]], None),  # unnamed
+        _fs([[0] * 20, [0] * 20, [1] * 20], 2),  # named and best
+        _fs([[1, 0], [1, 0], [1, 0]], 2),  # tied with two rivals
+    ]
+    for fs in cases:
+        f = final_state_finding(fs, infos)
+        assert f.kind == "final_state" and f.evidence == fs.to_dict()
+    tied = final_state_finding(cases[2], infos)
+    assert "no better than slot 0 (L2) 1/2 50.0%, slot 1 (L4) 1/2 50.0%: " in tied.summary
+    assert (
+        "It is not the target's final state (captured from another layer, or a copy of an "
+        "earlier one), so every score on it is of another state than the file says" in tied.summary
+    )
+    assert tied.fix == (
+        "recapture the last slot from the input of the target's final norm (eagle-inspect "
+        "capture does), or pass --target on a host that can load the whole target to see which "
+        "layer each slot is"
+    )
+
+
+def test_a_runner_up_z_of_exactly_z_clear_is_clear():
+    from inspector.doctor.stats import Z_CLEAR
+
+    infos = [SlotInfo("L4", 4), SlotInfo("L6", 6)]
+    # 9 positions only slot 1 hits, none only slot 0: z = 9 / sqrt(9) = 3 = Z_CLEAR.
+    fs = _fs([[0] * 9 + [1] * 5, [1] * 14], 1)
+    assert fs.runner_up_z() == Z_CLEAR
+    assert "only" not in final_state_finding(fs, infos).summary
+    weaker = _fs([[0] * 8 + [1] * 6, [1] * 14], 1)
+    assert "paired z of only 2.8" in final_state_finding(weaker, infos).summary
