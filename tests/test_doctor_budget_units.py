@@ -122,8 +122,10 @@ def test_samples_scored_whole_are_not_cut():
     # The short sample has fewer scored positions than the rung: it is read whole, uncut.
     shapes = [_shape(0, 2048, 600), _shape(1, 50, 20)]
     p = plan(CFG, shapes, budget_macs=1e10)
-    assert p.decided_by == "budget" and p.scored_per_sample is not None
-    assert 1 in p.samples and 0 in p.cuts and 1 not in p.cuts
+    q = p.scored_per_sample
+    assert p.decided_by == "budget" and q is not None and q > shapes[1].scored.size
+    assert p.samples == [0, 1] and p.cuts == {0: shapes[0].prefix(q)}
+    assert shapes[0].prefix(q) == 600 + q + 1 < 2048
 
 
 def _replay(read: int, starts: int, steps: int = 3) -> float:

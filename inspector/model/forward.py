@@ -147,7 +147,7 @@ def _project_qkv_mla(
     return q, k, v.transpose(1, 2)
 
 
-def _rowwise_mlp(x: torch.Tensor, w: dict[str, torch.Tensor], p: str, rows: int) -> torch.Tensor:
+def rowwise_mlp(x: torch.Tensor, w: dict[str, torch.Tensor], p: str, rows: int) -> torch.Tensor:
     """mlp(x), in row chunks when x is long and no autograd is running (same values per row)."""
     r = x.shape[-2]
     if r <= rows or (torch.is_grad_enabled() and x.requires_grad):
@@ -193,7 +193,7 @@ def _layer(
         o = o + w[p + "self_attn.o_proj.bias"]
     u = residual + o
     normed = rms_norm(u, w[p + "post_attention_layernorm.weight"], eps)
-    return u + _rowwise_mlp(normed, w, p, chunking.mlp_rows)
+    return u + rowwise_mlp(normed, w, p, chunking.mlp_rows)
 
 
 def _steps(

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from inspector.draft import Draft
-from inspector.model.forward import _rowwise_mlp
+from inspector.model.forward import rowwise_mlp
 from inspector.model.linear import linear
 from inspector.model.rope import apply_rope, rms_norm, rope_cos_sin
 
@@ -105,7 +105,7 @@ def step0_at_rows(
     residual = hn_rows if cfg.norm_before_residual else h[:, rows]
     u = residual + o
     normed = rms_norm(u, w[p + "post_attention_layernorm.weight"], eps)
-    return u + _rowwise_mlp(normed, w, p, mlp_rows), k, v
+    return u + rowwise_mlp(normed, w, p, mlp_rows), k, v
 
 
 def step0_logits_at_rows(
