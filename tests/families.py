@@ -52,12 +52,10 @@ def shrink(config: dict, *, keep_width: bool = False) -> dict:
     and MLA ranks as published too (only the vocabulary and the MLP shrink), for timing."""
     cfg = dict(config)
     heads = cfg["num_attention_heads"]
-    if keep_width:
-        pass
-    elif "head_dim" in cfg or "kv_lora_rank" in cfg:
-        cfg["hidden_size"] = HIDDEN
-    else:
-        cfg["hidden_size"] = 4 * heads  # hidden/heads = 4: an even RoPE width, like 128
+    if not keep_width:
+        explicit = "head_dim" in cfg or "kv_lora_rank" in cfg
+        # Without head_dim, hidden/heads = 4: an even RoPE width, like the published 128.
+        cfg["hidden_size"] = HIDDEN if explicit else 4 * heads
     cfg["intermediate_size"] = INTERMEDIATE
     vocab, draft = cfg["vocab_size"], cfg.get("draft_vocab_size")
     cfg["vocab_size"] = VOCAB

@@ -37,16 +37,6 @@ WIRING = (0, 1, 2)
 
 
 @pytest.fixture(scope="module")
-def demo():
-    from inspector.demo_paths import demo_paths
-
-    try:
-        return demo_paths()
-    except InputError:
-        pytest.skip("bundled demo not built")
-
-
-@pytest.fixture(scope="module")
 def ev(demo):
     return Evaluator(load_draft(demo.draft), SampleSet(demo.train_samples))
 

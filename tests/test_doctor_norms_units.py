@@ -21,22 +21,11 @@ from inspector.doctor.norm_flags import (
     norm_flag_checks,
 )
 from inspector.doctor.stats import MARGIN_CLEAR, MARGIN_ERROR, counts_of, severity_for_gain
-from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
 
 SAMPLES = (0, 1)
 WIRING = (0, 1, 2)  # the demo draft's trained slots
-
-
-@pytest.fixture(scope="module")
-def demo():
-    from inspector.demo_paths import demo_paths
-
-    try:
-        return demo_paths()
-    except InputError:
-        pytest.skip("bundled demo not built")
 
 
 @pytest.fixture(scope="module")

@@ -326,9 +326,10 @@ def test_windowed_steps_attend_in_the_callers_blocks(tiny, monkeypatch):
     seen: list[int] = []
     real = attention.attention_blocked
 
-    def spy(q, k0, v0, diag_k, diag_v, scale, block_bytes, window=None):
+    def spy(q, k0, v0, diag_k, diag_v, scale, block_bytes, window=None, query_rows=None):
+        assert query_rows is None  # every row queries in the TTT steps
         seen.append(block_bytes)
-        return real(q, k0, v0, diag_k, diag_v, scale, block_bytes, window)
+        return real(q, k0, v0, diag_k, diag_v, scale, block_bytes, window, query_rows)
 
     monkeypatch.setattr(attention, "attention_blocked", spy)
     small = Chunking(attn_block_bytes=12 * 4 * 39 * 5)  # 5 query rows per block

@@ -17,8 +17,8 @@ positions equal those of the whole sample (positions count from its start): noth
 approximated, fewer positions are scored. Small drafts read everything; `--max-tokens N` cuts
 every sample to N tokens instead, `--max-tokens 0` reads whole samples, both without a budget.
 
-The constants are the cost model, in draft forwards per token, measured with bench/doctor_speed
-and the doctor's own `seconds` on a 4096-wide draft: a read token costs the fc projections of
+The constants are the cost model, in draft forwards per token, calibrated on the doctor's own
+`seconds` on a 4096-wide draft (`bench/wide_doctor.py --synthetic 4k`): a read token costs the fc projections of
 every block and slot and each wiring's keys and values (`READ_FORWARDS`); a scored token the
 checks' forwards (`SCORED_FORWARDS`); the replay ACCEPT_STEPS forwards per wiring where a round
 starts, and a row of context its step-0 keys and values (`ACCEPT_READ_FORWARDS`).

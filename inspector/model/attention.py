@@ -102,12 +102,8 @@ def attend(
     scale = attention_scale(cfg)
     # A window shorter than the sample changes which step-0 keys a row sees: explicit scores.
     window = cache.window if cache.window is not None and cache.window < k0.shape[2] else None
-    if cache.query_rows is not None:
-        diag_k = [k.repeat_interleave(rep, dim=1) for k in cache.keys[1:]]
-        diag_v = [v.repeat_interleave(rep, dim=1) for v in cache.values[1:]]
-        block = chunking.attn_block_bytes
-        return attention_blocked(q, k0, v0, diag_k, diag_v, scale, block, window, cache.query_rows)
-    if len(cache.keys) == 1 and window is None:
+    rows = cache.query_rows
+    if len(cache.keys) == 1 and window is None and rows is None:
         # Step 0 is plain causal attention: the fused kernel, softmax accumulated in float32.
         if cfg.mla is None:
             return F.scaled_dot_product_attention(q, k0, v0, is_causal=True)
@@ -116,9 +112,10 @@ def attend(
     diag_v = [v.repeat_interleave(rep, dim=1) for v in cache.values[1:]]
     if training:
         return attention_dense(q, k0, v0, diag_k, diag_v, scale, window)
-    if window is not None:
+    if window is not None or rows is not None:
+        # A window, or queries at chosen rows (the serving replay): explicit scores per row.
         block = chunking.attn_block_bytes
-        return attention_blocked(q, k0, v0, diag_k, diag_v, scale, block, window)
+        return attention_blocked(q, k0, v0, diag_k, diag_v, scale, block, window, rows)
     fused = causal_attention_lse(q, k0, v0, scale)
     if fused is None:
         return attention_blocked(q, k0, v0, diag_k, diag_v, scale, chunking.attn_block_bytes)
