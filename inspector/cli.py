@@ -140,6 +140,14 @@ def _add_capture_parser(sub: argparse._SubParsersAction) -> None:
         help="first let the target continue each prompt by up to N tokens; the loss mask covers them",
     )
     p.add_argument(
+        "--past-stop",
+        type=int,
+        default=16,
+        metavar="C",
+        help="with --generate: also write the target's next C tokens after each request's stop, "
+        "outside the request, which an engine's last round is counted against (default 16; 0: none)",
+    )
+    p.add_argument(
         "--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples"
     )
     p.add_argument("--seed", type=int, default=0, help="seed for --temperature sampling")
@@ -211,6 +219,13 @@ def _add_accept_parser(sub: argparse._SubParsersAction) -> None:
         help="tree draft attention: exact (each node reads its ancestors, the EAGLE reference; "
         "default) or sglang (stretch: SGLang's topk > 1 draft decode, where each beam row reads "
         "its own row's earlier KV) to predict SGLang's logged number and what it costs",
+    )
+    p.add_argument(
+        "--engine",
+        choices=("vllm", "sglang"),
+        help="whose counting to follow (default vllm for a chain, sglang for a tree): both log "
+        "1 + accepted / rounds; SGLang's overlap scheduler runs and counts one more round after "
+        "a request's stop",
     )
     p.add_argument("--limit", type=_positive, metavar="N", help="replay only the first N samples")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")

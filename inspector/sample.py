@@ -30,6 +30,27 @@ class SlotInfo:
         }
 
 
+FINISH_REASONS = ("length", "stop")
+
+
+@dataclass
+class Continuation:
+    """The target's own greedy continuation past the request's stop, outside the request.
+
+    Engines count, in a request's last round, every drafted token that matched the target's
+    continuation, also past EOS or max tokens; a capture writes these tokens (and their slots,
+    for SGLang's round after the stop) so that the replay counts them too. They are never part
+    of the sample's tokens, loss mask or metrics."""
+
+    ids: torch.Tensor  # int64 [C]: x_T, x_T+1, ...
+    slots: list[torch.Tensor]  # S x [C, Ht], the same slots as the sample's
+    finish: str = "length"  # how the request stopped: "length" (max tokens) or "stop" (EOS)
+
+    @property
+    def length(self) -> int:
+        return int(self.ids.numel())
+
+
 @dataclass
 class Sample:
     input_ids: torch.Tensor  # int64 [T]
@@ -39,6 +60,7 @@ class Sample:
     path: str = ""
     format: str = "unknown"  # "speculators-v1", "specforge", ...
     warnings: list[str] = field(default_factory=list)
+    continuation: Continuation | None = None  # the target's tokens past the request's stop
 
     @property
     def length(self) -> int:
@@ -54,6 +76,7 @@ class Sample:
             input_ids=self.input_ids[:n],
             slots=[t[:n] for t in self.slots],
             loss_mask=self.loss_mask[:n],
+            continuation=None,  # a prefix stops nowhere the target stopped
         )
 
     @property

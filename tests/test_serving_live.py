@@ -14,6 +14,7 @@ from serving_oracle import direct_round, random_draft
 pytest.importorskip("transformers")
 
 from inspector.model import fc_project  # noqa: E402
+from inspector.serving.engines import Engine  # noqa: E402
 from inspector.serving.live import live_accept  # noqa: E402
 from inspector.serving.live_draft import LiveDraft  # noqa: E402
 from inspector.serving.spec import DraftSpec  # noqa: E402
@@ -43,7 +44,9 @@ def _draft(dtype: torch.dtype = torch.float64):
     return load_draft(DRAFT, target=TARGET, dtype=dtype, device="cpu")
 
 
-def _replayer(folder: Path, spec: DraftSpec, dtype: torch.dtype = torch.float64):
+def _replayer(
+    folder: Path, spec: DraftSpec, dtype: torch.dtype = torch.float64, engine: Engine | None = None
+):
     from inspector.serving.replay import Replayer
     from inspector.session import Inputs, load_evaluator
 
@@ -52,12 +55,12 @@ def _replayer(folder: Path, spec: DraftSpec, dtype: torch.dtype = torch.float64)
     ev = load_evaluator(
         Inputs(DRAFT, [str(folder)], target=TARGET), device="cpu", dtype=dtype, ttt_steps=spec.steps
     )
-    return ev, Replayer(ev, spec)
+    return ev, Replayer(ev, spec, engine)
 
 
 def _assert_rounds_equal(report, out: Path, spec: DraftSpec) -> None:
     for text, wa in zip(WIRINGS, report.wirings, strict=True):
-        ev, rep = _replayer(out / text, spec)
+        ev, rep = _replayer(out / text, spec, engine=report.engine)
         assert ev.wiring(text) == wa.wiring
         assert wa.per_sample, "no prompt ran"
         for s in wa.per_sample:
@@ -65,25 +68,51 @@ def _assert_rounds_equal(report, out: Path, spec: DraftSpec) -> None:
             assert r.starts.tolist() == s.starts.tolist(), (text, s.index)
             assert r.accepted.tolist() == s.accepted.tolist(), (text, s.index)
             assert r.emitted.tolist() == s.emitted.tolist(), (text, s.index)
+            assert r.after_stop.tolist() == s.after_stop.tolist(), (text, s.index)
+            assert not r.bounded.any(), (text, s.index)
 
 
 SPECS = [DraftSpec(3), DraftSpec(3, 4, 8)]
+ENGINE_CASES = [
+    (DraftSpec(3), Engine.VLLM),
+    (DraftSpec(3, 4, 8), Engine.SGLANG),
+    (DraftSpec(3), Engine.SGLANG),
+]
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=["chain", "tree"])
-def test_greedy_live_loop_equals_the_replay_of_its_sequences_round_by_round(spec, tmp_path):
+@pytest.mark.parametrize(("spec", "engine"), ENGINE_CASES, ids=["chain", "tree", "chain-sglang"])
+def test_greedy_live_loop_equals_the_replay_of_its_sequences_round_by_round(
+    spec, engine, tmp_path
+):
     out = tmp_path / "live"
     report = live_accept(
-        _draft(), TARGET, PROMPTS, spec, list(WIRINGS), max_new=48, out=out, limit=3
+        _draft(), TARGET, PROMPTS, spec, list(WIRINGS), max_new=48, out=out, limit=3, engine=engine
     )
     d = report.to_dict()
-    assert d["config"] == {**spec.to_dict(), "mode": "live"}
+    assert d["config"] == {**spec.to_dict(), "mode": "live", "engine": engine.value}
+    assert d["conventions"]["engine"] == engine.value
     assert d["samples"] == 3 and not d["skipped"]
     for w in d["wirings"]:
-        assert w["rounds"] == sum(len(s["accepted"]) for s in w["per_sample"]) > 0
-        assert w["accept_length"] == pytest.approx(w["emitted"] / w["rounds"])
+        rounds = sum(len(s["accepted"]) for s in w["per_sample"])
+        assert w["rounds"] == rounds > 0
+        assert w["accepted"] == sum(sum(s["accepted"]) for s in w["per_sample"])
+        # the engines' definition: 1 + accepted / rounds, the last round's count uncut
+        assert w["accept_length"] == pytest.approx(1 + w["accepted"] / w["rounds"])
+        assert not w["accept_length_is_lower_bound"] and w["lower_bound_requests"] == 0
+        after = w["rounds_after_stop"]
+        # SGLang's overlap round: one per request whose last round emitted more than one token
+        # (it could not know the stop in advance; none of these prompts reaches an EOS)
+        multi = sum(s["emitted"][-1 - s.get("rounds_after_stop", 0)] > 1 for s in w["per_sample"])
+        assert after == (multi if engine is Engine.SGLANG else 0)
+        if engine is Engine.SGLANG:
+            for s in w["per_sample"]:
+                assert s.get("rounds_after_stop", 0) in (0, 1) and s["emitted"][-1] >= 0
+        assert w["emitted_per_round"] == pytest.approx(w["emitted"] / (w["rounds"] - after))
         # every generation: 48 tokens (x_P by the prefill, the rest by rounds) or an EOS
         assert w["emitted"] <= 3 * 47
+        # the uncut count is at least the emitted tokens' less the bonus, round by round
+        for s in w["per_sample"]:
+            assert all(a >= e - 1 for a, e in zip(s["accepted"], s["emitted"], strict=True))
     _assert_rounds_equal(report, out, spec)
     for text, wa in zip(WIRINGS, report.wirings, strict=True):
         for s in wa.per_sample:
@@ -95,7 +124,7 @@ def test_greedy_live_loop_equals_the_replay_of_its_sequences_round_by_round(spec
             assert generated == 48 or (generated < 48 and ids[-1] == 0)
             assert mask == [0] * (len(ids) - generated) + [1] * generated
     # The replay's JSON has the same shape.
-    _, rep = _replayer(out / "train", spec)
+    _, rep = _replayer(out / "train", spec, engine=engine)
     replayed = rep.run([report.wirings[0].wiring], labels=["train"]).to_dict()
     assert replayed["wirings"][0].keys() >= d["wirings"][0].keys() - {"off_target"}
     assert replayed["wirings"][0]["per_sample"] == [

@@ -21,6 +21,9 @@ from inspector.capture.target import DTYPE_NAMES, TargetInfo, read_target_info
 from inspector.errors import InputError
 
 DEFAULT_MAX_LENGTH = 2048
+# Tokens of the target's continuation written past a generated request's stop: a vLLM chain of k
+# drafts reads k - 1 of them in its last round, SGLang's round after the stop up to 2k.
+DEFAULT_PAST_STOP = 16
 SAVE_DTYPES = ("bfloat16", "float16", "float32")
 
 Progress = Callable[[int, int], None]  # (samples done, samples in all)
@@ -41,6 +44,7 @@ class CaptureSettings:
     device: str = "auto"
     device_map: str | None = None
     save_dtype: str = "bfloat16"
+    past_stop: int = DEFAULT_PAST_STOP  # with `generate`: the continuation past the stop
 
 
 @dataclass
@@ -107,6 +111,8 @@ def prepare(
         raise InputError(None, "--dtype", f"{s.dtype!r}: one of {', '.join(DTYPE_NAMES)}")
     if s.generate < 0:
         raise InputError(None, "--generate", "must be >= 0")
+    if s.past_stop < 0:
+        raise InputError(None, "--past-stop", "must be >= 0")
     if s.temperature < 0:
         raise InputError(None, "--temperature", "must be >= 0")
     info = read_target_info(target)
@@ -130,6 +136,8 @@ def prepare(
         "dtype": s.dtype,
         "save_dtype": s.save_dtype,
     }
+    if s.generate and s.past_stop:
+        key_src["past_stop"] = s.past_stop
     key = hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()
     return Prepared(
         target, info, plan, records, s, max_length, key, input_sha, [*plan.notes, *notes]
@@ -140,8 +148,16 @@ def data_config(p: Prepared, input: str | Path, complete: bool) -> dict:
     """speculators v1 data_config.json, with HF indices and this tool's marker and settings."""
     L = p.info.num_layers
     gen = p.settings.generate
+    extra: dict = {}
     if gen:
         mask = f"0 on the prompt, 1 on up to {gen} tokens the target generated after it"
+        if p.settings.past_stop:
+            extra["continuation"] = (
+                f"continuation_ids / continuation_hidden_states: the target's next "
+                f"{p.settings.past_stop} tokens after the request's stop (past the EOS too), "
+                "outside the request: an engine counts its last round's drafts against them; "
+                "finish_reason: 'stop' (EOS) or 'length'"
+            )
     else:
         mask = "1 on the response / assistant turns / every token, as INPUT's form says"
     return {
@@ -163,6 +179,7 @@ def data_config(p: Prepared, input: str | Path, complete: bool) -> dict:
             "dtype": p.settings.save_dtype,
         },
         "loss_mask": mask,
+        **extra,
         "generator": store.GENERATOR,
         "capture": {
             "key": p.key,
@@ -217,19 +234,35 @@ def capture(
         for i in todo:
             r = p.records[i]
             ids, mask = r.ids, r.mask
+            tail: list[int] = []
+            finish = "length"
             if s.generate:
                 prompt = r.prompt[: p.max_length - s.generate]
-                new = model.continue_prompt(
+                g = model.generate(
                     prompt,
                     s.generate,
                     temperature=s.temperature,
                     seed=(s.seed * 1_000_003 + i) % (1 << 62),
+                    # the continuation stays inside --max-length, as the request does
+                    past_stop=min(s.past_stop, p.max_length - s.generate - len(prompt)),
                 )
-                ids, mask = prompt + new, [0] * len(prompt) + [1] * len(new)
+                ids, mask = prompt + g.new, [0] * len(prompt) + [1] * len(g.new)
+                tail, finish = g.tail, g.finish
                 if len(ids) < MIN_TOKENS:
                     raise InputError(r.where, None, f"{len(ids)} tokens after generation")
-            slots = model.slots(ids, p.plan.slots, save_dtype)
-            store.write_sample(out, i, torch.tensor(ids), slots, torch.tensor(mask))
+            # one forward over the request and its continuation: causal, so the request's
+            # slots are its own
+            both = model.slots(ids + tail, p.plan.slots, save_dtype)
+            # clones: a saved view would carry the whole storage into the file
+            slots = [x[: len(ids)].clone() if tail else x for x in both]
+            cont = None
+            if s.generate and s.past_stop:
+                cont = (
+                    torch.tensor(tail, dtype=torch.long),
+                    [x[len(ids) :].clone() for x in both],
+                    finish,
+                )
+            store.write_sample(out, i, torch.tensor(ids), slots, torch.tensor(mask), cont)
             tokens += len(ids)
             done += 1
             if progress:

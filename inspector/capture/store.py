@@ -78,18 +78,30 @@ def sample_path(out: Path, i: int) -> Path:
 
 
 def write_sample(
-    out: Path, i: int, ids: torch.Tensor, slots: list[torch.Tensor], mask: torch.Tensor
+    out: Path,
+    i: int,
+    ids: torch.Tensor,
+    slots: list[torch.Tensor],
+    mask: torch.Tensor,
+    continuation: tuple[torch.Tensor, list[torch.Tensor], str] | None = None,
 ) -> None:
-    """``data_{i}.pt`` as speculators v1 writes it, atomically."""
+    """``data_{i}.pt`` as speculators v1 writes it, atomically.
+
+    ``continuation``: (ids, slots, finish reason) of the target's tokens past the request's stop,
+    under keys of their own (`formats.samples.CONTINUATION_KEYS`): trainers read the request's
+    three keys and nothing else, so the continuation stays outside it."""
     tmp = out / f".data_{i}.pt.partial"
-    torch.save(
-        {
-            "input_ids": ids.to(torch.int64).contiguous(),
-            "hidden_states": [s.contiguous() for s in slots],
-            "loss_mask": mask.to(torch.int64).contiguous(),
-        },
-        tmp,
-    )
+    data: dict = {
+        "input_ids": ids.to(torch.int64).contiguous(),
+        "hidden_states": [s.contiguous() for s in slots],
+        "loss_mask": mask.to(torch.int64).contiguous(),
+    }
+    if continuation is not None:
+        c_ids, c_slots, finish = continuation
+        data["continuation_ids"] = c_ids.to(torch.int64).contiguous()
+        data["continuation_hidden_states"] = [s.contiguous() for s in c_slots]
+        data["finish_reason"] = finish
+    torch.save(data, tmp)
     os.replace(tmp, sample_path(out, i))
 
 

@@ -35,6 +35,16 @@ def _first_line(e: BaseException) -> str:
 
 
 @dataclass(frozen=True)
+class Generation:
+    """A continuation: the request's new tokens, the target's tokens past its stop, and how it
+    stopped ("length" or "stop", an EOS)."""
+
+    new: list[int]
+    tail: list[int]
+    finish: str
+
+
+@dataclass(frozen=True)
 class TargetInfo:
     """What the capture needs to know before loading weights."""
 
@@ -350,6 +360,14 @@ class TargetModel:
         """Up to ``n`` new tokens after ``prompt``: greedy when ``temperature`` is 0, else sampled
         from softmax(logits / temperature) with a CPU generator seeded by ``seed`` (the same on
         every device). Stops after an EOS token, which is kept."""
+        return self.generate(prompt, n, temperature=temperature, seed=seed).new
+
+    def generate(
+        self, prompt: list[int], n: int, *, temperature: float, seed: int, past_stop: int = 0
+    ) -> Generation:
+        """``continue_prompt``'s tokens, and ``past_stop`` more of the target's continuation after
+        the stop (after the EOS too, drawn the same way): what an engine's last round is counted
+        against, outside the request."""
         gen = torch.Generator().manual_seed(seed)
         # transformers renamed `past_key_values` to `cache` (argument and output) during 5.x.
         params = inspect.signature(self.model.forward).parameters
@@ -357,17 +375,25 @@ class TargetModel:
         x = torch.tensor([prompt], dtype=torch.long, device=self.input_device)
         out = self.model(input_ids=x, use_cache=True)
         new: list[int] = []
-        for _ in range(n):
+        tail: list[int] = []
+        finish = "length"
+        while True:
             logits = out.logits[0, -1].float().cpu()
             if temperature > 0:
                 probs = torch.softmax(logits / temperature, -1)
                 nxt = int(torch.multinomial(probs, 1, generator=gen))
             else:
                 nxt = int(logits.argmax())
-            new.append(nxt)
-            if nxt in self.info.eos_ids or len(new) == n:
+            if len(new) < n and (not new or new[-1] not in self.info.eos_ids):
+                new.append(nxt)
+                if nxt in self.info.eos_ids:
+                    finish = "stop"
+            else:
+                tail.append(nxt)
+            stopped = len(new) == n or new[-1] in self.info.eos_ids
+            if stopped and len(tail) >= past_stop:
                 break
             step = torch.tensor([[nxt]], dtype=torch.long, device=self.input_device)
             out = self.model(input_ids=step, use_cache=True, **{kv: getattr(out, kv)})
         self._reset()
-        return new
+        return Generation(new, tail, finish)

@@ -36,15 +36,17 @@ def spec_from_args(args: argparse.Namespace):
 
 def run_accept(args: argparse.Namespace) -> int:
     from inspector.distributed import init_from_env
+    from inspector.serving.engines import parse_engine
 
     spec = spec_from_args(args)
+    engine = parse_engine(args.engine, spec.is_chain)
     err = Console(stderr=True)
     if args.live:
         from inspector.commands.accept_live import run_live
 
-        report = run_live(args, spec, err)
+        report = run_live(args, spec, err, engine)
     else:
-        report = _replay(args, spec, err, init_from_env)
+        report = _replay(args, spec, err, init_from_env, engine)
         if report is None:
             return 0
     for e in report.skipped:
@@ -66,7 +68,7 @@ def run_accept(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replay(args, spec, err, init_from_env):
+def _replay(args, spec, err, init_from_env, engine):
     from inspector.distributed import gather_accept
     from inspector.serving.replay import Replayer
 
@@ -86,7 +88,7 @@ def _replay(args, spec, err, init_from_env):
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
     with progress_bar("replaying", err, dist_ctx) as progress:
         task = progress.add_task("accept", total=n)
-        report = Replayer(ev, spec).run(
+        report = Replayer(ev, spec, engine).run(
             wirings,
             limit=args.limit,
             labels=labels,
@@ -100,8 +102,28 @@ def _replay(args, spec, err, init_from_env):
 
 def honesty_notes(report) -> list[str]:
     """What the replay's number means for this data (the realised output is the samples' tokens)."""
+    out = bound_notes(report)
     if report.mode == "live":
+        return out
+    return out + _off_target_notes(report)
+
+
+def bound_notes(report) -> list[str]:
+    """Where a request's last round ran past what its sample knows of the target's
+    continuation: the counts there, and the accept length, are lower bounds."""
+    worst = max(report.wirings, key=lambda w: w.lower_bound_requests, default=None)
+    if worst is None or worst.lower_bound_requests == 0:
         return []
+    n = worst.lower_bound_requests
+    return [
+        f"accept len is a lower bound: in {n} of {len(worst.per_sample)} requests the last round "
+        "drafted past the sample's end, where the engine counts matches against the target's "
+        "continuation, which these samples do not hold. `eagle-inspect capture TARGET INPUT "
+        "--generate N` writes it (--past-stop)"
+    ]
+
+
+def _off_target_notes(report) -> list[str]:
     offs = [w.off_target for w in report.wirings if w.off_target is not None]
     if not offs:
         return [
@@ -122,8 +144,8 @@ def honesty_notes(report) -> list[str]:
 def render_accept(report) -> Table:
     spec = report.spec
     title = safe(
-        f"{report.checkpoint}: accept length per round ({report.mode}, {spec.mode}: "
-        f"{spec.flags()}"
+        f"{report.checkpoint}: accept length per round as {report.engine.display} counts it "
+        f"({report.mode}, {spec.mode}: {spec.flags()}"
         + ("; SGLang's topk > 1 draft KV approximation" if spec.kv == "sglang" else "")
         + f") on {report.samples} samples, {report.device} {report.dtype}"
     )
@@ -134,19 +156,29 @@ def render_accept(report) -> Table:
     for k in range(spec.steps):
         table.add_column(f">={k + 1}", justify="right")
     table.add_column("rounds", justify="right")
-    table.add_column("emitted", justify="right")
+    table.add_column("accepted", justify="right")
+    table.add_column("emitted/round", justify="right")
     for w in report.wirings:
         st = w.stats
         name = w.label.split(" [")[0] if " [" in w.label else "custom"
         al = st.accept_length
-        row = [safe(name), safe(w.wiring.label(report.slots)), "-" if al is None else fmt_float(al)]
+        shown = "-" if al is None else (">=" if st.is_bound else "") + fmt_float(al)
+        row = [safe(name), safe(w.wiring.label(report.slots)), shown]
         row += [pct(x) for x in st.per_depth]
-        row += [f"{st.rounds:,}", f"{st.emitted:,}"]
+        epr = st.emitted_per_round
+        row += [f"{st.rounds:,}", f"{st.accepted:,}", "-" if epr is None else fmt_float(epr)]
         table.add_row(*row)
+    after = (
+        "; rounds include SGLang's one round after each request's stop (overlap scheduler)"
+        if report.engine.overlap_round
+        else ""
+    )
     table.caption = (
-        "accept len: tokens emitted per verification round, the target's bonus token included, "
-        "pooled over rounds (SGLang's `accept len`, vLLM's mean acceptance length); >=k: the share "
-        "of rounds accepting at least k drafted tokens (vLLM's per-position acceptance rate)"
+        "accept len: 1 + accepted / rounds, pooled over rounds, as the engines log it (vLLM's "
+        "mean acceptance length, SGLang's avg_spec_accept_length); a last round counts every "
+        "drafted token that matched the target, also past the stop. >=k: the share of rounds "
+        "accepting at least k drafted tokens (vLLM's per-position acceptance rate); "
+        "emitted/round: tokens the requests received per round" + after
     )
     table.caption_justify = "left"
     return table

@@ -36,7 +36,7 @@ def live_inputs(args: argparse.Namespace) -> tuple[Path, Path, Path]:
     return Path(args.checkpoint), target, Path(args.prompts)
 
 
-def run_live(args: argparse.Namespace, spec, err: Console):
+def run_live(args: argparse.Namespace, spec, err: Console, engine=None):
     from inspector.evaluate import resolve_device
     from inspector.formats import load_draft
     from inspector.serving.live import live_accept
@@ -59,6 +59,7 @@ def run_live(args: argparse.Namespace, spec, err: Console):
             out=args.out,
             target_dtype=args.dtype,
             limit=args.limit,
+            engine=engine,
             progress=lambda done, total: progress.update(task, completed=done, total=total),
         )
     if args.out:

@@ -19,6 +19,7 @@ def run_capture(args: argparse.Namespace) -> int:
         draft=args.draft,
         engine=args.engine,
         generate=args.generate,
+        past_stop=args.past_stop,
         temperature=args.temperature,
         seed=args.seed,
         max_length=args.max_length,

@@ -44,19 +44,23 @@ class LongContextFacts:
 
 def long_context_finding(stats: AcceptStats | None, bucket: int = 1024) -> Finding | None:
     """None when no round starts past SPLIT (or nothing was replayed). `stats.buckets` are
-    `bucket`-token buckets of round starts: [rounds, emitted] each."""
+    `bucket`-token buckets of round starts: [rounds, accepted] each."""
     if stats is None:
         return None
     early = [0, 0]
     late = [0, 0]
-    for k, (n, e) in stats.buckets.items():
+    for k, (n, a) in stats.buckets.items():
         side = early if k * bucket < SPLIT else late
         side[0] += n
-        side[1] += e
+        side[1] += a
     if late[0] == 0 or early[0] == 0:
         return None
     facts = LongContextFacts(
-        SPLIT, early[0], round(early[1] / early[0], 4), late[0], round(late[1] / late[0], 4)
+        SPLIT,
+        early[0],
+        round(1 + early[1] / early[0], 4),
+        late[0],
+        round(1 + late[1] / late[0], 4),
     )
     enough = min(facts.early_rounds, facts.late_rounds) >= MIN_ROUNDS
     # rounded figures: 2.0 - 1.7 is 0.30000000000000004, and a drop of exactly DROP counts

@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 
 from inspector.errors import InputError
-from inspector.formats.files import check_regular, file_kind
+from inspector.formats.files import check_regular, file_kind, one_line
 from inspector.formats.layer_convention import read_layer_ids
 from inspector.formats.tensorfiles import load_torch_file, read_json, read_safetensors
-from inspector.sample import Sample, SlotInfo
+from inspector.sample import FINISH_REASONS, Continuation, Sample, SlotInfo
 
 SAMPLE_SUFFIXES = (".pt", ".ckpt", ".safetensors")
 FLOAT16_MAX = 65504.0  # the largest finite float16: a capture in fp16 saturates to inf past it
@@ -143,14 +143,19 @@ def _tensor(path: Path, data: dict, key: str) -> torch.Tensor:
     return _dense(path, key, t)
 
 
-def _ids(path: Path, t: torch.Tensor, key: str, vocab_size: int | None) -> torch.Tensor:
-    """Token ids [T], integers in [0, vocab_size)."""
-    t = t.squeeze()
+def _ids(
+    path: Path, t: torch.Tensor, key: str, vocab_size: int | None, min_tokens: int = 3
+) -> torch.Tensor:
+    """Token ids [T], integers in [0, vocab_size), at least `min_tokens` of them."""
+    # [1, T] as some writers store it; a [1] continuation stays one token
+    t = t.squeeze() if min_tokens > 1 else (t[0] if t.dim() == 2 and t.shape[0] == 1 else t)
     if t.dtype not in INTEGER_DTYPES:
         raise InputError(path, key, f"dtype {t.dtype}, expected integer token ids")
-    if t.dim() != 1 or t.numel() < 3:
+    if t.dim() != 1 or t.numel() < min_tokens:
         raise InputError(
-            path, key, f"expected integer ids [T] with T >= 3, got shape {tuple(t.shape)}"
+            path,
+            key,
+            f"expected integer ids [T] with T >= {min_tokens}, got shape {tuple(t.shape)}",
         )
     t = t.long()
     bad = t < 0 if vocab_size is None else (t < 0) | (t >= vocab_size)
@@ -300,9 +305,42 @@ def _load_v2(
     return ids, slots, _mask(path, mask, ids.numel())
 
 
+CONTINUATION_KEYS = ("continuation_ids", "continuation_hidden_states", "finish_reason")
+
+
+def _continuation(
+    path: Path, data: dict, n_slots: int, vocab_size: int | None
+) -> Continuation | None:
+    """The target's continuation past the request's stop, as capture writes it beside a v1
+    sample (keys no trainer reads); None when the file has none."""
+    present = [k for k in CONTINUATION_KEYS if k in data]
+    if not present:
+        return None
+    missing = [k for k in CONTINUATION_KEYS if k not in data]
+    if missing:
+        raise InputError(path, missing[0], f"missing beside {present[0]}")
+    ids = _ids(path, _tensor(path, data, "continuation_ids"), "continuation_ids", vocab_size, 0)
+    raw = data["continuation_hidden_states"]
+    if not isinstance(raw, list | tuple) or len(raw) != n_slots:
+        got = len(raw) if isinstance(raw, list | tuple) else type(raw).__name__
+        raise InputError(
+            path, "continuation_hidden_states", f"{got} slots; the sample has {n_slots}"
+        )
+    c = ids.numel()
+    slots = [_slots_2d(path, f"continuation_hidden_states[{i}]", s, c) for i, s in enumerate(raw)]
+    finish = data["finish_reason"]
+    if finish not in FINISH_REASONS:
+        raise InputError(
+            path,
+            "finish_reason",
+            f"{one_line(repr(finish))[:40]}: one of {', '.join(FINISH_REASONS)}",
+        )
+    return Continuation(ids, slots, finish)
+
+
 def _load_torch_sample(
     path: Path, vocab_size: int | None
-) -> tuple[str, torch.Tensor, list[torch.Tensor], torch.Tensor]:
+) -> tuple[str, torch.Tensor, list[torch.Tensor], torch.Tensor, Continuation | None]:
     data = load_torch_file(path)
     fmt = detect_format(path, data)
     assert isinstance(data, dict)
@@ -314,7 +352,12 @@ def _load_torch_sample(
         if len(raw) < 2:
             raise InputError(path, "hidden_states", f"{len(raw)} slots; at least 2 expected")
         slots = [_slots_2d(path, f"hidden_states[{i}]", s, t) for i, s in enumerate(raw)]
-        return fmt, ids, slots, mask
+        cont = _continuation(path, data, len(slots), vocab_size)
+        if cont is not None and {x.shape[1] for x in cont.slots} != {slots[0].shape[1]}:
+            raise InputError(
+                path, "continuation_hidden_states", "widths differ from the sample's slots"
+            )
+        return fmt, ids, slots, mask, cont
     # specforge: aux [T, N*H] + final [T, H]; speculators-v0: hidden_state [T, N*H] + target [T, H]
     cat_key, final_key = (
         ("aux_hidden_state", "hidden_state") if fmt == "specforge" else ("hidden_state", "target")
@@ -324,7 +367,7 @@ def _load_torch_sample(
     width = final.shape[1]
     if width == 0 or cat.shape[1] % width or cat.shape[1] == 0:
         raise InputError(path, cat_key, f"width {cat.shape[1]} not a multiple of {width}")
-    return fmt, ids, [*cat.split(width, dim=1), final], mask
+    return fmt, ids, [*cat.split(width, dim=1), final], mask, None
 
 
 def slot_warnings(slots: Sequence[torch.Tensor]) -> list[str]:
@@ -360,11 +403,12 @@ def load_sample(
     path = Path(path)
     check_regular(path)
     warnings: list[str] = []
+    cont = None
     if path.suffix == ".safetensors":
         fmt = "speculators-v2"
         ids, slots, mask = _load_v2(path, v2_rows, vocab_size, warnings)
     else:
-        fmt, ids, slots, mask = _load_torch_sample(path, vocab_size)
+        fmt, ids, slots, mask, cont = _load_torch_sample(path, vocab_size)
     widths = {s.shape[1] for s in slots}
     if len(widths) != 1:
         raise InputError(path, "hidden_states", f"slots have different widths {sorted(widths)}")
@@ -378,4 +422,5 @@ def load_sample(
         path=str(path),
         format=fmt,
         warnings=warnings,
+        continuation=cont,
     )

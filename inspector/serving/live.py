@@ -18,7 +18,10 @@ Per prompt and wiring, as the engines run it (EAGLE reference, SGLang, vLLM V1):
    a + 1 newly committed positions with the target features of *that verify forward* (never the
    draft's own states), paired with the accepted tokens and the bonus;
 5. a round emits a + 1 tokens; generation stops after `max_new` tokens (x_P included) or after
-   the target's EOS (kept), truncating the last round there, as the engines do.
+   the target's EOS (kept), truncating the last round's output there. Its *count* is not cut:
+   the engines record the whole accepted path before the stop trims the output (vLLM's
+   num_accepted, SGLang's accept_lens), so a is the path's length; under SGLang's convention one
+   more round runs after the stop (its overlap scheduler) and is counted too.
 
 The draft chooses its tokens deterministically (top-K of its softmax, mapped by d2t) and sits at
 RoPE position row + `position_offset`, the evaluator's convention, so the replay of the written
@@ -54,6 +57,7 @@ from inspector.model import (
     fc_wired,
 )
 from inspector.sample import SlotInfo
+from inspector.serving.engines import Engine, default_engine
 from inspector.serving.live_draft import LiveDraft
 from inspector.serving.replay import AcceptReport, SampleReplay, WiringAccept
 from inspector.serving.spec import DraftSpec
@@ -69,8 +73,10 @@ Progress = Callable[[int, int], None]  # (loops done, loops in all): prompts x w
 
 @dataclass
 class LiveSequence:
-    """One prompt's loop: the realised tokens, the features fed (per slot, [T, H] on the CPU)
-    and the rounds (a capped at the stop, the uncapped a of each round)."""
+    """One prompt's loop: the realised tokens, the features fed (per slot, [T, H] on the CPU),
+    the rounds (each round's accepted count as the engine counts it: the whole matched path,
+    also past the stop; the tokens it emitted, cut at the stop), and the target's continuation
+    past the stop that those counts read (tokens and slots, [C, H])."""
 
     ids: list[int]
     prompt_len: int
@@ -78,7 +84,10 @@ class LiveSequence:
     starts: list[int]
     accepted: list[int]
     emitted: list[int]
-    drafted_accepted: list[int]
+    after_stop: list[bool]
+    tail: list[int]
+    tail_slots: list[torch.Tensor]
+    finish: str  # "stop" (EOS) or "length"
 
 
 def run_sequence(
@@ -94,9 +103,11 @@ def run_sequence(
     gen: torch.Generator | None = None,
     eos: Sequence[int] = (),
     position_offset: int = 1,
+    engine: Engine = Engine.VLLM,
 ) -> LiveSequence:
     """Speculative decoding of one prompt (see the module docstring). `plan_slots`: the slots
-    the target returns (capture's plan), in file order."""
+    the target returns (capture's plan), in file order. `engine`: SGLang runs one more round
+    after the stop (its overlap scheduler), counted but emitting nothing."""
     dev = draft.device
     eos_set = set(eos)
     p_len = len(prompt)
@@ -120,9 +131,13 @@ def run_sequence(
     starts: list[int] = []
     accepted: list[int] = []
     emitted: list[int] = []
-    drafted: list[int] = []
-    while len(seq) - p_len < max_new and seq[-1] not in eos_set:
-        n = len(seq) - 1
+    after_stop: list[bool] = []
+
+    def one_round(full: list[int]) -> tuple[list[int], list[int], list[torch.Tensor]]:
+        """Draft after `full`, verify, keep the accepted path: (path tokens, new tokens: the
+        path and the bonus, the committed rows' features)."""
+        nonlocal cache
+        n = len(full) - 1
         tr = ld.tree()
         tokens = d2t[tr.tokens[0]].tolist()
         parent = tr.parent[0].tolist()
@@ -136,35 +151,69 @@ def run_sequence(
         mask = torch.cat([torch.ones(m + 1, n, dtype=torch.bool), anc], 1)
         pos = n + torch.cat([torch.zeros(1, dtype=torch.long), tr.depth[0].cpu()])
         logits, f, cache = target.forward_cached(
-            torch.tensor([seq[n], *tokens]), plan_slots, cache=cache, positions=pos, mask=mask
+            torch.tensor([full[n], *tokens]), plan_slots, cache=cache, positions=pos, mask=mask
         )
         path, bonus = verify_tree(logits, tokens, parent, temperature, gen)
         keep = [0, *(1 + j for j in path)]
         trim_cache(cache, torch.cat([torch.arange(n), n + torch.tensor(keep)]))
-        new = [tokens[j] for j in path] + [bonus]
-        room = max_new - (len(seq) - p_len)
-        stop = next((i + 1 for i, t in enumerate(new) if t in eos_set), len(new))
-        out = new[: min(room, stop)]
-        seq += out
-        starts.append(n)
-        accepted.append(min(len(path), len(out)))
-        emitted.append(len(out))
-        drafted.append(len(path))
         sel = torch.tensor(keep, device=f[0].device)
         committed = [x.index_select(0, sel).cpu() for x in f]
         for s, x in enumerate(committed):
             parts[s].append(x)
+        path_tokens = [tokens[j] for j in path]
+        return path_tokens, [*path_tokens, bonus], committed
+
+    full = list(seq)  # what the engine holds: the whole accepted path and bonus, uncut
+    room_before = 0
+    while len(seq) - p_len < max_new and seq[-1] not in eos_set:
+        n = len(seq) - 1
+        room_before = max_new - (len(seq) - p_len)
+        path, new, committed = one_round(seq)
+        stop = next((i + 1 for i, t in enumerate(new) if t in eos_set), len(new))
+        out = new[: min(room_before, stop)]
+        full = seq + new
+        seq += out
+        starts.append(n)
+        accepted.append(len(path))  # the engines count the whole path, also past the stop
+        emitted.append(len(out))
+        after_stop.append(False)
         if len(seq) - p_len < max_new and seq[-1] not in eos_set:
-            ld.extend(fc_of(committed), torch.tensor(seq[n + 1 : n + len(keep) + 1], device=dev))
+            ld.extend(fc_of(committed), torch.tensor(seq[n + 1 : n + len(new) + 1], device=dev))
+    finish = "stop" if seq[-1] in eos_set else "length"
+    if engine.overlap_round and starts and (finish == "stop" or room_before > 1):
+        # SGLang launched the next round before this one's result was read: it drafts after
+        # the whole path and bonus and is counted, though the request has stopped
+        n = starts[-1]
+        ld.extend(fc_of(committed), torch.tensor(full[n + 1 :], device=dev))
+        n2 = len(full) - 1
+        path, new, _ = one_round(full)
+        full = full + new
+        starts.append(n2)
+        accepted.append(len(path))
+        emitted.append(0)
+        after_stop.append(True)
     have = sum(x.shape[0] for x in parts[0])
-    if have < len(seq):
-        # the last bonus token: never verified, so one more forward gives its features (they
+    if have < len(full):
+        # tokens never verified (the last bonus): one more forward gives their features (they
         # feed no round of the replay either: a round after x_n reads rows up to n-1)
-        _, f, _ = target.forward_cached(torch.tensor(seq[have:]), plan_slots, cache=cache)
+        _, f, _ = target.forward_cached(torch.tensor(full[have:]), plan_slots, cache=cache)
         for s, x in enumerate(f):
             parts[s].append(x.cpu())
-    slots = [torch.cat(p)[: len(seq)] for p in parts]
-    return LiveSequence(seq, p_len, slots, starts, accepted, emitted, drafted)
+    every = [torch.cat(p)[: len(full)] for p in parts]
+    slots = [x[: len(seq)].clone() for x in every]
+    tail_slots = [x[len(seq) :].clone() for x in every]
+    return LiveSequence(
+        seq,
+        p_len,
+        slots,
+        starts,
+        accepted,
+        emitted,
+        after_stop,
+        full[len(seq) :],
+        tail_slots,
+        finish,
+    )
 
 
 def live_folder(out: str | Path, wiring_text: str | Sequence[int], wiring: Wiring) -> Path:
@@ -233,6 +282,7 @@ def live_accept(
     position_offset: int = 1,
     labels: Sequence[str] | None = None,
     limit: int | None = None,
+    engine: Engine | None = None,
     progress: Progress | None = None,
 ) -> AcceptReport:
     """Run speculative decoding of `draft` against `target` over INPUT's prompts (capture's forms:
@@ -248,8 +298,12 @@ def live_accept(
     temperature: 0 greedy; else sampled, target-only verification, a CPU generator per prompt
       seeded from `seed` and the prompt's index as capture --generate seeds it.
     out: a folder per wiring (`live_folder`) receives the realised sequences as capture-format
-      samples (same slots, loss mask from x_P on, the features the loop fed its draft).
+      samples (same slots, loss mask from x_P on, the features the loop fed its draft), each with
+      the target's continuation past its stop that the last round's count read.
+    engine: whose counting (None: vLLM for a chain, SGLang for a tree); SGLang runs one more
+      round after each request's stop.
     """
+    engine = engine if engine is not None else default_engine(spec.is_chain)
     from inspector.capture import store
     from inspector.capture.plan import DraftIds
     from inspector.capture.run import CaptureSettings, prepare
@@ -303,6 +357,7 @@ def live_accept(
                     "draft": str(Path(draft.path).resolve()) if draft.path else None,
                     "spec": spec.to_dict(),
                     "wiring": list(w.slots),
+                    "engine": engine.value,
                 },
                 sort_keys=True,
             ).encode()
@@ -351,6 +406,7 @@ def live_accept(
                         gen=gen,
                         eos=eos,
                         position_offset=position_offset,
+                        engine=engine,
                     )
                 if len(seq.ids) < 3:
                     raise InputError(r.where, None, f"{len(seq.ids)} tokens after generation")
@@ -364,11 +420,14 @@ def live_accept(
             path = r.where
             if fold is not None:
                 mask = [0] * seq.prompt_len + [1] * (len(seq.ids) - seq.prompt_len)
-                store.write_sample(fold, i, torch.tensor(seq.ids), seq.slots, torch.tensor(mask))
+                cont = (torch.tensor(seq.tail, dtype=torch.long), seq.tail_slots, seq.finish)
+                store.write_sample(
+                    fold, i, torch.tensor(seq.ids), seq.slots, torch.tensor(mask), cont
+                )
                 lengths[i] = len(seq.ids)
                 path = str(store.sample_path(fold, i))
-            a_by_start = np.full(len(seq.ids), -1, dtype=np.int64)
-            a_by_start[seq.starts] = seq.drafted_accepted
+            a_by_start = np.full(len(seq.ids) + len(seq.tail), -1, dtype=np.int64)
+            a_by_start[seq.starts] = seq.accepted
             wa.per_sample.append(
                 SampleReplay(
                     i,
@@ -378,6 +437,8 @@ def live_accept(
                     np.array(seq.emitted, dtype=np.int64),
                     a_by_start,
                     spec.steps,
+                    after_stop=np.array(seq.after_stop, dtype=bool),
+                    completion_tokens=len(seq.ids) - seq.prompt_len,
                 )
             )
             done += 1
@@ -398,4 +459,5 @@ def live_accept(
         wirings=results,
         skipped=skipped,
         verifier=str(target),
+        engine=engine,
     )

@@ -22,11 +22,27 @@ from inspector.evaluate.device import is_oom, release_cached
 from inspector.evaluate.evaluator import OOM_RETRIES
 from inspector.formats.sample_set import SampleWarning, SkippedSample
 from inspector.metrics import Counts
-from inspector.sample import SlotInfo
+from inspector.model import fc_wired
+from inspector.model.attention import Chunking
+from inspector.sample import Continuation, SlotInfo
+from inspector.serving.engines import Engine, conventions, default_engine
 from inspector.serving.spec import DraftSpec
 from inspector.serving.tree_forward import tree_accepts
-from inspector.serving.walk import AcceptStats, Round, chain_accepts, generation_runs, walk
+from inspector.serving.walk import AcceptStats, Round, Run, chain_accepts, generation_runs, walk
 from inspector.wiring import Wiring
+
+
+def sample_runs(loss_mask: np.ndarray, continuation: Continuation | None) -> list[Run]:
+    """The sample's generation runs, each knowing how far the target's continuation is known:
+    to its own end, and for a run that ends the sample, through the continuation past it."""
+    t = int(np.asarray(loss_mask).size)
+    out = []
+    for p, e in generation_runs(loss_mask):
+        if continuation is not None and e == t - 1:
+            out.append(Run(p, e, e + continuation.length, continuation.finish))
+        else:
+            out.append(Run(p, e, e))
+    return out
 
 
 @dataclass
@@ -36,12 +52,22 @@ class SampleReplay:
     index: int
     path: str
     starts: np.ndarray
-    accepted: np.ndarray
+    accepted: np.ndarray  # the engine's count per round (past the stop in a last round)
     emitted: np.ndarray
-    a_by_start: np.ndarray  # [T]: what a round starting after x_n would accept (uncapped)
+    a_by_start: np.ndarray  # [T (+ C)]: what a round starting after x_n would accept
     depth: int
     # positions whose token is not the target's own argmax, of the positions generated
     off_target: Counts | None = None
+    bounded: np.ndarray | None = None  # bool per round: the count is a lower bound
+    after_stop: np.ndarray | None = None  # bool per round: SGLang's round after the stop
+    # SGLang's per-request figure: completion tokens (the prefill's included) / verify rounds
+    completion_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.bounded is None:
+            self.bounded = np.zeros(len(self.starts), dtype=bool)
+        if self.after_stop is None:
+            self.after_stop = np.zeros(len(self.starts), dtype=bool)
 
     @classmethod
     def of(
@@ -52,18 +78,60 @@ class SampleReplay:
         loss_mask: np.ndarray,
         depth: int,
         off_target: Counts | None = None,
+        *,
+        continuation: Continuation | None = None,
+        engine: Engine = Engine.VLLM,
     ) -> SampleReplay:
-        rounds = walk(a_by_start, generation_runs(loss_mask))
-        arr = np.array([[r.start, r.accepted, r.emitted] for r in rounds], dtype=np.int64)
-        arr = arr.reshape(-1, 3)
-        return cls(index, path, arr[:, 0], arr[:, 1], arr[:, 2], a_by_start, depth, off_target)
+        runs = sample_runs(loss_mask, continuation)
+        rounds = walk(a_by_start, runs, depth=depth, engine=engine)
+        arr = np.array(
+            [[r.start, r.accepted, r.emitted, r.bounded, r.after_stop] for r in rounds],
+            dtype=np.int64,
+        ).reshape(-1, 5)
+        completion = sum(r.end - r.start + 1 for r in runs)
+        return cls(
+            index,
+            path,
+            arr[:, 0],
+            arr[:, 1],
+            arr[:, 2],
+            a_by_start,
+            depth,
+            off_target,
+            arr[:, 3].astype(bool),
+            arr[:, 4].astype(bool),
+            completion,
+        )
 
     @property
     def rounds(self) -> list[Round]:
         return [
-            Round(int(s), int(a), int(e))
-            for s, a, e in zip(self.starts, self.accepted, self.emitted, strict=True)
+            Round(int(s), int(a), int(e), bool(b), bool(x))
+            for s, a, e, b, x in zip(
+                self.starts, self.accepted, self.emitted, self.bounded, self.after_stop, strict=True
+            )
         ]
+
+    def to_dict(self) -> dict:
+        d: dict = {
+            "index": self.index,
+            "path": self.path,
+            "accepted": self.accepted.tolist(),
+            "emitted": self.emitted.tolist(),
+        }
+        if self.bounded.any():
+            d["lower_bound"] = True
+        if self.after_stop.any():
+            d["rounds_after_stop"] = int(self.after_stop.sum())
+        d["spec_accept_length"] = self.spec_accept_length
+        return d
+
+    @property
+    def spec_accept_length(self) -> float | None:
+        """SGLang's per-request meta_info.spec_accept_length: completion tokens (the prefill's
+        included, cut at the stop) / spec_verify_ct, which leaves the round after the stop out."""
+        n = int((~self.after_stop).sum())
+        return self.completion_tokens / n if n else None
 
     @property
     def stats(self) -> AcceptStats:
@@ -113,6 +181,12 @@ class WiringAccept:
             return None
         return Counts(sum(c.hits for c in parts), sum(c.total for c in parts))
 
+    @property
+    def lower_bound_requests(self) -> int:
+        """Requests whose last round ran past what the sample knows of the target's
+        continuation: their count, and so the pooled accept length, is a lower bound."""
+        return sum(bool(s.bounded.any()) for s in self.per_sample)
+
     def to_dict(self) -> dict:
         st = self.stats
         d = {
@@ -122,15 +196,17 @@ class WiringAccept:
             "accepted": st.accepted,
             "emitted": st.emitted,
             "accept_length": st.accept_length,
+            "accept_length_is_lower_bound": st.is_bound,
+            "lower_bound_requests": self.lower_bound_requests,
+            "emitted_per_round": st.emitted_per_round,
+            "rounds_after_stop": st.after_stop,
+            "accepted_per_pos": list(st.at_least),
             "per_depth": st.per_depth,
             "by_position": st.by_position(),
             # vLLM's rejection_sample_method "synthetic" takes these (unconditional per-position
             # rates, non-increasing), so a throughput benchmark runs at the predicted acceptance.
             "synthetic_acceptance_rates": [round(x or 0.0, 6) for x in st.per_depth],
-            "per_sample": [
-                {"index": s.index, "path": s.path, "accepted": s.accepted.tolist()}
-                for s in self.per_sample
-            ],
+            "per_sample": [s.to_dict() for s in self.per_sample],
         }
         off = self.off_target
         if off is not None:
@@ -151,10 +227,12 @@ class AcceptReport:
     skipped: list[SkippedSample] = field(default_factory=list)
     warnings: list[SampleWarning] = field(default_factory=list)
     verifier: str | None = None
+    engine: Engine = Engine.VLLM
 
     def to_dict(self) -> dict:
         return {
-            "config": {**self.spec.to_dict(), "mode": self.mode},
+            "config": {**self.spec.to_dict(), "mode": self.mode, "engine": self.engine.value},
+            "conventions": conventions(self.engine),
             "checkpoint": self.checkpoint,
             "samples": self.samples,
             "device": self.device,
@@ -167,6 +245,19 @@ class AcceptReport:
         }
 
 
+def retry_oom(ev: Evaluator, run: Callable[[Chunking], torch.Tensor]) -> np.ndarray:
+    """`run` under the evaluator's chunking, retried in smaller chunks after an out-of-memory
+    error (the evaluator's own schedule), as a numpy array on the CPU."""
+    for divisor in (1, *OOM_RETRIES[:-1]):
+        try:
+            return run(ev.chunking.smaller(divisor)).cpu().numpy()
+        except Exception as e:
+            if not is_oom(e):
+                raise
+            release_cached(ev.device)
+    return run(ev.chunking.smaller(OOM_RETRIES[-1])).cpu().numpy()
+
+
 class Replayer:
     """Replays an engine's rounds over the evaluator's samples under any wiring.
 
@@ -175,16 +266,19 @@ class Replayer:
     under the budget's `replays` share (the app asks again for what it shows).
     """
 
-    def __init__(self, ev: Evaluator, spec: DraftSpec) -> None:
+    def __init__(self, ev: Evaluator, spec: DraftSpec, engine: Engine | None = None) -> None:
         self.ev = ev
         self.spec = spec
+        self.engine = engine if engine is not None else default_engine(spec.is_chain)
         self._cache: ByteLRU[tuple[int, tuple[int, ...], DraftSpec], SampleReplay] = ByteLRU(
             ev.budget.host_share("replays")
         )
 
     def a_by_start(self, index: int, wiring: Wiring, *, keep: bool = True) -> np.ndarray:
         """What a round starting after x_n accepts, at every n a round can start after
-        (`round_starts`); 0 at every other n, where no round starts."""
+        (`round_starts`); 0 at every other n, where no round starts. With the sample's
+        continuation past its stop, [T + C]: the rounds whose drafts reach past x_T-1, and
+        SGLang's round after the stop, are drafted over the continuation too."""
         ev, spec = self.ev, self.spec
         sample = ev.samples[index]
         starts = round_starts(sample.loss_mask.numpy())
@@ -193,32 +287,65 @@ class Replayer:
             every = chain_accepts([sp.hit for sp in preds.steps[: spec.steps]], sample.length)
             out = np.zeros(sample.length, dtype=np.int64)
             out[starts] = every[starts]
+        elif sample.length < 2 or starts.size == 0:
+            out = np.zeros(sample.length, dtype=np.int64)
+        else:
+            h = ev.fc_output(index, wiring)
+            ids = sample.input_ids.to(ev.device)
+            out = retry_oom(
+                ev,
+                lambda chunking: tree_accepts(
+                    ev.draft,
+                    h,
+                    ids,
+                    spec,
+                    position_offset=ev.position_offset,
+                    chunking=chunking,
+                    starts=torch.from_numpy(starts).to(ev.device),
+                ),
+            )
+        cont = sample.continuation
+        if cont is None or cont.length == 0 or sample.length < 2:
             return out
-        if sample.length < 2 or starts.size == 0:
-            return np.zeros(sample.length, dtype=np.int64)
-        chunking = ev.chunking
-        for divisor in (1, *OOM_RETRIES):
-            try:
-                h = ev.fc_output(index, wiring)
-                ids = sample.input_ids.to(ev.device)
-                return (
-                    tree_accepts(
-                        ev.draft,
-                        h,
-                        ids,
-                        spec,
-                        position_offset=ev.position_offset,
-                        chunking=chunking.smaller(divisor),
-                        starts=torch.from_numpy(starts).to(ev.device),
-                    )
-                    .cpu()
-                    .numpy()
-                )
-            except Exception as e:
-                if not is_oom(e) or divisor == OOM_RETRIES[-1]:
-                    raise
-                release_cached(ev.device)
-        raise AssertionError("unreachable")
+        return self._past_stop(index, wiring, out, starts)
+
+    def _past_stop(
+        self, index: int, wiring: Wiring, a: np.ndarray, starts: np.ndarray
+    ) -> np.ndarray:
+        """`a` extended over the continuation: the rounds after x_n with n + steps > T - 1 (their
+        drafts reach past the request) and every n from T - 1 to T - 1 + steps (where SGLang's
+        round after the stop can start), drafted over the request's rows and the continuation's."""
+        ev, spec = self.ev, self.spec
+        sample = ev.samples[index]
+        cont = sample.continuation
+        assert cont is not None
+        t, c = sample.length, cont.length
+        dev = ev.device
+        tail = fc_wired(ev.draft, [cont.slots[s].to(dev, ev.draft.dtype) for s in wiring.slots])
+        h = torch.cat([ev.fc_output(index, wiring), tail])
+        ids = torch.cat([sample.input_ids, cont.ids]).to(dev)
+        late = starts[starts >= t - spec.steps]
+        # SGLang's round after the stop starts after the last round's whole path and bonus:
+        # at x_T-1 (the bonus was the request's last token) up to x_T-1+steps
+        after = np.arange(t - 1, min(t + c, t + spec.steps), dtype=np.int64)
+        want = np.unique(np.concatenate([late, after]))
+        out = np.zeros(t + c, dtype=np.int64)
+        out[:t] = a
+        if want.size:
+            ext = retry_oom(
+                ev,
+                lambda chunking: tree_accepts(
+                    ev.draft,
+                    h,
+                    ids,
+                    spec,
+                    position_offset=ev.position_offset,
+                    chunking=chunking,
+                    starts=torch.from_numpy(want).to(dev),
+                ),
+            )
+            out[want] = ext[want]
+        return out
 
     def replay(self, index: int, wiring: Wiring, *, keep: bool = True) -> SampleReplay:
         key = (index, wiring.slots, self.spec)
@@ -233,7 +360,16 @@ class Replayer:
         verifier = ev.verifier_argmax(index)
         if verifier is not None:
             off = off_target_counts(sample.input_ids.numpy(), mask, verifier[0])
-        result = SampleReplay.of(index, sample.path, a, mask, self.spec.steps, off)
+        result = SampleReplay.of(
+            index,
+            sample.path,
+            a,
+            mask,
+            self.spec.steps,
+            off,
+            continuation=sample.continuation,
+            engine=self.engine,
+        )
         return self._cache.put(key, result) if keep else result
 
     def run(
@@ -277,4 +413,5 @@ class Replayer:
             skipped=skipped,
             warnings=ev.warnings(todo),
             verifier=ev.target_head.path if ev.target_head is not None else None,
+            engine=self.engine,
         )

@@ -2,13 +2,19 @@
 
 A sample's tokens x_0..x_{T-1}; each maximal run of loss-masked tokens x_P..x_E is one generation.
 Its first token x_P was emitted by the prefill, so the first round starts with x_0..x_P committed.
-A round with x_0..x_n committed accepts a = the drafted tokens matching x_{n+1}, x_{n+2}, ...
-(never past x_E), emits a + 1 tokens (the target's bonus token included, never past x_E), and the
-next round starts at n + a + 1, until nothing is left to emit.
+A round with x_0..x_n committed drafts from row n-1; it emits a + 1 tokens (the target's bonus
+token included, never past x_E), and the next round starts at n + a + 1, until nothing is left to
+emit.
 
-The engines' accept length is emitted tokens per round, pooled over every round of every request
-(SGLang's `accept len` log line, vLLM's "Mean acceptance length"); vLLM's per-position acceptance
-rate k is the share of rounds that accepted at least k + 1 drafted tokens.
+What the round *counts*, a, is what the engines count: the drafted tokens that match the target's
+own continuation x_{n+1}, x_{n+2}, ..., in the last round also past x_E (the engines take the count
+before the stop trims the output). Past x_E the sample may hold the target's continuation (a
+capture writes it, outside the request: `Sample.continuation`); where it does not, the last round's
+count is a lower bound and the round says so (`bounded`).
+
+The engines' accept length is 1 + accepted / rounds, pooled over every round of every request;
+vLLM's per-position acceptance rate k is the share of rounds that accepted at least k + 1 drafted
+tokens. SGLang's overlap scheduler adds one round after a request's stop (`engines`).
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from inspector.serving.engines import Engine
 
 BUCKET_TOKENS = 1024  # the context-length buckets of `by_position`
 
@@ -47,23 +55,84 @@ def chain_accepts(hits: Sequence[np.ndarray], length: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class Run:
+    """One generation x_P..x_E of a sample, and how far the target's own continuation is known:
+    up to x_known (E, or further where the sample carries the continuation past its stop)."""
+
+    start: int  # P: the prefill emitted x_P
+    end: int  # E: the last token the request received
+    known: int  # the last position whose token is the target's continuation
+    finish: str = "length"  # "length" (max tokens) or "stop" (EOS): SGLang's overlap round
+
+    @classmethod
+    def of(cls, run: tuple[int, int] | Run) -> Run:
+        return run if isinstance(run, Run) else cls(run[0], run[1], run[1])
+
+
+@dataclass(frozen=True)
 class Round:
     start: int  # n: the round drafts after committed x_0..x_n
-    accepted: int  # a
-    emitted: int  # a + 1, or fewer at the end of the run
+    accepted: int  # a: the drafted tokens the engine counts as accepted
+    emitted: int  # tokens the request received: a + 1, or fewer at its stop (0 after it)
+    bounded: bool = False  # a is a lower bound: the continuation past the stop is not known
+    after_stop: bool = False  # SGLang's overlap round, run and counted after the request's stop
 
 
-def walk(a_by_start: np.ndarray, runs: list[tuple[int, int]]) -> list[Round]:
+def _counted(a_by_start: np.ndarray, n: int, known: int, depth: int) -> tuple[int, bool]:
+    """(a, bounded) of a round after x_n when the target's continuation is known up to x_known:
+    a_by_start[n] was computed on tokens that may run past x_known (another turn's text), so it is
+    capped there; a cap below the draft's depth leaves a lower bound."""
+    room = known - n
+    raw = int(a_by_start[n]) if 0 <= n < len(a_by_start) else 0
+    if room <= 0:
+        return 0, depth > 0
+    return min(raw, room), raw >= room and room < depth
+
+
+def _overlap_round(run: Run, last: Round | None) -> bool:
+    """Whether SGLang's overlap scheduler runs (and counts) a round after this run's stop: it
+    skips only a request sure to end by length with its next token (output + 1 >= max new
+    tokens before the last round), which a run ending by length shows as a last round after
+    x_E-1; a stop by EOS, even at the prefill, is never known in advance."""
+    if run.finish == "stop":
+        return True
+    return last is not None and run.end - last.start > 1
+
+
+def walk(
+    a_by_start: np.ndarray,
+    runs: Sequence[tuple[int, int] | Run],
+    *,
+    depth: int | None = None,
+    engine: Engine = Engine.VLLM,
+) -> list[Round]:
     """The rounds through each run; a_by_start[n] is how many drafted tokens of a round starting
-    after x_n match x_{n+1}, ... (uncapped: the run's end caps it here)."""
+    after x_n match x_{n+1}, ... (computed on every token the sample has, its continuation past
+    the stop included; positions past x_T-1 index that continuation).
+
+    depth: the most tokens a round drafts (None: no cap is a lower bound, the old reading).
+    engine: SGLang adds its overlap round after a request's stop (see `engines`)."""
     out: list[Round] = []
-    for p, e in runs:
+    cap = depth if depth is not None else 0
+    for run in map(Run.of, runs):
+        p, e = run.start, run.end
         n = p
+        last: Round | None = None
         while n < e:
-            a = min(int(a_by_start[n]), e - n)
+            a, bounded = _counted(a_by_start, n, run.known, cap)
             emitted = min(a + 1, e - n)
-            out.append(Round(n, a, emitted))
+            last = Round(n, a, emitted, bounded)
+            out.append(last)
             n += emitted
+        if engine.overlap_round and _overlap_round(run, last):
+            # the next round was launched before this one's result was read: it drafts after
+            # the whole accepted path and the bonus, past the stop
+            n2 = p if last is None else last.start + last.accepted + 1
+            if last is not None and last.bounded:
+                out.append(Round(n2, 0, 0, cap > 0, True))
+            else:
+                a, bounded = _counted(a_by_start, n2, run.known, cap)
+                out.append(Round(n2, a, 0, bounded, True))
     return out
 
 
@@ -75,8 +144,10 @@ class AcceptStats:
     rounds: int = 0
     accepted: int = 0
     emitted: int = 0
+    bounded: int = 0  # rounds whose count is a lower bound (one per request at most)
+    after_stop: int = 0  # SGLang's overlap rounds after a request's stop
     at_least: list[int] = field(default_factory=list)  # [k]: rounds with a >= k + 1
-    buckets: dict[int, list[int]] = field(default_factory=dict)  # bucket -> [rounds, emitted]
+    buckets: dict[int, list[int]] = field(default_factory=dict)  # bucket -> [rounds, accepted]
 
     def __post_init__(self) -> None:
         if not self.at_least:
@@ -89,17 +160,21 @@ class AcceptStats:
             s.rounds += 1
             s.accepted += r.accepted
             s.emitted += r.emitted
+            s.bounded += r.bounded
+            s.after_stop += r.after_stop
             for k in range(min(r.accepted, depth)):
                 s.at_least[k] += 1
             b = s.buckets.setdefault(r.start // bucket, [0, 0])
             b[0] += 1
-            b[1] += r.emitted
+            b[1] += r.accepted
         return s
 
     def add(self, other: AcceptStats) -> None:
         self.rounds += other.rounds
         self.accepted += other.accepted
         self.emitted += other.emitted
+        self.bounded += other.bounded
+        self.after_stop += other.after_stop
         self.at_least = [a + b for a, b in zip(self.at_least, other.at_least, strict=True)]
         for k, (n, e) in other.buckets.items():
             b = self.buckets.setdefault(k, [0, 0])
@@ -108,8 +183,22 @@ class AcceptStats:
 
     @property
     def accept_length(self) -> float | None:
-        """Tokens emitted per round (the bonus token included); None without rounds."""
-        return self.emitted / self.rounds if self.rounds else None
+        """1 + accepted / rounds, as both engines log it; None without rounds. A lower bound
+        where `bounded` rounds are counted (see `is_bound`)."""
+        return 1 + self.accepted / self.rounds if self.rounds else None
+
+    @property
+    def is_bound(self) -> bool:
+        """Whether `accept_length` is a lower bound: some request's last round ran into the end
+        of what the sample knows of the target's continuation."""
+        return self.bounded > 0
+
+    @property
+    def emitted_per_round(self) -> float | None:
+        """Tokens the requests received per round (the last round cut at the stop; the
+        overlap rounds after a stop left out): the old reading, under its own name."""
+        n = self.rounds - self.after_stop
+        return self.emitted / n if n else None
 
     @property
     def per_depth(self) -> list[float | None]:
@@ -123,7 +212,7 @@ class AcceptStats:
                 "start": k * bucket,
                 "end": (k + 1) * bucket,
                 "rounds": n,
-                "accept_length": e / n,
+                "accept_length": 1 + a / n,
             }
-            for k, (n, e) in sorted(self.buckets.items())
+            for k, (n, a) in sorted(self.buckets.items())
         ]
