@@ -252,6 +252,52 @@ def _add_accept_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def _add_reconcile_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "reconcile",
+        help="what an engine logged, explained: its accept length against the replay of the "
+        "same requests under each wiring",
+        description="Read what vLLM or SGLang logged about speculative decoding (vLLM's "
+        "'SpecDecoding metrics' log lines, its Prometheus text, JSON lines of per-request "
+        "spec_decode_metrics, SGLang's 'accept len' lines, meta_info or server info), replay the "
+        "same requests (SAMPLES captured with `capture --generate`, or --prompts INPUT --target "
+        "T through the live loop) under the draft's configured wiring and the alternatives, and "
+        "say whether the draft is what it is, the engine feeds it the wrong layers, or the "
+        "engine falls short of the draft (an engine-side fault).",
+    )
+    _add_model_args(p, ttt=False)
+    p.add_argument(
+        "--engine-log",
+        required=True,
+        metavar="FILE",
+        help="the engine's log, Prometheus text, or per-request JSON lines",
+    )
+    p.add_argument(
+        "--wiring",
+        action="append",
+        metavar="W",
+        help="wirings to hold the figure against, besides the configured one (default train, "
+        "serve)",
+    )
+    p.add_argument(
+        "--steps",
+        type=_positive,
+        metavar="S",
+        help="draft steps per round (default: as the log shows, else 3)",
+    )
+    p.add_argument("--topk", type=_positive, default=1, metavar="K", help="SGLang's topk")
+    p.add_argument("--draft-tokens", type=_positive, metavar="N", help="SGLang's draft tokens")
+    p.add_argument(
+        "--max-new",
+        type=_positive,
+        metavar="M",
+        help="--prompts: tokens per request, the prefill's included (default: the longest "
+        "output in the log, else 128)",
+    )
+    p.add_argument("--limit", type=_positive, metavar="N", help="only the first N samples")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="eagle-inspect",
@@ -328,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_open.add_argument("--port", type=_port, default=8000, help="port for --web (default 8000)")
 
     _add_capture_parser(sub)
+    _add_reconcile_parser(sub)
 
     p_demo = sub.add_parser("demo", help="the bundled demo")
     demo_sub = p_demo.add_subparsers(dest="demo_command")
@@ -389,6 +436,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from inspector.commands.capture import run_capture
 
             return run_capture(args)
+        if command == "reconcile":
+            from inspector.commands.reconcile import run_reconcile
+
+            return run_reconcile(args)
         if command == "demo":
             if args.demo_command != "build":
                 parser.parse_args(["demo", "--help"])

@@ -47,13 +47,21 @@ def test_accept_json_contract_and_sums(tiny_synthetic, capsys):
     )
     assert rc == 0
     doc = json.loads(out)
-    assert doc["config"] == {"steps": 3, "topk": 2, "draft_tokens": 6, "mode": "replay"}
+    # a tree: SGLang's convention by default
+    assert doc["config"] == {
+        "steps": 3,
+        "topk": 2,
+        "draft_tokens": 6,
+        "mode": "replay",
+        "engine": "sglang",
+    }
+    assert doc["conventions"]["engine"] == "sglang"
     assert doc["samples"] == 3 and len(doc["wirings"]) == 2
     for w in doc["wirings"]:
         assert WIRING_KEYS <= w.keys()
         a = [x for s in w["per_sample"] for x in s["accepted"]]
         assert w["rounds"] == len(a) and w["accepted"] == sum(a)
-        assert w["accept_length"] == pytest.approx(w["emitted"] / w["rounds"])
+        assert w["accept_length"] == pytest.approx(1 + w["accepted"] / w["rounds"])
         assert w["per_depth"][0] == pytest.approx(sum(x >= 1 for x in a) / len(a))
         assert w["per_depth"][2] == pytest.approx(sum(x >= 3 for x in a) / len(a))
         assert [s["index"] for s in w["per_sample"]] == [0, 1, 2]

@@ -81,9 +81,7 @@ ENGINE_CASES = [
 
 
 @pytest.mark.parametrize(("spec", "engine"), ENGINE_CASES, ids=["chain", "tree", "chain-sglang"])
-def test_greedy_live_loop_equals_the_replay_of_its_sequences_round_by_round(
-    spec, engine, tmp_path
-):
+def test_greedy_live_loop_equals_the_replay_of_its_sequences_round_by_round(spec, engine, tmp_path):
     out = tmp_path / "live"
     report = live_accept(
         _draft(), TARGET, PROMPTS, spec, list(WIRINGS), max_new=48, out=out, limit=3, engine=engine

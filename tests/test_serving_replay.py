@@ -98,13 +98,24 @@ def test_replayer_pools_rounds_and_follows_the_json_contract(synthetic_set):
     rep = Replayer(ev, spec)
     report = rep.run([ev.wiring("train"), ev.wiring("serve")], labels=["train", "serve"])
     d = report.to_dict()
-    assert d["config"] == {"steps": 3, "topk": 2, "draft_tokens": 5, "mode": "replay"}
+    assert d["config"] == {
+        "steps": 3,
+        "topk": 2,
+        "draft_tokens": 5,
+        "mode": "replay",
+        "engine": "sglang",
+    }
     assert d["samples"] == 3
     for w in d["wirings"]:
         sample_rounds = [len(s["accepted"]) for s in w["per_sample"]]
         assert w["rounds"] == sum(sample_rounds) > 0
         assert w["accepted"] == sum(sum(s["accepted"]) for s in w["per_sample"])
-        assert w["accept_length"] == pytest.approx(w["emitted"] / w["rounds"])
+        assert w["accept_length"] == pytest.approx(1 + w["accepted"] / w["rounds"])
+        # samples without a continuation: an overlap round after each length stop whose last
+        # round emitted more than one token, counted as a lower bound
+        after = w["rounds_after_stop"]
+        assert after == sum(s.get("rounds_after_stop", 0) for s in w["per_sample"])
+        assert w["emitted_per_round"] == pytest.approx(w["emitted"] / (w["rounds"] - after))
         assert len(w["per_depth"]) == 3 and w["per_depth"] == sorted(w["per_depth"], reverse=True)
         assert w["synthetic_acceptance_rates"] == pytest.approx(w["per_depth"], abs=1e-6)
         assert sum(b["rounds"] for b in w["by_position"]) == w["rounds"]
@@ -114,6 +125,7 @@ def test_replayer_pools_rounds_and_follows_the_json_contract(synthetic_set):
         mask = ev.samples[i].loss_mask.numpy()
         p = int(np.flatnonzero(mask)[0])
         assert r.starts[0] == p and int(r.emitted.sum()) == len(mask) - 1 - p
+        assert r.emitted[r.after_stop].sum() == 0
         assert rep.replay(i, ev.wiring("train")) is r  # cached
 
 

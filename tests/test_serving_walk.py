@@ -66,3 +66,70 @@ def test_chain_accepts_counts_leading_hits_per_row():
         [np.ones(0, bool)], 1
     ).tolist() == [0]
     assert chain_accepts([], 3).tolist() == [0, 0, 0]
+
+
+def test_the_last_round_counts_past_the_stop_where_the_continuation_is_known():
+    from inspector.serving.walk import Run
+
+    # run x_2..x_9, continuation known to x_12: the last round (n=7) matched 3 drafts; two of
+    # them lie past x_9 and the engine counts them, though it emits only x_8, x_9
+    a = np.array([9, 9, 2, 0, 0, 1, 3, 3, 9, 9, 9, 9, 9])
+    rounds = walk(a, [Run(2, 9, 12)], depth=3)
+    assert rounds == [Round(2, 2, 3), Round(5, 1, 2), Round(7, 3, 2)]
+    s = AcceptStats.of(rounds, depth=3)
+    assert (s.rounds, s.accepted, s.emitted) == (3, 6, 7)
+    assert s.accept_length == pytest.approx(1 + 6 / 3) and not s.is_bound
+    assert s.emitted_per_round == pytest.approx(7 / 3)
+    # known only to the stop: the count is cut there and flagged a lower bound
+    cut = walk(a, [(2, 9)], depth=3)
+    assert cut[-1] == Round(7, 2, 2, bounded=True)
+    assert AcceptStats.of(cut, depth=3).is_bound
+    # a count that stopped short of the run's end is exact whatever lies past it
+    assert walk(np.array([0, 0, 1, 0, 0]), [(1, 4)], depth=3)[-1] == Round(2, 1, 2)
+    # a draft no deeper than what is left is exact too: nothing past the stop could count
+    assert walk(a, [(2, 9)], depth=2)[-1] == Round(7, 2, 2)
+    # without a depth (the old reading) nothing is flagged
+    assert not any(r.bounded for r in walk(a, [(2, 9)]))
+    # continuation shorter than the draft: still a bound when all of it matched
+    short = walk(np.array([0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0]), [Run(6, 8, 9)], depth=3)
+    assert short == [Round(6, 0, 1), Round(7, 2, 1, bounded=True)]
+
+
+def test_sglang_counts_one_more_round_after_a_stop_it_could_not_foresee():
+    from inspector.serving.engines import Engine
+    from inspector.serving.walk import Run
+
+    a = np.array([0, 0, 2, 0, 0, 1, 3, 3, 1, 0, 2, 0, 0, 0, 0])
+    # by length, last round after x_7 emitting x_8, x_9 (2 tokens): SGLang had launched the next
+    # round, which drafts after the whole path and bonus: n = 7 + 3 + 1 = 11
+    rounds = walk(a, [Run(2, 9, 14)], depth=3, engine=Engine.SGLANG)
+    assert rounds[-1] == Round(11, 0, 0, after_stop=True)
+    a[11] = 2
+    assert walk(a, [Run(2, 9, 14)], depth=3, engine=Engine.SGLANG)[-1] == Round(
+        11, 2, 0, after_stop=True
+    )
+    # known to x_12 only: one draft can be checked, and it matched: a lower bound
+    assert walk(a, [Run(2, 9, 12)], depth=3, engine=Engine.SGLANG)[-1] == Round(
+        11, 1, 0, bounded=True, after_stop=True
+    )
+    a[11] = 0
+    rounds = walk(a, [Run(2, 9, 14)], depth=3, engine=Engine.SGLANG)
+    assert rounds[:-1] == walk(a, [Run(2, 9, 14)], depth=3)
+    s = AcceptStats.of(rounds, depth=3)
+    assert s.after_stop == 1 and s.rounds == 4
+    assert s.emitted_per_round == pytest.approx(s.emitted / 3)
+    # a last round after x_E-1 was sure to end the request by length: no round after it
+    b = np.array([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])
+    assert not any(r.after_stop for r in walk(b, [Run(2, 5, 8)], depth=3, engine=Engine.SGLANG))
+    # an EOS is never foreseen, even on a one-token round
+    eos = walk(b, [Run(2, 5, 8, "stop")], depth=3, engine=Engine.SGLANG)
+    assert eos[-1] == Round(5, 0, 0, after_stop=True)
+    # even at the prefill: a request whose first token is the EOS gets a round
+    assert walk(b, [Run(4, 4, 8, "stop")], depth=3, engine=Engine.SGLANG) == [
+        Round(4, 0, 0, after_stop=True)
+    ]
+    # past what the sample knows: a lower bound
+    far = walk(a, [Run(2, 9, 10)], depth=3, engine=Engine.SGLANG)
+    assert far[-1].after_stop and far[-1].bounded
+    # vLLM: no such round
+    assert not any(r.after_stop for r in walk(a, [Run(2, 9, 12, "stop")], depth=3))

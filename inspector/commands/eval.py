@@ -150,7 +150,8 @@ def render_report(report: Report) -> Table:
         row.append(_pct(s0.coverage) if s0 else "-")
         if k_max > 1:
             al = w.acceptance_length
-            row.append("-" if al is None else f"{al:.2f}")
+            bound = w.accept is not None and w.accept.is_bound
+            row.append("-" if al is None else (">=" if bound else "") + f"{al:.2f}")
         table.add_row(*row)
     return table
 

@@ -113,7 +113,7 @@ class SamplePredictions:
 
     @property
     def acceptance_length(self) -> float | None:
-        """Tokens emitted per round of a chain engine (the replayed walk); None without rounds."""
+        """1 + accepted / rounds of a chain engine (the replayed walk); None without rounds."""
         return self.accept.accept_length if self.accept is not None else None
 
     @property
@@ -125,9 +125,12 @@ class SamplePredictions:
 def chain_accept_stats(
     steps: list[StepPredictions], loss_mask: np.ndarray, depth: int
 ) -> AcceptStats:
-    """The replayed chain of `depth` steps through the sample's generation runs."""
+    """The replayed chain of `depth` steps through the sample's generation runs, counted as the
+    engines count (1 + accepted / rounds). It reads the sample's own tokens only: a last round
+    whose drafts reach past them is a lower bound here (`AcceptStats.is_bound`); `accept`
+    drafts it over the continuation a capture writes past the stop."""
     a = chain_accepts([sp.hit for sp in steps], int(loss_mask.size))
-    return AcceptStats.of(walk(a, generation_runs(loss_mask)), depth)
+    return AcceptStats.of(walk(a, generation_runs(loss_mask), depth=depth), depth)
 
 
 def step_metrics(

@@ -24,7 +24,8 @@ class WiringReport:
 
     @property
     def acceptance_length(self) -> float | None:
-        """Tokens emitted per round, as a chain engine logs it (replayed); None without rounds."""
+        """1 + accepted / rounds, as a chain engine (vLLM) logs it, replayed; None without
+        rounds. A lower bound where `accept.is_bound` (see `chain_accept_stats`)."""
         return self.accept.accept_length if self.accept is not None else None
 
     @property
@@ -59,6 +60,8 @@ class WiringReport:
                 "accepted": a.accepted,
                 "emitted": a.emitted,
                 "per_depth": a.per_depth,
+                "accept_length_is_lower_bound": a.is_bound,
+                "lower_bound_requests": a.bounded,
             }
         if self.positions:
             d["positions"] = self.positions

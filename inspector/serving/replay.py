@@ -270,8 +270,8 @@ class Replayer:
         self.ev = ev
         self.spec = spec
         self.engine = engine if engine is not None else default_engine(spec.is_chain)
-        self._cache: ByteLRU[tuple[int, tuple[int, ...], DraftSpec], SampleReplay] = ByteLRU(
-            ev.budget.host_share("replays")
+        self._cache: ByteLRU[tuple[int, tuple[int, ...], DraftSpec, Engine], SampleReplay] = (
+            ByteLRU(ev.budget.host_share("replays"))
         )
 
     def a_by_start(self, index: int, wiring: Wiring, *, keep: bool = True) -> np.ndarray:
@@ -348,7 +348,7 @@ class Replayer:
         return out
 
     def replay(self, index: int, wiring: Wiring, *, keep: bool = True) -> SampleReplay:
-        key = (index, wiring.slots, self.spec)
+        key = (index, wiring.slots, self.spec, self.engine)
         cached = self._cache.get(key)
         if cached is not None:
             return cached

@@ -11,7 +11,7 @@ Three views of the same predictions (`v` cycles them, see `state.metrics_order`)
 The trainers' counts are the `StepMetrics` fields of `inspector.metrics.trainers`; they need the
 verifier's norm + lm_head (`--target`), and the bar says so when it is absent.
 
-Ours also shows τ, the accept length an engine would log (tokens emitted per verification round,
+Ours also shows τ, the accept length an engine would log (1 + accepted / rounds, as vLLM counts it,
 its bonus token included, pooled over rounds) under the current engine settings (`a`): the
 serving replay (`inspector.serving`) of this sample and of the set's samples replayed so far.
 """
@@ -70,8 +70,12 @@ def accuracy_title(metrics: str, spec: DraftSpec | None) -> str:
 
 
 def _tau(a: AcceptStats | None) -> str:
+    """τ as the engine logs it (1 + accepted / rounds); ≥ where a request's last round drafted
+    past what its sample knows of the target's continuation."""
     al = a.accept_length if a is not None else None
-    return "…" if al is None else fmt_float(al)
+    if al is None or a is None:
+        return "…"
+    return ("≥" if a.is_bound else "") + fmt_float(al)
 
 
 def _counts(c: Counts | None) -> str:

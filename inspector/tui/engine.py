@@ -385,9 +385,12 @@ class Engine:
         from inspector.serving.replay import Replayer
         from inspector.wiring import Wiring
 
+        from inspector.serving.engines import default_engine
+
         if self._replayer is None:
             self._replayer = Replayer(self.ev, spec)
-        self._replayer.spec = spec  # the cache key holds the settings
+        self._replayer.spec = spec  # the cache key holds the settings and the convention
+        self._replayer.engine = default_engine(spec.is_chain)
         r = self._replayer.replay(i, Wiring(tuple(w)))
         mask = self.ev.samples[i].loss_mask.numpy()
         a_at = accept_at(r.a_by_start, mask)

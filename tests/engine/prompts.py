@@ -61,9 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-length", type=int, default=None, help="capture's --max-length")
     ap.add_argument("--out", required=True, help="JSON file to write")
     a = ap.parse_args(argv)
-    doc = prompt_ids(
-        a.target, a.input, max_new=a.max_new, steps=a.steps, max_length=a.max_length
-    )
+    doc = prompt_ids(a.target, a.input, max_new=a.max_new, steps=a.steps, max_length=a.max_length)
     Path(a.out).write_text(json.dumps(doc) + "\n", encoding="utf-8")
     lens = [len(p) for p in doc["prompts"]]
     print(

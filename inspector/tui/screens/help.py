@@ -30,7 +30,7 @@ title; `a` changes them): the round after the tokens before it, capped at the en
 run (−, no digit, where no round drafts it: the prompt, and each run's first token, which the
 prefill emits). The rounds an engine takes through the sample run as a rule under the tokens each
 emits (its accepted tokens and the target's bonus token); each round's first token is **bold**.
-The current wiring's replay; τ in the bar is emitted tokens per round over them.
+The current wiring's replay; τ in the bar is 1 + accepted / rounds over them.
 
 ## Accuracy bar
 
@@ -44,12 +44,13 @@ then the other trainer. Which number is which:
   This is what serving accepts, and `eagle-inspect eval`'s number.
 * **in-vocab** (ours): the same over positions whose true token is in the draft vocabulary;
   **coverage** (`eval`) is the share of true tokens in the draft vocab, the ceiling of all-tok.
-* **τ** (ours): the accept length an engine logs (SGLang's `accept len`, vLLM's mean acceptance
-  length): tokens emitted per verification round, the target's bonus token included, pooled over
-  every round, for this sample and for the samples replayed so far. The rounds are replayed
-  exactly (`eagle-inspect accept`): each generation run starts after its prefill token, a round
-  accepts the drafted tokens matching the sample's continuation and the next round starts after
-  them. The bar's title names the engine settings: a chain of the app's TTT steps (or of 3) to
+* **τ** (ours): the accept length an engine logs (vLLM's mean acceptance length, SGLang's
+  `avg_spec_accept_length`): 1 + accepted / rounds, pooled over every round, for this sample and
+  for the samples replayed so far. The rounds are replayed exactly (`eagle-inspect accept`): each
+  generation run starts after its prefill token, a round accepts the drafted tokens matching the
+  target's continuation (in a last round also past the stop, as the engines count) and the next
+  round starts after them; ≥ marks a lower bound, where a last round drafted past what the
+  sample holds of the target's continuation. The bar's title names the engine settings: a chain of the app's TTT steps (or of 3) to
   start with; `a` sets draft steps, topk (a tree) and draft tokens as SGLang's flags do, `+` / `-`
   add or drop a step. **all-tok s0..sK** lists every TTT step's accuracy (teacher forced).
 * **full_acc_k** (speculators): a row hits when steps 0..k *all* match the verifier's argmax within

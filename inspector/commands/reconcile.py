@@ -1,0 +1,270 @@
+"""`eagle-inspect reconcile CKPT --engine-log FILE [SAMPLES | --prompts INPUT --target T]`: what a
+serving engine logged, held against the replay of the same requests under the draft's configured
+wiring and the alternatives, and what the difference means."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from inspector.commands.common import load_evaluator, progress_bar, resolve_inputs
+from inspector.commands.output import safe, stdout_console, write_json
+from inspector.errors import InputError
+from inspector.formatting import fmt_float
+
+DEFAULT_STEPS = 3
+DEFAULT_MAX_NEW = 128
+
+COLOURS = {"as_is": "green", "wrong_wiring": "red", "engine_fault": "red", "other_data": "yellow"}
+
+
+def configured_wiring(draft, infos, n_blocks: int):
+    """The wiring the draft's config names (its aux ids as HF indices, fed in ascending order as
+    engines feed them), or None when the ids are absent, ambiguous or not among the slots."""
+    from inspector.doctor.layer_ids import configured_hf_ids
+    from inspector.doctor.serving import slots_for_hf
+    from inspector.wiring import Wiring
+
+    readings = configured_hf_ids(draft.config.aux_layer_ids, draft.config.aux_layer_convention)
+    if len(readings) != 1 or len(readings[0]) != n_blocks:
+        return None
+    slots = slots_for_hf(readings[0], infos)
+    return Wiring(slots) if slots is not None else None
+
+
+def _wirings(args, infos, n_blocks: int, draft) -> tuple[list, list[str], int]:
+    """(wirings, labels, index of the configured one): the configured wiring first, then train,
+    serve and every --wiring, without repeats."""
+    from inspector.wiring import parse_wiring
+
+    out: list = []
+    labels: list[str] = []
+
+    def add(w, name: str | None) -> None:
+        if w.slots in [x.slots for x in out]:
+            return
+        out.append(w)
+        lab = w.label(infos)
+        labels.append(f"{name} {lab}" if name else lab)
+
+    conf = configured_wiring(draft, infos, n_blocks)
+    if conf is not None:
+        add(conf, "configured")
+    for text in args.wiring or ["train", "serve"]:
+        w = parse_wiring(text, infos, n_blocks)
+        add(w, text if text in ("train", "serve") else None)
+    return out, labels, 0
+
+
+def run_reconcile(args: argparse.Namespace) -> int:
+    from inspector.doctor.reconcile import pair_requests, reconcile
+    from inspector.formats.engine_log import read_engine_log
+    from inspector.serving.engines import Engine
+    from inspector.serving.spec import DraftSpec
+
+    err = Console(stderr=True)
+    log = read_engine_log(args.engine_log)
+    if log.accept_length is None:
+        raise InputError(log.path, None, "holds no accept length (no rounds counted)")
+    steps = args.steps or log.steps or DEFAULT_STEPS
+    if log.steps is not None and args.steps and args.steps != log.steps:
+        raise InputError(
+            log.path,
+            "Per-position acceptance rate",
+            f"the engine drafted {log.steps} tokens a round, --steps says {args.steps}",
+        )
+    spec = DraftSpec(steps, args.topk, args.draft_tokens)
+    engine = Engine(log.engine)
+    if engine is Engine.VLLM and not spec.is_chain:
+        raise InputError(None, "--topk", "vLLM drafts chains: --topk 1 for a vLLM log")
+    err.print(
+        f"note: {safe(log.description)} from {safe(str(log.path))}: accept length "
+        f"{fmt_float(log.accept_length)}; replaying {spec.flags()}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if args.prompts:
+        report, samples = _live(args, spec, engine, err, log)
+    else:
+        report, samples = _replay(args, spec, engine, err)
+    pairs, notes = pair_requests(log, samples)
+    result = reconcile(log, report, configured=0, pairs=pairs, notes=notes)
+    for line in result.notes:
+        err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
+    if args.json:
+        write_json({"config": {**spec.to_dict(), "engine": engine.value}, **result.to_dict()})
+        return 0
+    out = stdout_console(None if sys.stdout.isatty() else 200)
+    out.print(render(result, report))
+    return 0
+
+
+def _replay(args, spec, engine, err):
+    from inspector.serving.replay import Replayer
+
+    inputs = resolve_inputs(args)
+    ev = load_evaluator(
+        inputs,
+        device=args.device,
+        dtype=args.dtype,
+        ttt_steps=spec.steps if spec.is_chain else 1,
+        memory_budget=args.memory_budget,
+    )
+    for note in inputs.notes:
+        err.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
+    wirings, labels, _ = _wirings(args, ev.slot_info, ev.n_blocks, ev.draft)
+    n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
+    with progress_bar("replaying", err) as progress:
+        task = progress.add_task("reconcile", total=n)
+        report = Replayer(ev, spec, engine).run(
+            wirings,
+            limit=args.limit,
+            labels=labels,
+            progress=lambda done, total: progress.update(task, completed=done, total=total),
+        )
+    samples = []
+    for i in range(n):
+        try:
+            s = ev.samples[i]
+        except InputError:
+            continue
+        samples.append((i, s.input_ids.tolist(), s.loss_mask.tolist()))
+    return report, samples
+
+
+def _live(args, spec, engine, err, log):
+    """The live loop over the prompts (the engine's requests): real speculative decoding against
+    --target, the same rounds the engine runs at temperature 0."""
+    from inspector.commands.accept_live import live_inputs
+    from inspector.evaluate import resolve_device
+    from inspector.formats import load_draft
+    from inspector.formats.samples import v1_slot_info
+    from inspector.serving.live import live_accept
+
+    if args.samples:
+        raise InputError(None, "--prompts", "replaces SAMPLES: pass one or the other")
+    ns = argparse.Namespace(**{**vars(args), "samples": []})
+    draft_dir, target, prompts = live_inputs(ns)
+    draft = load_draft(
+        draft_dir, target=target, dtype=args.dtype, device=resolve_device(args.device)
+    )
+    max_new = args.max_new
+    if max_new is None:
+        lengths = [len(r.output_ids) for r in log.requests if r.output_ids is not None]
+        max_new = max(lengths) if lengths else DEFAULT_MAX_NEW
+    # the slots the live loop's capture plan gives this draft, to name the wirings
+    from inspector.capture.plan import plan_slots
+    from inspector.capture.target import read_target_info
+
+    info = read_target_info(target)
+    plan = plan_slots(info.num_layers, layers=None, draft=_ids(draft), engine=None)
+    infos = v1_slot_info([None if s == "post-norm" else s for s in plan.slots])
+    wirings, labels, _ = _wirings(args, infos, draft.config.num_fc_blocks, draft)
+    with progress_bar("speculative decoding", err) as progress:
+        task = progress.add_task("live", total=None)
+        report = live_accept(
+            draft,
+            target,
+            prompts,
+            spec,
+            [list(w.slots) for w in wirings],
+            max_new=max_new,
+            target_dtype=args.dtype,
+            labels=labels,
+            limit=args.limit,
+            engine=engine,
+            progress=lambda done, total: progress.update(task, completed=done, total=total),
+        )
+    from inspector.capture.inputs import read_input
+
+    records, _ = read_input(prompts, target, vocab_size=info.vocab_size, max_length=10**9)
+    samples = []
+    by_index = {s.index: s for s in report.wirings[0].per_sample}
+    for i, r in enumerate(records):
+        if i in by_index:
+            samples.append((i, list(r.prompt), []))
+    # a live request's tokens are its prompt + what the engine emitted: pair by prompt
+    return report, _prompt_pairs(samples, log)
+
+
+def _prompt_pairs(samples, log):
+    """Pair engine requests by their prompt ids (the output is what both decoded greedily)."""
+    by_prompt = {}
+    for r in log.requests:
+        if r.prompt_ids is not None and r.output_ids is not None:
+            by_prompt.setdefault(tuple(r.prompt_ids), r)
+    out = []
+    for i, prompt, mask in samples:
+        r = by_prompt.get(tuple(prompt))
+        out.append((i, prompt + (r.output_ids if r is not None else []), mask))
+    return out
+
+
+def _ids(draft):
+    from inspector.capture.plan import DraftIds
+
+    folder = Path(draft.path) if draft.path else Path(".")
+    return DraftIds(
+        folder,
+        draft.config.aux_layer_ids,
+        draft.config.aux_layer_convention,
+        draft.config.num_fc_blocks,
+        folder / "config.json",
+    )
+
+
+def render(result, report) -> Group:
+    verdict = result.verdict.value
+    body = Text(result.summary)
+    if result.fix:
+        body.append("\nfix: ", style="bold")
+        body.append(result.fix)
+    for f in result.faults:
+        body.append("\n- ", style="dim")
+        body.append(f)
+    panel = Panel(
+        body,
+        title=f"[{COLOURS[verdict]}]{verdict.replace('_', ' ')}[/]",
+        title_align="left",
+        border_style=COLOURS[verdict],
+    )
+    log = result.log
+    table = Table(
+        title=safe(
+            f"the engine's figure against each wiring's {report.mode} of the same requests "
+            f"({report.spec.flags()})"
+        ),
+        title_justify="left",
+        header_style="bold",
+    )
+    table.add_column("", no_wrap=True)
+    table.add_column("accept len", justify="right")
+    table.add_column("rounds", justify="right")
+    table.add_column("accepted", justify="right")
+    table.add_column("requests equal", justify="right")
+    table.add_column("", no_wrap=True)
+    table.add_row(
+        safe(log.description),
+        fmt_float(log.accept_length) if log.accept_length is not None else "-",
+        "-" if log.rounds is None else f"{log.rounds:,}",
+        "-" if log.accepted is None else f"{log.accepted:,}",
+        "",
+        "logged",
+    )
+    for c in result.checks:
+        st = c.stats
+        al = (
+            "-"
+            if st.accept_length is None
+            else (">=" if st.is_bound else "") + fmt_float(st.accept_length)
+        )
+        eq = "" if c.requests_equal is None else f"{c.requests_equal}/{result.requests_matched}"
+        marks = [m for m, on in (("equal", c.equal), ("best", c.label == result.best)) if on]
+        table.add_row(safe(c.label), al, f"{st.rounds:,}", f"{st.accepted:,}", eq, ", ".join(marks))
+    return Group(panel, table)

@@ -1,0 +1,423 @@
+"""What an engine logged, explained: its figures against the replay of the same requests under the
+configured wiring and the alternatives.
+
+The engine's figure is held against each wiring's replay, exactly where it gives counts (vLLM's
+log lines and Prometheus counters print accepted tokens and drafts; a request's
+`per_step_accepted` gives every round) and within its rounding where it gives a mean only
+(SGLang's windows). Then one of:
+
+- it equals the replay of the wiring the weights fit best (the most accepted of those tried):
+  the draft is what it is; more steps, a tree or closer training data raise the figure;
+- it equals another wiring's replay: the engine feeds the draft the wrong layers; the fix is the
+  serving config of the best wiring;
+- it lies below every wiring's replay: an engine-side fault (the engine accepted less than this
+  draft accepts on these very requests); the first request and round where it did, and the
+  engine-side fault classes that fit;
+- it lies above every replay, or between them matching none: the samples are not the requests
+  the engine served (other prompts, other sampling, other limits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from inspector.doctor.serving import engine_configs, hf_indices
+from inspector.formats.engine_log import EngineLog, RequestFigures
+from inspector.formatting import fmt_float
+from inspector.sample import SlotInfo
+from inspector.serving.replay import AcceptReport, SampleReplay, WiringAccept
+from inspector.serving.walk import AcceptStats
+
+# A mean printed with two decimals is within half a unit of its last digit.
+ROUNDING = 0.005 + 1e-9
+# SGLang's log lines carry no round counts: their average weights each 40-batch window alike,
+# which moves the pooled figure by a few hundredths on uneven windows.
+WINDOW_TOLERANCE = 0.05
+
+# Engine-side fault classes that make an engine accept less than the draft does on the same
+# requests, as public reports of collapsed acceptance named them.
+ENGINE_FAULTS = (
+    (
+        "late",
+        "the engine ignores the draft's sliding window or attention config, or feeds dummy "
+        "tokens past max_model_len (the gap grows with the context position)",
+    ),
+    (
+        "early",
+        "the draft's KV cache is read back wrong (prefix cache, attention metadata, a port's "
+        "indexing): the engine accepts less from the first rounds on",
+    ),
+    (
+        "batch",
+        "batching or CUDA-graph state shared between requests: compare the requests run alone "
+        "with a batch",
+    ),
+)
+
+
+class Verdict(str, Enum):
+    AS_IS = "as_is"  # the engine's figure is the best wiring's: the draft is what it is
+    WRONG_WIRING = "wrong_wiring"  # the engine's figure is another wiring's
+    ENGINE_FAULT = "engine_fault"  # below every wiring's replay
+    OTHER_DATA = "other_data"  # above every replay, or matching none
+
+
+@dataclass(frozen=True)
+class Gap:
+    """The first round where the engine accepted less than the replay."""
+
+    request: str  # the engine's file:line
+    sample: int
+    round: int
+    engine: int
+    replay: int
+    position: int  # the round's start in the sample
+
+    def to_dict(self) -> dict:
+        return {
+            "request": self.request,
+            "sample": self.sample,
+            "round": self.round,
+            "engine_accepted": self.engine,
+            "replay_accepted": self.replay,
+            "position": self.position,
+        }
+
+
+@dataclass
+class WiringCheck:
+    label: str
+    wiring: tuple[int, ...]
+    stats: AcceptStats
+    equal: bool  # the engine's figure equals this replay's (counts, or within rounding)
+    requests_equal: int | None = None  # requests whose every round equals the replay's
+
+    def to_dict(self) -> dict:
+        return {
+            "label": self.label,
+            "wiring": list(self.wiring),
+            "accept_length": self.stats.accept_length,
+            "accept_length_is_lower_bound": self.stats.is_bound,
+            "rounds": self.stats.rounds,
+            "accepted": self.stats.accepted,
+            "equal": self.equal,
+            "requests_equal": self.requests_equal,
+        }
+
+
+@dataclass
+class Reconciliation:
+    log: EngineLog
+    checks: list[WiringCheck]
+    verdict: Verdict
+    summary: str
+    fix: str | None = None
+    matched: str | None = None  # the label of the wiring the engine's figure equals
+    best: str | None = None
+    gap: Gap | None = None
+    faults: list[str] = field(default_factory=list)
+    requests_matched: int = 0  # engine requests paired with a sample
+    notes: list[str] = field(default_factory=list)
+    serving_config: dict | None = None
+
+    def to_dict(self) -> dict:
+        log = self.log
+        return {
+            "engine_log": {
+                "path": str(log.path),
+                "engine": log.engine,
+                "source": log.source,
+                "accept_length": log.accept_length,
+                "rounds": log.rounds,
+                "accepted": log.accepted,
+                "accepted_per_pos": log.accepted_per_pos,
+                "lines": log.lines,
+                "requests": len(log.requests),
+            },
+            "requests_matched": self.requests_matched,
+            "wirings": [c.to_dict() for c in self.checks],
+            "verdict": self.verdict.value,
+            "matched": self.matched,
+            "best": self.best,
+            "summary": self.summary,
+            "fix": self.fix,
+            "first_gap": self.gap.to_dict() if self.gap else None,
+            "engine_fault_classes": self.faults,
+            "serving_config": self.serving_config,
+            "notes": self.notes,
+        }
+
+
+def pair_requests(
+    log: EngineLog, samples: Sequence[tuple[int, list[int], list[int]]]
+) -> tuple[dict[int, RequestFigures], list[str]]:
+    """Which sample each engine request is: (index, tokens, loss mask) per sample.
+
+    By tokens where the log gives them (prompt + output equal to the sample's tokens, the output
+    starting at the sample's first generated token), else by order when the counts agree."""
+    notes: list[str] = []
+    reqs = log.requests
+    if not reqs:
+        return {}, notes
+    by_tokens: dict[tuple[int, ...], int] = {tuple(ids): i for i, ids, _ in samples}
+    out: dict[int, RequestFigures] = {}
+    if all(r.prompt_ids is not None and r.output_ids is not None for r in reqs):
+        for r in reqs:
+            i = by_tokens.get(tuple(r.prompt_ids or []) + tuple(r.output_ids or []))
+            if i is not None and i not in out:
+                out[i] = r
+        missing = len(reqs) - len(out)
+        if missing:
+            notes.append(
+                f"{missing} of {len(reqs)} engine requests match no sample's tokens (prompt + "
+                "output): left out of the per-request comparison"
+            )
+        return out, notes
+    if len(reqs) == len(samples):
+        notes.append("the log gives no token ids: requests are paired with samples by order")
+        return {i: r for (i, _, _), r in zip(samples, reqs, strict=True)}, notes
+    notes.append(
+        f"the log gives no token ids and {len(reqs)} requests for {len(samples)} samples: "
+        "pooled figures only"
+    )
+    return {}, notes
+
+
+def _request_rounds(r: SampleReplay) -> list[int]:
+    """The counts an engine reports per request: every round but SGLang's after the stop."""
+    return [int(a) for a, x in zip(r.accepted, r.after_stop, strict=True) if not x]
+
+
+def _equal(log: EngineLog, stats: AcceptStats) -> bool:
+    if stats.accept_length is None or log.accept_length is None:
+        return False
+    if log.rounds is not None and log.accepted is not None and not log.rounded:
+        if stats.is_bound:
+            # the replay's count is a lower bound: equal when the engine's is within its slack
+            return log.rounds == stats.rounds and log.accepted >= stats.accepted
+        return (log.rounds, log.accepted) == (stats.rounds, stats.accepted)
+    tol = WINDOW_TOLERANCE if log.engine == "sglang" and log.source == "log" else ROUNDING
+    if stats.is_bound:
+        return log.accept_length >= stats.accept_length - tol
+    return abs(log.accept_length - stats.accept_length) <= tol
+
+
+def _below(log: EngineLog, stats: AcceptStats) -> bool:
+    assert log.accept_length is not None and stats.accept_length is not None
+    tol = WINDOW_TOLERANCE if log.engine == "sglang" and log.source == "log" else ROUNDING
+    return log.accept_length < stats.accept_length - tol
+
+
+def _first_gap(
+    pairs: dict[int, RequestFigures], per_sample: dict[int, SampleReplay]
+) -> tuple[Gap | None, list[tuple[int, int]]]:
+    """The first round (in the engine's request order) where it accepted less than the
+    replay, and every such (round start, shortfall)."""
+    first: Gap | None = None
+    short: list[tuple[int, int]] = []
+    order = sorted(pairs.items(), key=lambda kv: kv[1].where)
+    for i, req in order:
+        rep = per_sample.get(i)
+        if rep is None or req.per_step_accepted is None:
+            continue
+        ours = _request_rounds(rep)
+        starts = [int(s) for s, x in zip(rep.starts, rep.after_stop, strict=True) if not x]
+        for k, (e, a) in enumerate(zip(req.per_step_accepted, ours, strict=False)):
+            if e < a:
+                short.append((starts[k], a - e))
+                if first is None:
+                    first = Gap(req.where, i, k, e, a, starts[k])
+    return first, short
+
+
+def _fault_classes(short: list[tuple[int, int]], first: Gap | None) -> list[str]:
+    """The engine-side classes that fit where the engine fell short."""
+    by = dict(ENGINE_FAULTS)
+    if not short:
+        return [by["early"], by["late"], by["batch"]]
+    positions = sorted(p for p, _ in short)
+    mid = positions[len(positions) // 2]
+    out = []
+    if first is not None and first.round == 0:
+        out.append(by["early"])
+    if mid >= 1024 or (first is not None and first.position >= 1024):
+        out.append(by["late"])
+    out.append(by["batch"])
+    if by["early"] not in out:
+        out.append(by["early"])
+    if by["late"] not in out:
+        out.append(by["late"])
+    return out
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else fmt_float(x)
+
+
+def reconcile(
+    log: EngineLog,
+    report: AcceptReport,
+    *,
+    configured: int = 0,
+    pairs: dict[int, RequestFigures] | None = None,
+    notes: Sequence[str] = (),
+) -> Reconciliation:
+    """Hold `log` against `report`'s wirings (the replay or live loop of the same requests).
+
+    configured: the index in `report.wirings` of the wiring the draft's config names.
+    pairs: sample index -> the engine's request (`pair_requests`); the per-request comparison
+      and the pooled figures then cover those samples only."""
+    pairs = pairs or {}
+    notes = list(notes)
+    checks: list[WiringCheck] = []
+    for wa in report.wirings:
+        stats = _pooled(wa, pairs)
+        eq = None
+        if pairs:
+            eq = sum(
+                1
+                for s in wa.per_sample
+                if s.index in pairs
+                and pairs[s.index].per_step_accepted is not None
+                and pairs[s.index].per_step_accepted == _request_rounds(s)
+            )
+        checks.append(WiringCheck(wa.label, wa.wiring.slots, stats, _equal(log, stats), eq or None))
+    engine_name = "vLLM" if log.engine == "vllm" else "SGLang"
+    figure = _logged(log)
+    scored = [c for c in checks if c.stats.accept_length is not None]
+    if not scored or log.accept_length is None:
+        raise ValueError("nothing to reconcile: no rounds replayed or no figure logged")
+    best = max(scored, key=lambda c: c.stats.accept_length or 0.0)
+    conf = checks[configured]
+    per_request = {s.index: s for s in report.wirings[configured].per_sample}
+    # a per-request match decides between wirings a pooled figure cannot tell apart
+    matches = [c for c in checks if c.equal]
+    if pairs and any(c.requests_equal for c in checks):
+        full = [c for c in checks if c.requests_equal == len(pairs)]
+        matches = full or matches
+    label = {c.label: _short(c.label) for c in checks}
+    served = None
+    fix = None
+    gap = None
+    faults: list[str] = []
+    if matches:
+        m = best if best in matches else matches[0]
+        served = m.label
+        if m is best:
+            verdict = Verdict.AS_IS
+            summary = (
+                f"{engine_name} logged {figure}; this draft gives {_fmt(m.stats.accept_length)} "
+                f"when fed {label[m.label]}, the wiring it fits best of those tried: the draft "
+                "is what it is. More draft steps, a tree (SGLang's topk > 1) or training data "
+                "closer to the served traffic raise it"
+            )
+            if m is not conf:
+                summary += (
+                    f"; note the draft's config names {label[conf.label]} "
+                    f"({_fmt(conf.stats.accept_length)}), which this engine does not feed"
+                )
+        else:
+            verdict = Verdict.WRONG_WIRING
+            summary = (
+                f"{engine_name} logged {figure}; this draft gives "
+                f"{_fmt(m.stats.accept_length)} when fed {label[m.label]} and "
+                f"{_fmt(best.stats.accept_length)} when fed {label[best.label]}"
+                + (", what its config names" if best is conf else "")
+                + ": your engine feeds the wrong layers"
+            )
+    elif all(_below(log, c.stats) for c in scored):
+        verdict = Verdict.ENGINE_FAULT
+        low = min(scored, key=lambda c: c.stats.accept_length or 0.0)
+        summary = (
+            f"{engine_name} logged {figure}, below every wiring's replay of these requests "
+            f"(lowest {_fmt(low.stats.accept_length)} fed {label[low.label]}, "
+            f"{_fmt(conf.stats.accept_length)} fed {label[conf.label]}): an engine-side fault"
+        )
+        gap, short = _first_gap(pairs, per_request)
+        if gap is not None:
+            summary += (
+                f"; the first shortfall is request {gap.request} (sample {gap.sample}), round "
+                f"{gap.round} at position {gap.position}: the engine accepted {gap.engine} where "
+                f"this draft accepts {gap.replay}"
+            )
+        faults = _fault_classes(short, gap)
+    else:
+        verdict = Verdict.OTHER_DATA
+        summary = (
+            f"{engine_name} logged {figure}, which matches no wiring's replay ("
+            + ", ".join(f"{_fmt(c.stats.accept_length)} fed {label[c.label]}" for c in scored)
+            + "): the samples are not the requests the engine served (other prompts, sampling "
+            "or max tokens), or the engine drafts otherwise than --steps/--topk say"
+        )
+    serving_config = None
+    if verdict in (Verdict.WRONG_WIRING, Verdict.AS_IS) or best is not conf:
+        serving_config = _config_for(best.wiring, report.slots, report.spec.steps)
+        if verdict is Verdict.WRONG_WIRING and serving_config is not None:
+            fix = _fix_text(best, label, serving_config)
+    if any(c.stats.is_bound for c in checks):
+        notes.append(
+            "some replayed requests end in a round drafted past what their samples hold of the "
+            "target's continuation: those accept lengths are lower bounds"
+        )
+    return Reconciliation(
+        log,
+        checks,
+        verdict,
+        summary,
+        fix,
+        served,
+        best.label,
+        gap,
+        faults,
+        len(pairs),
+        notes,
+        serving_config,
+    )
+
+
+def _pooled(wa: WiringAccept, pairs: dict[int, RequestFigures]) -> AcceptStats:
+    total = AcceptStats(wa.depth)
+    for s in wa.per_sample:
+        if not pairs or s.index in pairs:
+            total.add(s.stats)
+    return total
+
+
+def _logged(log: EngineLog) -> str:
+    al = _fmt(log.accept_length)
+    if log.rounds is not None and log.accepted is not None and log.source != "requests":
+        return f"{al} ({log.accepted} accepted in {log.rounds} rounds, {log.description})"
+    if log.source == "requests":
+        return f"{al} over {len(log.requests)} requests"
+    return f"{al} ({log.description})"
+
+
+def _short(label: str) -> str:
+    """'train [embed, L2, L4]' -> '[embed, L2, L4]'."""
+    return label[label.index("[") :] if "[" in label else label
+
+
+def _config_for(wiring: Sequence[int], infos: Sequence[SlotInfo], steps: int) -> dict | None:
+    hf = hf_indices(wiring, infos)
+    if any(k is None for k in hf):
+        return None
+    last = next((s.hf_index for s in infos if s.verifier and not s.post_norm), None)
+    return {
+        "hf_indices": hf,
+        **engine_configs([k for k in hf if k is not None], last_layer=last, n_tokens=steps),
+    }
+
+
+def _fix_text(best: WiringCheck, label: dict[str, str], cfg: dict) -> str:
+    vllm_ids = cfg["vllm"]["config"]["eagle_aux_hidden_state_layer_ids"]
+    sg = cfg["sglang"]
+    since = sg["layer_ids_since_pr25454"]
+    sg_txt = f"eagle_config ids {sg['layer_ids_before_pr25454']} for SGLang"
+    if since is not None and since != sg["layer_ids_before_pr25454"]:
+        sg_txt += f" (< #25454; {since} since)"
+    return (
+        f"serve it fed {label[best.label]}: eagle_aux_hidden_state_layer_ids {vllm_ids} for "
+        f"vLLM, {sg_txt}"
+    )

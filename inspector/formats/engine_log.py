@@ -1,0 +1,344 @@
+"""What a serving engine logged about speculative decoding, read from any of the files users have.
+
+- vLLM's log: "SpecDecoding metrics: Mean acceptance length: 2.06, Accepted throughput: ...,
+  Drafted throughput: ..., Accepted: 526 tokens, Drafted: 1485 tokens, Per-position acceptance
+  rate: 0.600, 0.300, 0.162, Avg Draft acceptance rate: 35.4%" once per stats interval (the counts
+  reset after each line). Several lines are pooled by their counts; drafts = drafted tokens / k
+  (k: the number of per-position rates; vLLM drafts k tokens a round unless a token budget trims
+  them).
+- vLLM's Prometheus text (`/metrics`): the cumulative counters `vllm:spec_decode_num_drafts`,
+  `vllm:spec_decode_num_draft_tokens`, `vllm:spec_decode_num_accepted_tokens` (`_total` suffix
+  as prometheus_client writes counters) and `..._num_accepted_tokens_per_pos{position="i"}`,
+  summed over label sets (engines, models).
+- vLLM per request, JSON lines: `spec_decode_metrics` (`CompletionOutput.spec_decode_metrics
+  .to_dict()`, or the keys at the top level) with `per_step_accepted` (one count per round), and
+  optionally `prompt_token_ids` / `output_token_ids` to match the request with a sample.
+- SGLang's log: "Decode batch, ..., accept len: 2.31, accept rate: 0.44, ..." per 40 decode
+  batches (its own window; the lines carry no round counts, so several lines are averaged).
+- SGLang per request, JSON lines with `meta_info` (or its keys at the top level):
+  `spec_verify_ct`, `completion_tokens`, `spec_accept_length`, `spec_num_correct_drafts` when
+  present; SGLang's server info (`internal_states[*].avg_spec_accept_length`).
+
+Every malformed or truncated entry is one `InputError` naming the file and the line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inspector.errors import InputError
+from inspector.formats.files import check_regular
+
+MAX_BYTES = 256 << 20  # an engine log larger than this is not read whole
+
+VLLM_LINE = re.compile(
+    r"SpecDecoding metrics: Mean acceptance length: (?P<mean>[0-9.]+|nan), "
+    r"Accepted throughput: [0-9.]+ tokens/s, Drafted throughput: [0-9.]+ tokens/s, "
+    r"Accepted: (?P<accepted>\d+) tokens, Drafted: (?P<drafted>\d+) tokens, "
+    r"Per-position acceptance rate: (?P<rates>[0-9., ]*?), "
+    r"Avg Draft acceptance rate: (?P<avg>[0-9.]+|nan)%"
+)
+SGLANG_LINE = re.compile(r"accept len: (?P<len>[0-9.]+|nan)")
+PROM_LINE = re.compile(
+    r"^(?P<name>vllm:spec_decode_num_(?:drafts|draft_tokens|accepted_tokens|"
+    r"accepted_tokens_per_pos))(?:_total)?(?P<labels>\{[^}]*\})?\s+(?P<value>\S+)"
+)
+
+
+@dataclass
+class RequestFigures:
+    """One request's figures as the engine reported them."""
+
+    where: str  # "file:line"
+    prompt_ids: list[int] | None = None
+    output_ids: list[int] | None = None
+    per_step_accepted: list[int] | None = None  # vLLM: each round's accepted count
+    rounds: int | None = None  # verification rounds (SGLang: spec_verify_ct)
+    accepted: int | None = None  # drafted tokens accepted over the request
+    completion_tokens: int | None = None  # SGLang: the prefill's token included
+    spec_accept_length: float | None = None  # SGLang's per-request figure, as logged
+
+
+@dataclass
+class EngineLog:
+    """The figures one file holds. Counts are None where the source gives none (a log line's
+    rounded mean, SGLang's windows)."""
+
+    path: Path
+    engine: str  # "vllm" | "sglang"
+    source: str  # "log" | "prometheus" | "requests" | "server-info"
+    accept_length: float | None = None
+    rounds: int | None = None
+    accepted: int | None = None
+    drafted_tokens: int | None = None
+    accepted_per_pos: list[int] | None = None
+    steps: int | None = None  # drafted tokens per round (vLLM's k), where the source shows it
+    lines: int = 0  # log lines or entries read
+    rounded: bool = False  # accept_length is a rounded figure (2 decimals), not counts
+    requests: list[RequestFigures] = field(default_factory=list)
+
+    @property
+    def description(self) -> str:
+        what = {
+            "log": "log line" if self.lines == 1 else "log lines",
+            "prometheus": "Prometheus counters",
+            "requests": "requests",
+            "server-info": "server info",
+        }[self.source]
+        n = f"{self.lines} " if self.source in ("log", "requests") else ""
+        return f"{'vLLM' if self.engine == 'vllm' else 'SGLang'} {n}{what}"
+
+
+def read_engine_log(path: str | Path) -> EngineLog:
+    """Read whatever engine figures `path` holds (see the module docstring)."""
+    path = Path(path)
+    check_regular(path)
+    try:
+        if path.stat().st_size > MAX_BYTES:
+            raise InputError(path, None, f"larger than {MAX_BYTES >> 20} MiB: not an engine log")
+        raw = path.read_bytes()
+    except OSError as e:
+        raise InputError(path, None, f"cannot read: {e.strerror or e}") from e
+    text = raw.decode("utf-8", errors="replace")
+    lines = text.splitlines()
+    first = next((ln.strip() for ln in lines if ln.strip()), "")
+    if first.startswith("{") or (first.startswith("[") and _is_json(text)):
+        return _json_entries(path, text, lines)
+    if any(PROM_LINE.match(ln) for ln in lines):
+        return _prometheus(path, lines)
+    if any("SpecDecoding metrics:" in ln for ln in lines):
+        return _vllm_log(path, lines)
+    if any("accept len:" in ln for ln in lines):
+        return _sglang_log(path, lines)
+    raise InputError(
+        path,
+        None,
+        "no speculative-decoding figures found: expected vLLM's 'SpecDecoding metrics' log "
+        "lines, its Prometheus text, per-request JSON lines (spec_decode_metrics or SGLang "
+        "meta_info), SGLang's 'accept len' log lines or its server info",
+    )
+
+
+def _is_json(text: str) -> bool:
+    """A JSON array, not a log whose lines start with a bracketed timestamp."""
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _vllm_log(path: Path, lines: list[str]) -> EngineLog:
+    out = EngineLog(path, "vllm", "log", rounded=True)
+    acc = drafted = drafts = 0
+    per_pos: list[float] | None = None
+    for no, ln in enumerate(lines, start=1):
+        if "SpecDecoding metrics:" not in ln:
+            continue
+        m = VLLM_LINE.search(ln)
+        if m is None:
+            raise InputError(
+                path, f"line {no}", "a truncated or unknown 'SpecDecoding metrics' line"
+            )
+        rates = [float(x) for x in m["rates"].replace(" ", "").split(",") if x]
+        if not rates:
+            raise InputError(path, f"line {no}", "no per-position acceptance rates")
+        k = len(rates)
+        if out.steps is not None and out.steps != k:
+            raise InputError(
+                path, f"line {no}", f"{k} per-position rates where earlier lines had {out.steps}"
+            )
+        out.steps = k
+        a, d = int(m["accepted"]), int(m["drafted"])
+        if d % k:
+            raise InputError(path, f"line {no}", f"Drafted: {d} tokens is not a multiple of {k}")
+        n = d // k
+        acc, drafted, drafts = acc + a, drafted + d, drafts + n
+        # the counts per position are rounded in the line (3 decimals): pooled by drafts
+        per = [r * n for r in rates]
+        per_pos = per if per_pos is None else [x + y for x, y in zip(per_pos, per, strict=True)]
+        out.lines += 1
+    out.accepted, out.drafted_tokens, out.rounds = acc, drafted, drafts
+    out.accept_length = 1 + acc / drafts if drafts else None
+    out.accepted_per_pos = [round(x) for x in per_pos] if per_pos is not None else None
+    # the pooled counts are exact (the lines print them); only the per-position ones are rounded
+    out.rounded = False
+    return out
+
+
+def _prometheus(path: Path, lines: list[str]) -> EngineLog:
+    out = EngineLog(path, "vllm", "prometheus")
+    sums: dict[str, float] = {}
+    per_pos: dict[int, float] = {}
+    for no, ln in enumerate(lines, start=1):
+        m = PROM_LINE.match(ln)
+        if m is None:
+            continue
+        try:
+            value = float(m["value"])
+        except ValueError:
+            raise InputError(path, f"line {no}", f"{m['name']}: value {m['value']!r}") from None
+        name = m["name"].removeprefix("vllm:spec_decode_num_")
+        if name == "accepted_tokens_per_pos":
+            pos = re.search(r'position="(\d+)"', m["labels"] or "")
+            if pos is None:
+                raise InputError(path, f"line {no}", "accepted_tokens_per_pos without position")
+            per_pos[int(pos[1])] = per_pos.get(int(pos[1]), 0.0) + value
+        else:
+            sums[name] = sums.get(name, 0.0) + value
+        out.lines += 1
+    if "drafts" not in sums or "accepted_tokens" not in sums:
+        missing = "drafts" if "drafts" not in sums else "accepted_tokens"
+        raise InputError(path, f"vllm:spec_decode_num_{missing}", "counter missing")
+    out.rounds = int(sums["drafts"])
+    out.accepted = int(sums["accepted_tokens"])
+    out.drafted_tokens = int(sums["draft_tokens"]) if "draft_tokens" in sums else None
+    if per_pos:
+        out.accepted_per_pos = [int(per_pos.get(i, 0)) for i in range(max(per_pos) + 1)]
+        out.steps = len(out.accepted_per_pos)
+    out.accept_length = 1 + out.accepted / out.rounds if out.rounds else None
+    return out
+
+
+def _json_entries(path: Path, text: str, lines: list[str]) -> EngineLog:
+    stripped = text.strip()
+    entries: list[tuple[int, object]] = []
+    if stripped.startswith("["):
+        try:
+            data = json.loads(stripped)
+        except ValueError as e:
+            raise InputError(path, None, f"not valid JSON: {e}") from None
+        entries = [(1, x) for x in (data if isinstance(data, list) else [data])]
+    else:
+        try:
+            whole = json.loads(stripped)
+            entries = [(1, whole)]
+        except ValueError:
+            for no, ln in enumerate(lines, start=1):
+                if not ln.strip():
+                    continue
+                try:
+                    entries.append((no, json.loads(ln)))
+                except ValueError:
+                    raise InputError(path, f"line {no}", "not a JSON object (truncated?)") from None
+    if len(entries) == 1 and isinstance(entries[0][1], dict):
+        info = entries[0][1]
+        states = info.get("internal_states")
+        if isinstance(states, list):
+            return _server_info(path, states)
+    requests = [_request(path, no, e) for no, e in entries]
+    engines = {eng for eng, _ in requests}
+    if len(engines) > 1:
+        raise InputError(path, None, "mixes vLLM and SGLang requests")
+    engine = engines.pop() if engines else "vllm"
+    out = EngineLog(path, engine, "requests", lines=len(requests))
+    out.requests = [r for _, r in requests]
+    if all(r.rounds is not None for r in out.requests) and out.requests:
+        out.rounds = sum(r.rounds or 0 for r in out.requests)
+    if all(r.accepted is not None for r in out.requests) and out.requests:
+        out.accepted = sum(r.accepted or 0 for r in out.requests)
+    if out.rounds and out.accepted is not None:
+        out.accept_length = 1 + out.accepted / out.rounds
+    return out
+
+
+def _ints(path: Path, no: int, key: str, value: object) -> list[int] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value
+    ):
+        raise InputError(path, f"line {no}", f"{key}: expected a list of non-negative integers")
+    return list(value)
+
+
+def _int(path: Path, no: int, key: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise InputError(path, f"line {no}", f"{key}: expected a non-negative number")
+    if isinstance(value, float) and not value.is_integer():
+        raise InputError(path, f"line {no}", f"{key}: {value} is not a count")
+    return int(value)
+
+
+def _request(path: Path, no: int, entry: object) -> tuple[str, RequestFigures]:
+    if not isinstance(entry, dict):
+        raise InputError(path, f"line {no}", "expected a JSON object per request")
+    where = f"{path.name}:{no}"
+    meta = entry.get("meta_info")
+    if isinstance(meta, dict) or "spec_verify_ct" in entry:
+        m = meta if isinstance(meta, dict) else entry
+        if "spec_verify_ct" not in m:
+            raise InputError(path, f"line {no}", "meta_info without spec_verify_ct")
+        r = RequestFigures(where)
+        r.rounds = _int(path, no, "spec_verify_ct", m.get("spec_verify_ct"))
+        r.completion_tokens = _int(path, no, "completion_tokens", m.get("completion_tokens"))
+        r.accepted = _int(path, no, "spec_num_correct_drafts", m.get("spec_num_correct_drafts"))
+        sal = m.get("spec_accept_length")
+        r.spec_accept_length = float(sal) if isinstance(sal, int | float) else None
+        if r.accepted is None and r.completion_tokens is not None and r.rounds is not None:
+            # completion = the prefill's token + every round's a + 1
+            r.accepted = max(r.completion_tokens - 1 - r.rounds, 0)
+        r.output_ids = _ints(path, no, "output_ids", entry.get("output_ids"))
+        r.prompt_ids = _ints(path, no, "input_ids", entry.get("input_ids"))
+        return "sglang", r
+    sdm = entry.get("spec_decode_metrics", entry)
+    if not isinstance(sdm, dict) or "per_step_accepted" not in sdm:
+        raise InputError(
+            path,
+            f"line {no}",
+            "neither spec_decode_metrics.per_step_accepted (vLLM) nor meta_info.spec_verify_ct "
+            "(SGLang)",
+        )
+    r = RequestFigures(where)
+    r.per_step_accepted = _ints(path, no, "per_step_accepted", sdm.get("per_step_accepted"))
+    assert r.per_step_accepted is not None
+    r.rounds = len(r.per_step_accepted)
+    r.accepted = sum(r.per_step_accepted)
+    r.prompt_ids = _ints(path, no, "prompt_token_ids", entry.get("prompt_token_ids"))
+    r.output_ids = _ints(path, no, "output_token_ids", entry.get("output_token_ids"))
+    return "vllm", r
+
+
+def _server_info(path: Path, states: list) -> EngineLog:
+    values = [
+        s["avg_spec_accept_length"]
+        for s in states
+        if isinstance(s, dict) and isinstance(s.get("avg_spec_accept_length"), int | float)
+    ]
+    if not values:
+        raise InputError(
+            path, "internal_states", "no avg_spec_accept_length (no 40-batch window finished yet?)"
+        )
+    # one figure per data-parallel rank, each pooled over its own windows
+    return EngineLog(
+        path,
+        "sglang",
+        "server-info",
+        accept_length=sum(values) / len(values),
+        lines=len(values),
+        rounded=len(values) > 1,
+    )
+
+
+def _sglang_log(path: Path, lines: list[str]) -> EngineLog:
+    vals: list[float] = []
+    for no, ln in enumerate(lines, start=1):
+        if "accept len:" not in ln:
+            continue
+        m = SGLANG_LINE.search(ln)
+        if m is None or m["len"] == "nan":
+            raise InputError(path, f"line {no}", "an 'accept len' without a number")
+        vals.append(float(m["len"]))
+    return EngineLog(
+        path,
+        "sglang",
+        "log",
+        accept_length=sum(vals) / len(vals),
+        lines=len(vals),
+        rounded=True,
+    )

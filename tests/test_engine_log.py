@@ -1,0 +1,147 @@
+"""Reading what an engine logged: every format, pooled as its source pools, one line per fault."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from inspector.errors import InputError
+from inspector.formats.engine_log import read_engine_log
+
+# vLLM's own format string (v1/spec_decode/metrics.py), filled in
+VLLM = (
+    "INFO 12-01 16:30:02 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: {mean}, "
+    "Accepted throughput: 12.50 tokens/s, Drafted throughput: 30.00 tokens/s, Accepted: {acc} "
+    "tokens, Drafted: {drafted} tokens, Per-position acceptance rate: {rates}, "
+    "Avg Draft acceptance rate: 35.4%"
+)
+
+
+def test_vllm_log_lines_are_pooled_by_their_counts(tmp_path):
+    f = tmp_path / "vllm.log"
+    f.write_text(
+        "INFO starting\n"
+        + VLLM.format(mean="2.10", acc=220, drafted=600, rates="0.600, 0.350, 0.150")
+        + "\nnoise\n"
+        + VLLM.format(mean="2.02", acc=306, drafted=885, rates="0.590, 0.300, 0.147")
+        + "\n"
+    )
+    log = read_engine_log(f)
+    assert (log.engine, log.source, log.lines, log.steps) == ("vllm", "log", 2, 3)
+    # drafts = drafted tokens / k: 200 + 295
+    assert (log.rounds, log.accepted, log.drafted_tokens) == (495, 526, 1485)
+    assert log.accept_length == pytest.approx(1 + 526 / 495)
+    assert log.accepted_per_pos == [round(0.6 * 200 + 0.59 * 295), 70 + 88, 30 + 43]
+    assert not log.rounded
+
+
+def test_vllm_log_faults_name_the_line(tmp_path):
+    f = tmp_path / "cut.log"
+    good = VLLM.format(mean="2.10", acc=220, drafted=600, rates="0.600, 0.350, 0.150")
+    f.write_text(good + "\n" + good[:90] + "\n")
+    with pytest.raises(InputError) as e:
+        read_engine_log(f)
+    assert e.value.field == "line 2" and "truncated" in e.value.message
+    f.write_text(VLLM.format(mean="2.10", acc=220, drafted=601, rates="0.600, 0.350, 0.150"))
+    with pytest.raises(InputError, match="not a multiple of 3"):
+        read_engine_log(f)
+    f.write_text(
+        good + "\n" + VLLM.format(mean="2.10", acc=220, drafted=600, rates="0.600, 0.350") + "\n"
+    )
+    with pytest.raises(InputError, match="2 per-position rates where earlier lines had 3"):
+        read_engine_log(f)
+    f.write_text("nothing here\n")
+    with pytest.raises(InputError, match="no speculative-decoding figures"):
+        read_engine_log(f)
+
+
+def test_prometheus_counters_are_summed_over_label_sets(tmp_path):
+    f = tmp_path / "metrics.prom"
+    f.write_text(
+        "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.\n"
+        "# TYPE vllm:spec_decode_num_drafts_total counter\n"
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="t"} 300.0\n'
+        'vllm:spec_decode_num_drafts_total{engine="1",model_name="t"} 195.0\n'
+        'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="t"} 1485.0\n'
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="t"} 526.0\n'
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 300.0\n'
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="2"} 76.0\n'
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1"} 150.0\n'
+        "vllm:num_requests_running 0.0\n"
+    )
+    log = read_engine_log(f)
+    assert (log.source, log.rounds, log.accepted, log.drafted_tokens) == (
+        "prometheus",
+        495,
+        526,
+        1485,
+    )
+    assert log.accepted_per_pos == [300, 150, 76] and log.steps == 3
+    assert log.accept_length == pytest.approx(1 + 526 / 495)
+    f.write_text('vllm:spec_decode_num_drafts_total{engine="0"} 3.0\n')
+    with pytest.raises(InputError) as e:
+        read_engine_log(f)
+    assert e.value.field == "vllm:spec_decode_num_accepted_tokens"
+
+
+def test_per_request_json_lines_of_both_engines(tmp_path):
+    f = tmp_path / "requests.jsonl"
+    rows = [
+        {
+            "prompt_token_ids": [1, 2],
+            "output_token_ids": [3, 4, 5],
+            "spec_decode_metrics": {"per_step_accepted": [2, 0], "per_step_drafted": [3, 3]},
+        },
+        {"per_step_accepted": [1], "prompt_token_ids": [7], "output_token_ids": [8, 9]},
+    ]
+    f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    log = read_engine_log(f)
+    assert (log.engine, log.source, log.rounds, log.accepted) == ("vllm", "requests", 3, 3)
+    assert log.requests[0].per_step_accepted == [2, 0]
+    assert log.requests[0].output_ids == [3, 4, 5] and log.requests[1].where.endswith(":2")
+    assert log.accept_length == pytest.approx(2.0)
+    f.write_text(json.dumps(rows[0]) + "\n" + json.dumps(rows[0])[:30] + "\n")
+    with pytest.raises(InputError) as e:
+        read_engine_log(f)
+    assert e.value.field == "line 2" and "truncated" in e.value.message
+    f.write_text(json.dumps({"spec_decode_metrics": {"per_step_accepted": [1, -1]}}) + "\n")
+    with pytest.raises(InputError, match="per_step_accepted: expected a list of non-negative"):
+        read_engine_log(f)
+    # SGLang's meta_info: accepted from completion tokens when the count is not given
+    sg = [
+        {"meta_info": {"spec_verify_ct": 4, "completion_tokens": 11, "spec_accept_length": 2.75}},
+        {"meta_info": {"spec_verify_ct": 2, "completion_tokens": 5, "spec_num_correct_drafts": 2}},
+    ]
+    f.write_text("\n".join(json.dumps(r) for r in sg))
+    log = read_engine_log(f)
+    assert (log.engine, log.rounds, log.accepted) == ("sglang", 6, 6 + 2)
+    assert log.requests[0].spec_accept_length == 2.75
+    f.write_text(json.dumps({"meta_info": {"completion_tokens": 3}}))
+    with pytest.raises(InputError, match="meta_info without spec_verify_ct"):
+        read_engine_log(f)
+    f.write_text(json.dumps(rows[0]) + "\n" + json.dumps(sg[0]) + "\n")
+    with pytest.raises(InputError, match="mixes vLLM and SGLang"):
+        read_engine_log(f)
+
+
+def test_sglang_log_lines_and_server_info(tmp_path):
+    f = tmp_path / "sglang.log"
+    line = (
+        "[2026-12-01 16:30:02] Decode batch, #running-req: 8, #token: 900, token usage: 0.01, "
+        "accept len: {v}, accept rate: 0.44, cuda graph: True, gen throughput (token/s): 300.1, "
+        "#queue-req: 0"
+    )
+    f.write_text(line.format(v="2.31") + "\n" + line.format(v="2.11") + "\n")
+    log = read_engine_log(f)
+    assert (log.engine, log.source, log.lines, log.rounded) == ("sglang", "log", 2, True)
+    assert log.accept_length == pytest.approx(2.21) and log.rounds is None
+    f.write_text(line.format(v="nan"))
+    with pytest.raises(InputError, match="without a number"):
+        read_engine_log(f)
+    f.write_text(json.dumps({"internal_states": [{"avg_spec_accept_length": 2.5}]}))
+    log = read_engine_log(f)
+    assert (log.source, log.accept_length) == ("server-info", 2.5)
+    f.write_text(json.dumps({"internal_states": [{"last_gen_throughput": 1.0}]}))
+    with pytest.raises(InputError, match="no avg_spec_accept_length"):
+        read_engine_log(f)
