@@ -283,7 +283,7 @@ def reconcile(
                 and pairs[s.index].per_step_accepted is not None
                 and pairs[s.index].per_step_accepted == _request_rounds(s)
             )
-        checks.append(WiringCheck(wa.label, wa.wiring.slots, stats, _equal(log, stats), eq or None))
+        checks.append(WiringCheck(wa.label, wa.wiring.slots, stats, _equal(log, stats), eq))
     engine_name = "vLLM" if log.engine == "vllm" else "SGLang"
     figure = _logged(log)
     scored = [c for c in checks if c.stats.accept_length is not None]

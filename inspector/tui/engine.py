@@ -382,10 +382,9 @@ class Engine:
     def replay(self, i: int, w: WiringKey, spec: DraftSpec) -> SampleAccept:
         """Sample i's serving replay (device thread only), cached by the Replayer's ByteLRU under
         the budget's `replays` share, keyed by (sample, wiring, settings)."""
+        from inspector.serving.engines import default_engine
         from inspector.serving.replay import Replayer
         from inspector.wiring import Wiring
-
-        from inspector.serving.engines import default_engine
 
         if self._replayer is None:
             self._replayer = Replayer(self.ev, spec)
