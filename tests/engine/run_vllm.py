@@ -389,9 +389,9 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     rs = run_one_llm(a, name, draft, k, prompts, out)
                 except Exception as e:  # noqa: BLE001
+                    why = " | ".join(x.strip() for x in str(e).splitlines() if x.strip())[:300]
                     fail(
-                        f"{name} k={k}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                        f" (see {out / f'{name}-k{k}.log'})"
+                        f"{name} k={k}: {type(e).__name__}: {why} (see {out / f'{name}-k{k}.log'})"
                     )
                 for r in rs:
                     print(

