@@ -77,7 +77,7 @@ def test_values_are_read_as_given() -> None:
             norm_before_residual=True,
             norm_before_fc=True,
             fc_norm=True,
-            norm_output=True,  # a speculators key: ignored in a flat config
+            norm_output=True,  # read in a flat config too, as vLLM and SGLang read it
             eagle_config={"eagle_aux_hidden_state_layer_ids": [-1, 3, 5]},
             hidden_size=64.0,  # an integral float is an integer
         ),
@@ -85,7 +85,7 @@ def test_values_are_read_as_given() -> None:
     assert c.num_kv_heads == 4 and c.head_dim == 32 and c.head_dim_explicit
     assert c.num_layers == 2 and c.rms_norm_eps == 1e-5 and c.target_hidden_size == 128
     assert c.rope.theta == 5e5 and c.norm_before_residual and c.norm_before_fc and c.fc_norm
-    assert not c.norm_output
+    assert c.norm_output
     assert c.aux_layer_ids == (-1, 3, 5) and c.aux_layer_convention == "sglang"
     assert isinstance(c.hidden_size, int) and c.hidden_size == 64
 

@@ -273,7 +273,8 @@ def parse_draft_config(path: str | Path, config: dict) -> ParsedConfig:
         # SpecForge's use_aux_norm (aux_norm_low/mid/high) is the same per-slot RMSNorm as
         # Eagle 3.1's fc_norm: the loader maps its tensors onto fc_norm.{0,1,2}.
         fc_norm=top.flag("fc_norm") or top.flag("use_aux_norm"),
-        norm_output=top.flag("norm_output") and layout == "speculators",
+        # read from every layout, as vLLM (llama_eagle3.py) and SGLang (llama_eagle3.py) both do
+        norm_output=top.flag("norm_output"),
         aux_layer_ids=aux_ids,
         aux_layer_convention=aux_conv,
         source_format=layout,
