@@ -369,6 +369,12 @@ def build_parser() -> argparse.ArgumentParser:
     p_open.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json for decoding token ids")
     p_open.add_argument("--wiring", metavar="W", help="initial wiring (default train)")
     p_open.add_argument(
+        "--engine-log",
+        metavar="FILE",
+        help="what an engine logged (reconcile's formats): its accept length shows beside τ, "
+        "and τ starts under its draft steps",
+    )
+    p_open.add_argument(
         "--web", action="store_true", help="serve the app in a browser on localhost"
     )
     p_open.add_argument("--port", type=_port, default=8000, help="port for --web (default 8000)")

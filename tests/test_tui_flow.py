@@ -607,3 +607,23 @@ async def test_palette_switches_the_accuracy_view(syn):
         await pilot.pause(0.3)
         await pilot.press("enter")
         await until(pilot, lambda: app.main.metrics == "speculators")
+
+
+@pytest.mark.skipif(not demo_available(), reason="assets/demo not built")
+async def test_an_engines_logged_figure_shows_beside_tau(tmp_path):
+    """`open --engine-log FILE`: the engine's figure under the bar, τ under its draft steps."""
+    log = tmp_path / "vllm.log"
+    log.write_text(
+        "INFO 12-01 16:29:19 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 1.27, "
+        "Accepted throughput: 1.00 tokens/s, Drafted throughput: 3.00 tokens/s, Accepted: 214 "
+        "tokens, Drafted: 4010 tokens, Per-position acceptance rate: 0.219, 0.041, 0.006, 0.000, "
+        "0.000, Avg Draft acceptance rate: 5.3%\n"
+    )
+    app = make_app(demo_inputs(), engine_log=str(log))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        st = app.main.state
+        assert st.spec == DraftSpec(5)  # the log's five per-position rates: k = 5
+        text = widget_text(app, "#accuracy")
+        assert "vLLM logged 1.27 (vLLM 1 log line, vllm.log)" in text
+        assert "chain of 5" in app.main.query_one("#accuracy").border_title

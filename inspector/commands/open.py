@@ -23,6 +23,7 @@ def build_app(args: argparse.Namespace):
         ttt_steps=getattr(args, "ttt_steps", 1) or 1,
         memory_budget=getattr(args, "memory_budget", None),
         wiring=getattr(args, "wiring", None),
+        engine_log=getattr(args, "engine_log", None),
     )
 
 
@@ -37,6 +38,7 @@ def web_command(args: argparse.Namespace) -> str:
         ("--embed", args.embed),
         ("--tokenizer", getattr(args, "tokenizer", None)),
         ("--prompts", getattr(args, "prompts", None)),
+        ("--engine-log", getattr(args, "engine_log", None)),
     ):
         if value:
             argv += [flag, str(Path(value).absolute())]

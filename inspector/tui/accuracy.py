@@ -221,6 +221,14 @@ def accuracy_renderable(
             "\np pins the current wiring as the reference; flipped positions then show here",
             style="dim",
         )
+    if tau and session.logged is not None:
+        t.append("\n")
+        t.append(session.logged.line(), style="bold")
+        t.append(
+            " beside τ, this draft's replay of these samples: `eagle-inspect reconcile` says "
+            "which wiring gives it",
+            style="dim",
+        )
     return t
 
 

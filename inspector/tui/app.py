@@ -40,6 +40,7 @@ class InspectorApp(App):
         ttt_steps: int = 1,
         memory_budget: str | None = None,
         wiring: str | None = None,
+        engine_log: str | None = None,
         loader: Loader | None = None,
         fill: bool = True,
         input_paths: Sequence[str] | None = None,
@@ -54,6 +55,7 @@ class InspectorApp(App):
                 dtype=dtype,
                 ttt_steps=ttt_steps,
                 memory_budget=memory_budget,
+                engine_log=engine_log,
             )
         if input_paths is None:
             input_paths = inputs.paths() if inputs is not None else []

@@ -262,6 +262,7 @@ class Engine:
                 load_s=time.perf_counter() - t0,
                 first_sample=res.first_sample,
                 skipped=res.skipped,
+                logged=getattr(res, "logged", None),
             )
         except BaseException as e:  # noqa: BLE001 - reported in the app, which stays up
             self._send(LoadFailed(error_text(e)))

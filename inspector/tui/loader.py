@@ -24,6 +24,7 @@ class LoadResult:
     notes: list[str] = field(default_factory=list)
     first_sample: int = 0
     skipped: list[tuple[int, str]] = field(default_factory=list)
+    logged: Any = None  # summary.LoggedFigure: what an engine logged (--engine-log), or None
 
 
 Loader = Callable[[Callable[[str], None]], LoadResult]
@@ -36,8 +37,10 @@ def default_loader(
     dtype: str = "auto",
     ttt_steps: int = 1,
     memory_budget: str | None = None,
+    engine_log: str | None = None,
 ) -> Loader:
-    """A loader for the real inputs (`progress(text)` reports each stage)."""
+    """A loader for the real inputs (`progress(text)` reports each stage); `engine_log`: a file
+    of what an engine logged (`reconcile`'s formats), shown beside τ."""
 
     def load(progress: Callable[[str], None]) -> LoadResult:
         progress("importing torch")
@@ -54,7 +57,13 @@ def default_loader(
         progress(f"reading the first of {len(ev.samples)} samples")
         first, skipped = first_loadable(ev.samples)
         decoder, notes = load_decoder(inputs)
-        return LoadResult(ev, decoder, [*inputs.notes, *notes], first, skipped)
+        logged = None
+        if engine_log is not None:
+            from inspector.formats.engine_log import read_engine_log
+            from inspector.tui.summary import LoggedFigure
+
+            logged = LoggedFigure.of(read_engine_log(engine_log))
+        return LoadResult(ev, decoder, [*inputs.notes, *notes], first, skipped, logged)
 
     return load
 

@@ -22,6 +22,35 @@ if TYPE_CHECKING:  # numpy/torch types only; never imported at module load
 DEFAULT_SERVING_STEPS = 3  # the serving chain when the app runs one TTT step (as `accept`)
 
 
+@dataclass(frozen=True)
+class LoggedFigure:
+    """What an engine logged (`open --engine-log`), shown beside τ."""
+
+    engine: str  # "vLLM" or "SGLang"
+    accept_length: float
+    what: str  # "vLLM 1 log line", "vLLM Prometheus counters", ...
+    file: str
+    steps: int | None = None  # drafted tokens a round, where the log shows it
+
+    @classmethod
+    def of(cls, log: Any) -> LoggedFigure:
+        """From a `formats.engine_log.EngineLog` (device thread)."""
+        from inspector.errors import InputError
+
+        if log.accept_length is None:
+            raise InputError(log.path, None, "holds no accept length (no rounds counted)")
+        return cls(
+            "vLLM" if log.engine == "vllm" else "SGLang",
+            float(log.accept_length),
+            str(log.description),
+            log.path.name,
+            log.steps,
+        )
+
+    def line(self) -> str:
+        return f"{self.engine} logged {self.accept_length:.2f} ({self.what}, {self.file})"
+
+
 @dataclass
 class Session:
     """What the UI needs to know about the loaded draft and sample set."""
@@ -51,6 +80,7 @@ class Session:
     first_sample: int = 0  # the first sample that loads (the slot layout comes from it)
     skipped: list[tuple[int, str]] = field(default_factory=list)  # samples before it: (i, error)
     serving: DraftSpec | None = None  # the engine settings the accept length starts with
+    logged: LoggedFigure | None = None  # an engine's logged figure, shown beside τ
 
     def serving_default(self) -> DraftSpec:
         return self.serving or default_serving(self.ttt_steps)
@@ -110,6 +140,7 @@ def make_session(
     load_s: float,
     first_sample: int = 0,
     skipped: Sequence[tuple[int, str]] = (),
+    logged: LoggedFigure | None = None,
 ) -> Session:
     """The session summary of a loaded evaluator; the presets and `--wiring` resolved (or why not)."""
     draft = ev.draft
@@ -154,8 +185,18 @@ def make_session(
         has_verifier=bool(getattr(ev, "has_verifier", False)),
         first_sample=first_sample,
         skipped=list(skipped),
-        serving=default_serving(int(ev.ttt_steps)),
+        # τ starts under the engine's settings where its log shows them (a chain of k)
+        serving=default_serving(int(ev.ttt_steps))
+        if logged is None or not logged.steps
+        else _chain(logged.steps),
+        logged=logged,
     )
+
+
+def _chain(steps: int) -> DraftSpec:
+    from inspector.serving.spec import DraftSpec
+
+    return DraftSpec(steps)
 
 
 def accept_at(a_by_start: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:
