@@ -1,0 +1,233 @@
+"""reconcile's rules on hand-built replays and logs: equality by counts and by rounding, each
+verdict and its words, the first shortfall, which fault classes fit, pairing requests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inspector.doctor.reconcile import (
+    ENGINE_FAULTS,
+    ROUNDING,
+    WINDOW_TOLERANCE,
+    Verdict,
+    pair_requests,
+    reconcile,
+)
+from inspector.formats.engine_log import EngineLog, RequestFigures
+from inspector.formats.samples import v1_slot_info
+from inspector.serving.replay import AcceptReport, SampleReplay, WiringAccept
+from inspector.serving.spec import DraftSpec
+from inspector.wiring import Wiring
+
+SLOTS = v1_slot_info([0, 2, 4, 6])
+FAULT = dict(ENGINE_FAULTS)
+
+
+def _sample(index: int, accepted: list[int], starts: list[int] | None = None) -> SampleReplay:
+    starts = starts if starts is not None else [10 + 3 * i for i in range(len(accepted))]
+    a = np.array(accepted, dtype=np.int64)
+    return SampleReplay(
+        index,
+        f"data_{index}.pt",
+        np.array(starts, dtype=np.int64),
+        a,
+        a + 1,
+        np.zeros(100, dtype=np.int64),
+        3,
+    )
+
+
+def _report(per_wiring: dict[tuple[int, ...], list[list[int]]], starts=None) -> AcceptReport:
+    names = {(0, 1, 2): "configured [embed, L2, L4]", (1, 2, 3): "serve [L2, L4, L6]"}
+    wirings = []
+    for w, samples in per_wiring.items():
+        wa = WiringAccept(Wiring(w), names.get(w, str(list(w))), 3)
+        wa.per_sample = [
+            _sample(i, acc, None if starts is None else starts[i]) for i, acc in enumerate(samples)
+        ]
+        wirings.append(wa)
+    return AcceptReport(DraftSpec(3), "replay", "draft", 2, "cpu", "float32", SLOTS, wirings)
+
+
+GOOD = [[2, 3, 0, 1], [3, 3, 1]]  # 13 accepted in 7 rounds: 1 + 13/7
+BAD = [[0, 1, 0, 0], [1, 0, 0]]  # 2 in 7
+MID = [[1, 1, 0, 1], [1, 1, 1]]  # 6 in 7
+
+
+def _log(rounds=None, accepted=None, al=None, **kw) -> EngineLog:
+    if al is None and rounds:
+        al = 1 + accepted / rounds
+    return EngineLog(
+        Path("vllm.log"),
+        kw.pop("engine", "vllm"),
+        kw.pop("source", "log"),
+        accept_length=al,
+        rounds=rounds,
+        accepted=accepted,
+        lines=1,
+        **kw,
+    )
+
+
+def test_counts_decide_exactly_and_a_mean_within_its_rounding():
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): BAD})
+    r = reconcile(_log(7, 13), rep)
+    assert r.verdict is Verdict.AS_IS and r.matched == r.best == "configured [embed, L2, L4]"
+    assert [c.equal for c in r.checks] == [True, False]
+    assert r.fix is None and r.gap is None and r.faults == []
+    assert "vLLM logged 2.86 (13 accepted in 7 rounds, vLLM 1 log line)" in r.summary
+    assert "gives 2.86 when fed [embed, L2, L4], the wiring it fits best" in r.summary
+    assert "the draft is what it is" in r.summary and "note the draft's config" not in r.summary
+    # one accepted token off is no longer equal, though the mean rounds the same
+    assert not reconcile(_log(7, 12, al=1 + 13 / 7), rep).checks[0].equal
+    # a rounded mean: equal within half its last digit, not beyond
+    at = 1 + 13 / 7
+    for delta, eq in ((ROUNDING - 1e-6, True), (ROUNDING + 1e-4, False)):
+        log = _log(al=at + delta, rounded=True)
+        assert reconcile(log, rep).checks[0].equal is eq, delta
+    # SGLang's windows: a looser tolerance
+    sg = _log(al=at + WINDOW_TOLERANCE - 1e-6, engine="sglang", rounded=True)
+    assert reconcile(sg, rep).checks[0].equal
+    sg = _log(al=at + WINDOW_TOLERANCE + 1e-3, engine="sglang", rounded=True)
+    assert not reconcile(sg, rep).checks[0].equal
+    assert reconcile(sg, rep).summary.startswith("SGLang logged")
+
+
+def test_another_wirings_figure_names_the_wrong_layers_and_the_fix():
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): BAD})
+    r = reconcile(_log(7, 2), rep)
+    assert r.verdict is Verdict.WRONG_WIRING
+    assert r.matched == "serve [L2, L4, L6]" and r.best == "configured [embed, L2, L4]"
+    assert r.summary == (
+        "vLLM logged 1.29 (2 accepted in 7 rounds, vLLM 1 log line); this draft gives 1.29 when "
+        "fed [L2, L4, L6] and 2.86 when fed [embed, L2, L4], what its config names: your engine "
+        "feeds the wrong layers"
+    )
+    assert r.fix == (
+        "serve it fed [embed, L2, L4]: eagle_aux_hidden_state_layer_ids [0, 2, 4] for vLLM, "
+        "eagle_config ids [-1, 1, 3] for SGLang (< #25454; [0, 2, 4] since)"
+    )
+    assert r.serving_config["hf_indices"] == [0, 2, 4]
+    # the best wiring is not the configured one: the summary says which is which
+    rep2 = _report({(0, 1, 2): BAD, (1, 2, 3): GOOD})
+    r2 = reconcile(_log(7, 2), rep2)
+    assert r2.verdict is Verdict.WRONG_WIRING and "what its config names" not in r2.summary
+    assert "[L2, L4, L6]" in r2.fix
+    r3 = reconcile(_log(7, 13), rep2)
+    assert r3.verdict is Verdict.AS_IS
+    assert "note the draft's config names [embed, L2, L4] (1.29)" in r3.summary
+    assert r3.serving_config is not None and r3.fix is None
+
+
+def test_below_every_wiring_is_an_engine_fault_with_its_first_shortfall():
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): MID}, starts=[[5, 8, 12, 13], [3, 7, 1500]])
+    reqs = [
+        RequestFigures("requests.jsonl:1", per_step_accepted=[2, 0, 0, 0]),
+        RequestFigures("requests.jsonl:2", per_step_accepted=[0, 0, 0]),
+    ]
+    log = _log(7, 2, source="requests")
+    log.requests = reqs
+    r = reconcile(log, rep, pairs={0: reqs[0], 1: reqs[1]})
+    assert r.verdict is Verdict.ENGINE_FAULT
+    g = r.gap
+    assert (g.sample, g.round, g.engine, g.replay, g.position) == (0, 1, 0, 3, 8)
+    assert g.request == "requests.jsonl:1"
+    assert (
+        "vLLM logged 1.29 over 2 requests, below every wiring's replay of these requests "
+        "(lowest 1.86 fed [L2, L4, L6], 2.86 fed [embed, L2, L4]): an engine-side fault"
+    ) in r.summary
+    assert (
+        "the first shortfall is request requests.jsonl:1 (sample 0), round 1 at position 8: the "
+        "engine accepted 0 where this draft accepts 3" in r.summary
+    )
+    # the median shortfall lies before 1K tokens, the first not in round 0: batching first
+    assert r.faults == [FAULT["batch"], FAULT["early"], FAULT["late"]]
+    assert r.to_dict()["first_gap"]["engine_accepted"] == 0
+    assert [c.requests_equal for c in r.checks] == [0, 0]
+    assert r.fix is None
+
+
+def test_which_fault_classes_fit_where_the_engine_fell_short():
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): MID}, starts=[[5, 8, 12, 13], [1100, 1200, 1500]])
+    early = RequestFigures("r:1", per_step_accepted=[0, 3, 0, 1])
+    late = RequestFigures("r:2", per_step_accepted=[0, 0, 0])
+    log = _log(7, 4, source="requests")
+    r = reconcile(log, rep, pairs={0: early, 1: late})
+    assert r.gap.round == 0 and r.gap.sample == 0
+    # the first shortfall in round 0 and the median one past 1K tokens
+    assert r.faults == [FAULT["early"], FAULT["late"], FAULT["batch"]]
+    fine = RequestFigures("r:1", per_step_accepted=[2, 3, 0, 1])
+    r = reconcile(_log(8, 4, source="requests"), rep, pairs={0: fine, 1: late})
+    assert r.gap.position == 1100 and r.gap.round == 0
+    assert r.faults == [FAULT["early"], FAULT["late"], FAULT["batch"]]
+    late_only = RequestFigures("r:2", per_step_accepted=[3, 0, 0])
+    r = reconcile(_log(8, 4, source="requests"), rep, pairs={0: fine, 1: late_only})
+    assert (r.gap.position, r.gap.round) == (1200, 1)
+    assert r.faults == [FAULT["late"], FAULT["batch"], FAULT["early"]]
+    # pooled only: every class, in the catalogue's order
+    r = reconcile(_log(7, 1), rep)
+    assert r.gap is None and r.faults == [FAULT["early"], FAULT["late"], FAULT["batch"]]
+
+
+def test_a_figure_matching_no_replay_is_other_data():
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): BAD})
+    between = reconcile(_log(7, 6), rep)
+    assert between.verdict is Verdict.OTHER_DATA
+    assert "which matches no wiring's replay (2.86 fed [embed, L2, L4], 1.29 fed [L2, L4, L6])" in (
+        between.summary
+    )
+    assert reconcile(_log(7, 20), rep).verdict is Verdict.OTHER_DATA  # above every replay
+    with pytest.raises(ValueError):
+        reconcile(_log(), rep)
+
+
+def test_a_per_request_match_decides_what_a_pooled_figure_cannot():
+    # both wirings pool to 6 accepted in 4 rounds; only one has the engine's rounds
+    rep = _report({(0, 1, 2): [[3, 0], [1, 2]], (1, 2, 3): [[0, 3], [2, 1]]})
+    reqs = [
+        RequestFigures("r:1", per_step_accepted=[0, 3]),
+        RequestFigures("r:2", per_step_accepted=[2, 1]),
+    ]
+    log = _log(4, 6, source="requests")
+    r = reconcile(log, rep, pairs={0: reqs[0], 1: reqs[1]})
+    assert [c.equal for c in r.checks] == [True, True]
+    assert [c.requests_equal for c in r.checks] == [0, 2]
+    assert r.matched == "serve [L2, L4, L6]"
+
+
+def test_a_lower_bound_replay_equals_a_count_at_or_above_it():
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): BAD})
+    rep.wirings[0].per_sample[1].bounded[-1] = True
+    assert reconcile(_log(7, 14), rep).checks[0].equal
+    assert not reconcile(_log(7, 12), rep).checks[0].equal
+    assert not reconcile(_log(8, 14), rep).checks[0].equal
+    r = reconcile(_log(7, 14), rep)
+    assert any("lower bounds" in n for n in r.notes)
+    d = r.to_dict()["wirings"][0]
+    assert d["accept_length_is_lower_bound"] and d["equal"]
+
+
+def test_requests_pair_with_samples_by_tokens_else_by_order():
+    samples = [(0, [1, 2, 3, 4], [0, 0, 1, 1]), (1, [5, 6, 7], [0, 1, 1])]
+    a = RequestFigures("f:1", prompt_ids=[5], output_ids=[6, 7], per_step_accepted=[1])
+    b = RequestFigures("f:2", prompt_ids=[1, 2], output_ids=[3, 4], per_step_accepted=[0])
+    c = RequestFigures("f:3", prompt_ids=[9], output_ids=[9], per_step_accepted=[0])
+    log = _log(2, 1, source="requests")
+    log.requests = [a, b, c]
+    pairs, notes = pair_requests(log, samples)
+    assert pairs == {1: a, 0: b}
+    assert notes == [
+        "1 of 3 engine requests match no sample's tokens (prompt + output): left out of the "
+        "per-request comparison"
+    ]
+    log.requests = [RequestFigures("f:1", per_step_accepted=[1]), RequestFigures("f:2")]
+    pairs, notes = pair_requests(log, samples)
+    assert list(pairs) == [0, 1] and pairs[0].where == "f:1" and "by order" in notes[0]
+    log.requests = [RequestFigures("f:1")]
+    pairs, notes = pair_requests(log, samples)
+    assert pairs == {} and "pooled figures only" in notes[0]
+    log.requests = []
+    assert pair_requests(log, samples) == ({}, [])
