@@ -108,19 +108,31 @@ def test_per_request_json_lines_of_both_engines(tmp_path):
     f.write_text(json.dumps({"spec_decode_metrics": {"per_step_accepted": [1, -1]}}) + "\n")
     with pytest.raises(InputError, match="per_step_accepted: expected a list of non-negative"):
         read_engine_log(f)
-    # SGLang's meta_info: accepted from completion tokens when the count is not given
+    # SGLang's meta_info: rounds are spec_verify_ct, accepted spec_num_correct_drafts
     sg = [
-        {"meta_info": {"spec_verify_ct": 4, "completion_tokens": 11, "spec_accept_length": 2.75}},
+        {"meta_info": {"spec_verify_ct": 4, "completion_tokens": 11, "spec_num_correct_drafts": 7}},
         {"meta_info": {"spec_verify_ct": 2, "completion_tokens": 5, "spec_num_correct_drafts": 2}},
     ]
     f.write_text("\n".join(json.dumps(r) for r in sg))
     log = read_engine_log(f)
-    assert (log.engine, log.rounds, log.accepted) == ("sglang", 6, 6 + 2)
-    assert log.requests[0].spec_accept_length == 2.75
+    assert (log.engine, log.rounds, log.accepted, log.figure) == ("sglang", 6, 9, "accept_length")
+    assert log.accept_length == pytest.approx(1 + 9 / 6)
+    # without the count: the figure is spec_accept_length, completion / verify rounds, pooled
+    old = [
+        {"meta_info": {"spec_verify_ct": 4, "completion_tokens": 11, "spec_accept_length": 2.75}}
+    ]
+    old.append({"spec_verify_ct": 2, "completion_tokens": 5})
+    f.write_text("\n".join(json.dumps(r) for r in old))
+    log = read_engine_log(f)
+    assert log.figure == "spec_accept_length" and log.accept_length == pytest.approx(16 / 6)
+    assert log.requests[0].spec_accept_length == 2.75 and log.requests[1].accepted == 3
+    f.write_text(json.dumps(sg[0]) + "\n" + json.dumps(old[1]) + "\n")
+    with pytest.raises(InputError, match="some requests count their correct drafts, some do not"):
+        read_engine_log(f)
     f.write_text(json.dumps({"meta_info": {"completion_tokens": 3}}))
     with pytest.raises(InputError, match="meta_info without spec_verify_ct"):
         read_engine_log(f)
-    f.write_text(json.dumps(rows[0]) + "\n" + json.dumps(sg[0]) + "\n")
+    f.write_text(json.dumps(rows[0]) + "\n" + json.dumps(sg[0]) + "\n")  # vLLM, then SGLang
     with pytest.raises(InputError, match="mixes vLLM and SGLang"):
         read_engine_log(f)
 

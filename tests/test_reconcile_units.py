@@ -231,3 +231,36 @@ def test_requests_pair_with_samples_by_tokens_else_by_order():
     assert pairs == {} and "pooled figures only" in notes[0]
     log.requests = []
     assert pair_requests(log, samples) == ({}, [])
+
+
+def test_sglangs_per_request_counts_leave_the_round_after_the_stop_out():
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): BAD})
+    for wa in rep.wirings:  # each request's last round is SGLang's overlap round
+        for smp in wa.per_sample:
+            smp.after_stop[-1] = True
+            smp.emitted[-1] = 0
+            smp.completion_tokens = 1 + int(smp.emitted.sum())
+    # GOOD without its overlap rounds: 12 accepted in 5 rounds
+    reqs = [
+        RequestFigures("r:1", rounds=3, accepted=5),
+        RequestFigures("r:2", rounds=2, accepted=6),
+    ]
+    log = _log(5, 11, engine="sglang", source="requests")
+    log.requests = reqs
+    r = reconcile(log, rep, pairs={0: reqs[0], 1: reqs[1]})
+    assert r.checks[0].stats.rounds == 5 and r.checks[0].stats.accepted == 11
+    assert r.verdict is Verdict.AS_IS and r.summary.startswith("SGLang logged")
+    # the pooled log line counts the overlap rounds: the replay as it is
+    line = _log(al=1 + 13 / 7, engine="sglang", rounded=True)
+    assert reconcile(line, rep).checks[0].equal
+    # spec_accept_length only: completion tokens per verify round
+    comp = [1 + 3 + 4 + 1, 1 + 4 + 4]  # GOOD's emitted without the overlap rounds, + the prefill's
+    reqs = [
+        RequestFigures("r:1", rounds=3, accepted=comp[0] - 3, per_request_figure=True),
+        RequestFigures("r:2", rounds=2, accepted=comp[1] - 2, per_request_figure=True),
+    ]
+    log = _log(5, sum(comp) - 5, engine="sglang", source="requests", figure="spec_accept_length")
+    log.requests = reqs
+    r = reconcile(log, rep, pairs={0: reqs[0], 1: reqs[1]})
+    assert r.checks[0].equal and r.verdict is Verdict.AS_IS
+    assert "SGLang logged spec_accept_length 3.60 over 2 requests" in r.summary

@@ -273,7 +273,7 @@ def reconcile(
     notes = list(notes)
     checks: list[WiringCheck] = []
     for wa in report.wirings:
-        stats = _pooled(wa, pairs)
+        stats = _pooled(wa, pairs, log)
         eq = None
         if pairs:
             eq = sum(
@@ -377,16 +377,31 @@ def reconcile(
     )
 
 
-def _pooled(wa: WiringAccept, pairs: dict[int, RequestFigures]) -> AcceptStats:
+def _pooled(wa: WiringAccept, pairs: dict[int, RequestFigures], log: EngineLog) -> AcceptStats:
+    """The replay's counts as the log counts them: SGLang's per-request figures leave the round
+    after the stop out, and without a count of correct drafts they are completion tokens per
+    verify round (written as accepted = completion - rounds)."""
     total = AcceptStats(wa.depth)
+    per_request = log.engine == "sglang" and log.source == "requests"
     for s in wa.per_sample:
-        if not pairs or s.index in pairs:
+        if pairs and s.index not in pairs:
+            continue
+        if not per_request:
             total.add(s.stats)
+            continue
+        rounds = [r for r in s.rounds if not r.after_stop]
+        st = AcceptStats.of(rounds, wa.depth)
+        if log.figure == "spec_accept_length":
+            st.accepted = s.completion_tokens - st.rounds
+            st.bounded = 0  # the tokens the request received: exact
+        total.add(st)
     return total
 
 
 def _logged(log: EngineLog) -> str:
     al = _fmt(log.accept_length)
+    if log.figure == "spec_accept_length":
+        return f"spec_accept_length {al} over {len(log.requests)} requests"
     if log.rounds is not None and log.accepted is not None and log.source != "requests":
         return f"{al} ({log.accepted} accepted in {log.rounds} rounds, {log.description})"
     if log.source == "requests":

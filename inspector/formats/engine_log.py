@@ -16,8 +16,10 @@
 - SGLang's log: "Decode batch, ..., accept len: 2.31, accept rate: 0.44, ..." per 40 decode
   batches (its own window; the lines carry no round counts, so several lines are averaged).
 - SGLang per request, JSON lines with `meta_info` (or its keys at the top level):
-  `spec_verify_ct`, `completion_tokens`, `spec_accept_length`, `spec_num_correct_drafts` when
-  present; SGLang's server info (`internal_states[*].avg_spec_accept_length`).
+  `spec_verify_ct` (verify rounds, the one after the stop not counted), `spec_num_correct_drafts`
+  (accepted drafts, uncut), `completion_tokens`, `spec_accept_length` (= completion_tokens /
+  spec_verify_ct, the prefill's token included); without `spec_num_correct_drafts` the figure is
+  that per-request one. SGLang's server info (`internal_states[*].avg_spec_accept_length`).
 
 Every malformed or truncated entry is one `InputError` naming the file and the line.
 """
@@ -60,6 +62,9 @@ class RequestFigures:
     accepted: int | None = None  # drafted tokens accepted over the request
     completion_tokens: int | None = None  # SGLang: the prefill's token included
     spec_accept_length: float | None = None  # SGLang's per-request figure, as logged
+    # `accepted` is completion_tokens - rounds: the log's figure is SGLang's per-request
+    # spec_accept_length, not the accept length its log lines pool
+    per_request_figure: bool = False
 
 
 @dataclass
@@ -78,6 +83,9 @@ class EngineLog:
     steps: int | None = None  # drafted tokens per round (vLLM's k), where the source shows it
     lines: int = 0  # log lines or entries read
     rounded: bool = False  # accept_length is a rounded figure (2 decimals), not counts
+    # "accept_length" (1 + accepted / rounds) or, for SGLang requests without a count of correct
+    # drafts, "spec_accept_length" (completion tokens / verify rounds, pooled)
+    figure: str = "accept_length"
     requests: list[RequestFigures] = field(default_factory=list)
 
     @property
@@ -242,6 +250,10 @@ def _json_entries(path: Path, text: str, lines: list[str]) -> EngineLog:
         out.accepted = sum(r.accepted or 0 for r in out.requests)
     if out.rounds and out.accepted is not None:
         out.accept_length = 1 + out.accepted / out.rounds
+    if any(r.per_request_figure for r in out.requests):
+        if not all(r.per_request_figure for r in out.requests):
+            raise InputError(path, None, "some requests count their correct drafts, some do not")
+        out.figure = "spec_accept_length"
     return out
 
 
@@ -281,8 +293,10 @@ def _request(path: Path, no: int, entry: object) -> tuple[str, RequestFigures]:
         sal = m.get("spec_accept_length")
         r.spec_accept_length = float(sal) if isinstance(sal, int | float) else None
         if r.accepted is None and r.completion_tokens is not None and r.rounds is not None:
-            # completion = the prefill's token + every round's a + 1
-            r.accepted = max(r.completion_tokens - 1 - r.rounds, 0)
+            # no count of correct drafts (older SGLang): the figure is spec_accept_length,
+            # completion_tokens / spec_verify_ct, written as 1 + (completion - rounds) / rounds
+            r.accepted = max(r.completion_tokens - r.rounds, 0)
+            r.per_request_figure = True
         r.output_ids = _ints(path, no, "output_ids", entry.get("output_ids"))
         r.prompt_ids = _ints(path, no, "input_ids", entry.get("input_ids"))
         return "sglang", r
