@@ -250,3 +250,33 @@ def test_bfloat16_reports_its_difference_without_failing(tmp_path, capsys):
             f"token): {differ}"
         )
     assert vllm["num_drafts"] > 0 and ours["rounds"] > 0
+
+
+def test_reconcile_replays_the_engines_prompts_through_the_live_loop(capsys):
+    """`reconcile --prompts INPUT --target T`: no samples, the requests rerun by the live loop."""
+    from inspector.cli import main
+
+    log = Path(RUNS or "") / "serve-k3-batch" / "requests.jsonl"
+    capsys.readouterr()
+    rc = main(
+        [
+            "reconcile",
+            str(DEMO / "draft"),
+            "--prompts",
+            str(DEMO / "prompts.jsonl"),
+            "--target",
+            str(DEMO / "target"),
+            "--engine-log",
+            str(log),
+            "--json",
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+        ]
+    )
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "wrong_wiring" and doc["requests_matched"] == 8
+    serve = next(w for w in doc["wirings"] if w["label"].startswith("serve"))
+    assert serve["equal"] and serve["requests_equal"] == 8
