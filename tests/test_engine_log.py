@@ -83,6 +83,23 @@ def test_prometheus_counters_are_summed_over_label_sets(tmp_path):
     with pytest.raises(InputError) as e:
         read_engine_log(f)
     assert e.value.field == "vllm:spec_decode_num_accepted_tokens"
+    assert (log.path, log.engine, log.lines) == (f, "vllm", 7)  # the counters read
+    f.write_text(
+        "# HELP x\n"
+        'vllm:spec_decode_num_drafts_total{engine="0"} 3.0\n'
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0"} abc\n'
+    )
+    with pytest.raises(InputError) as e:
+        read_engine_log(f)
+    assert (e.value.path, e.value.field) == (str(f), "line 3")
+    assert e.value.message == "vllm:spec_decode_num_accepted_tokens: value 'abc'"
+    f.write_text(
+        'vllm:spec_decode_num_drafts_total{engine="0"} 3.0\n'
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0"} 1.0\n'
+    )
+    with pytest.raises(InputError) as e:
+        read_engine_log(f)
+    assert (e.value.field, e.value.message) == ("line 2", "accepted_tokens_per_pos without position")
 
 
 def test_per_request_json_lines_of_both_engines(tmp_path):
