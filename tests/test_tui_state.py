@@ -445,3 +445,26 @@ def test_the_engine_side_never_imports_textual():
     )
     out = python_output(code)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_the_rounds_line_under_sglangs_convention_and_a_continuation():
+    """a_by_start over the continuation (longer than the sample) and SGLang's round after the
+    stop (emitting nothing, starting at the sample's end) leave the line one entry per token."""
+    from inspector.serving.engines import Engine
+    from inspector.serving.walk import Run, walk
+    from inspector.tui.summary import accept_at
+    from inspector.tui.view import ROUND_START, round_marks
+
+    mask = np.zeros(20, dtype=bool)
+    mask[5:] = True
+    a = np.full(20 + 6, 2)  # every round accepts 2, the continuation too
+    rounds = walk(a, [Run(5, 19, 25)], depth=3, engine=Engine.SGLANG)
+    assert rounds[-1].after_stop and rounds[-1].start >= 19
+    at = accept_at(a, mask)
+    assert len(at) == 20
+    arr = np.array([[r.start, r.emitted] for r in rounds])
+    acc = SimpleNamespace(a_at=at, starts=arr[:, 0], emitted=arr[:, 1])
+    values, marks = round_marks(acc, 20)
+    assert [t for t, m in enumerate(marks) if m == ROUND_START] == [
+        r.start + 1 for r in rounds if not r.after_stop
+    ]

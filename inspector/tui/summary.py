@@ -207,7 +207,8 @@ def accept_at(a_by_start: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:
 
     from inspector.serving.walk import generation_runs
 
-    out = np.full(len(a_by_start), -1, dtype=np.int64)
+    # one entry per token of the sample (a_by_start may run on over its continuation)
+    out = np.full(len(loss_mask), -1, dtype=np.int64)
     for p, e in generation_runs(loss_mask):
         n = np.arange(p, e)
         out[n + 1] = np.minimum(a_by_start[n], e - n)

@@ -117,6 +117,8 @@ def round_marks(accept: Any, length: int) -> tuple[list[int], list[int]] | None:
         return None
     marks = np.zeros(length, dtype=np.int8)
     for n, e in zip(accept.starts.tolist(), accept.emitted.tolist(), strict=True):
+        if e == 0:  # SGLang's round after the stop: counted, emits nothing here
+            continue
         marks[n + 1 : n + 1 + e] = IN_ROUND
         marks[n + 1] = ROUND_START
     return accept.a_at.tolist(), marks.tolist()
