@@ -99,7 +99,10 @@ def test_prometheus_counters_are_summed_over_label_sets(tmp_path):
     )
     with pytest.raises(InputError) as e:
         read_engine_log(f)
-    assert (e.value.field, e.value.message) == ("line 2", "accepted_tokens_per_pos without position")
+    assert (e.value.field, e.value.message) == (
+        "line 2",
+        "accepted_tokens_per_pos without position",
+    )
 
 
 def test_per_request_json_lines_of_both_engines(tmp_path):

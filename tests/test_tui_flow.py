@@ -627,3 +627,52 @@ async def test_an_engines_logged_figure_shows_beside_tau(tmp_path):
         text = widget_text(app, "#accuracy")
         assert "vLLM logged 1.27 (vLLM 1 log line, vllm.log)" in text
         assert "chain of 5" in app.main.query_one("#accuracy").border_title
+
+
+@pytest.mark.skipif(not demo_available(), reason="assets/demo not built")
+async def test_tau_on_generated_requests_is_accepts_under_both_conventions(capsys, tmp_path):
+    """On `capture --generate` samples (the continuation past each stop), the app's τ is
+    `accept`'s exact figure: vLLM's for the chain, SGLang's (its round after the stop included)
+    for a tree; nothing is a lower bound."""
+    from inspector.session import Inputs
+
+    gen = tmp_path / "gen"
+    rc = cli_main(
+        [
+            "capture",
+            str(DEMO / "target"),
+            str(DEMO / "prompts.jsonl"),
+            "--out",
+            str(gen),
+            "--generate",
+            "32",
+            "--save-dtype",
+            "float32",
+            "--draft",
+            str(DEMO / "draft"),
+            "--device",
+            "cpu",
+        ]
+    )
+    assert rc == 0
+    inputs = Inputs(DEMO / "draft", [str(gen)], target=DEMO / "target")
+    chain = eval_json(capsys, inputs, "train", command="accept")["wirings"][0]
+    extra = ("--steps", "3", "--topk", "4", "--draft-tokens", "8")
+    tree = eval_json(capsys, inputs, "train", command="accept", extra=extra)["wirings"][0]
+    assert tree["rounds_after_stop"] > 0
+    app = make_app(inputs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        st = app.main.state
+        total = st.set_accept(st.wiring)
+        assert total.stats.rounds == chain["rounds"] and not total.stats.is_bound
+        assert total.stats.accept_length == pytest.approx(chain["accept_length"])
+        await pilot.press("a")
+        await until(pilot, lambda: type(app.screen).__name__ == "ServingScreen")
+        await pilot.press("tab", "4", "tab", "8", "enter")
+        await settle(pilot)
+        total = st.set_accept(st.wiring)
+        assert total.stats.rounds == tree["rounds"] and total.stats.after_stop > 0
+        assert total.stats.accept_length == pytest.approx(tree["accept_length"])
+        row = widget_text(app, "#accuracy").splitlines()[1]
+        assert f"{tree['accept_length']:.2f}" in row and "≥" not in row
