@@ -180,3 +180,38 @@ def test_doctor_replays_the_first_samples_up_to_its_token_budget(
     best = finding["evidence"]["best"]
     if best["wiring"] == [0, 1, 2]:
         assert best["accept_length"] == pytest.approx(replayed, abs=1e-4)
+
+
+def _table_rows(out: str) -> dict[str, list[str]]:
+    """wiring name -> its cells, from a rich table's body rows."""
+    rows = {}
+    for line in out.splitlines():
+        if line.startswith("│"):
+            cells = [c.strip() for c in line.strip("│").split("│")]
+            rows[cells[0]] = cells
+    return rows
+
+
+@pytest.mark.parametrize(
+    "extra", [[], ["--topk", "2", "--draft-tokens", "5"]], ids=["chain", "tree"]
+)
+def test_accept_tables_numbers_are_the_jsons(tiny_synthetic, capsys, extra):
+    """Every number of the table against the JSON, per wiring (a swapped or mislabelled column
+    fails here)."""
+    draft, samples = tiny_synthetic
+    _, out, _ = _run(capsys, [draft, samples, "--steps", "3", *extra])
+    rc, js, _ = _run(capsys, [draft, samples, "--steps", "3", "--json", *extra])
+    assert rc == 0
+    doc = json.loads(js)
+    rows = _table_rows(out)
+    for w in doc["wirings"]:
+        name = w["label"].split(" [")[0]
+        cells = rows[name]
+        al = f"{w['accept_length']:.2f}"
+        assert cells[2] == (">=" + al if w["accept_length_is_lower_bound"] else al)
+        assert cells[3:6] == [f"{100 * x:.1f}%" for x in w["per_depth"]]
+        assert cells[6:9] == [
+            f"{w['rounds']:,}",
+            f"{w['accepted']:,}",
+            f"{w['emitted_per_round']:.2f}",
+        ]

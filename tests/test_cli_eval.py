@@ -191,3 +191,43 @@ def test_memory_budget_flag(golden, capsys, monkeypatch):
     monkeypatch.setenv("EAGLE_INSPECT_MEMORY_BUDGET", "1%")
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out)["wirings"] == ref["wirings"]
+
+
+def _body_rows(table_text: str) -> list[list[str]]:
+    return [
+        [c.strip() for c in line.strip("│").split("│")]
+        for line in table_text.splitlines()
+        if line.startswith("│")
+    ]
+
+
+def test_eval_tables_numbers_are_the_jsons(capsys):
+    """Every count of eval's tables (ours, speculators', SpecForge's) against the JSON, per
+    wiring and step: a swapped or mislabelled column fails here."""
+    argv = ["eval", "--ttt-steps", "2", "--limit", "3", "--metrics", "all"]
+    assert main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    ours_text, rest = out.split("speculators' own metrics", 1)
+    spec_text, sf_text = rest.split("SpecForge's own", 1)
+    ours, spec, sf = _body_rows(ours_text), _body_rows(spec_text), _body_rows(sf_text)
+
+    def fmt(c: dict) -> str:
+        return f"{c['hits']}/{c['total']} {100 * c['acc']:.1f}%"
+
+    for i, w in enumerate(doc["wirings"]):
+        steps = w["steps"]
+        row = ours[i]
+        assert row[0] == w["label"].split(" [")[0]
+        assert row[2:4] == [fmt(s["all_tok"]) for s in steps]
+        assert row[4] == fmt(steps[0]["in_vocab"])
+        assert row[5] == f"{100 * steps[0]['coverage']:.1f}%"
+        al = f"{w['acceptance_length']:.2f}"
+        assert row[6] == (">=" + al if w["accept"]["accept_length_is_lower_bound"] else al)
+        t = [s["trainer"] for s in steps]
+        assert spec[i][1:] == [fmt(x["speculators"]["full_acc"]) for x in t] + [
+            fmt(x["speculators"]["cond_acc"]) for x in t
+        ]
+        assert sf[i][1:3] == [fmt(x["specforge"]["acc"]) for x in t]
+        assert sf[i][3] == f"{w['specforge_simulated_acc_len']:.3f}"

@@ -33,8 +33,10 @@ def test_the_json_says_what_each_figure_follows():
     keys = {"accept_length", "accepted", "emitted_per_round", "per_depth", "engine", "rounds"}
     assert keys | {"logged_as", "per_sample"} == set(v) == set(s)
     assert (v["engine"], s["engine"]) == ("vllm", "sglang")
-    assert v["accept_length"] == s["accept_length"] == (
-        "1 + accepted / rounds, pooled over every round of every request"
+    assert (
+        v["accept_length"]
+        == s["accept_length"]
+        == ("1 + accepted / rounds, pooled over every round of every request")
     )
     assert "past its stop" in v["accepted"]
     assert "vllm:spec_decode_num_drafts" in v["rounds"] and "overlap" in s["rounds"]
