@@ -410,3 +410,38 @@ def test_a_run_drops_the_verifier_argmax_it_computed():
     assert ev.cache_bytes()["verifier"] > 0
     ev.run([w], indices=[0, 1])
     assert ev.cache_bytes()["verifier"] == 0
+
+
+def test_retry_oom_tries_smaller_chunks_then_gives_up():
+    from inspector.evaluate.device import retry_oom
+    from inspector.model.attention import Chunking
+
+    base = Chunking()
+    seen: list[Chunking] = []
+    freed: list[int] = []
+
+    def fails_until(n: int):
+        def run(c: Chunking):
+            seen.append(c)
+            if len(seen) < n:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+            return "done"
+
+        return run
+
+    dev = torch.device("cpu")
+    assert retry_oom(fails_until(3), base, dev, free=lambda: freed.append(1)) == "done"
+    assert seen == [base.smaller(1), base.smaller(2), base.smaller(4)] and freed == [1, 1]
+    seen.clear()
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        retry_oom(fails_until(99), base, dev)
+    assert seen == [base.smaller(d) for d in (1, 2, 4, 8, 16)]
+    seen.clear()
+
+    def other(c: Chunking):
+        seen.append(c)
+        raise ValueError("not memory")
+
+    with pytest.raises(ValueError):
+        retry_oom(other, base, dev, free=lambda: freed.append(2))
+    assert len(seen) == 1 and 2 not in freed

@@ -1,10 +1,17 @@
-"""Which device to run on, and what an out-of-memory error looks like on it."""
+"""Which device to run on, what an out-of-memory error looks like on it, and the one retry in
+smaller chunks that follows one."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 
 from inspector.errors import InputError
+from inspector.model.attention import Chunking
+
+T = TypeVar("T")
 
 
 def resolve_device(name: str | None) -> torch.device:
@@ -38,6 +45,31 @@ def is_oom(e: BaseException) -> bool:
         return True
     text = str(e).lower()
     return isinstance(e, RuntimeError) and ("out of memory" in text or "failed to allocate" in text)
+
+
+OOM_RETRIES = (2, 4, 8, 16)  # chunk divisors tried after an out-of-memory error
+
+
+def retry_oom(
+    run: Callable[[Chunking], T],
+    chunking: Chunking,
+    device: torch.device,
+    *,
+    free: Callable[[], None] | None = None,
+) -> T:
+    """`run(chunking)`, retried in chunks 2, 4, 8 and 16 times smaller after an out-of-memory
+    error (`free` first drops what the caller can spare, then the allocator's cache goes back);
+    any other error, or one at the smallest chunks, is raised."""
+    for divisor in (1, *OOM_RETRIES[:-1]):
+        try:
+            return run(chunking.smaller(divisor))
+        except Exception as e:
+            if not is_oom(e):
+                raise
+            if free is not None:
+                free()
+            release_cached(device)
+    return run(chunking.smaller(OOM_RETRIES[-1]))
 
 
 def release_cached(device: torch.device) -> None:

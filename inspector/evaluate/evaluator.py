@@ -20,7 +20,7 @@ import torch
 from inspector.cache import ByteLRU
 from inspector.draft import Draft
 from inspector.errors import InputError
-from inspector.evaluate.device import is_oom, release_cached
+from inspector.evaluate.device import retry_oom
 from inspector.evaluate.positions import PositionList, PositionSink
 from inspector.evaluate.predictions import (
     TOP_K,
@@ -49,8 +49,6 @@ from inspector.model.linear import linear
 from inspector.sample import Sample, SlotInfo, with_layer_ids
 from inspector.serving.walk import AcceptStats
 from inspector.wiring import Wiring, parse_wiring
-
-OOM_RETRIES = (2, 4, 8, 16)  # chunk divisors tried after an out-of-memory error
 
 
 class Evaluator:
@@ -289,18 +287,18 @@ class Evaluator:
         cached = self._preds.get(key)
         if cached is not None:
             return cached
-        chunking = self.chunking
-        for divisor in (1, *OOM_RETRIES):
-            try:
-                result = self._predict(index, wiring, chunking.smaller(divisor))
-                break
-            except Exception as e:
-                if not is_oom(e) or divisor == OOM_RETRIES[-1]:
-                    raise
-                # Free what other samples keep on the device, then retry in smaller chunks.
-                self._dev_slots.pop_where(lambda k: k[0] != index)
-                self._proj.pop_where(lambda k: k[0] != index)
-                release_cached(self.device)
+
+        def free() -> None:
+            # what other samples keep on the device
+            self._dev_slots.pop_where(lambda k: k[0] != index)
+            self._proj.pop_where(lambda k: k[0] != index)
+
+        result = retry_oom(
+            lambda chunking: self._predict(index, wiring, chunking),
+            self.chunking,
+            self.device,
+            free=free,
+        )
         self._trim_heap()
         return self._preds.put(key, result) if keep else result
 

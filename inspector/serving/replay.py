@@ -18,8 +18,7 @@ import torch
 from inspector.cache import ByteLRU
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
-from inspector.evaluate.device import is_oom, release_cached
-from inspector.evaluate.evaluator import OOM_RETRIES
+from inspector.evaluate.device import retry_oom
 from inspector.formats.sample_set import SampleWarning, SkippedSample
 from inspector.metrics import Counts
 from inspector.model import fc_wired
@@ -245,17 +244,9 @@ class AcceptReport:
         }
 
 
-def retry_oom(ev: Evaluator, run: Callable[[Chunking], torch.Tensor]) -> np.ndarray:
-    """`run` under the evaluator's chunking, retried in smaller chunks after an out-of-memory
-    error (the evaluator's own schedule), as a numpy array on the CPU."""
-    for divisor in (1, *OOM_RETRIES[:-1]):
-        try:
-            return run(ev.chunking.smaller(divisor)).cpu().numpy()
-        except Exception as e:
-            if not is_oom(e):
-                raise
-            release_cached(ev.device)
-    return run(ev.chunking.smaller(OOM_RETRIES[-1])).cpu().numpy()
+def _on_device(ev: Evaluator, run: Callable[[Chunking], torch.Tensor]) -> np.ndarray:
+    """`run` under the evaluator's chunking and its out-of-memory retries, on the CPU."""
+    return retry_oom(run, ev.chunking, ev.device).cpu().numpy()
 
 
 class Replayer:
@@ -292,7 +283,7 @@ class Replayer:
         else:
             h = ev.fc_output(index, wiring)
             ids = sample.input_ids.to(ev.device)
-            out = retry_oom(
+            out = _on_device(
                 ev,
                 lambda chunking: tree_accepts(
                     ev.draft,
@@ -332,7 +323,7 @@ class Replayer:
         out = np.zeros(t + c, dtype=np.int64)
         out[:t] = a
         if want.size:
-            ext = retry_oom(
+            ext = _on_device(
                 ev,
                 lambda chunking: tree_accepts(
                     ev.draft,
