@@ -180,11 +180,13 @@ def run_sequence(
         if len(seq) - p_len < max_new and seq[-1] not in eos_set:
             ld.extend(fc_of(committed), torch.tensor(seq[n + 1 : n + len(new) + 1], device=dev))
     finish = "stop" if seq[-1] in eos_set else "length"
-    if engine.overlap_round and starts and (finish == "stop" or room_before > 1):
+    if engine.overlap_round and (finish == "stop" or (starts and room_before > 1)):
         # SGLang launched the next round before this one's result was read: it drafts after
-        # the whole path and bonus and is counted, though the request has stopped
-        n = starts[-1]
-        ld.extend(fc_of(committed), torch.tensor(full[n + 1 :], device=dev))
+        # the whole path and bonus and is counted, though the request has stopped (an EOS from
+        # the prefill too: the draft then holds the prompt's rows already)
+        if starts:
+            n = starts[-1]
+            ld.extend(fc_of(committed), torch.tensor(full[n + 1 :], device=dev))
         n2 = len(full) - 1
         path, new, _ = one_round(full)
         full = full + new
