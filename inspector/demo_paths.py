@@ -26,10 +26,6 @@ class DemoPaths:
         return self.root / "samples" / "train"
 
     @property
-    def held_samples(self) -> Path:
-        return self.root / "samples" / "held"
-
-    @property
     def prompts(self) -> Path:
         """Eight short Python prompts (capture --generate and accept --live take them)."""
         return self.root / "prompts.jsonl"

@@ -36,10 +36,6 @@ class Wiring:
     def key(self) -> str:
         return ",".join(map(str, self.slots))
 
-    @property
-    def ascending(self) -> bool:
-        return all(a < b for a, b in zip(self.slots, self.slots[1:], strict=False))
-
     def __len__(self) -> int:
         return len(self.slots)
 

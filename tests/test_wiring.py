@@ -88,5 +88,3 @@ def test_validate_and_labels():
     assert Wiring((0, 9)).label(SPEC) == "[embed, s9]"
     assert Wiring((0, 4)).label(SPEC) == "[embed, s4]"  # one past the last slot
     assert w.key() == "3,0,1" and len(w) == 3
-    assert Wiring((0, 1, 2)).ascending and not Wiring((0, 2, 1)).ascending
-    assert not Wiring((1, 1, 2)).ascending  # repeated slots are not ascending

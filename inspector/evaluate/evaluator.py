@@ -46,7 +46,7 @@ from inspector.model import (
     iter_steps,
 )
 from inspector.model.linear import linear
-from inspector.sample import Sample, SlotInfo, with_layer_ids
+from inspector.sample import SlotInfo, with_layer_ids
 from inspector.serving.walk import AcceptStats
 from inspector.wiring import Wiring, parse_wiring
 
@@ -163,9 +163,6 @@ class Evaluator:
         self._proj.pop_where(lambda k: k[0] == index)
         self._verifier.pop(index)
         self.samples.forget(index)
-
-    def sample(self, index: int) -> Sample:
-        return self.samples[index]
 
     def warnings(self, indices: Sequence[int] | None = None) -> list[SampleWarning]:
         """What loading and converting the samples noticed, in sample order: the loader's
