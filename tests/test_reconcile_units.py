@@ -264,3 +264,76 @@ def test_sglangs_per_request_counts_leave_the_round_after_the_stop_out():
     r = reconcile(log, rep, pairs={0: reqs[0], 1: reqs[1]})
     assert r.checks[0].equal and r.verdict is Verdict.AS_IS
     assert "SGLang logged spec_accept_length 3.60 over 2 requests" in r.summary
+
+
+def test_the_json_holds_every_figure():
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): MID}, starts=[[5, 8, 12, 13], [3, 7, 1500]])
+    reqs = [
+        RequestFigures("requests.jsonl:1", per_step_accepted=[2, 0, 0, 0]),
+        RequestFigures("requests.jsonl:2", per_step_accepted=[0, 0, 0]),
+    ]
+    log = _log(7, 2, source="requests", accepted_per_pos=[1, 1, 0])
+    log.requests = reqs
+    d = reconcile(log, rep, pairs={0: reqs[0], 1: reqs[1]}, notes=["a note"]).to_dict()
+    assert d["engine_log"] == {
+        "path": "vllm.log",
+        "engine": "vllm",
+        "source": "requests",
+        "accept_length": 1 + 2 / 7,
+        "rounds": 7,
+        "accepted": 2,
+        "accepted_per_pos": [1, 1, 0],
+        "lines": 1,
+        "requests": 2,
+    }
+    assert d["requests_matched"] == 2 and d["verdict"] == "engine_fault"
+    assert d["matched"] is None and d["best"] == "configured [embed, L2, L4]"
+    assert d["first_gap"] == {
+        "request": "requests.jsonl:1",
+        "sample": 0,
+        "round": 1,
+        "engine_accepted": 0,
+        "replay_accepted": 3,
+        "position": 8,
+    }
+    assert d["wirings"][0] == {
+        "label": "configured [embed, L2, L4]",
+        "wiring": [0, 1, 2],
+        "accept_length": 1 + 13 / 7,
+        "accept_length_is_lower_bound": False,
+        "rounds": 7,
+        "accepted": 13,
+        "equal": False,
+        "requests_equal": 0,
+    }
+    assert d["wirings"][1]["wiring"] == [1, 2, 3] and d["wirings"][1]["accepted"] == 6
+    assert d["engine_fault_classes"] == [FAULT["batch"], FAULT["early"], FAULT["late"]]
+    assert d["notes"] == ["a note"] and d["fix"] is None and d["serving_config"] is None
+    assert d["summary"].startswith("vLLM logged 1.29 over 2 requests, below every wiring's")
+
+
+def test_fix_text_names_sglangs_ids_once_when_both_readings_agree():
+    # HF [2, 4, 6]: before sglang #25454 ids [1, 3, 5]; since, the +1 applies (first id 1): the same
+    rep = _report({(1, 2, 3): GOOD, (0, 1, 2): BAD})
+    r = reconcile(_log(7, 2), rep)
+    assert r.verdict is Verdict.WRONG_WIRING
+    assert r.fix == (
+        "serve it fed [L2, L4, L6]: eagle_aux_hidden_state_layer_ids [2, 4, 6] for vLLM, "
+        "eagle_config ids [1, 3, 5] for SGLang"
+    )
+
+
+def test_requests_with_half_their_ids_pair_by_order():
+    samples = [(0, [1, 2, 3, 4], [0, 0, 1, 1]), (1, [5, 6, 7], [0, 1, 1])]
+    log = _log(2, 1, source="requests")
+    log.requests = [
+        RequestFigures("f:1", prompt_ids=[5]),  # a prompt without its output
+        RequestFigures("f:2", output_ids=[3, 4]),
+    ]
+    pairs, notes = pair_requests(log, samples)
+    assert pairs == {0: log.requests[0], 1: log.requests[1]}
+    assert notes == ["the log gives no token ids: requests are paired with samples by order"]
+    log.requests = log.requests[:1]
+    pairs, notes = pair_requests(log, samples)
+    assert pairs == {}
+    assert notes == ["the log gives no token ids and 1 requests for 2 samples: pooled figures only"]

@@ -133,3 +133,35 @@ def test_sglang_counts_one_more_round_after_a_stop_it_could_not_foresee():
     assert far[-1].after_stop and far[-1].bounded
     # vLLM: no such round
     assert not any(r.after_stop for r in walk(a, [Run(2, 9, 12, "stop")], depth=3))
+
+
+def test_the_edges_of_what_a_sample_knows():
+    """Mutants of the walk's edges survived the tests above: a count exactly at the end of the
+    known tokens, a round after the stop past the array or past what is known, an overlap
+    round after a last round that was itself a lower bound, and no depth given."""
+    from inspector.serving.engines import Engine
+    from inspector.serving.walk import Run
+
+    # the last round after x_7 with the continuation known to x_9: 2 drafts can be checked and
+    # both matched (raw == room < depth): a lower bound
+    a = np.array([0, 0, 0, 0, 0, 1, 0, 2, 0, 0])
+    assert walk(a, [Run(5, 8, 9)], depth=3)[-1] == Round(7, 2, 1, bounded=True)
+    # one less matched: exact
+    a[7] = 1
+    assert walk(a, [Run(5, 8, 9)], depth=3)[-1] == Round(7, 1, 1)
+    # SGLang's round after a stop whose last round was a lower bound: its start and count
+    # cannot be known, so 0, flagged
+    b = np.array([0, 0, 3, 3, 3, 3, 3, 3])
+    assert walk(b, [Run(2, 4, 4)], depth=3, engine=Engine.SGLANG) == [
+        Round(2, 2, 2, bounded=True),
+        Round(5, 0, 0, bounded=True, after_stop=True),
+    ]
+    # a round after the stop whose start lies past the array: nothing was drafted there
+    c = np.array([0, 0, 2, 0, 0])
+    rounds = walk(c, [Run(2, 4, 7)], depth=3, engine=Engine.SGLANG)
+    assert rounds == [Round(2, 2, 2), Round(5, 0, 0, bounded=True, after_stop=True)]
+    rounds = walk(c, [Run(2, 4, 4)], depth=3, engine=Engine.SGLANG)
+    assert rounds[-1] == Round(5, 0, 0, bounded=True, after_stop=True)
+    # no depth: nothing is ever a lower bound, the round after the stop included
+    assert not any(r.bounded for r in walk(c, [Run(2, 4, 4)], engine=Engine.SGLANG))
+    assert walk(c, [Run(2, 4, 4)], engine=Engine.SGLANG)[-1] == Round(5, 0, 0, after_stop=True)

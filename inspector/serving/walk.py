@@ -83,9 +83,10 @@ def _counted(a_by_start: np.ndarray, n: int, known: int, depth: int) -> tuple[in
     a_by_start[n] was computed on tokens that may run past x_known (another turn's text), so it is
     capped there; a cap below the draft's depth leaves a lower bound."""
     room = known - n
-    raw = int(a_by_start[n]) if 0 <= n < len(a_by_start) else 0
-    if room <= 0:
+    if room <= 0 or n >= len(a_by_start):
+        # nothing of the target's continuation after x_n is known (or was drafted over)
         return 0, depth > 0
+    raw = int(a_by_start[n])
     return min(raw, room), raw >= room and room < depth
 
 
