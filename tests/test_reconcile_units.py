@@ -337,3 +337,85 @@ def test_requests_with_half_their_ids_pair_by_order():
     pairs, notes = pair_requests(log, samples)
     assert pairs == {}
     assert notes == ["the log gives no token ids and 1 requests for 2 samples: pooled figures only"]
+
+
+def test_the_first_shortfall_is_the_logs_first_in_its_own_order():
+    """Line 10 comes after line 2 (not before, as text would sort), and a request the log gives
+    no rounds for is passed over, not the end of the search."""
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): MID}, starts=[[5, 8, 12, 13], [3, 7, 1500]])
+    blank = RequestFigures("f:2", line=2)
+    late = RequestFigures("f:10", line=10, per_step_accepted=[0, 0, 0])
+    r = reconcile(_log(7, 1, source="requests"), rep, pairs={0: late, 1: blank})
+    assert r.gap is not None and r.gap.request == "f:10" and r.gap.sample == 0
+    early = RequestFigures("f:2", line=2, per_step_accepted=[3, 0, 0])
+    r = reconcile(_log(7, 1, source="requests"), rep, pairs={0: late, 1: early})
+    assert (r.gap.request, r.gap.sample, r.gap.round) == ("f:2", 1, 1)
+
+
+def test_tolerances_at_their_edges():
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): MID})
+    mid = 1 + 6 / 7
+    # SGLang's windows: just under the lowest replay but within the tolerance is not "below"
+    sg = _log(al=mid - WINDOW_TOLERANCE + 1e-3, engine="sglang", rounded=True)
+    assert reconcile(sg, rep).verdict is Verdict.WRONG_WIRING
+    sg = _log(al=mid - 2 * ROUNDING, engine="sglang", source="server-info", rounded=True)
+    assert reconcile(sg, rep).verdict is Verdict.ENGINE_FAULT
+    # vLLM's rounded mean: below by more than its rounding is a fault
+    assert reconcile(_log(al=mid - 2 * ROUNDING, rounded=True), rep).verdict is Verdict.ENGINE_FAULT
+    # a lower-bound replay: equal to a count at it, and to a mean down to its rounding
+    rep.wirings[0].per_sample[1].bounded[-1] = True
+    good = 1 + 13 / 7
+    assert reconcile(_log(7, 13), rep).checks[0].equal
+    assert reconcile(_log(al=good - ROUNDING + 1e-6, rounded=True), rep).checks[0].equal
+    assert reconcile(_log(al=good, rounded=True), rep).checks[0].equal
+    assert not reconcile(_log(al=good - 2 * ROUNDING, rounded=True), rep).checks[0].equal
+
+
+def test_a_wiring_without_rounds_equals_nothing():
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): [[], []]})
+    r = reconcile(_log(7, 13), rep)
+    assert [c.equal for c in r.checks] == [True, False] and r.verdict is Verdict.AS_IS
+    assert r.checks[1].stats.accept_length is None
+    with pytest.raises(ValueError, match="nothing to reconcile: no rounds replayed or no figure"):
+        reconcile(_log(), rep)
+
+
+def test_paired_requests_restrict_the_pooled_figures_to_their_samples():
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): BAD})
+    only = RequestFigures("f:1", line=1, per_step_accepted=[3, 3, 1])
+    r = reconcile(_log(3, 7, source="requests"), rep, pairs={1: only})
+    assert r.checks[0].stats.rounds == 3 and r.checks[0].stats.accepted == 7
+    assert r.checks[0].equal and r.checks[0].requests_equal == 1
+    assert r.requests_matched == 1
+    # without pairs, no per-request count at all
+    assert [c.requests_equal for c in reconcile(_log(7, 13), rep).checks] == [None, None]
+
+
+def test_the_serving_config_names_the_last_layers_caveats_and_the_steps():
+    rep = _report({(1, 2, 3): GOOD, (0, 1, 2): BAD})  # the best wiring feeds L6, the last layer
+    cfg = reconcile(_log(7, 2), rep).serving_config
+    assert cfg["hf_indices"] == [2, 4, 6]
+    assert any("id 6 (last layer, pre-norm)" in c for c in cfg["vllm"]["caveats"])
+    assert any("HF index 6 is the last layer's output" in c for c in cfg["sglang"]["caveats"])
+    assert '"num_speculative_tokens": 3' in cfg["vllm"]["launch"]
+
+
+def test_fault_classes_at_1k_tokens():
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): MID}, starts=[[5, 8, 12, 1024], [1024, 1100, 1500]])
+    # the first shortfall at exactly 1024 (round 3 of sample 0): late first
+    a = RequestFigures("r:1", line=1, per_step_accepted=[2, 3, 0, 0])
+    b = RequestFigures("r:2", line=2, per_step_accepted=[3, 3, 1])
+    r = reconcile(_log(8, 4, source="requests"), rep, pairs={0: a, 1: b})
+    assert r.gap.position == 1024 and r.faults[0] == FAULT["late"]
+    # the first shortfall before 1K tokens, the median one past it
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): MID}, starts=[[5, 8, 12, 13], [1024, 1100, 1500]])
+    a = RequestFigures("r:1", line=1, per_step_accepted=[2, 0, 0, 1])
+    b = RequestFigures("r:2", line=2, per_step_accepted=[0, 0, 0])
+    r = reconcile(_log(8, 4, source="requests"), rep, pairs={0: a, 1: b})
+    # shortfalls at 8, 1024, 1100, 1500: the median (index 2) is 1100
+    assert r.gap.position == 8 and r.faults == [FAULT["late"], FAULT["batch"], FAULT["early"]]
+    a = RequestFigures("r:1", line=1, per_step_accepted=[2, 0, 0, 1])
+    b = RequestFigures("r:2", line=2, per_step_accepted=[0, 3, 1])
+    r = reconcile(_log(8, 4, source="requests"), rep, pairs={0: a, 1: b})
+    # shortfalls at 8 and 1024: the median (index 1) is 1024 exactly
+    assert r.faults == [FAULT["late"], FAULT["batch"], FAULT["early"]]

@@ -217,7 +217,7 @@ def _first_gap(
     replay, and every such (round start, shortfall)."""
     first: Gap | None = None
     short: list[tuple[int, int]] = []
-    order = sorted(pairs.items(), key=lambda kv: kv[1].where)
+    order = sorted(pairs.items(), key=lambda kv: kv[1].line)  # the log's own order
     for i, req in order:
         rep = per_sample.get(i)
         if rep is None or req.per_step_accepted is None:

@@ -55,6 +55,7 @@ class RequestFigures:
     """One request's figures as the engine reported them."""
 
     where: str  # "file:line"
+    line: int = 0  # the entry's line in the file: the log's order
     prompt_ids: list[int] | None = None
     output_ids: list[int] | None = None
     per_step_accepted: list[int] | None = None  # vLLM: each round's accepted count
@@ -286,7 +287,7 @@ def _request(path: Path, no: int, entry: object) -> tuple[str, RequestFigures]:
         m = meta if isinstance(meta, dict) else entry
         if "spec_verify_ct" not in m:
             raise InputError(path, f"line {no}", "meta_info without spec_verify_ct")
-        r = RequestFigures(where)
+        r = RequestFigures(where, no)
         r.rounds = _int(path, no, "spec_verify_ct", m.get("spec_verify_ct"))
         r.completion_tokens = _int(path, no, "completion_tokens", m.get("completion_tokens"))
         r.accepted = _int(path, no, "spec_num_correct_drafts", m.get("spec_num_correct_drafts"))
@@ -308,7 +309,7 @@ def _request(path: Path, no: int, entry: object) -> tuple[str, RequestFigures]:
             "neither spec_decode_metrics.per_step_accepted (vLLM) nor meta_info.spec_verify_ct "
             "(SGLang)",
         )
-    r = RequestFigures(where)
+    r = RequestFigures(where, no)
     r.per_step_accepted = _ints(path, no, "per_step_accepted", sdm.get("per_step_accepted"))
     assert r.per_step_accepted is not None
     r.rounds = len(r.per_step_accepted)
