@@ -65,3 +65,16 @@ C_ACCUMULATION = 16
 def accumulation_tolerance(ref, n: int) -> float:
     """The float32 accumulation allowance for results like `ref` (a tensor) that sum n terms."""
     return C_ACCUMULATION * EPS32 * math.sqrt(n) * float(ref.double().pow(2).mean().sqrt())
+
+
+def capture_generated(out: Path, generate: int) -> Path:
+    """`capture --generate N --save-dtype float32` of the demo prompts into `out`: the requests
+    an engine would serve, with the target's continuation past each stop."""
+    from inspector.cli import main
+
+    demo = ROOT / "assets" / "demo"
+    argv = ["capture", str(demo / "target"), str(demo / "prompts.jsonl"), "--out", str(out)]
+    argv += ["--generate", str(generate), "--save-dtype", "float32"]
+    argv += ["--draft", str(demo / "draft"), "--device", "cpu"]
+    assert main(argv) == 0
+    return out

@@ -11,6 +11,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from support import capture_generated  # noqa: E402
+
 from inspector.cli import main  # noqa: E402
 
 DEMO = Path(__file__).resolve().parent.parent / "assets" / "demo"
@@ -39,26 +41,7 @@ def replayed(generated) -> dict:
 def generated(tmp_path_factory) -> Path:
     """The demo's prompts continued by its target (greedy, 40 tokens, float32 slots), with the
     continuation past each stop: the requests an engine would serve."""
-    out = tmp_path_factory.mktemp("gen") / "gen"
-    rc = main(
-        [
-            "capture",
-            str(DEMO / "target"),
-            str(DEMO / "prompts.jsonl"),
-            "--out",
-            str(out),
-            "--generate",
-            "40",
-            "--save-dtype",
-            "float32",
-            "--draft",
-            str(DEMO / "draft"),
-            "--device",
-            "cpu",
-        ]
-    )
-    assert rc == 0
-    return out
+    return capture_generated(tmp_path_factory.mktemp("gen") / "gen", 40)
 
 
 def _accept(capsys, samples: Path, *extra: str) -> dict:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import capture_generated
 from test_tui_support import (
     DEMO,
     GatedEvaluator,
@@ -636,25 +637,7 @@ async def test_tau_on_generated_requests_is_accepts_under_both_conventions(capsy
     for a tree; nothing is a lower bound."""
     from inspector.session import Inputs
 
-    gen = tmp_path / "gen"
-    rc = cli_main(
-        [
-            "capture",
-            str(DEMO / "target"),
-            str(DEMO / "prompts.jsonl"),
-            "--out",
-            str(gen),
-            "--generate",
-            "32",
-            "--save-dtype",
-            "float32",
-            "--draft",
-            str(DEMO / "draft"),
-            "--device",
-            "cpu",
-        ]
-    )
-    assert rc == 0
+    gen = capture_generated(tmp_path / "gen", 32)
     inputs = Inputs(DEMO / "draft", [str(gen)], target=DEMO / "target")
     chain = eval_json(capsys, inputs, "train", command="accept")["wirings"][0]
     extra = ("--steps", "3", "--topk", "4", "--draft-tokens", "8")

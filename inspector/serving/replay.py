@@ -22,7 +22,6 @@ from inspector.evaluate.device import retry_oom
 from inspector.formats.sample_set import SampleWarning, SkippedSample
 from inspector.metrics import Counts
 from inspector.model import fc_wired
-from inspector.model.attention import Chunking
 from inspector.sample import Continuation, SlotInfo
 from inspector.serving.engines import Engine, conventions, default_engine
 from inspector.serving.spec import DraftSpec
@@ -244,11 +243,6 @@ class AcceptReport:
         }
 
 
-def _on_device(ev: Evaluator, run: Callable[[Chunking], torch.Tensor]) -> np.ndarray:
-    """`run` under the evaluator's chunking and its out-of-memory retries, on the CPU."""
-    return retry_oom(run, ev.chunking, ev.device).cpu().numpy()
-
-
 class Replayer:
     """Replays an engine's rounds over the evaluator's samples under any wiring.
 
@@ -281,20 +275,7 @@ class Replayer:
         elif sample.length < 2 or starts.size == 0:
             out = np.zeros(sample.length, dtype=np.int64)
         else:
-            h = ev.fc_output(index, wiring)
-            ids = sample.input_ids.to(ev.device)
-            out = _on_device(
-                ev,
-                lambda chunking: tree_accepts(
-                    ev.draft,
-                    h,
-                    ids,
-                    spec,
-                    position_offset=ev.position_offset,
-                    chunking=chunking,
-                    starts=torch.from_numpy(starts).to(ev.device),
-                ),
-            )
+            out = self._trees(ev.fc_output(index, wiring), sample.input_ids, starts)
         cont = sample.continuation
         if cont is None or cont.length == 0 or sample.length < 2:
             return out
@@ -323,20 +304,31 @@ class Replayer:
         out = np.zeros(t + c, dtype=np.int64)
         out[:t] = a
         if want.size:
-            ext = _on_device(
-                ev,
+            out[want] = self._trees(h, ids, want)[want]
+        return out
+
+    def _trees(self, h: torch.Tensor, ids: torch.Tensor, starts: np.ndarray) -> np.ndarray:
+        """a_by_start at `starts` from the batched tree forward (fc output `h`, tokens `ids`),
+        under the evaluator's chunking and its out-of-memory retries, on the CPU."""
+        ev = self.ev
+        dev = ev.device
+        return (
+            retry_oom(
                 lambda chunking: tree_accepts(
                     ev.draft,
                     h,
-                    ids,
-                    spec,
+                    ids.to(dev),
+                    self.spec,
                     position_offset=ev.position_offset,
                     chunking=chunking,
-                    starts=torch.from_numpy(want).to(dev),
+                    starts=torch.from_numpy(starts).to(dev),
                 ),
+                ev.chunking,
+                dev,
             )
-            out[want] = ext[want]
-        return out
+            .cpu()
+            .numpy()
+        )
 
     def replay(self, index: int, wiring: Wiring, *, keep: bool = True) -> SampleReplay:
         key = (index, wiring.slots, self.spec, self.engine)

@@ -29,6 +29,8 @@ pytestmark = pytest.mark.skipif(
 )
 pytest.importorskip("transformers")
 
+from support import capture_generated  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "assets" / "demo"
 KS = (1, 3, 5)
@@ -49,28 +51,7 @@ def _run(variant: str, k: int, mode: str) -> dict:
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory) -> Path:
     """`capture --generate 128 --save-dtype float32` of the demo prompts: what the replay reads."""
-    from inspector.cli import main
-
-    out = tmp_path_factory.mktemp("gen") / "gen"
-    rc = main(
-        [
-            "capture",
-            str(DEMO / "target"),
-            str(DEMO / "prompts.jsonl"),
-            "--out",
-            str(out),
-            "--generate",
-            str(MAX_TOKENS),
-            "--save-dtype",
-            "float32",
-            "--draft",
-            str(DEMO / "draft"),
-            "--device",
-            "cpu",
-        ]
-    )
-    assert rc == 0
-    return out
+    return capture_generated(tmp_path_factory.mktemp("gen") / "gen", MAX_TOKENS)
 
 
 @pytest.fixture(scope="module")
