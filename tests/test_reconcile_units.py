@@ -419,3 +419,16 @@ def test_fault_classes_at_1k_tokens():
     r = reconcile(_log(8, 4, source="requests"), rep, pairs={0: a, 1: b})
     # shortfalls at 8 and 1024: the median (index 1) is 1024 exactly
     assert r.faults == [FAULT["late"], FAULT["batch"], FAULT["early"]]
+
+
+def test_without_a_configured_wiring_the_best_is_the_reference():
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): BAD})
+    r = reconcile(_log(7, 2), rep, configured=None)
+    assert r.verdict is Verdict.WRONG_WIRING and "what its config names" not in r.summary
+    r = reconcile(_log(7, 13), rep, configured=None)
+    assert r.verdict is Verdict.AS_IS and "note the draft's config" not in r.summary
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): MID}, starts=[[5, 8, 12, 13], [3, 7, 1500]])
+    reqs = {0: RequestFigures("r:1", line=1, per_step_accepted=[0, 0, 0, 0])}
+    r = reconcile(_log(4, 0, source="requests"), rep, configured=None, pairs=reqs)
+    assert r.verdict is Verdict.ENGINE_FAULT and r.gap.replay == 2
+    assert "(lowest 1.75 fed [L2, L4, L6], 2.50 fed [embed, L2, L4])" in r.summary

@@ -38,9 +38,9 @@ def configured_wiring(draft, infos, n_blocks: int):
     return Wiring(slots) if slots is not None else None
 
 
-def _wirings(args, infos, n_blocks: int, draft) -> tuple[list, list[str], int]:
-    """(wirings, labels, index of the configured one): the configured wiring first, then train,
-    serve and every --wiring, without repeats."""
+def _wirings(args, infos, n_blocks: int, draft) -> tuple[list, list[str], int | None]:
+    """(wirings, labels, index of the configured one or None): the configured wiring first, then
+    train, serve and every --wiring, without repeats."""
     from inspector.wiring import parse_wiring
 
     out: list = []
@@ -59,7 +59,7 @@ def _wirings(args, infos, n_blocks: int, draft) -> tuple[list, list[str], int]:
     for text in args.wiring or ["train", "serve"]:
         w = parse_wiring(text, infos, n_blocks)
         add(w, text if text in ("train", "serve") else None)
-    return out, labels, 0
+    return out, labels, 0 if conf is not None else None
 
 
 def run_reconcile(args: argparse.Namespace) -> int:
@@ -90,11 +90,16 @@ def run_reconcile(args: argparse.Namespace) -> int:
         soft_wrap=True,
     )
     if args.prompts:
-        report, samples = _live(args, spec, engine, err, log)
+        report, samples, configured = _live(args, spec, engine, err, log)
     else:
-        report, samples = _replay(args, spec, engine, err)
+        report, samples, configured = _replay(args, spec, engine, err)
     pairs, notes = pair_requests(log, samples)
-    result = reconcile(log, report, configured=0, pairs=pairs, notes=notes)
+    if configured is None:
+        notes.append(
+            "the draft's config names no wiring of these slots (no aux ids, or ids the samples "
+            "do not hold): the wirings tried are the presets and --wiring"
+        )
+    result = reconcile(log, report, configured=configured, pairs=pairs, notes=notes)
     for line in result.notes:
         err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
     if args.json:
@@ -118,7 +123,7 @@ def _replay(args, spec, engine, err):
     )
     for note in inputs.notes:
         err.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
-    wirings, labels, _ = _wirings(args, ev.slot_info, ev.n_blocks, ev.draft)
+    wirings, labels, configured = _wirings(args, ev.slot_info, ev.n_blocks, ev.draft)
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
     with progress_bar("replaying", err) as progress:
         task = progress.add_task("reconcile", total=n)
@@ -135,7 +140,7 @@ def _replay(args, spec, engine, err):
         except InputError:
             continue
         samples.append((i, s.input_ids.tolist(), s.loss_mask.tolist()))
-    return report, samples
+    return report, samples, configured
 
 
 def _live(args, spec, engine, err, log):
@@ -165,7 +170,7 @@ def _live(args, spec, engine, err, log):
     info = read_target_info(target)
     plan = plan_slots(info.num_layers, layers=None, draft=_ids(draft), engine=None)
     infos = v1_slot_info([None if s == "post-norm" else s for s in plan.slots])
-    wirings, labels, _ = _wirings(args, infos, draft.config.num_fc_blocks, draft)
+    wirings, labels, configured = _wirings(args, infos, draft.config.num_fc_blocks, draft)
     with progress_bar("speculative decoding", err) as progress:
         task = progress.add_task("live", total=None)
         report = live_accept(
@@ -190,7 +195,7 @@ def _live(args, spec, engine, err, log):
         if i in by_index:
             samples.append((i, list(r.prompt), []))
     # a live request's tokens are its prompt + what the engine emitted: pair by prompt
-    return report, _prompt_pairs(samples, log)
+    return report, _prompt_pairs(samples, log), configured
 
 
 def _prompt_pairs(samples, log):

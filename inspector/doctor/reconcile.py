@@ -260,13 +260,14 @@ def reconcile(
     log: EngineLog,
     report: AcceptReport,
     *,
-    configured: int = 0,
+    configured: int | None = 0,
     pairs: dict[int, RequestFigures] | None = None,
     notes: Sequence[str] = (),
 ) -> Reconciliation:
     """Hold `log` against `report`'s wirings (the replay or live loop of the same requests).
 
-    configured: the index in `report.wirings` of the wiring the draft's config names.
+    configured: the index in `report.wirings` of the wiring the draft's config names (None: its
+      ids name none of the samples' slots; the shortfall is then measured against the best).
     pairs: sample index -> the engine's request (`pair_requests`); the per-request comparison
       and the pooled figures then cover those samples only."""
     pairs = pairs or {}
@@ -290,8 +291,9 @@ def reconcile(
     if not scored or log.accept_length is None:
         raise ValueError("nothing to reconcile: no rounds replayed or no figure logged")
     best = max(scored, key=lambda c: c.stats.accept_length or 0.0)
-    conf = checks[configured]
-    per_request = {s.index: s for s in report.wirings[configured].per_sample}
+    conf = checks[configured] if configured is not None else None
+    ref = configured if configured is not None else checks.index(best)
+    per_request = {s.index: s for s in report.wirings[ref].per_sample}
     # a per-request match decides between wirings a pooled figure cannot tell apart
     matches = [c for c in checks if c.equal]
     if pairs and any(c.requests_equal for c in checks):
@@ -313,7 +315,7 @@ def reconcile(
                 "is what it is. More draft steps, a tree (SGLang's topk > 1) or training data "
                 "closer to the served traffic raise it"
             )
-            if m is not conf:
+            if conf is not None and m is not conf:
                 summary += (
                     f"; note the draft's config names {label[conf.label]} "
                     f"({_fmt(conf.stats.accept_length)}), which this engine does not feed"
@@ -333,7 +335,8 @@ def reconcile(
         summary = (
             f"{engine_name} logged {figure}, below every wiring's replay of these requests "
             f"(lowest {_fmt(low.stats.accept_length)} fed {label[low.label]}, "
-            f"{_fmt(conf.stats.accept_length)} fed {label[conf.label]}): an engine-side fault"
+            f"{_fmt(checks[ref].stats.accept_length)} fed {label[checks[ref].label]}): an "
+            "engine-side fault"
         )
         gap, short = _first_gap(pairs, per_request)
         if gap is not None:
