@@ -85,7 +85,8 @@ def run_reconcile(args: argparse.Namespace) -> int:
         raise InputError(None, "--topk", "vLLM drafts chains: --topk 1 for a vLLM log")
     err.print(
         f"note: {safe(log.description)} from {safe(str(log.path))}: accept length "
-        f"{fmt_float(log.accept_length)}; replaying {spec.flags()}",
+        f"{fmt_float(log.accept_length)}; replaying "
+        + (f"vLLM num_speculative_tokens {spec.steps}" if engine is Engine.VLLM else spec.flags()),
         highlight=False,
         soft_wrap=True,
     )
