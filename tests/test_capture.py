@@ -353,6 +353,47 @@ def test_generate_is_deterministic_and_masks_the_continuation(tmp_path) -> None:
     assert bool(clear.any()) and torch.equal(logits.argmax(-1)[clear], ids[-12:][clear])
 
 
+def test_generate_writes_the_targets_continuation_past_the_stop(tmp_path) -> None:
+    """The next --past-stop tokens after the request, as the greedy decode would have gone on,
+    with the slots of one forward over both, under keys of their own; the request unchanged."""
+    from inspector.capture.target import TargetModel
+
+    inp = _jsonl(tmp_path / "p.jsonl", [{"text": "import os\n"}])
+    s = CaptureSettings(layers="2,6", generate=12, device="cpu", save_dtype="float32", past_stop=5)
+    capture(TARGET, inp, tmp_path / "c", s)
+    d = _one(tmp_path / "c", 0)
+    assert set(d) == {
+        "input_ids",
+        "hidden_states",
+        "loss_mask",
+        "continuation_ids",
+        "continuation_hidden_states",
+        "finish_reason",
+    }
+    ids, tail = d["input_ids"], d["continuation_ids"]
+    model = TargetModel(TARGET, device="cpu")
+    prompt = ids[: int((d["loss_mask"] == 0).sum())].tolist()
+    if d["finish_reason"] == "length":  # no EOS: the continuation is where 12 + 5 tokens go
+        assert len(tail) == 5
+        assert prompt + model.continue_prompt(prompt, 17, temperature=0.0, seed=0) == (
+            ids.tolist() + tail.tolist()
+        )
+    both = model.slots(ids.tolist() + tail.tolist(), (2, 6), torch.float32)
+    for k, x in enumerate(both):
+        assert torch.equal(d["hidden_states"][k], x[: len(ids)])
+        assert torch.equal(d["continuation_hidden_states"][k], x[len(ids) :])
+        # saved as their own tensors, not views carrying the whole storage into the file
+        assert d["hidden_states"][k].untyped_storage().nbytes() == x[: len(ids)].nbytes
+    # --past-stop 0: the request alone, as before
+    capture(
+        TARGET,
+        inp,
+        tmp_path / "n",
+        CaptureSettings(layers="2,6", generate=12, device="cpu", past_stop=0),
+    )
+    assert set(_one(tmp_path / "n", 0)) == {"input_ids", "hidden_states", "loss_mask"}
+
+
 # --- resuming and folders ------------------------------------------------------------------------
 
 
