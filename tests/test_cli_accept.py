@@ -157,10 +157,19 @@ def test_doctor_quotes_the_accept_length_accept_replays(capsys):
     assert best["wiring"] == train["wiring"] and serve["wiring"] == served["wiring"]
     assert best["accept_length"] == pytest.approx(train["accept_length"], abs=1e-4)
     assert serve["accept_length"] == pytest.approx(served["accept_length"], abs=1e-4)
+    # the demo's training samples hold no continuation past their stops: lower bounds, as
+    # accept says
+    assert best["accept_length_is_lower_bound"] is train["accept_length_is_lower_bound"] is True
     assert (
-        f"logs accept len {serve['accept_length']:.2f} instead of "
-        f"{best['accept_length']:.2f} at 3 steps"
-    ) in finding["summary"]
+        serve.get("accept_length_is_lower_bound", False) is served["accept_length_is_lower_bound"]
+    )
+
+    def shown(w: dict) -> str:
+        return (">=" if w.get("accept_length_is_lower_bound") else "") + f"{w['accept_length']:.2f}"
+
+    assert (
+        f"logs accept len {shown(serve)} instead of {shown(best)} at 3 steps" in finding["summary"]
+    )
 
 
 def test_doctor_replays_the_first_samples_up_to_its_token_budget(

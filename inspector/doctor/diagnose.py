@@ -187,14 +187,16 @@ def _config_stage(
 
 def _accept_lengths(
     run: _Searcher, rec: tuple[int, ...]
-) -> tuple[dict[tuple[int, ...], float], AcceptStats | None, tuple[int, ...]]:
+) -> tuple[
+    dict[tuple[int, ...], float], AcceptStats | None, tuple[int, ...], frozenset[tuple[int, ...]]
+]:
     """The accept length an engine logs (a greedy chain of ACCEPT_STEPS drafts, replayed over the
     doctor's samples) for the recommended wiring and the ones engines feed (serve, the engine
     default, the configured one). Not quoted when the samples are read one position off or the
     config needed a correction: the engine would run neither. The first samples up to
     ACCEPT_TOKENS tokens are replayed (their indices in the wiring finding's evidence)."""
     if run.shift or run.draft is not None:
-        return {}, None, ()
+        return {}, None, (), frozenset()
     from inspector.serving.replay import Replayer
     from inspector.serving.spec import DraftSpec
     from inspector.wiring import Wiring
@@ -210,13 +212,14 @@ def _accept_lengths(
         used.append(i)
         budget -= run.ev.samples[i].length
     if not used:
-        return {}, None, ()
+        return {}, None, (), frozenset()
     named = run.names.named
     wanted = [rec] + [
         named[n] for n in ("serve", ENGINE_DEFAULT, "configured") if n in named and named[n] != rec
     ]
     replayer = Replayer(run.ev, DraftSpec(ACCEPT_STEPS))
     out: dict[tuple[int, ...], float] = {}
+    bounded: set[tuple[int, ...]] = set()
     rec_stats = None
     for w in dict.fromkeys(wanted):
         total = AcceptStats(ACCEPT_STEPS)
@@ -227,9 +230,11 @@ def _accept_lengths(
                 continue  # a sample the search could not use either
         if total.accept_length is not None:
             out[w] = round(total.accept_length, 4)
+            if total.is_bound:
+                bounded.add(w)
         if w == rec:
             rec_stats = total
-    return out, rec_stats, tuple(used)
+    return out, rec_stats, tuple(used), frozenset(bounded)
 
 
 def _final_findings(
@@ -241,7 +246,7 @@ def _final_findings(
 ) -> list[Finding]:
     """The wiring, fc fingerprint, serving and long-context findings for the recommended
     wiring."""
-    accept, rec_stats, accept_samples = _accept_lengths(run, rec)
+    accept, rec_stats, accept_samples, bounded = _accept_lengths(run, rec)
     run.lap("accept")
     wiring = wiring_finding(
         ws,
@@ -254,6 +259,7 @@ def _final_findings(
         assumes_config_fixes=run.draft is not None,
         accept=accept,
         accept_samples=accept_samples,
+        accept_bounded=bounded,
     )
     fingerprint = fc_fingerprint(
         run.ev,

@@ -44,6 +44,8 @@ class WiringRef:
     # Tokens per round an engine logs serving this wiring (a greedy chain of ACCEPT_STEPS drafts,
     # replayed over the doctor's samples); None where not replayed.
     accept_length: float | None = None
+    # the accept length is a lower bound: the samples hold no continuation past their stops
+    accept_bound: bool = False
 
     def to_dict(self) -> dict:
         out: dict = {"wiring": list(self.wiring), "label": self.label}
@@ -54,6 +56,8 @@ class WiringRef:
             out["z"] = self.z
         if self.accept_length is not None:
             out["accept_length"] = self.accept_length
+            if self.accept_bound:
+                out["accept_length_is_lower_bound"] = True
         return out
 
 
@@ -202,10 +206,11 @@ def _ref(
     best: WiringResult | None = None,
     z: float | None = None,
     accept: dict[tuple[int, ...], float] | None = None,
+    bounded: frozenset[tuple[int, ...]] = frozenset(),
 ) -> WiringRef:
     margin = _margin(best, r) if best is not None else None
     al = (accept or {}).get(r.wiring)
-    return WiringRef(r.wiring, r.label, r.all_tok, margin, z, al)
+    return WiringRef(r.wiring, r.label, r.all_tok, margin, z, al, r.wiring in bounded)
 
 
 def _case(
@@ -264,6 +269,7 @@ def wiring_finding(
     assumes_config_fixes: bool = False,
     accept: dict[tuple[int, ...], float] | None = None,
     accept_samples: tuple[int, ...] = (),
+    accept_bounded: frozenset[tuple[int, ...]] = frozenset(),
 ) -> Finding:
     """The wiring finding for the recommended wiring (see `WiringCase` for the cases); accept:
     the replayed accept length of some wirings (the recommended and the served ones)."""
@@ -277,7 +283,7 @@ def wiring_finding(
         if w in by_wiring:
             h = ws.hits(w)
             z = round(paired_hits_z(bh, h), 2) if h.size == bh.size else None
-            named[name] = _ref(by_wiring[w], best, z, accept)
+            named[name] = _ref(by_wiring[w], best, z, accept, accept_bounded)
     case = _case(ws, best, names, serving_cfg)
     asc = None
     if case == WiringCase.NOT_ASCENDING:
@@ -285,7 +291,7 @@ def wiring_finding(
     names.layer_ids.readings = other_readings(names.layer_ids, infos, best.wiring)
     facts = WiringFacts(
         case=case,
-        best=_ref(best, accept=accept),
+        best=_ref(best, accept=accept, bounded=accept_bounded),
         second=_ref(others[0], best) if others else None,
         top_ranked=_ref(top) if top is not best else None,
         best_ascending=_ref(asc, best) if asc is not None else None,

@@ -313,10 +313,14 @@ def _accept_versus(served: WiringRef, best: WiringRef) -> str:
     """' and logs accept len 1.30 instead of 2.73 at 3 steps' (the replayed chain), or ''."""
     if served.accept_length is None or best.accept_length is None:
         return ""
-    return (
-        f" and logs accept len {served.accept_length:.2f} instead of "
-        f"{best.accept_length:.2f} at {ACCEPT_STEPS} steps"
-    )
+    return f" and logs accept len {_al(served)} instead of {_al(best)} at {ACCEPT_STEPS} steps"
+
+
+def _al(ref: WiringRef) -> str:
+    """'2.60', or '>=2.60' where the replay's last rounds ran past what the samples hold of the
+    target's continuation (a lower bound)."""
+    assert ref.accept_length is not None
+    return (">=" if ref.accept_bound else "") + f"{ref.accept_length:.2f}"
 
 
 def _engine_defaults(facts: WiringFacts) -> str:
@@ -406,7 +410,7 @@ def wiring(facts: WiringFacts) -> Text:
             serve_txt = f"; an engine feeding {serve.label} gets {serve.all_tok.fmt()}"
             serve_txt += _accept_versus(serve, best)
     if not serve_txt and best.accept_length is not None:
-        serve_txt = f"; served so, an engine logs accept len {best.accept_length:.2f} at {ACCEPT_STEPS} steps"
+        serve_txt = f"; served so, an engine logs accept len {_al(best)} at {ACCEPT_STEPS} steps"
     cfg_line = ""
     if facts.engine_ids is not None:
         vllm, sg = facts.engine_ids
