@@ -432,3 +432,15 @@ def test_without_a_configured_wiring_the_best_is_the_reference():
     r = reconcile(_log(4, 0, source="requests"), rep, configured=None, pairs=reqs)
     assert r.verdict is Verdict.ENGINE_FAULT and r.gap.replay == 2
     assert "(lowest 1.75 fed [L2, L4, L6], 2.50 fed [embed, L2, L4])" in r.summary
+
+
+def test_a_first_shortfall_at_1k_tokens_fits_the_late_class_whatever_the_median():
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): MID}, starts=[[5, 8, 12, 1024], [3, 7, 9]])
+    a = RequestFigures("r:1", line=1, per_step_accepted=[2, 3, 0, 0])  # short at 1024 only
+    b = RequestFigures("r:2", line=2, per_step_accepted=[0, 0, 0])  # short at 3, 7, 9
+    r = reconcile(_log(8, 4, source="requests"), rep, pairs={0: a, 1: b})
+    assert (r.gap.position, r.gap.round) == (1024, 3)  # the median shortfall is at 9
+    assert r.faults == [FAULT["late"], FAULT["batch"], FAULT["early"]]
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): MID}, starts=[[5, 8, 12, 1023], [3, 7, 9]])
+    r = reconcile(_log(8, 4, source="requests"), rep, pairs={0: a, 1: b})
+    assert r.faults == [FAULT["batch"], FAULT["early"], FAULT["late"]]  # 1023: not late

@@ -165,3 +165,20 @@ def test_the_edges_of_what_a_sample_knows():
     # no depth: nothing is ever a lower bound, the round after the stop included
     assert not any(r.bounded for r in walk(c, [Run(2, 4, 4)], engine=Engine.SGLANG))
     assert walk(c, [Run(2, 4, 4)], engine=Engine.SGLANG)[-1] == Round(5, 0, 0, after_stop=True)
+
+
+def test_a_one_step_chain_is_a_lower_bound_past_what_is_known():
+    from inspector.serving.engines import Engine
+    from inspector.serving.walk import Run
+
+    a = np.array([0, 0, 1, 1, 1, 1])
+    # depth 1: the last round after x_2 emits x_3, x_4; SGLang's round after the stop starts
+    # at 4, where nothing past the stop is known: a lower bound, though one step deep
+    rounds = walk(a, [Run(2, 4, 4)], depth=1, engine=Engine.SGLANG)
+    assert rounds == [Round(2, 1, 2), Round(4, 0, 0, bounded=True, after_stop=True)]
+    # a one-step last round itself past what is known, then an EOS: the round after it
+    # follows a lower bound, so it is one too
+    b = np.array([0, 0, 0, 5, 5, 5])
+    rounds = walk(b, [Run(2, 4, 3, "stop")], depth=1, engine=Engine.SGLANG)
+    assert rounds[1] == Round(3, 0, 1, bounded=True)
+    assert rounds[-1] == Round(4, 0, 0, bounded=True, after_stop=True)

@@ -212,11 +212,11 @@ def _below(log: EngineLog, stats: AcceptStats) -> bool:
 
 def _first_gap(
     pairs: dict[int, RequestFigures], per_sample: dict[int, SampleReplay]
-) -> tuple[Gap | None, list[tuple[int, int]]]:
+) -> tuple[Gap | None, list[int]]:
     """The first round (in the engine's request order) where it accepted less than the
-    replay, and every such (round start, shortfall)."""
+    replay, and the start of every such round."""
     first: Gap | None = None
-    short: list[tuple[int, int]] = []
+    short: list[int] = []
     order = sorted(pairs.items(), key=lambda kv: kv[1].line)  # the log's own order
     for i, req in order:
         rep = per_sample.get(i)
@@ -226,18 +226,19 @@ def _first_gap(
         starts = [int(s) for s, x in zip(rep.starts, rep.after_stop, strict=True) if not x]
         for k, (e, a) in enumerate(zip(req.per_step_accepted, ours, strict=False)):
             if e < a:
-                short.append((starts[k], a - e))
+                short.append(starts[k])
                 if first is None:
                     first = Gap(req.where, i, k, e, a, starts[k])
     return first, short
 
 
-def _fault_classes(short: list[tuple[int, int]], first: Gap | None) -> list[str]:
-    """The engine-side classes that fit where the engine fell short."""
+def _fault_classes(short: list[int], first: Gap | None) -> list[str]:
+    """The engine-side classes that fit where the engine fell short (`short`: the starts of
+    the rounds it fell short in)."""
     by = dict(ENGINE_FAULTS)
     if not short:
         return [by["early"], by["late"], by["batch"]]
-    positions = sorted(p for p, _ in short)
+    positions = sorted(short)
     mid = positions[len(positions) // 2]
     out = []
     if first is not None and first.round == 0:
