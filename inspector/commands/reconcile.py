@@ -100,6 +100,10 @@ def run_reconcile(args: argparse.Namespace) -> int:
             "the draft's config names no wiring of these slots (no aux ids, or ids the samples "
             "do not hold): the wirings tried are the presets and --wiring"
         )
+    if not any(w.stats.rounds for w in report.wirings):
+        raise InputError(
+            None, "SAMPLES", "no round to replay: no sample holds a generated (loss-masked) run"
+        )
     result = reconcile(log, report, configured=configured, pairs=pairs, notes=notes)
     for line in result.notes:
         err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
