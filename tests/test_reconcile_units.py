@@ -444,3 +444,77 @@ def test_a_first_shortfall_at_1k_tokens_fits_the_late_class_whatever_the_median(
     rep = _report({(0, 1, 2): GOOD, (1, 2, 3): MID}, starts=[[5, 8, 12, 1023], [3, 7, 9]])
     r = reconcile(_log(8, 4, source="requests"), rep, pairs={0: a, 1: b})
     assert r.faults == [FAULT["batch"], FAULT["early"], FAULT["late"]]  # 1023: not late
+
+
+def test_counts_or_means_whichever_the_log_gives():
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): BAD})
+    good = 1 + 13 / 7
+    # a mean without counts, not rounded (one server-info rank): within the rounding
+    info = EngineLog(Path("i.json"), "sglang", "server-info", accept_length=good + 0.004)
+    assert reconcile(info, rep).checks[0].equal
+    # rounds without accepted: the mean decides
+    assert reconcile(_log(7, None, al=good + 0.004), rep).checks[0].equal
+    assert not reconcile(_log(7, None, al=good + 0.01), rep).checks[0].equal
+
+
+def test_of_two_equal_replays_the_best_is_the_verdict():
+    # pooled 2.003 and 2.006 (rounded log 2.005): both equal; the better one is served as is
+    rep = _report({(0, 1, 2): [[2] * 501 + [1] + [0] * 498], (1, 2, 3): [[2] * 503 + [0] * 497]})
+    a, b = (1 + 1003 / 1000), (1 + 1006 / 1000)
+    assert a < b and abs(a - 2.005) < ROUNDING and abs(b - 2.005) < ROUNDING
+    r = reconcile(_log(al=2.005, rounded=True), rep)
+    assert [c.equal for c in r.checks] == [True, True]
+    assert r.verdict is Verdict.AS_IS and r.matched == r.best == "serve [L2, L4, L6]"
+    assert r.summary == (
+        "vLLM logged 2.00 (vLLM 1 log line); this draft gives 2.01 when fed [L2, L4, L6], the "
+        "wiring it fits best of those tried: the draft is what it is. More draft steps, a tree "
+        "(SGLang's topk > 1) or training data closer to the served traffic raise it; note the "
+        "draft's config names [embed, L2, L4] (2.00), which this engine does not feed"
+    )
+
+
+def test_the_words_of_each_verdict():
+    rep = _report({(0, 1, 2): BAD, (1, 2, 3): GOOD})
+    r = reconcile(_log(7, 2), rep)
+    assert r.summary == (
+        "vLLM logged 1.29 (2 accepted in 7 rounds, vLLM 1 log line); this draft gives 1.29 when "
+        "fed [embed, L2, L4] and 2.86 when fed [L2, L4, L6]: your engine feeds the wrong layers"
+    )
+    r = reconcile(_log(7, 6), rep)
+    assert r.summary == (
+        "vLLM logged 1.86 (6 accepted in 7 rounds, vLLM 1 log line), which matches no wiring's "
+        "replay (1.29 fed [embed, L2, L4], 2.86 fed [L2, L4, L6]): the samples are not the "
+        "requests the engine served (other prompts, sampling or max tokens), or the engine "
+        "drafts otherwise than --steps/--topk say"
+    )
+    assert r.notes == []
+    rep.wirings[0].per_sample[0].bounded[-1] = True
+    assert reconcile(_log(7, 6), rep).notes == [
+        "some replayed requests end in a round drafted past what their samples hold of the "
+        "target's continuation: those accept lengths are lower bounds"
+    ]
+
+
+def test_sglangs_per_request_figure_is_exact_even_where_the_replay_is_a_bound():
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): BAD})
+    for wa in rep.wirings:
+        for smp in wa.per_sample:
+            smp.completion_tokens = 1 + int(smp.emitted.sum())
+            smp.bounded[-1] = True  # no continuation: the count is a bound, the tokens are not
+    comp = [1 + 3 + 4 + 1 + 2, 1 + 4 + 4 + 2]
+    reqs = [
+        RequestFigures("r:1", rounds=4, accepted=comp[0] - 4, per_request_figure=True),
+        RequestFigures("r:2", rounds=3, accepted=comp[1] - 3, per_request_figure=True),
+    ]
+    log = _log(7, sum(comp) - 7, engine="sglang", source="requests", figure="spec_accept_length")
+    log.requests = reqs
+    r = reconcile(log, rep, pairs={0: reqs[0], 1: reqs[1]})
+    assert r.checks[0].equal and not r.checks[0].stats.is_bound and r.notes == []
+
+
+def test_the_serving_config_launches_the_logs_steps():
+    rep = _report({(1, 2, 3): GOOD, (0, 1, 2): BAD})
+    rep.spec = DraftSpec(5)
+    cfg = reconcile(_log(7, 2), rep).serving_config
+    assert '"num_speculative_tokens": 5' in cfg["vllm"]["launch"]
+    assert "--speculative-num-steps 5" in cfg["sglang"]["launch"]

@@ -182,3 +182,20 @@ def test_a_one_step_chain_is_a_lower_bound_past_what_is_known():
     rounds = walk(b, [Run(2, 4, 3, "stop")], depth=1, engine=Engine.SGLANG)
     assert rounds[1] == Round(3, 0, 1, bounded=True)
     assert rounds[-1] == Round(4, 0, 0, bounded=True, after_stop=True)
+
+
+def test_stats_count_every_bounded_and_after_stop_round():
+    rounds = [
+        Round(2, 1, 2, bounded=True),
+        Round(5, 0, 0, bounded=True, after_stop=True),
+        Round(9, 2, 0, after_stop=True),
+    ]
+    s = AcceptStats.of(rounds, depth=3)
+    assert (s.bounded, s.after_stop, s.rounds, s.accepted) == (2, 2, 3, 3)
+    assert s.emitted_per_round == 2.0 and s.is_bound
+    t = AcceptStats.of(rounds[:1], depth=3)
+    t.add(s)
+    assert (t.bounded, t.after_stop) == (3, 2)
+    t.add(AcceptStats.of(rounds[2:], depth=3))
+    assert (t.bounded, t.after_stop) == (3, 3)
+    assert AcceptStats.of(rounds[2:], depth=3).emitted_per_round is None
