@@ -518,3 +518,28 @@ def test_the_serving_config_launches_the_logs_steps():
     cfg = reconcile(_log(7, 2), rep).serving_config
     assert '"num_speculative_tokens": 5' in cfg["vllm"]["launch"]
     assert "--speculative-num-steps 5" in cfg["sglang"]["launch"]
+
+
+def test_the_shortfall_is_measured_against_the_configured_wiring():
+    # the config names the weaker wiring; the engine falls below both: its rounds are held
+    # against the configured one's, not the best's
+    rep = _report({(0, 1, 2): MID, (1, 2, 3): GOOD}, starts=[[5, 8, 12, 13], [3, 7, 1500]])
+    reqs = {0: RequestFigures("r:1", line=1, per_step_accepted=[1, 0, 0, 0])}
+    r = reconcile(_log(4, 1, source="requests"), rep, configured=0, pairs=reqs)
+    assert r.verdict is Verdict.ENGINE_FAULT
+    assert (r.gap.round, r.gap.replay) == (1, 1)  # MID's round 1 accepts 1 (GOOD's: 3)
+    with pytest.raises(ValueError) as e:
+        reconcile(_log(), rep)
+    assert str(e.value) == "nothing to reconcile: no rounds replayed or no figure logged"
+
+
+def test_a_serving_config_without_a_pre_norm_verifier_slot():
+    rep = _report({(1, 2, 3): GOOD, (0, 1, 2): BAD})
+    rep.slots = v1_slot_info([0, 2, 4, None])  # the last slot: the post-norm state
+    cfg = reconcile(_log(7, 2), rep).serving_config
+    assert cfg is None  # the wiring feeds the post-norm state: no engine captures it
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): BAD})
+    rep.slots = v1_slot_info([0, 2, 4, None])
+    cfg = reconcile(_log(7, 2), rep).serving_config
+    assert cfg["hf_indices"] == [0, 2, 4]
+    assert not any("last layer" in c for c in cfg["vllm"]["caveats"])
