@@ -50,9 +50,9 @@ then the other trainer. Which number is which:
   generation run starts after its prefill token, a round accepts the drafted tokens matching the
   target's continuation (in a last round also past the stop, as the engines count) and the next
   round starts after them; ≥ marks a lower bound, where a last round drafted past what the
-  sample holds of the target's continuation. The bar's title names the engine settings: a chain of the app's TTT steps (or of 3) to
-  start with; `a` sets draft steps, topk (a tree) and draft tokens as SGLang's flags do, `+` / `-`
-  add or drop a step. **all-tok s0..sK** lists every TTT step's accuracy (teacher forced).
+  sample holds of the target's continuation. The bar's title names the engine settings: a chain
+  of the app's TTT steps (or of 3) to start with; `a` sets draft steps, topk (a tree) and draft
+  tokens as SGLang's flags do, `+` / `-` add or drop a step. **all-tok s0..sK** lists every TTT step's accuracy (teacher forced).
 * **full_acc_k** (speculators): a row hits when steps 0..k *all* match the verifier's argmax within
   the draft vocab (cumulative); its rows include the one after the last token (no true token needed).
 * **cond_acc_k** (speculators): the full_acc_k hits over the rows whose steps < k all matched: the
