@@ -36,32 +36,45 @@ def live_inputs(args: argparse.Namespace) -> tuple[Path, Path, Path]:
     return Path(args.checkpoint), target, Path(args.prompts)
 
 
-def run_live(args: argparse.Namespace, spec, err: Console, engine=None):
-    from inspector.evaluate import resolve_device
-    from inspector.formats import load_draft
+def run_loop(err: Console, draft, target: Path, prompts: Path, spec, wirings, **kw):
+    """`serving.live.live_accept` under a progress bar on stderr (`kw`: its keyword options)."""
     from inspector.serving.live import live_accept
 
-    draft_dir, target, prompts = live_inputs(args)
-    device = resolve_device(args.device)
-    draft = load_draft(draft_dir, target=target, dtype=args.dtype, device=device)
-    specs = args.wiring or ["train", "serve"]
     with progress_bar("speculative decoding", err) as progress:
         task = progress.add_task("live", total=None)
-        report = live_accept(
+        return live_accept(
             draft,
             target,
             prompts,
             spec,
-            specs,
-            max_new=args.max_new,
-            temperature=args.temperature,
-            seed=args.seed,
-            out=args.out,
-            target_dtype=args.dtype,
-            limit=args.limit,
-            engine=engine,
+            wirings,
             progress=lambda done, total: progress.update(task, completed=done, total=total),
+            **kw,
         )
+
+
+def run_live(args: argparse.Namespace, spec, err: Console, engine=None):
+    from inspector.evaluate import resolve_device
+    from inspector.formats import load_draft
+
+    draft_dir, target, prompts = live_inputs(args)
+    device = resolve_device(args.device)
+    draft = load_draft(draft_dir, target=target, dtype=args.dtype, device=device)
+    report = run_loop(
+        err,
+        draft,
+        target,
+        prompts,
+        spec,
+        args.wiring or ["train", "serve"],
+        max_new=args.max_new,
+        temperature=args.temperature,
+        seed=args.seed,
+        out=args.out,
+        target_dtype=args.dtype,
+        limit=args.limit,
+        engine=engine,
+    )
     if args.out:
         err.print(
             f"wrote the realised sequences per wiring under {safe(args.out)}: "

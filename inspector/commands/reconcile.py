@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -151,11 +150,11 @@ def _replay(args, spec, engine, err):
 def _live(args, spec, engine, err, log):
     """The live loop over the prompts (the engine's requests): real speculative decoding against
     --target, the same rounds the engine runs at temperature 0."""
-    from inspector.commands.accept_live import live_inputs
+    from inspector.commands.accept_live import live_inputs, run_loop
     from inspector.evaluate import resolve_device
     from inspector.formats import load_draft
     from inspector.formats.samples import v1_slot_info
-    from inspector.serving.live import live_accept
+    from inspector.serving.live import draft_ids
 
     if args.samples:
         raise InputError(None, "--prompts", "replaces SAMPLES: pass one or the other")
@@ -173,24 +172,22 @@ def _live(args, spec, engine, err, log):
     from inspector.capture.target import read_target_info
 
     info = read_target_info(target)
-    plan = plan_slots(info.num_layers, layers=None, draft=_ids(draft), engine=None)
+    plan = plan_slots(info.num_layers, layers=None, draft=draft_ids(draft), engine=None)
     infos = v1_slot_info([None if s == "post-norm" else s for s in plan.slots])
     wirings, labels, configured = _wirings(args, infos, draft.config.num_fc_blocks, draft)
-    with progress_bar("speculative decoding", err) as progress:
-        task = progress.add_task("live", total=None)
-        report = live_accept(
-            draft,
-            target,
-            prompts,
-            spec,
-            [list(w.slots) for w in wirings],
-            max_new=max_new,
-            target_dtype=args.dtype,
-            labels=labels,
-            limit=args.limit,
-            engine=engine,
-            progress=lambda done, total: progress.update(task, completed=done, total=total),
-        )
+    report = run_loop(
+        err,
+        draft,
+        target,
+        prompts,
+        spec,
+        [list(w.slots) for w in wirings],
+        max_new=max_new,
+        target_dtype=args.dtype,
+        labels=labels,
+        limit=args.limit,
+        engine=engine,
+    )
     from inspector.capture.inputs import read_input
 
     records, _ = read_input(prompts, target, vocab_size=info.vocab_size, max_length=10**9)
@@ -214,19 +211,6 @@ def _prompt_pairs(samples, log):
         r = by_prompt.get(tuple(prompt))
         out.append((i, prompt + (r.output_ids if r is not None else []), mask))
     return out
-
-
-def _ids(draft):
-    from inspector.capture.plan import DraftIds
-
-    folder = Path(draft.path) if draft.path else Path(".")
-    return DraftIds(
-        folder,
-        draft.config.aux_layer_ids,
-        draft.config.aux_layer_convention,
-        draft.config.num_fc_blocks,
-        folder / "config.json",
-    )
 
 
 def render(result, report) -> Group:

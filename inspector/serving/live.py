@@ -65,6 +65,7 @@ from inspector.serving.verify import trim_cache, verify_tree
 from inspector.wiring import Wiring, parse_wiring
 
 if TYPE_CHECKING:  # capture loads transformers; only the loop itself needs it
+    from inspector.capture.plan import DraftIds
     from inspector.capture.run import Prepared
     from inspector.capture.target import TargetModel
 
@@ -218,6 +219,20 @@ def run_sequence(
     )
 
 
+def draft_ids(draft: Draft) -> DraftIds:
+    """A loaded draft's aux ids as capture's plan reads them from its folder."""
+    from inspector.capture.plan import DraftIds
+
+    folder = Path(draft.path) if draft.path else Path(".")
+    return DraftIds(
+        folder,
+        draft.config.aux_layer_ids,
+        draft.config.aux_layer_convention,
+        draft.config.num_fc_blocks,
+        folder / "config.json",
+    )
+
+
 def live_folder(out: str | Path, wiring_text: str | Sequence[int], wiring: Wiring) -> Path:
     """Where a wiring's realised sequences go under `out`: a preset by its name ("train",
     "serve"), any other wiring by its slots ("wiring-0-1-2")."""
@@ -307,7 +322,6 @@ def live_accept(
     """
     engine = engine if engine is not None else default_engine(spec.is_chain)
     from inspector.capture import store
-    from inspector.capture.plan import DraftIds
     from inspector.capture.run import CaptureSettings, prepare
     from inspector.capture.target import TargetModel
 
@@ -323,14 +337,7 @@ def live_accept(
         )
     if temperature < 0:
         raise InputError(None, "--temperature", "must be >= 0")
-    folder = Path(draft.path) if draft.path else Path(".")
-    ids = DraftIds(
-        folder,
-        draft.config.aux_layer_ids,
-        draft.config.aux_layer_convention,
-        draft.config.num_fc_blocks,
-        folder / "config.json",
-    )
+    ids = draft_ids(draft)
     settings = CaptureSettings(
         layers=layers,
         draft=draft.path or None,

@@ -254,10 +254,16 @@ class Replayer:
     def __init__(self, ev: Evaluator, spec: DraftSpec, engine: Engine | None = None) -> None:
         self.ev = ev
         self.spec = spec
-        self.engine = engine if engine is not None else default_engine(spec.is_chain)
+        self._engine = engine
         self._cache: ByteLRU[tuple[int, tuple[int, ...], DraftSpec, Engine], SampleReplay] = (
             ByteLRU(ev.budget.host_share("replays"))
         )
+
+    @property
+    def engine(self) -> Engine:
+        """The convention given, else the settings' own (vLLM for a chain, SGLang for a tree):
+        a caller that changes `spec` gets the matching one."""
+        return self._engine if self._engine is not None else default_engine(self.spec.is_chain)
 
     def a_by_start(self, index: int, wiring: Wiring, *, keep: bool = True) -> np.ndarray:
         """What a round starting after x_n accepts, at every n a round can start after
@@ -267,6 +273,7 @@ class Replayer:
         ev, spec = self.ev, self.spec
         sample = ev.samples[index]
         starts = round_starts(sample.loss_mask.numpy())
+        h = None  # the fc output: computed once for both tree passes
         if spec.is_chain and ev.ttt_steps >= spec.steps:
             preds = ev.predict(index, wiring, keep=keep)
             every = chain_accepts([sp.hit for sp in preds.steps[: spec.steps]], sample.length)
@@ -275,14 +282,19 @@ class Replayer:
         elif sample.length < 2 or starts.size == 0:
             out = np.zeros(sample.length, dtype=np.int64)
         else:
-            out = self._trees(ev.fc_output(index, wiring), sample.input_ids, starts)
+            h = ev.fc_output(index, wiring)
+            out = self._trees(h, sample.input_ids, starts)
         cont = sample.continuation
-        if cont is None or cont.length == 0 or sample.length < 2:
+        runs = generation_runs(sample.loss_mask.numpy())
+        # only a run that ends the sample goes on into the continuation
+        if cont is None or cont.length == 0 or not runs or runs[-1][1] != sample.length - 1:
             return out
-        return self._past_stop(index, wiring, out, starts)
+        if h is None:
+            h = ev.fc_output(index, wiring)
+        return self._past_stop(index, wiring, h, out, starts)
 
     def _past_stop(
-        self, index: int, wiring: Wiring, a: np.ndarray, starts: np.ndarray
+        self, index: int, wiring: Wiring, fc: torch.Tensor, a: np.ndarray, starts: np.ndarray
     ) -> np.ndarray:
         """`a` extended over the continuation: the rounds after x_n with n + steps > T - 1 (their
         drafts reach past the request) and every n from T - 1 to T - 1 + steps (where SGLang's
@@ -294,7 +306,7 @@ class Replayer:
         t, c = sample.length, cont.length
         dev = ev.device
         tail = fc_wired(ev.draft, [cont.slots[s].to(dev, ev.draft.dtype) for s in wiring.slots])
-        h = torch.cat([ev.fc_output(index, wiring), tail])
+        h = torch.cat([fc, tail])
         ids = torch.cat([sample.input_ids, cont.ids]).to(dev)
         late = starts[starts >= t - spec.steps]
         # SGLang's round after the stop starts after the last round's whole path and bonus:

@@ -383,14 +383,12 @@ class Engine:
     def replay(self, i: int, w: WiringKey, spec: DraftSpec) -> SampleAccept:
         """Sample i's serving replay (device thread only), cached by the Replayer's ByteLRU under
         the budget's `replays` share, keyed by (sample, wiring, settings)."""
-        from inspector.serving.engines import default_engine
         from inspector.serving.replay import Replayer
         from inspector.wiring import Wiring
 
         if self._replayer is None:
             self._replayer = Replayer(self.ev, spec)
-        self._replayer.spec = spec  # the cache key holds the settings and the convention
-        self._replayer.engine = default_engine(spec.is_chain)
+        self._replayer.spec = spec  # the cache key holds the settings (and so the convention)
         r = self._replayer.replay(i, Wiring(tuple(w)))
         mask = self.ev.samples[i].loss_mask.numpy()
         a_at = accept_at(r.a_by_start, mask)

