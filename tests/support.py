@@ -78,3 +78,13 @@ def capture_generated(out: Path, generate: int) -> Path:
     argv += ["--draft", str(demo / "draft"), "--device", "cpu"]
     assert main(argv) == 0
     return out
+
+
+def reconcile_json(capsys, samples: Path, log: Path, *extra: str) -> dict:
+    """`eagle-inspect reconcile` of the demo draft on `samples` against `log`, as JSON."""
+    from inspector.cli import main
+
+    capsys.readouterr()
+    argv = ["reconcile", str(ROOT / "assets" / "demo" / "draft"), str(samples)]
+    assert main([*argv, "--engine-log", str(log), "--json", "--device", "cpu", *extra]) == 0
+    return json.loads(capsys.readouterr().out)

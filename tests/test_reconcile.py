@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from support import capture_generated  # noqa: E402
+from support import capture_generated, reconcile_json  # noqa: E402
 
 from inspector.cli import main  # noqa: E402
 
@@ -52,22 +52,7 @@ def _accept(capsys, samples: Path, *extra: str) -> dict:
 
 
 def _reconcile(capsys, samples: Path, log: Path, *extra: str) -> dict:
-    capsys.readouterr()
-    rc = main(
-        [
-            "reconcile",
-            str(DEMO / "draft"),
-            str(samples),
-            "--engine-log",
-            str(log),
-            "--json",
-            "--device",
-            "cpu",
-            *extra,
-        ]
-    )
-    assert rc == 0
-    return json.loads(capsys.readouterr().out)
+    return reconcile_json(capsys, samples, log, *extra)
 
 
 def _vllm_line(w: dict, k: int) -> str:

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(
 )
 pytest.importorskip("transformers")
 
-from support import capture_generated  # noqa: E402
+from support import capture_generated, reconcile_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "assets" / "demo"
@@ -149,24 +149,9 @@ def test_the_live_loop_gives_vllms_counts_and_tokens(k, tmp_path):
 @pytest.mark.parametrize("variant", list(WIRINGS))
 @pytest.mark.parametrize("source", ["vllm.log", "metrics.prom", "requests.jsonl"])
 def test_reconcile_reads_vllms_own_files(variant, source, generated, capsys):
-    from inspector.cli import main
 
     log = Path(RUNS or "") / f"{variant}-k3-batch" / source
-    capsys.readouterr()
-    rc = main(
-        [
-            "reconcile",
-            str(DEMO / "draft"),
-            str(generated),
-            "--engine-log",
-            str(log),
-            "--json",
-            "--device",
-            "cpu",
-        ]
-    )
-    assert rc == 0
-    doc = json.loads(capsys.readouterr().out)
+    doc = reconcile_json(capsys, generated, log)
     assert doc["config"]["steps"] == 3 and doc["engine_log"]["engine"] == "vllm"
     if variant == "train":
         assert doc["verdict"] == "as_is", doc["summary"]
