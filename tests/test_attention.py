@@ -69,7 +69,7 @@ def test_blocked_equals_dense_for_any_block(monkeypatch, block_bytes):
     ref = _dense(cfg, q, cache)
     monkeypatch.setitem(M.FUSED_OK, ("cpu", torch.float32), False)  # no fused kernel here
     with torch.inference_mode():
-        out = M.attend(cfg, q, cache, Chunking(attn_block_bytes=block_bytes))
+        out = M.attend(cfg, q, cache, chunking=Chunking(attn_block_bytes=block_bytes))
     torch.testing.assert_close(out, ref, atol=2e-6, rtol=1e-5)
 
 
@@ -184,7 +184,7 @@ def test_explicit_masks_refuse_a_windowed_layer():
     cache.window = 3
     q = torch.randn(2, 4, 5, 16)
     with pytest.raises(InputError) as e:
-        M.attend_masked(cfg, q, cache, torch.ones(5, 5, dtype=torch.bool).tril())
+        M.attend(cfg, q, cache, M.AttendSpec(mask=torch.ones(5, 5, dtype=torch.bool).tril()))
     assert str(e.value) == (
         "sliding_window: a draft layer with a sliding window: explicit masks do not model it"
     )

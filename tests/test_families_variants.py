@@ -15,10 +15,11 @@ from support import edited_copy
 from inspector.errors import InputError
 from inspector.formats import SampleSet, load_draft
 from inspector.model import forward_steps, iter_steps, rms_norm
-from inspector.model.attention import DEFAULT_CHUNKING, LayerCache, attend
-from inspector.model.forward import _layer
+from inspector.model.attention import LayerCache, attend
+from inspector.model.decoder import layer
 from inspector.model.rope import rope_cos_sin
 from inspector.model.step0 import Step0Shared, step0_logits_at_rows
+from inspector.model.weights import resolve_layer
 
 
 def _err(path: Path) -> str:
@@ -307,9 +308,7 @@ def test_multi_layer_draft_layers_after_the_first_take_hidden_size(tiny_syntheti
     z1 = [z for _, z in iter_steps(one, h, tokens, steps=2)]
     # layer 1 applied to layer 0's output, on its own: what the 2-layer step 0 must give
     cos, sin = rope_cos_sin(d.config, torch.arange(h.shape[0]) + 1, "cpu")
-    manual = _layer(
-        d.config, d.weights, 1, z1[0][None], None, cos, sin, LayerCache(), DEFAULT_CHUNKING
-    )
+    manual = layer(d.config, resolve_layer(d, 1), z1[0][None], None, cos, sin, LayerCache())
     assert (z2[0] - manual[0]).abs().max() < 1e-5
     assert not torch.allclose(z2[1], z1[1])
     assert math.isfinite(float(rms_norm(z2[1], d.weights["norm.weight"], 1e-5).sum()))

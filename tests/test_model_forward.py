@@ -1,6 +1,6 @@
-"""inspector/model/forward.py paths a mutation sample found unchecked: forward_steps' hidden
-states, the row-chunked MLP, batched TTT steps, fc's bias (one projection for the forward and
-the evaluator)."""
+"""inspector/model paths a mutation sample found unchecked: forward_steps against the head over
+each step, the row-chunked MLP, batched TTT steps, fc's bias (one projection for the forward and
+the evaluator), the one layer under each attention spec."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 import torch
 from support import accumulation_tolerance
 
-import inspector.model.forward as forward
+import inspector.model.decoder as layer_mod
+import inspector.model.fc as fc
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
 from inspector.model import (
@@ -37,19 +38,17 @@ def _inputs(draft, sample):
     return h, sample.input_ids[1:]
 
 
-def test_forward_steps_returns_each_steps_prenorm_hidden(tiny):
+def test_forward_steps_is_the_head_over_each_steps_prenorm_output(tiny):
     draft, samples = tiny
     h, tokens = _inputs(draft, samples[0])
-    logits, hidden = forward_steps(draft, h, tokens, steps=3, return_hidden=True)
-    plain = forward_steps(draft, h, tokens, steps=3)
+    logits = forward_steps(draft, h, tokens, steps=3)
     zs = [z for _, z in iter_steps(draft, h, tokens, steps=3)]
-    assert len(hidden) == len(logits) == 3
+    assert len(zs) == len(logits) == 3
     r = h.shape[0]
     for k in range(3):
-        assert hidden[k].shape == (r - k, draft.config.hidden_size)
-        assert torch.equal(hidden[k], zs[k])  # pre-norm z, not its norm
-        assert torch.equal(logits[k], plain[k])
-        assert torch.equal(draft_logits(draft, hidden[k]), logits[k])
+        assert zs[k].shape == (r - k, draft.config.hidden_size)
+        assert logits[k].shape == (r - k, draft.config.draft_vocab_size)
+        assert torch.equal(draft_logits(draft, zs[k]), logits[k])  # the head reads pre-norm z
 
 
 def test_mlp_rows_chunks_the_mlp_and_changes_no_value(tiny, monkeypatch):
@@ -58,13 +57,13 @@ def test_mlp_rows_chunks_the_mlp_and_changes_no_value(tiny, monkeypatch):
     r = h.shape[0]  # 39 rows
     whole = [z for _, z in iter_steps(draft, h, tokens, steps=2)]
     calls: list[int] = []
-    real = forward.mlp
+    real = layer_mod.mlp
 
-    def counting(x, w, p):
+    def counting(x, lw):
         calls.append(x.shape[-2])
-        return real(x, w, p)
+        return real(x, lw)
 
-    monkeypatch.setattr(forward, "mlp", counting)
+    monkeypatch.setattr(layer_mod, "mlp", counting)
     chunked = [z for _, z in iter_steps(draft, h, tokens, steps=2, chunking=Chunking(mlp_rows=16))]
     # every step's MLP ran on row chunks of at most 16: 16 + 16 + 7 rows per step
     assert calls == [16, 16, r - 32] * 2
@@ -189,10 +188,10 @@ def test_fc_wired_is_fc_of_the_wired_slots_for_every_fc_variant(tiny):
         assert (outs[name] - outs["plain"]).abs().max() > 1e-2, name
 
 
-def test_draft_layer_is_the_step0_layer_with_or_without_an_explicit_mask(tiny):
-    """draft_layer (the serving replay's and live loop's layer) on step 0 rows: the first step
-    of iter_steps; an explicit causal mask (attend_masked) gives the same rows."""
-    from inspector.model import LayerCache, draft_layer, rope_cos_sin
+def test_the_layer_is_the_step0_layer_with_or_without_an_explicit_mask(tiny):
+    """layer() (the serving replay's and live loop's layer too) on step 0 rows: the first step
+    of iter_steps; an explicit causal mask gives the same rows, chosen rows those rows."""
+    from inspector.model import AttendSpec, LayerCache, layer, resolve_layers, rope_cos_sin
 
     draft, samples = tiny
     h, tokens = _inputs(draft, samples[0])
@@ -201,20 +200,33 @@ def test_draft_layer_is_the_step0_layer_with_or_without_an_explicit_mask(tiny):
     ref = next(iter(iter_steps(draft, h, tokens, steps=1, position_offset=5)))[1]
     embeds = torch.nn.functional.embedding(tokens, draft.weights["embed_tokens.weight"])[None]
     cos, sin = rope_cos_sin(cfg, torch.arange(r) + 5, h.device)  # row 0 at 5
+    (lw,) = resolve_layers(draft)
     cache = LayerCache()
-    z = draft_layer(draft, 0, h[None], embeds, cos, sin, cache)
+    z = layer(cfg, lw, h[None], embeds, cos, sin, cache)
     assert z.shape == (1, r, cfg.hidden_size)
     assert torch.equal(z[0], ref)
     assert len(cache.keys) == len(cache.values) == 1
     assert cache.keys[0].shape == (1, cfg.num_kv_heads, r, cfg.head_dim)
     causal = torch.ones(r, r, dtype=torch.bool).tril()
-    masked = draft_layer(draft, 0, h[None], embeds, cos, sin, LayerCache(), mask=causal)
+    masked = layer(cfg, lw, h[None], embeds, cos, sin, LayerCache(), AttendSpec(mask=causal))
     tol = accumulation_tolerance(ref, cfg.intermediate_size)
     assert (masked[0] - ref).abs().max() <= tol
     # a mask that hides everything but each row itself is another attention: other values
     own = torch.eye(r, dtype=torch.bool)
-    alone = draft_layer(draft, 0, h[None], embeds, cos, sin, LayerCache(), mask=own)
+    alone = layer(cfg, lw, h[None], embeds, cos, sin, LayerCache(), AttendSpec(mask=own))
     assert (alone[0] - ref).abs().max() > 100 * tol
+    # queries at chosen rows (every row's keys still written): those rows of the full step
+    rows = torch.tensor([0, 4, 5, r - 1])
+    chosen = LayerCache()
+    chosen.append(*cache.last)
+    lw_q = layer_mod.attention_input(cfg, lw, h[None], embeds)[0][:, rows]
+    q, _, _ = layer_mod.project_llama(cfg, lw.attn, lw_q, cos[rows], sin[rows])
+    o = layer_mod.attend(cfg, q, chosen, AttendSpec(rows=rows))
+    residual = h[None][:, rows]
+    picked = layer_mod.layer_output(cfg, lw, residual, o, 4096)
+    assert (picked[0] - ref[rows]).abs().max() <= tol
+    with pytest.raises(ValueError, match="not both"):
+        AttendSpec(rows=rows, mask=causal)
 
 
 def test_fc_block_project_multiplies_by_the_weight_it_is_given(tiny):
@@ -265,8 +277,11 @@ def test_mla_without_q_lora_projects_q_straight(golden):
     b, t = 2, 7
     a = torch.randn(b, t, 2 * cfg.hidden_size, generator=g)
     cos, sin = rope_cos_sin(cfg, torch.arange(t), a.device)
-    q, k, v = forward._project_qkv_mla(plain.config, plain.weights, "layers.0.", a, cos, sin)
-    _, k_lora, v_lora = forward._project_qkv_mla(cfg, lora.weights, "layers.0.", a, cos, sin)
+    from inspector.model.weights import resolve_layer
+
+    plain_attn, lora_attn = resolve_layer(plain, 0).attn, resolve_layer(lora, 0).attn
+    q, k, v = layer_mod.project_mla(plain.config, plain_attn, a, cos, sin)
+    _, k_lora, v_lora = layer_mod.project_mla(cfg, lora_attn, a, cos, sin)
     assert torch.equal(k, k_lora) and torch.equal(v, v_lora)
     raw = (a @ w_q.T).view(b, t, cfg.num_heads, m.qk_head_dim).transpose(1, 2)
     nope, rope = raw.split([m.qk_nope_head_dim, m.qk_rope_head_dim], dim=-1)
@@ -294,13 +309,13 @@ def test_mlp_runs_whole_under_autograd(tiny, monkeypatch):
     h, tokens = _inputs(draft, samples[0])
     r = h.shape[0]
     calls: list[int] = []
-    real = forward.mlp
+    real = layer_mod.mlp
 
-    def counting(x, w, p):
+    def counting(x, lw):
         calls.append(x.shape[-2])
-        return real(x, w, p)
+        return real(x, lw)
 
-    monkeypatch.setattr(forward, "mlp", counting)
+    monkeypatch.setattr(layer_mod, "mlp", counting)
     small = Chunking(mlp_rows=16)
     trained = h.clone().requires_grad_(True)
     list(iter_steps(draft, trained, tokens, steps=2, chunking=small))
@@ -347,13 +362,13 @@ def test_fc_wired_hands_each_block_over_contiguous(tiny, monkeypatch):
 
     draft, samples = tiny
     seen: list[bool] = []
-    real = forward.fc_block_project
+    real = fc.fc_block_project
 
     def spy(d, slot, block, weight=None):
         seen.append(weight is not None and weight.is_contiguous())
         return real(d, slot, block, weight)
 
-    monkeypatch.setattr(forward, "fc_block_project", spy)
+    monkeypatch.setattr(fc, "fc_block_project", spy)
     assert not draft.fc_block(1).is_contiguous()
     fc_wired(draft, [samples[0].slots[i] for i in range(3)])
     assert seen == [True, True, True]

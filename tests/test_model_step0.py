@@ -85,7 +85,7 @@ def test_step0_shared_needs_one_layer(syn):
 def test_step0_at_rows_in_blocks_and_chunks(syn, variant):
     # The serving replay's bounds: attention scores in blocks of query rows, the MLP in row
     # chunks. Per row the same computation, so the same values as one block up to rounding.
-    from inspector.model.step0 import step0_at_rows
+    from inspector.model import Chunking, step0_at_rows
 
     draft = _variant(load_draft(syn[0]), variant)
     ev = Evaluator(draft, SampleSet(syn[1]))
@@ -95,8 +95,9 @@ def test_step0_at_rows_in_blocks_and_chunks(syn, variant):
     rows = torch.tensor([0, 3, 4, 10, 20, 30, 46])
     z, k, v = step0_at_rows(draft, shared, h, rows)
     heads, r = draft.config.num_heads, h.shape[1]
-    one_row = 8 * heads * r  # bytes of one query row's scores
-    zb, kb, vb = step0_at_rows(draft, shared, h, rows, block_bytes=2 * one_row, mlp_rows=3)
+    one_row = 12 * heads * r  # bytes of one query row's score buffers
+    small = Chunking(mlp_rows=3, attn_block_bytes=2 * one_row)
+    zb, kb, vb = step0_at_rows(draft, shared, h, rows, small)
     # BLAS blocks a matmul by its row count: a few float32 roundings at the values' scale.
     tol = 16 * torch.finfo(torch.float32).eps * float(z.abs().max())
     torch.testing.assert_close(zb, z, rtol=0, atol=tol)

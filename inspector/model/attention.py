@@ -22,22 +22,71 @@ from inspector.model.rope import mla_softmax_scale
 
 
 class LayerCache:
-    """Keys/values of one layer for steps 0..k: step 0 is read causally, later steps diagonally.
+    """Keys/values of one layer, one entry per `append`: the first entry (step 0, or the committed
+    rows) is read causally, later entries diagonally, unless an `AttendSpec` mask says otherwise.
 
-    The step-0 keys/values repeated to the query heads (GQA) are kept once for the later steps.
     window: the layer's sliding window (a query row sees step-0 keys at most window-1 rows back;
     its own row's later-step keys are always within it), None for full causal attention.
+    The step-0 keys/values repeated to the query heads (GQA) are kept once for the later steps.
     """
 
-    def __init__(self, window: int | None = None) -> None:
+    def __init__(
+        self,
+        window: int | None = None,
+        keys: list[torch.Tensor] | None = None,
+        values: list[torch.Tensor] | None = None,
+    ) -> None:
         self.window = window
-        self.keys: list[torch.Tensor] = []
-        self.values: list[torch.Tensor] = []
-        self.k0: torch.Tensor | None = None
-        self.v0: torch.Tensor | None = None
-        # The row of each query when the queries are a subset of the step-0 rows (the serving
-        # replay drafts only where rounds start); None: query i is row i.
-        self.query_rows: torch.Tensor | None = None
+        self.keys: list[torch.Tensor] = list(keys or [])
+        self.values: list[torch.Tensor] = list(values or [])
+        self._k0: torch.Tensor | None = None
+        self._v0: torch.Tensor | None = None
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.keys.append(k)
+        self.values.append(v)
+
+    @property
+    def last(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values of the latest entry (what the layer just wrote)."""
+        return self.keys[-1], self.values[-1]
+
+    def step0(self, heads: int, batch: int, fresh: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first entry's keys/values repeated to `heads` query heads and broadcast to `batch`
+        (a tree's K beam nodes share one step 0). Kept once, unless `fresh`: in training the
+        repeat is redone per step, as before: one shared node would sum the gradients in another
+        order (other float bits)."""
+        if self._k0 is None or fresh:
+            rep = heads // self.keys[0].shape[1]  # MLA keys come one per query head
+            self._k0 = self.keys[0].repeat_interleave(rep, dim=1)
+            self._v0 = self.values[0].repeat_interleave(rep, dim=1)
+        assert self._v0 is not None
+        k0, v0 = self._k0, self._v0
+        if k0.shape[0] != batch:
+            k0, v0 = k0.expand(batch, -1, -1, -1), v0.expand(batch, -1, -1, -1)
+        return k0, v0
+
+
+@dataclass(frozen=True)
+class AttendSpec:
+    """Which keys each query row attends to, beyond the default (causal over the first cache entry,
+    within the layer's window, plus the row's own key in every later entry):
+
+    rows: the step-0 row of each query when the queries are a subset of the rows (the serving
+      replay drafts only where rounds start, the doctor scores chosen rows); None: query i is row i.
+    mask: [queries, all keys] (True = may attend) over every cache entry concatenated: the live
+      loop's draft nodes, each seeing the committed rows and its own ancestors only.
+    """
+
+    rows: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.rows is not None and self.mask is not None:
+            raise ValueError("an attention spec takes chosen rows or an explicit mask, not both")
+
+
+CAUSAL = AttendSpec()
 
 
 @dataclass(frozen=True)
@@ -78,36 +127,39 @@ def attention_scale(cfg: DraftConfig) -> float:
 
 
 def attend(
-    cfg: DraftConfig, q: torch.Tensor, cache: LayerCache, chunking: Chunking = DEFAULT_CHUNKING
+    cfg: DraftConfig,
+    q: torch.Tensor,
+    cache: LayerCache,
+    spec: AttendSpec | None = None,
+    chunking: Chunking = DEFAULT_CHUNKING,
 ) -> torch.Tensor:
-    """q [B, h, T, hd]; cache holds [B, kvh, T, hd] keys per step (values may be narrower: MLA's
-    v_head_dim). Returns [B, h, T, value dims].
+    """The one attention entry point. q [B, h, T, hd]; cache holds [B or 1, kvh, T, hd] keys per
+    entry (values may be narrower: MLA's v_head_dim). Returns [B, h, T, value dims].
 
     Step 0 is causal attention (the fused kernel). Step k >= 1 attends causally to the step-0 keys
     and to its own row's keys of steps 1..k. With autograd on (the demo trains through this code)
     the whole [T, T] score matrix is built in float32, exactly as the peers compute it; otherwise
     the memory stays linear in T: the fused causal kernel's output and log-sum-exp are merged with
     the diagonal terms by log-sum-exp (or, where no fused kernel with log-sum-exp runs, query rows
-    are processed in blocks of at most `chunking.attn_block_bytes` of scores).
+    are processed in blocks of at most `chunking.attn_block_bytes` of scores). A window, chosen
+    rows or a mask (`spec`) take the explicit paths.
     """
-    # Query heads per kv head, from the stored keys (MLA keys come one per query head).
-    rep = q.shape[1] // cache.keys[0].shape[1]
+    spec = spec or CAUSAL
+    if spec.mask is not None:
+        return _attend_masked(cfg, q, cache, spec.mask)
     training = torch.is_grad_enabled() and q.requires_grad
-    # GQA: query head h reads kv head h // rep. In training the repeat is redone per step, as
-    # before: one shared node would sum the gradients in another order (other float bits).
-    if cache.k0 is None or training:
-        cache.k0 = cache.keys[0].repeat_interleave(rep, dim=1)
-        cache.v0 = cache.values[0].repeat_interleave(rep, dim=1)
-    k0, v0 = cache.k0, cache.v0
+    # GQA: query head h reads kv head h // rep.
+    k0, v0 = cache.step0(q.shape[1], q.shape[0], fresh=training)
     scale = attention_scale(cfg)
     # A window shorter than the sample changes which step-0 keys a row sees: explicit scores.
     window = cache.window if cache.window is not None and cache.window < k0.shape[2] else None
-    rows = cache.query_rows
+    rows = spec.rows
     if len(cache.keys) == 1 and window is None and rows is None:
         # Step 0 is plain causal attention: the fused kernel, softmax accumulated in float32.
         if cfg.mla is None:
             return F.scaled_dot_product_attention(q, k0, v0, is_causal=True)
         return F.scaled_dot_product_attention(q, k0, v0, is_causal=True, scale=scale)
+    rep = q.shape[1] // cache.keys[0].shape[1]
     diag_k = [k.repeat_interleave(rep, dim=1) for k in cache.keys[1:]]
     diag_v = [v.repeat_interleave(rep, dim=1) for v in cache.values[1:]]
     if training:
@@ -133,12 +185,11 @@ def attend(
     return out.to(q.dtype)
 
 
-def attend_masked(
+def _attend_masked(
     cfg: DraftConfig, q: torch.Tensor, cache: LayerCache, mask: torch.Tensor
 ) -> torch.Tensor:
     """q [B, h, Q, hd] over every key in the cache (its entries concatenated along the sequence,
-    [B, kvh, K_i, hd] each), where mask [Q, sum K_i] (True = may attend) allows: the live serving
-    loop's draft nodes, each seeing the committed rows and its own ancestors only."""
+    [B, kvh, K_i, hd] each), where mask [Q, sum K_i] (True = may attend) allows."""
     if cache.window is not None:
         # The mask is the caller's; a window would cut it by rows the caller does not pass.
         raise InputError(

@@ -1,4 +1,6 @@
-"""Step 0 at selected rows for many fc outputs of one sample: the doctor's wiring scorer."""
+"""Step 0 at selected rows for many fc outputs of one sample: the doctor's wiring scorer and the
+serving replay's round starts. The same layer as `layer.layer`, its first projection split in two
+halves, so that the half that reads only the tokens is computed once per sample."""
 
 from __future__ import annotations
 
@@ -6,9 +8,12 @@ import torch
 import torch.nn.functional as F
 
 from inspector.draft import Draft
-from inspector.model.forward import rowwise_mlp
+from inspector.model.attention import DEFAULT_CHUNKING, AttendSpec, Chunking, LayerCache, attend
+from inspector.model.decoder import add_bias, kv_heads, layer_output, query_heads
+from inspector.model.heads import draft_logits
 from inspector.model.linear import linear
 from inspector.model.rope import apply_rope, rms_norm, rope_cos_sin
+from inspector.model.weights import LayerWeights, LlamaAttention, resolve_layer
 
 
 class Step0Shared:
@@ -29,21 +34,23 @@ class Step0Shared:
         return draft.config.num_layers == 1 and draft.config.mla is None
 
     def __init__(self, draft: Draft, tokens: torch.Tensor, position_offset: int) -> None:
-        cfg, w, p = draft.config, draft.weights, "layers.0."
+        cfg, w = draft.config, draft.weights
         if not self.supports(draft):
             raise ValueError(
                 f"Step0Shared needs a single-layer, non-MLA draft, got {cfg.num_layers} layers"
             )
+        self.layer: LayerWeights = resolve_layer(draft, 0)
+        attn = self.layer.attn
+        assert isinstance(attn, LlamaAttention)
+        self.attn = attn
         hs = cfg.hidden_size
         e = F.embedding(tokens, w["embed_tokens.weight"]).to(w["fc.weight"].dtype)
-        e = rms_norm(e, w[p + "input_layernorm.weight"], cfg.rms_norm_eps)
+        e = rms_norm(e, self.layer.input_norm, cfg.rms_norm_eps)
         self.rows = int(tokens.numel())
-        self.w_hidden = {n: w[p + f"self_attn.{n}_proj.weight"][:, hs:] for n in "qkv"}
-        self.embed_part = {n: linear(e, w[p + f"self_attn.{n}_proj.weight"][:, :hs]) for n in "qkv"}
-        for n in "qkv":
-            bias = w.get(p + f"self_attn.{n}_proj.bias")
-            if bias is not None:
-                self.embed_part[n] = self.embed_part[n] + bias
+        full = {"q": attn.q, "k": attn.k, "v": attn.v}
+        bias = {"q": attn.q_bias, "k": attn.k_bias, "v": attn.v_bias}
+        self.w_hidden = {n: full[n][:, hs:] for n in "qkv"}
+        self.embed_part = {n: add_bias(linear(e, full[n][:, :hs]), bias[n]) for n in "qkv"}
         pos = torch.arange(self.rows, device=tokens.device) + position_offset
         self.cos, self.sin = rope_cos_sin(cfg, pos, tokens.device)
 
@@ -53,59 +60,34 @@ def step0_at_rows(
     shared: Step0Shared,
     h: torch.Tensor,
     rows: torch.Tensor,
-    block_bytes: int = 2**62,
-    mlp_rows: int = 2**62,
+    chunking: Chunking = DEFAULT_CHUNKING,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Step 0's layer output at `rows` only, for a batch of fc outputs h [B, R, H], with the
     keys and values of every row.
 
     Equal to `forward_steps(draft, h, tokens, steps=1)[0][:, rows]` (the pre-norm output) for a
     single-layer draft, but keys and values are the only per-row work: queries, o_proj and the
-    MLP run on the selected rows; the attention in blocks of at most `block_bytes` of scores, the
-    MLP in chunks of `mlp_rows` rows.
+    MLP run on the selected rows; the attention in blocks of bounded scores, the MLP in row
+    chunks (`chunking`).
     Returns (z [B, R', H], k [B, kvh, R, hd] after RoPE, v [B, kvh, R, hd]).
     """
-    cfg, w, p = draft.config, draft.weights, "layers.0."
-    eps = cfg.rms_norm_eps
-    b, r, _ = h.shape
-    nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    hn = rms_norm(h, w[p + "hidden_norm.weight"], eps)
-    k = (shared.embed_part["k"] + linear(hn, shared.w_hidden["k"])).view(b, r, nkv, hd)
-    v = (shared.embed_part["v"] + linear(hn, shared.w_hidden["v"])).view(b, r, nkv, hd)
-    if p + "self_attn.k_norm.weight" in w:
-        k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
-    k = apply_rope(k.transpose(1, 2), shared.cos, shared.sin)
-    v = v.transpose(1, 2)
-    rep = nh // nkv
-    kr, vr = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    window = cfg.sliding_window(0)
-    keys = torch.arange(r, device=h.device)
+    cfg, lw, attn = draft.config, shared.layer, shared.attn
+    assert lw.hidden_norm is not None
+    hn = rms_norm(h, lw.hidden_norm, cfg.rms_norm_eps)
+    k, v = kv_heads(
+        cfg,
+        attn,
+        shared.embed_part["k"] + linear(hn, shared.w_hidden["k"]),
+        shared.embed_part["v"] + linear(hn, shared.w_hidden["v"]),
+    )
+    k = apply_rope(k, shared.cos, shared.sin)
     hn_rows = hn[:, rows]
-    q = (shared.embed_part["q"][rows] + linear(hn_rows, shared.w_hidden["q"])).view(b, -1, nh, hd)
-    if p + "self_attn.q_norm.weight" in w:
-        q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
-    q = apply_rope(q.transpose(1, 2), shared.cos[rows], shared.sin[rows])
-    # The attention in blocks of query rows (SDPA with a boolean mask may build float
-    # [B, h, block, R] scores and their softmax); the matmuls after it over all rows at once,
-    # in MLP row chunks, so each weight is read once per chunk, not once per block.
-    block = max(1, min(int(rows.numel()), block_bytes // max(1, 8 * b * nh * r)))
-    parts = []
-    for a in range(0, int(rows.numel()), block):
-        back = rows[a : a + block, None] - keys[None, :]  # rows back, [blk, R]
-        allowed = back >= 0  # causal
-        if window is not None:
-            allowed = allowed & (back < window)
-        parts.append(
-            F.scaled_dot_product_attention(q[:, :, a : a + block], kr, vr, attn_mask=allowed)
-        )
-    o = torch.cat(parts, dim=2) if len(parts) > 1 else parts[0]
-    o = linear(o.transpose(1, 2).reshape(b, -1, nh * hd), w[p + "self_attn.o_proj.weight"])
-    if p + "self_attn.o_proj.bias" in w:
-        o = o + w[p + "self_attn.o_proj.bias"]
+    q = query_heads(cfg, attn, shared.embed_part["q"][rows] + linear(hn_rows, shared.w_hidden["q"]))
+    q = apply_rope(q, shared.cos[rows], shared.sin[rows])
+    cache = LayerCache(cfg.sliding_window(0), [k], [v])
+    o = attend(cfg, q, cache, AttendSpec(rows=rows), chunking)
     residual = hn_rows if cfg.norm_before_residual else h[:, rows]
-    u = residual + o
-    normed = rms_norm(u, w[p + "post_attention_layernorm.weight"], eps)
-    return u + rowwise_mlp(normed, w, p, mlp_rows), k, v
+    return layer_output(cfg, lw, residual, o, chunking.mlp_rows), k, v
 
 
 def step0_logits_at_rows(
@@ -114,7 +96,5 @@ def step0_logits_at_rows(
     """Draft-vocab logits of step 0 at `rows` only, for a batch of fc outputs h [B, R, H]
     (`step0_at_rows`, then the final norm and lm_head on those rows). Float32 [B, len(rows), D].
     """
-    w = draft.weights
     z, _, _ = step0_at_rows(draft, shared, h, rows)
-    normed = rms_norm(z, w["norm.weight"], draft.config.rms_norm_eps)
-    return linear(normed, w["lm_head.weight"]).float()
+    return draft_logits(draft, z)

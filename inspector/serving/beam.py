@@ -19,28 +19,10 @@ from dataclasses import dataclass
 
 import torch
 
+from inspector.model.heads import stable_topk
 from inspector.serving.spec import DraftSpec
 
-
-def stable_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The k largest entries along the last dim, descending, equal values by ascending index."""
-    shape = x.shape
-    flat = x.reshape(-1, shape[-1])
-    k = min(k, shape[-1])
-    vals, idx = flat.topk(k, dim=-1)
-    # Rows where the k-th value ties with an entry left out: torch.topk picked one of them
-    # arbitrarily, so those rows are sorted in full (rare: exact ties of float logits).
-    cut = (flat >= vals[:, -1:]).sum(-1) > k
-    if bool(cut.any()):
-        rows = cut.nonzero()[:, 0]
-        sv, si = flat[rows].sort(dim=-1, descending=True, stable=True)
-        vals[rows], idx[rows] = sv[:, :k], si[:, :k]
-    # Within the k: by index first, then stably by value, so ties keep ascending indices.
-    idx, order = idx.sort(dim=-1)
-    vals = vals.gather(-1, order)
-    vals, order = vals.sort(dim=-1, descending=True, stable=True)
-    idx = idx.gather(-1, order)
-    return vals.reshape(*shape[:-1], k), idx.reshape(*shape[:-1], k)
+__all__ = ["Trees", "accepted_path", "build_trees", "stable_topk"]
 
 
 @dataclass

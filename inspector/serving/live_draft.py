@@ -4,11 +4,17 @@ and the tree of a round, drafted one beam level at a time with each node's ances
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from inspector.draft import Draft
-from inspector.model import LayerCache, draft_layer, draft_logits, rms_norm, rope_cos_sin
-from inspector.serving.beam import Trees, build_trees, stable_topk
+from inspector.model import (
+    AttendSpec,
+    LayerCache,
+    draft_step,
+    next_input,
+    resolve_layers,
+    topk_logprobs,
+)
+from inspector.serving.beam import Trees, build_trees
 from inspector.serving.spec import DraftSpec
 
 
@@ -25,7 +31,7 @@ class LiveDraft:
         self._k: list[torch.Tensor | None] = [None] * cfg.num_layers
         self._v: list[torch.Tensor | None] = [None] * cfg.num_layers
         self._z: torch.Tensor | None = None  # the last committed row's pre-norm output [1, 1, H]
-        self._embed = draft.weights["embed_tokens.weight"]
+        self._layers = resolve_layers(draft)
         self._d2t = draft.vocab.draft_to_target.to(draft.device)
 
     @property
@@ -43,25 +49,20 @@ class LiveDraft:
         """Rows [Q, H] fed with target ids `tokens` [Q] at `positions` [Q], attending by `mask`
         [Q, committed + extra + Q] to the committed keys, `extra` keys per layer and their own.
         Returns the outputs [1, Q, H] and the rows' keys/values per layer."""
-        cfg = self.draft.config
-        cos, sin = rope_cos_sin(cfg, positions, hidden.device)
-        embeds = F.embedding(tokens[None], self._embed).to(hidden.dtype)
-        x = hidden[None]
-        new = []
-        for i in range(cfg.num_layers):
+        caches = []
+        for i in range(self.draft.config.num_layers):
             cache = LayerCache()
             k, v = self._k[i], self._v[i]
             if k is not None and v is not None:
-                cache.keys.append(k)
-                cache.values.append(v)
+                cache.append(k, v)
             if extra is not None:
-                cache.keys.append(extra[i][0])
-                cache.values.append(extra[i][1])
-            x = draft_layer(
-                self.draft, i, x, embeds if i == 0 else None, cos, sin, cache, mask=mask
-            )
-            new.append((cache.keys[-1], cache.values[-1]))
-        return x, new
+                cache.append(*extra[i])
+            caches.append(cache)
+        spec = AttendSpec(mask=mask)
+        x = draft_step(
+            self.draft, self._layers, hidden[None], tokens[None], positions, caches, spec
+        )
+        return x, [c.last for c in caches]
 
     def extend(self, h: torch.Tensor, tokens: torch.Tensor) -> None:
         """Commit rows: h [m, H] the fc output of the target's features at the next m positions,
@@ -81,9 +82,7 @@ class LiveDraft:
 
     def _topk(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-K log-probs and draft ids of each output row z [1, Q, H]: [1, Q, K] each."""
-        logits = draft_logits(self.draft, z)
-        logp = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
-        return stable_topk(logp, self.spec.topk)
+        return topk_logprobs(self.draft, z, self.spec.topk)
 
     def tree(self) -> Trees:
         """The round's tree (one row): `build_trees` over this row's beam, each level's K nodes
@@ -113,9 +112,7 @@ class LiveDraft:
                 # draft decode does, those its own beam row wrote at earlier levels
                 row = torch.arange(k, device=dev) if self.spec.kv == "sglang" else p
                 par_anc = anc[state["nodes"][row]]
-            if self.draft.config.norm_output:
-                w = self.draft.weights["norm.weight"]
-                hidden = rms_norm(hidden, w, self.draft.config.rms_norm_eps)
+            hidden = next_input(self.draft, hidden)
             pos = torch.full((k,), c - 1 + level + self.offset, device=dev)
             own = torch.eye(k, dtype=torch.bool, device=dev)
             mask = torch.cat([torch.ones(k, c, dtype=torch.bool, device=dev), par_anc, own], 1)

@@ -17,21 +17,21 @@ gathered from the level that wrote them. Memory is linear in rows x K.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from inspector.draft import Draft
 from inspector.model import (
     DEFAULT_CHUNKING,
+    AttendSpec,
     Chunking,
     LayerCache,
     Step0Shared,
-    draft_layer,
-    draft_logits,
-    rms_norm,
-    rope_cos_sin,
+    draft_step,
+    next_input,
+    resolve_layers,
+    step0_at_rows,
+    topk_logprobs,
 )
-from inspector.model.step0 import step0_at_rows
-from inspector.serving.beam import Trees, accepted_path, build_trees, stable_topk
+from inspector.serving.beam import Trees, accepted_path, build_trees
 from inspector.serving.spec import DraftSpec
 
 
@@ -61,8 +61,8 @@ class RowTrees:
         self.spec = spec
         self.chunking = chunking
         cfg = draft.config
-        self._embed = draft.weights["embed_tokens.weight"]
-        self._d2t = draft.vocab.draft_to_target.to(h.device)
+        self._layers = resolve_layers(draft)
+        self.d2t = draft.vocab.draft_to_target.to(h.device)
         self._k0: list[tuple[torch.Tensor, torch.Tensor]] = []
         if rows is not None and not Step0Shared.supports(draft):
             rows = None
@@ -70,9 +70,7 @@ class RowTrees:
         if rows is not None:
             # Step 0 at the wanted rows; every row's keys.
             shared = Step0Shared(draft, tokens, position_offset)
-            z, k, v = step0_at_rows(
-                draft, shared, h[None], rows, chunking.attn_block_bytes, chunking.mlp_rows
-            )
+            z, k, v = step0_at_rows(draft, shared, h[None], rows, chunking)
             self._k0.append((k, v))
             self.rows = int(rows.numel())
             self.base_pos = rows + position_offset
@@ -81,32 +79,20 @@ class RowTrees:
             self.rows = h.shape[0]
             self.base_pos = torch.arange(self.rows, device=h.device) + position_offset
             # Step 0: the extend over every row; its keys are every node's causal context.
-            cos, sin = rope_cos_sin(cfg, self.base_pos, h.device)
-            x = h[None]
-            embeds = F.embedding(tokens[None], self._embed).to(h.dtype)
-            for i in range(cfg.num_layers):
-                cache = LayerCache(cfg.sliding_window(i))
-                x = draft_layer(draft, i, x, embeds if i == 0 else None, cos, sin, cache, chunking)
-                self._k0.append((cache.keys[0], cache.values[0]))
-            self.z0 = x  # [1, R, H]
+            caches = [LayerCache(cfg.sliding_window(i)) for i in range(cfg.num_layers)]
+            self.z0 = draft_step(
+                draft, self._layers, h[None], tokens[None], self.base_pos, caches, None, chunking
+            )  # [1, R, H]
+            self._k0 = [c.last for c in caches]
         # per layer, per depth >= 1: the keys/values each beam node wrote, [K, kvh, R, hd]
         self._kv: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in self._k0]
         self._lineage: list[torch.Tensor] = []  # [depth-1]: ancestor beam index [K, R]
         self._out: torch.Tensor | None = None  # the last level's outputs [K, R, H]
 
     def _topk_children(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-K draft ids and log-probs of lm_head(norm(z)) for z [B, R, H], in row chunks
-        (the [rows, vocab] logits of a long sample would not fit at once): [B, R, K] each."""
-        k = self.spec.topk
+        """Top-K draft ids and log-probs of the nodes' outputs z [B, R, H]: [B, R, K] each."""
         rows = max(1, self.chunking.logit_rows(self.draft.config.draft_vocab_size) // z.shape[0])
-        vals, ids = [], []
-        for a in range(0, z.shape[1], rows):
-            logits = draft_logits(self.draft, z[:, a : a + rows])
-            logp = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
-            v, i = stable_topk(logp, k)
-            vals.append(v)
-            ids.append(i)
-        return torch.cat(vals, dim=1), torch.cat(ids, dim=1)
+        return topk_logprobs(self.draft, z, self.spec.topk, rows)
 
     def root(self) -> tuple[torch.Tensor, torch.Tensor]:
         v, i = self._topk_children(self.z0)
@@ -134,33 +120,34 @@ class RowTrees:
             else:
                 # the ancestors of the new nodes: their parents' lineage and the parents
                 self._lineage = [lin.gather(0, p) for lin in self._lineage] + [p]
-        if cfg.norm_output:
-            hidden = rms_norm(hidden, self.draft.weights["norm.weight"], cfg.rms_norm_eps)
-        embeds = F.embedding(self._d2t[tokens.T], self._embed).to(hidden.dtype)
-        cos, sin = rope_cos_sin(cfg, self.base_pos + level, hidden.device)
-        x = hidden
-        for i in range(cfg.num_layers):
-            k0, v0 = self._k0[i]
-            cache = LayerCache(cfg.sliding_window(i))
-            cache.keys = [k0] + [
-                self._gather(kk, lin)
-                for (kk, _), lin in zip(self._kv[i], self._lineage, strict=True)
-            ]
-            cache.values = [v0] + [
-                self._gather(vv, lin)
-                for (_, vv), lin in zip(self._kv[i], self._lineage, strict=True)
-            ]
-            rep = cfg.num_heads // k0.shape[1]  # MLA keys come one per query head
-            cache.k0 = k0.repeat_interleave(rep, dim=1).expand(k, -1, -1, -1)
-            cache.v0 = v0.repeat_interleave(rep, dim=1).expand(k, -1, -1, -1)
-            cache.query_rows = self.row_index
-            x = draft_layer(
-                self.draft, i, x, embeds if i == 0 else None, cos, sin, cache, self.chunking
-            )
-            self._kv[i].append((cache.keys[-1], cache.values[-1]))
+        caches = [self._cache(i) for i in range(cfg.num_layers)]
+        x = draft_step(
+            self.draft,
+            self._layers,
+            next_input(self.draft, hidden),
+            self.d2t[tokens.T],
+            self.base_pos + level,
+            caches,
+            AttendSpec(rows=self.row_index),
+            self.chunking,
+        )
+        for i, cache in enumerate(caches):
+            self._kv[i].append(cache.last)
         self._out = x
         v, ids = self._topk_children(x)  # [K, R, K]
         return v.permute(1, 0, 2), ids.permute(1, 0, 2)
+
+    def _cache(self, layer: int) -> LayerCache:
+        """Layer `layer`'s keys for the next level: every row's step-0 keys, then the keys each
+        node's ancestors wrote at depths 1.. (its lineage), one entry per depth."""
+        k0, v0 = self._k0[layer]
+        kv = self._kv[layer]
+        lineage = self._lineage
+        return LayerCache(
+            self.draft.config.sliding_window(layer),
+            [k0] + [self._gather(kk, lin) for (kk, _), lin in zip(kv, lineage, strict=True)],
+            [v0] + [self._gather(vv, lin) for (_, vv), lin in zip(kv, lineage, strict=True)],
+        )
 
     @staticmethod
     def _gather(t: torch.Tensor, lineage: torch.Tensor) -> torch.Tensor:
@@ -202,7 +189,7 @@ def tree_accepts(
             rows=want,
         )
         tr = rt.trees()
-        d2t = rt._d2t
+        d2t = rt.d2t
         rows = torch.arange(t - 1, device=ids.device) if rt.row_index is None else rt.row_index
         # row r: the round after x_0..x_{r+1}; its truth is x_{r+2}, ..., at most T-2-r tokens
         pos = (rows[:, None] + 2 + torch.arange(spec.steps, device=ids.device)).clamp(max=t - 1)
