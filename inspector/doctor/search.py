@@ -27,6 +27,7 @@ from inspector.doctor.stats import paired_hits_z, paired_logp_z
 from inspector.draft import Draft
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
+from inspector.evaluate.scoring import Vocab, score_logits
 from inspector.metrics import Counts
 from inspector.model import Step0Shared, draft_logits, iter_steps, step0_logits_at_rows
 from inspector.wiring import Wiring
@@ -96,8 +97,7 @@ class Scorer:
         self.count_from = count_from
         self.batch_bytes = batch_bytes
         dev = ev.device
-        self._d2t_abs = self.draft.vocab.draft_to_target.to(dev)
-        self._t2d_map = self.draft.vocab.target_to_draft.to(dev)
+        self._vocab = Vocab.of(self.draft.vocab, dev)
 
     def _batch_size(self, rows: int, scored: int) -> int:
         """Wirings per batch: what fits BATCH_BYTES (attention of the scored rows over all keys,
@@ -129,14 +129,12 @@ class Scorer:
         mask = sample.loss_mask.to(dev).bool()
         rows = torch.arange(first, last + 1, device=dev)
         rows = rows[mask[rows + 1]]
-        true = ids[rows + 2]
-        true_draft = self._t2d_map[true]
-        in_vocab = true_draft >= 0
+        labels = self._vocab.labels(ids[rows + 2])
+        in_vocab = labels.in_vocab
         # A true token outside the draft vocab is a miss whatever the wiring: only the in-vocab
         # rows run past the attention.
         run = (rows - j0)[in_vocab]
-        true_in = true[in_vocab]
-        td_in = true_draft[in_vocab][:, None]
+        scored = labels.keep(in_vocab)
         m, m_in = int(rows.numel()), int(run.numel())
         inv_np = in_vocab.cpu().numpy()
         tokens = ids[j0 + 1 : j1 + 2]
@@ -170,11 +168,10 @@ class Scorer:
                         )
                     )
                     logits = draft_logits(self.draft, z[:, run])  # [B, M', D]
-                pred = self._d2t_abs[logits.argmax(-1)]
-                hit = pred == true_in
-                logp = logits.gather(-1, td_in.expand(len(chunk), -1, -1))[
-                    ..., 0
-                ] - torch.logsumexp(logits, -1)
+                sc = score_logits(logits, scored.safe, 1, rank=False)
+                pred = self._vocab.to_target[sc.pred]
+                hit = pred == scored.true
+                logp = sc.true_logp
                 hit_np[:, inv_np] = hit.cpu().numpy()
                 logp_np[:, inv_np] = logp.cpu().numpy()
                 pred_np[:, inv_np] = pred.cpu().numpy()

@@ -30,6 +30,7 @@ from inspector.evaluate.predictions import (
     step_metrics,
 )
 from inspector.evaluate.report import Report, SkippedSample, WiringReport
+from inspector.evaluate.scoring import RowScores, Vocab, score_logits
 from inspector.formats.sample_set import SampleSet, SampleWarning, check_width
 from inspector.formats.samples import FLOAT16_MAX
 from inspector.formats.target import TargetHead
@@ -82,8 +83,7 @@ class Evaluator:
         self.slot_layers = tuple(int(k) for k in slot_layers) if slot_layers is not None else None
         # per sample and slot: what converting to the evaluation dtype did to it
         self._dtype_warnings: dict[int, dict[int, str]] = {}
-        self._t2d_map = draft.vocab.target_to_draft.to(self.device)
-        self._d2t_abs = draft.vocab.draft_to_target.to(self.device)
+        self._vocab = Vocab.of(draft.vocab, self.device)
         self._linear_fc = not draft.config.norm_before_fc
         # Each fc block as its own row-major [H, Ht] copy, used as `slot @ W.T`: a strided column
         # slice would be gathered on every matmul, and a transposed copy is the slow CPU layout
@@ -272,7 +272,8 @@ class Evaluator:
             logits = th.finish(linear(chunk, th.lm_head))
             full.append(logits.argmax(-1))
             # The draft-vocab logits are a column subset: no second matmul, no copy of lm_head rows.
-            in_vocab.append(self._d2t_abs[logits[:, self._d2t_abs].argmax(-1)])
+            to_target = self._vocab.to_target
+            in_vocab.append(to_target[logits[:, to_target].argmax(-1)])
         result = (torch.cat(full).cpu().numpy(), torch.cat(in_vocab).cpu().numpy())
         return self._verifier.put(index, result)
 
@@ -332,34 +333,29 @@ class Evaluator:
         """Reduce step k's output z (rows 0..T-2-k) to per-row numbers, chunk by chunk."""
         n = z.shape[0] - 1  # rows j = 0..T-3-k have a true label x_{j+2+k}; row n is the tail
         rows = torch.arange(n, device=ids.device)
-        true = ids[rows + 2 + k]
-        true_draft = self._t2d_map[true]
-        in_vocab = true_draft >= 0
-        safe_true = true_draft.clamp(min=0)
-        kk = min(TOP_K, self.draft.config.draft_vocab_size)
-        parts: list[tuple[torch.Tensor, ...]] = []
+        labels = self._vocab.labels(ids[rows + 2 + k])
+        safe_true = labels.safe
+        parts: list[RowScores] = []
         tail = None
         for a in range(0, n + 1, chunk_rows):
             e = min(n + 1, a + chunk_rows)
             logits = draft_logits(self.draft, z[a:e])
             if e == n + 1:  # the tail row: its argmax only (the trainers count it)
-                tail = int(self._d2t_abs[logits[-1].argmax()])
+                tail = int(self._vocab.to_target[logits[-1].argmax()])
                 logits = logits[:-1]
                 e = n
             if e <= a:
                 continue
-            # Few passes over the [rows, D] logits: logsumexp, top-k (its first entry is the
-            # argmax), one comparison for the rank; probabilities only where they are shown.
-            lse = torch.logsumexp(logits, dim=-1, keepdim=True)
-            top_logit, top_i = logits.topk(kk, dim=-1)
-            true_logit = logits.gather(1, safe_true[a:e, None])
-            rank = (logits > true_logit).sum(-1) + 1
-            parts.append((top_i, (top_logit - lse).exp(), (true_logit - lse)[:, 0], rank))
+            parts.append(score_logits(logits, safe_true[a:e], TOP_K, rank=True))
         del z
         # Every step has at least one labelled row (steps <= T-2), so parts is never empty.
-        top_i, top_p, true_logp, rank = (torch.cat(x) for x in zip(*parts, strict=True))
+        top_i = torch.cat([p.top_ids for p in parts])
+        top_p = torch.cat([p.top_logp for p in parts]).exp()
+        true_logp = torch.cat([p.true_logp for p in parts])
+        rank = torch.cat([p.rank for p in parts if p.rank is not None])
+        true, true_draft, in_vocab = labels.true, labels.draft, labels.in_vocab
         pred_draft = top_i[:, 0]
-        pred_target = self._d2t_abs[pred_draft]
+        pred_target = self._vocab.to_target[pred_draft]
         p_true = torch.where(in_vocab, true_logp.exp(), 0.0)
         loss = torch.where(in_vocab, -true_logp, float("nan"))
 
@@ -382,7 +378,7 @@ class Evaluator:
             p_true=np_(p_true),
             rank_true=np_(torch.where(in_vocab, rank, -1)),
             loss=np_(loss),
-            topk_target=np_(self._d2t_abs[top_i]),
+            topk_target=np_(self._vocab.to_target[top_i]),
             topk_p=np_(top_p),
             masked=np_(mask[rows + 1 + k]),
             in_vocab=np_(in_vocab),
