@@ -70,12 +70,27 @@ def preset(name: str, infos: Sequence[SlotInfo], n_blocks: int) -> Wiring:
     raise InputError(None, "wiring", f"unknown preset {name!r} (train, serve)")
 
 
+def preset_name(text: str | Sequence[int]) -> str | None:
+    """The preset `text` names ("train", "serve"; any case, spaces around), else None."""
+    if isinstance(text, str) and text.strip().lower() in PRESETS:
+        return text.strip().lower()
+    return None
+
+
+def named_label(wiring: Wiring, infos: Sequence[SlotInfo], name: str | None = None) -> str:
+    """How every view labels a wiring: its slots, after its name when it has one (a preset, or
+    "configured"): "train [embed, L2, L4]"."""
+    slots = wiring.label(infos)
+    return f"{name} {slots}" if name else slots
+
+
 def parse_wiring(text: str | Sequence[int], infos: Sequence[SlotInfo], n_blocks: int) -> Wiring:
     """A wiring from a preset name, `0,1,2`, `embed,L3,L31` or a sequence of ints; validated."""
     if isinstance(text, str):
         t = text.strip()
-        if t.lower() in PRESETS:
-            return preset(t.lower(), infos, n_blocks)
+        name = preset_name(t)
+        if name is not None:
+            return preset(name, infos, n_blocks)
         parts = [p.strip() for p in t.strip("[]").split(",") if p.strip()]
         by_label = {s.label.lower(): i for i, s in enumerate(infos)}
         slots: list[int] = []

@@ -127,7 +127,7 @@ def test_position_json_contract(golden_ev):
 
 
 def test_report_contract(golden_ev):
-    r = golden_ev.run([golden_ev.wiring("train")], labels=["train [s0, s1, s2]"])
+    r = golden_ev.run([golden_ev.wiring("train")], names=["train"])
     d = r.to_dict()
     assert set(d) == {
         "checkpoint",

@@ -123,7 +123,7 @@ def test_greedy_live_loop_equals_the_replay_of_its_sequences_round_by_round(spec
             assert mask == [0] * (len(ids) - generated) + [1] * generated
     # The replay's JSON has the same shape.
     _, rep = _replayer(out / "train", spec, engine=engine)
-    replayed = rep.run([report.wirings[0].wiring], labels=["train"]).to_dict()
+    replayed = rep.run([report.wirings[0].wiring], names=["train"]).to_dict()
     assert replayed["wirings"][0].keys() >= d["wirings"][0].keys() - {"off_target"}
     assert replayed["wirings"][0]["per_sample"] == [
         {**s, "path": str(out / "train" / f"data_{s['index']}.pt")}

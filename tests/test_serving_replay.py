@@ -96,7 +96,7 @@ def test_replayer_pools_rounds_and_follows_the_json_contract(synthetic_set):
     ev = _evaluator(synthetic_set, 1)
     spec = DraftSpec(3, 2, 5)
     rep = Replayer(ev, spec)
-    report = rep.run([ev.wiring("train"), ev.wiring("serve")], labels=["train", "serve"])
+    report = rep.run([ev.wiring("train"), ev.wiring("serve")], names=["train", "serve"])
     d = report.to_dict()
     assert d["config"] == {
         "steps": 3,

@@ -14,7 +14,7 @@ from inspector.commands.common import (
     load_evaluator,
     progress_bar,
     resolve_inputs,
-    wirings_and_labels,
+    wirings_and_names,
 )
 from inspector.commands.output import safe, stdout_console, write_json
 from inspector.errors import InputError
@@ -23,15 +23,12 @@ from inspector.formatting import fmt_float, pct
 # Above this share of generated positions whose token is not the target's argmax, the replay
 # measures the data more than what the target would emit: say so.
 OFF_TARGET_NOTE = 0.02
-DEFAULT_STEPS = 3
 
 
 def spec_from_args(args: argparse.Namespace):
-    from inspector.serving.spec import DraftSpec
+    from inspector.serving.spec import DEFAULT_STEPS, DraftSpec
 
-    return DraftSpec(
-        args.steps or DEFAULT_STEPS, args.topk, args.draft_tokens, kv=getattr(args, "kv", "exact")
-    )
+    return DraftSpec(args.steps or DEFAULT_STEPS, args.topk, args.draft_tokens, kv=args.kv)
 
 
 def run_accept(args: argparse.Namespace) -> int:
@@ -80,18 +77,18 @@ def _replay(args, spec, err, init_from_env, engine):
         device=device,
         dtype=args.dtype,
         ttt_steps=spec.steps if spec.is_chain else 1,
-        memory_budget=getattr(args, "memory_budget", None),
+        memory_budget=args.memory_budget,
     )
     for note in inputs.notes:
         err.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
-    wirings, labels = wirings_and_labels(ev, args.wiring)
+    wirings, names = wirings_and_names(ev, args.wiring)
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
     with progress_bar("replaying", err, dist_ctx) as progress:
         task = progress.add_task("accept", total=n)
         report = Replayer(ev, spec, engine).run(
             wirings,
             limit=args.limit,
-            labels=labels,
+            names=names,
             indices=dist_ctx.shard(n) if dist_ctx else None,
             progress=lambda done, total: progress.update(task, completed=done, total=total),
         )
@@ -160,7 +157,7 @@ def render_accept(report) -> Table:
     table.add_column("emitted/round", justify="right")
     for w in report.wirings:
         st = w.stats
-        name = w.label.split(" [")[0] if " [" in w.label else "custom"
+        name = w.name or "custom"
         al = st.accept_length
         shown = "-" if al is None else (">=" if st.is_bound else "") + fmt_float(al)
         row = [safe(name), safe(w.wiring.label(report.slots)), shown]
@@ -194,7 +191,7 @@ def render_by_position(report) -> Group:
     buckets = sorted({b["start"] for w in report.wirings for b in w.stats.by_position()})
     per = [{b["start"]: b for b in w.stats.by_position()} for w in report.wirings]
     for w in report.wirings:
-        name = w.label.split(" [")[0] if " [" in w.label else w.wiring.label(report.slots)
+        name = w.name or w.wiring.label(report.slots)
         table.add_column(safe(name), justify="right")
     for s in buckets:
         cells = []

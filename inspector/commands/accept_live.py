@@ -10,6 +10,7 @@ from rich.console import Console
 from inspector.commands.common import progress_bar
 from inspector.commands.output import safe
 from inspector.errors import InputError
+from inspector.wiring import PRESETS
 
 
 def live_inputs(args: argparse.Namespace) -> tuple[Path, Path, Path]:
@@ -66,7 +67,7 @@ def run_live(args: argparse.Namespace, spec, err: Console, engine=None):
         target,
         prompts,
         spec,
-        args.wiring or ["train", "serve"],
+        args.wiring or list(PRESETS),
         max_new=args.max_new,
         temperature=args.temperature,
         seed=args.seed,

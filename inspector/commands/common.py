@@ -7,6 +7,7 @@ from pathlib import Path
 
 from inspector.errors import InputError
 from inspector.session import Inputs, demo_inputs, load_evaluator
+from inspector.wiring import PRESETS, preset_name
 
 __all__ = [
     "Inputs",
@@ -14,7 +15,7 @@ __all__ = [
     "parse_slot_layers",
     "progress_bar",
     "resolve_inputs",
-    "wirings_and_labels",
+    "wirings_and_names",
 ]
 
 
@@ -52,12 +53,13 @@ def resolve_inputs(args: argparse.Namespace) -> Inputs:
     """CKPT/SAMPLES as given, or the bundled demo (draft + samples/train + its target); with
     --prompts, the samples are captured from the target (cached) instead. `--target auto`: the
     verifier the draft's config names, found locally (which folder: in `notes`)."""
-    target_arg = getattr(args, "target", None)
+    target_arg = args.target
     target = Path(target_arg) if target_arg and target_arg != "auto" else None
-    embed = Path(args.embed) if getattr(args, "embed", None) else None
+    embed = Path(args.embed) if args.embed else None
+    # only `open` takes --tokenizer (the other commands print no text)
     tokenizer = Path(args.tokenizer) if getattr(args, "tokenizer", None) else None
-    slot_layers = parse_slot_layers(getattr(args, "slot_layers", None))
-    prompts = getattr(args, "prompts", None)
+    slot_layers = parse_slot_layers(args.slot_layers)
+    prompts = args.prompts
     if prompts and args.samples:
         raise InputError(prompts, "--prompts", "replaces SAMPLES: pass one or the other")
     if args.checkpoint is None:
@@ -82,23 +84,18 @@ def resolve_inputs(args: argparse.Namespace) -> Inputs:
     if prompts:
         from inspector.capture.cache import prompts_samples
 
-        device = getattr(args, "device", "auto") or "auto"
+        device = args.device
         inputs.samples = [
             str(prompts_samples(prompts, inputs.target, draft=inputs.checkpoint, device=device))
         ]
     return inputs
 
 
-def wirings_and_labels(ev, specs: list[str] | None) -> tuple[list, list[str]]:
-    """`--wiring` (default train and serve) parsed against the evaluator's slots, and each one's
-    label: a preset's name before its slots ("train [embed, L2, L4]"), else the slots."""
-    specs = specs or ["train", "serve"]
-    wirings = [ev.wiring(s) for s in specs]
-    labels = [
-        f"{s} {w.label(ev.slot_info)}" if s in ("train", "serve") else w.label(ev.slot_info)
-        for s, w in zip(specs, wirings, strict=True)
-    ]
-    return wirings, labels
+def wirings_and_names(ev, texts: list[str] | None) -> tuple[list, list[str | None]]:
+    """`--wiring` (default: the presets) parsed against the evaluator's slots, and each one's
+    name in the report (a preset's, else None)."""
+    texts = texts or list(PRESETS)
+    return [ev.wiring(t) for t in texts], [preset_name(t) for t in texts]
 
 
 def progress_bar(what: str, err, dist_ctx=None):

@@ -16,7 +16,7 @@ from inspector.commands.common import (
     load_evaluator,
     progress_bar,
     resolve_inputs,
-    wirings_and_labels,
+    wirings_and_names,
 )
 from inspector.commands.output import safe, stdout_console, write_json, write_json_spooled
 from inspector.errors import InputError
@@ -36,11 +36,11 @@ def run_eval(args: argparse.Namespace) -> int:
         device=device,
         dtype=args.dtype,
         ttt_steps=args.ttt_steps,
-        memory_budget=getattr(args, "memory_budget", None),
+        memory_budget=args.memory_budget,
     )
     for note in inputs.notes:
         err.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
-    wirings, labels = wirings_and_labels(ev, args.wiring)
+    wirings, names = wirings_and_names(ev, args.wiring)
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
     with progress_bar("evaluating", err, dist_ctx) as progress:
         task = progress.add_task("eval", total=n)
@@ -51,7 +51,7 @@ def run_eval(args: argparse.Namespace) -> int:
             wirings,
             limit=args.limit,
             positions=spool if spool is not None else want,
-            labels=labels,
+            names=names,
             progress=lambda done, total: progress.update(task, completed=done, total=total),
             indices=dist_ctx.shard(n) if dist_ctx else None,
         )
@@ -88,7 +88,7 @@ def run_eval(args: argparse.Namespace) -> int:
         # Piped output (logs, CI) gets a wide console so the table never wraps mid-cell.
         out = stdout_console(None if sys.stdout.isatty() else 200)
         out.print(render_report(report))
-        families = trainer_families(getattr(args, "metrics", "default"), report.layout)
+        families = trainer_families(args.metrics, report.layout)
         if families and not report_has_trainer(report):
             err.print(
                 f"{' and '.join(families)}' own metrics (what a training log shows) need the "
@@ -141,7 +141,7 @@ def render_report(report: Report) -> Table:
     if k_max > 1:
         table.add_column("accept len", justify="right")
     for w in report.wirings:
-        name = w.label.split(" [")[0] if " [" in w.label else "custom"
+        name = w.name or "custom"
         row = [safe(name), safe(w.wiring.label(report.slots))]
         row += [s.all_tok.fmt() for s in w.steps]
         row += [""] * (k_max - len(w.steps))
@@ -202,7 +202,7 @@ def render_trainer(report: Report, family: str) -> tuple[Text, Table]:
     else:
         table.add_column("simulated_acc_len", justify="right")
     for w in report.wirings:
-        name = w.label.split(" [")[0] if " [" in w.label else w.wiring.label(report.slots)
+        name = w.name or w.wiring.label(report.slots)
         row = [safe(name)]
         if family == "speculators":
             row += [_counts(s.spec_full) for s in w.steps] + [""] * (k_max - len(w.steps))

@@ -18,12 +18,12 @@ def build_app(args: argparse.Namespace):
     inputs = resolve_inputs(args)
     return InspectorApp(
         inputs,
-        device=getattr(args, "device", "auto") or "auto",
-        dtype=getattr(args, "dtype", "auto") or "auto",
-        ttt_steps=getattr(args, "ttt_steps", 1) or 1,
-        memory_budget=getattr(args, "memory_budget", None),
-        wiring=getattr(args, "wiring", None),
-        engine_log=getattr(args, "engine_log", None),
+        device=args.device,
+        dtype=args.dtype,
+        ttt_steps=args.ttt_steps,
+        memory_budget=args.memory_budget,
+        wiring=args.wiring,
+        engine_log=args.engine_log,
     )
 
 
@@ -36,25 +36,25 @@ def web_command(args: argparse.Namespace) -> str:
     for flag, value in (
         ("--target", args.target),
         ("--embed", args.embed),
-        ("--tokenizer", getattr(args, "tokenizer", None)),
-        ("--prompts", getattr(args, "prompts", None)),
-        ("--engine-log", getattr(args, "engine_log", None)),
+        ("--tokenizer", args.tokenizer),
+        ("--prompts", args.prompts),
+        ("--engine-log", args.engine_log),
     ):
         if value:
             argv += [flag, str(Path(value).absolute())]
     argv += ["--device", args.device, "--dtype", args.dtype, "--ttt-steps", str(args.ttt_steps)]
-    if getattr(args, "wiring", None):
+    if args.wiring:
         argv += ["--wiring", args.wiring]
-    if getattr(args, "slot_layers", None):
+    if args.slot_layers:
         argv += ["--slot-layers", args.slot_layers]
-    if getattr(args, "memory_budget", None):
+    if args.memory_budget:
         argv += ["--memory-budget", args.memory_budget]
     return shlex.join(argv)
 
 
 def run_open(args: argparse.Namespace) -> int:
     resolve_inputs(args)  # a missing demo or SAMPLES fails here, before any UI
-    if getattr(args, "web", False):
+    if args.web:
         try:
             from textual_serve.server import Server
         except ImportError:
@@ -63,7 +63,7 @@ def run_open(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        port = int(getattr(args, "port", 8000) or 8000)
+        port = int(args.port)
         print(
             f"serving on http://localhost:{port} (each browser tab starts its own app and loads "
             f"the draft); from another machine: ssh -L {port}:localhost:{port} HOST",

@@ -17,7 +17,6 @@ from inspector.commands.output import safe, stdout_console, write_json
 from inspector.errors import InputError
 from inspector.formatting import fmt_float
 
-DEFAULT_STEPS = 3
 DEFAULT_MAX_NEW = 128
 
 COLOURS = {"as_is": "green", "wrong_wiring": "red", "engine_fault": "red", "other_data": "yellow"}
@@ -38,34 +37,32 @@ def configured_wiring(draft, infos, n_blocks: int):
 
 
 def _wirings(args, infos, n_blocks: int, draft) -> tuple[list, list[str], int | None]:
-    """(wirings, labels, index of the configured one or None): the configured wiring first, then
-    train, serve and every --wiring, without repeats."""
-    from inspector.wiring import parse_wiring
+    """(wirings, names, index of the configured one or None): the configured wiring first, then
+    the presets and every --wiring, without repeats."""
+    from inspector.wiring import PRESETS, parse_wiring, preset_name
 
     out: list = []
-    labels: list[str] = []
+    names: list[str | None] = []
 
     def add(w, name: str | None) -> None:
         if w.slots in [x.slots for x in out]:
             return
         out.append(w)
-        lab = w.label(infos)
-        labels.append(f"{name} {lab}" if name else lab)
+        names.append(name)
 
     conf = configured_wiring(draft, infos, n_blocks)
     if conf is not None:
         add(conf, "configured")
-    for text in args.wiring or ["train", "serve"]:
-        w = parse_wiring(text, infos, n_blocks)
-        add(w, text if text in ("train", "serve") else None)
-    return out, labels, 0 if conf is not None else None
+    for text in args.wiring or list(PRESETS):
+        add(parse_wiring(text, infos, n_blocks), preset_name(text))
+    return out, names, 0 if conf is not None else None
 
 
 def run_reconcile(args: argparse.Namespace) -> int:
     from inspector.doctor.reconcile import pair_requests, reconcile
     from inspector.formats.engine_log import read_engine_log
     from inspector.serving.engines import Engine
-    from inspector.serving.spec import DraftSpec
+    from inspector.serving.spec import DEFAULT_STEPS, DraftSpec
 
     err = Console(stderr=True)
     log = read_engine_log(args.engine_log)
@@ -127,14 +124,14 @@ def _replay(args, spec, engine, err):
     )
     for note in inputs.notes:
         err.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
-    wirings, labels, configured = _wirings(args, ev.slot_info, ev.n_blocks, ev.draft)
+    wirings, names, configured = _wirings(args, ev.slot_info, ev.n_blocks, ev.draft)
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
     with progress_bar("replaying", err) as progress:
         task = progress.add_task("reconcile", total=n)
         report = Replayer(ev, spec, engine).run(
             wirings,
             limit=args.limit,
-            labels=labels,
+            names=names,
             progress=lambda done, total: progress.update(task, completed=done, total=total),
         )
     samples = []
@@ -174,7 +171,7 @@ def _live(args, spec, engine, err, log):
     info = read_target_info(target)
     plan = plan_slots(info.num_layers, layers=None, draft=draft_ids(draft), engine=None)
     infos = v1_slot_info([None if s == "post-norm" else s for s in plan.slots])
-    wirings, labels, configured = _wirings(args, infos, draft.config.num_fc_blocks, draft)
+    wirings, names, configured = _wirings(args, infos, draft.config.num_fc_blocks, draft)
     report = run_loop(
         err,
         draft,
@@ -184,7 +181,7 @@ def _live(args, spec, engine, err, log):
         [list(w.slots) for w in wirings],
         max_new=max_new,
         target_dtype=args.dtype,
-        labels=labels,
+        names=names,
         limit=args.limit,
         engine=engine,
     )

@@ -49,7 +49,7 @@ from inspector.model import (
 from inspector.model.linear import linear
 from inspector.sample import SlotInfo, with_layer_ids
 from inspector.serving.walk import AcceptStats
-from inspector.wiring import Wiring, parse_wiring
+from inspector.wiring import Wiring, named_label, parse_wiring
 
 
 class Evaluator:
@@ -396,10 +396,11 @@ class Evaluator:
         limit: int | None = None,
         positions: bool | PositionSink = False,
         progress: Callable[[int, int], None] | None = None,
-        labels: Sequence[str] | None = None,
+        names: Sequence[str | None] | None = None,
         indices: Sequence[int] | None = None,
     ) -> Report:
-        """Evaluate samples 0..limit-1, or just `indices` (one rank's shard under torchrun)."""
+        """Evaluate samples 0..limit-1, or just `indices` (one rank's shard under torchrun).
+        names: each wiring's name (a preset, "configured"), None where it has none."""
         n = len(self.samples) if limit is None else min(limit, len(self.samples))
         todo = list(range(n)) if indices is None else [i for i in indices if i < n]
         per_wiring: list[list[tuple[int, str, list[StepMetrics]]]] = [[] for _ in wirings]
@@ -428,7 +429,8 @@ class Evaluator:
         reports = [
             WiringReport(
                 wiring=w,
-                label=(labels[w_idx] if labels else w.label(info)),
+                label=named_label(w, info, names[w_idx] if names else None),
+                name=names[w_idx] if names else None,
                 steps=sum_steps(s for _, _, s in per_wiring[w_idx]),
                 per_sample=per_wiring[w_idx],
                 positions=kept.rows[w_idx] if kept is not None else [],

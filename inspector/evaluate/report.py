@@ -21,6 +21,7 @@ class WiringReport:
     positions: list[dict] = field(default_factory=list)
     # The replayed greedy chain (as many steps as --ttt-steps), pooled over the set's rounds.
     accept: AcceptStats | None = None
+    name: str | None = None  # a preset's name, "configured"; None for a wiring given by slots
 
     @property
     def acceptance_length(self) -> float | None:

@@ -62,7 +62,7 @@ from inspector.serving.live_draft import LiveDraft
 from inspector.serving.replay import AcceptReport, SampleReplay, WiringAccept
 from inspector.serving.spec import DraftSpec
 from inspector.serving.verify import trim_cache, verify_tree
-from inspector.wiring import Wiring, parse_wiring
+from inspector.wiring import Wiring, named_label, parse_wiring, preset_name
 
 if TYPE_CHECKING:  # capture loads transformers; only the loop itself needs it
     from inspector.capture.plan import DraftIds
@@ -236,8 +236,9 @@ def draft_ids(draft: Draft) -> DraftIds:
 def live_folder(out: str | Path, wiring_text: str | Sequence[int], wiring: Wiring) -> Path:
     """Where a wiring's realised sequences go under `out`: a preset by its name ("train",
     "serve"), any other wiring by its slots ("wiring-0-1-2")."""
-    if isinstance(wiring_text, str) and wiring_text.strip().lower() in ("train", "serve"):
-        return Path(out) / wiring_text.strip().lower()
+    name = preset_name(wiring_text)
+    if name is not None:
+        return Path(out) / name
     return Path(out) / ("wiring-" + "-".join(map(str, wiring.slots)))
 
 
@@ -267,21 +268,6 @@ def _live_config(
     return cfg
 
 
-def _label(
-    given: str | Sequence[int],
-    w: Wiring,
-    infos: Sequence[SlotInfo],
-    labels: Sequence[str] | None,
-    i: int,
-) -> str:
-    """As `accept` labels the replay's wirings: a preset's name before its slots."""
-    if labels:
-        return labels[i]
-    if isinstance(given, str) and given in ("train", "serve"):
-        return f"{given} {w.label(infos)}"
-    return w.label(infos)
-
-
 def live_accept(
     draft: Draft,
     target: str | Path,
@@ -293,11 +279,8 @@ def live_accept(
     temperature: float = 0.0,
     seed: int = 0,
     out: str | Path | None = None,
-    layers: str | None = None,
     target_dtype: str = "auto",
-    target_device: str | None = None,
-    position_offset: int = 1,
-    labels: Sequence[str] | None = None,
+    names: Sequence[str | None] | None = None,
     limit: int | None = None,
     engine: Engine | None = None,
     progress: Progress | None = None,
@@ -307,10 +290,10 @@ def live_accept(
     without a mask is all prompt) and report its rounds per wiring, mode "live".
 
     draft: loaded with the target (its embedding), on the device and dtype to run; the target
-      loads in `target_dtype` (capture's --dtype) on `target_device` (None: the draft's).
+      loads in `target_dtype` (capture's --dtype) on the draft's device.
     wirings: presets or explicit forms (`parse_wiring`) over the slots capture's plan gives this
-      draft (`layers`: capture's --layers; None: the draft's configured ids + the target's last
-      pre-norm state).
+      draft (its configured ids + the target's last pre-norm state).
+    names: each wiring's name in the report (None: a preset's own name, else none).
     max_new: tokens generated per prompt, the prefill's x_P included; stops early after EOS.
     temperature: 0 greedy; else sampled, target-only verification, a CPU generator per prompt
       seeded from `seed` and the prompt's index as capture --generate seeds it.
@@ -339,13 +322,13 @@ def live_accept(
         raise InputError(None, "--temperature", "must be >= 0")
     ids = draft_ids(draft)
     settings = CaptureSettings(
-        layers=layers,
+        layers=None,
         draft=draft.path or None,
         generate=max_new,
         temperature=temperature,
         seed=seed,
         dtype=target_dtype,
-        device=target_device or str(draft.device),
+        device=str(draft.device),
         save_dtype="float32",  # replaced by the target's own dtype once it is loaded
     )
     prep = prepare(target, input, settings, draft_ids=ids)
@@ -383,9 +366,10 @@ def live_accept(
     cut = prep.max_length - max_new - spec.steps  # the deepest verified position must fit
     eos = prep.info.eos_ids
 
+    names = names or [preset_name(text) for text in wirings]
     results = [
-        WiringAccept(w, _label(wirings[i], w, infos, labels, i), spec.steps)
-        for i, w in enumerate(parsed)
+        WiringAccept(w, named_label(w, infos, nm), spec.steps, name=nm)
+        for w, nm in zip(parsed, names, strict=True)
     ]
     skipped: list[SkippedSample] = []
     done = 0
@@ -414,7 +398,6 @@ def live_accept(
                         temperature=temperature,
                         gen=gen,
                         eos=eos,
-                        position_offset=position_offset,
                         engine=engine,
                     )
                 if len(seq.ids) < 3:

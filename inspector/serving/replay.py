@@ -27,7 +27,7 @@ from inspector.serving.engines import Engine, conventions, default_engine
 from inspector.serving.spec import DraftSpec
 from inspector.serving.tree_forward import tree_accepts
 from inspector.serving.walk import AcceptStats, Round, Run, chain_accepts, generation_runs, walk
-from inspector.wiring import Wiring
+from inspector.wiring import Wiring, named_label
 
 
 def sample_runs(loss_mask: np.ndarray, continuation: Continuation | None) -> list[Run]:
@@ -164,6 +164,7 @@ class WiringAccept:
     label: str
     depth: int
     per_sample: list[SampleReplay] = field(default_factory=list)
+    name: str | None = None  # a preset's name, "configured"; None for a wiring given by slots
 
     @property
     def stats(self) -> AcceptStats:
@@ -372,7 +373,7 @@ class Replayer:
         wirings: Sequence[Wiring],
         *,
         limit: int | None = None,
-        labels: Sequence[str] | None = None,
+        names: Sequence[str | None] | None = None,
         indices: Sequence[int] | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> AcceptReport:
@@ -380,8 +381,8 @@ class Replayer:
         n = len(ev.samples) if limit is None else min(limit, len(ev.samples))
         todo = list(range(n)) if indices is None else [i for i in indices if i < n]
         out = [
-            WiringAccept(w, labels[i] if labels else w.label(ev.slot_info), self.spec.steps)
-            for i, w in enumerate(wirings)
+            WiringAccept(w, named_label(w, ev.slot_info, nm), self.spec.steps, name=nm)
+            for w, nm in zip(wirings, names or [None] * len(wirings), strict=True)
         ]
         skipped: list[SkippedSample] = []
         with torch.inference_mode():

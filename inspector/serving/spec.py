@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from inspector.errors import InputError
 
 KV_MODES = ("exact", "sglang")
+# Draft steps per round where the user names none: SGLang's and vLLM's EAGLE-3 examples serve
+# 3 (`--speculative-num-steps 3`, `num_speculative_tokens: 3`). The one default of every command,
+# the doctor's replay and the app.
+DEFAULT_STEPS = 3
 
 
 @dataclass(frozen=True)
