@@ -8,7 +8,6 @@ land among checkpoint or sample files that a trainer or server will later glob.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import tempfile
@@ -17,48 +16,20 @@ from pathlib import Path
 from typing import Any
 
 from inspector.errors import InputError
+from inspector.input_folders import enclosing_input
+from inspector.strict_json import json_safe
 
 FORMAT = "eagle-inspect-sample-export/1"
-
-
-def _clean(o: Any) -> Any:
-    """NaN/Inf -> None, recursively, so the file is strict JSON."""
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if isinstance(o, dict):
-        return {k: _clean(v) for k, v in o.items()}
-    if isinstance(o, list | tuple):
-        return [_clean(v) for v in o]
-    return o
-
-
-def _folders(paths: Sequence[str | Path]) -> list[Path]:
-    out = []
-    for p in paths:
-        p = Path(p)
-        if any(c in str(p) for c in "*?["):  # a glob: its fixed leading folders
-            parts = []
-            for part in p.parts:
-                if any(c in part for c in "*?["):
-                    break
-                parts.append(part)
-            p = Path(*parts) if parts else Path(".")
-        if p.is_file() or (not p.exists() and p.suffix):
-            p = p.parent
-        out.append(p.resolve())
-    return out
 
 
 def check_out_dir(out_dir: Path, input_paths: Sequence[str | Path]) -> Path:
     """out_dir resolved; InputError if it is, or lies inside, a folder an input came from."""
     out = Path(out_dir).resolve()
-    for folder in _folders(input_paths):
-        if out == folder or folder in out.parents:
-            raise InputError(
-                out,
-                None,
-                f"refusing to export into input folder {folder}: run from another directory",
-            )
+    folder = enclosing_input(out, input_paths)
+    if folder is not None:
+        raise InputError(
+            out, None, f"refusing to export into input folder {folder}: run from another directory"
+        )
     return out
 
 
@@ -121,7 +92,7 @@ def build_document(
         doc["sample"]["input_ids"] = [int(i) for i in input_ids]
         if decode is not None:
             doc["sample"]["tokens"] = [decode(int(i)) for i in input_ids]
-    return _clean(doc)
+    return json_safe(doc)[0]
 
 
 def write_json_atomic(path: Path, doc: dict) -> Path:

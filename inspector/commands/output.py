@@ -4,13 +4,15 @@ and JSON that is always one complete, valid document."""
 from __future__ import annotations
 
 import json
-import math
 import sys
 from typing import IO, Any
 
 from rich.markup import escape
 
 from inspector.formatting import printable
+from inspector.strict_json import json_safe
+
+__all__ = ["json_safe", "safe", "stdout_console", "visible", "write_json", "write_json_spooled"]
 
 
 def visible(text: object) -> str:
@@ -23,27 +25,6 @@ def safe(text: object) -> str:
     """`visible(text)` with Rich markup escaped: for any path or input-derived string that is
     printed through Rich (a file named `run[/bold].pt` must print as such, not crash the table)."""
     return escape(visible(text))
-
-
-def json_safe(obj: Any) -> tuple[Any, int]:
-    """A copy of `obj` with every NaN / +-Inf float replaced by None (JSON has none of them),
-    and how many were replaced."""
-    count = 0
-
-    def walk(x: Any) -> Any:
-        nonlocal count
-        if isinstance(x, float):
-            if math.isfinite(x):
-                return x
-            count += 1
-            return None
-        if isinstance(x, dict):
-            return {k: walk(v) for k, v in x.items()}
-        if isinstance(x, list | tuple):
-            return [walk(v) for v in x]
-        return x
-
-    return walk(obj), count
 
 
 def write_json(doc: Any, stream: IO[str] | None = None) -> int:

@@ -5,10 +5,11 @@ it (10^5 samples x 2K tokens x 3 steps is ~10^9 objects)."""
 from __future__ import annotations
 
 import json
-import math
 import tempfile
 from collections.abc import Iterable, Iterator
 from typing import IO, Protocol
+
+from inspector.strict_json import json_safe
 
 
 class PositionSink(Protocol):
@@ -23,19 +24,6 @@ class PositionList:
 
     def add(self, wiring: int, rows: Iterable[dict]) -> None:
         self.rows[wiring].extend(rows)
-
-
-def _clean(x: object) -> tuple[object, bool]:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None, True
-    if isinstance(x, list):
-        out, bad = [], False
-        for v in x:
-            c, b = _clean(v)
-            out.append(c)
-            bad |= b
-        return out, bad
-    return x, False
 
 
 class PositionSpool:
@@ -53,13 +41,10 @@ class PositionSpool:
     def add(self, wiring: int, rows: Iterable[dict]) -> None:
         f = self._files[wiring]
         for row in rows:
-            clean = {}
-            for k, v in row.items():
-                c, bad = _clean(v)
-                if bad:
-                    self.nonfinite += 1
-                    self.nonfinite_samples.add(int(row.get("sample", -1)))
-                clean[k] = c
+            clean, bad = json_safe(row)
+            if bad:
+                self.nonfinite += bad
+                self.nonfinite_samples.add(int(row.get("sample", -1)))
             f.write(("," if self._count[wiring] else "") + json.dumps(clean, allow_nan=False))
             self._count[wiring] += 1
 

@@ -26,6 +26,7 @@ from safetensors.torch import save_file
 
 from inspector.errors import InputError
 from inspector.formats.files import one_line, os_text
+from inspector.input_folders import enclosing_input
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -61,19 +62,6 @@ def _regular_inside(f: Path, inside: Path) -> bool:
     return real.is_file() and real.parent == inside and not f.name.startswith(".")
 
 
-def _input_folders(inputs: Iterable[str | Path | None]) -> list[Path]:
-    """The folders the inputs live in: a folder itself, a file's folder, a glob's fixed part."""
-    out = []
-    for p in inputs:
-        if p is None:
-            continue
-        parts = Path(p).parts
-        n = next((i for i, q in enumerate(parts) if any(c in q for c in "*?[")), len(parts))
-        path = Path(*parts[:n]) if n else Path(".")
-        out.append((path if path.is_dir() else path.parent).resolve())
-    return out
-
-
 def check_out(
     out: str | Path, inputs: Iterable[str | Path | None] = (), field: str | None = None
 ) -> Path:
@@ -87,9 +75,9 @@ def check_out(
         raise InputError(
             one_line(str(out)), field, f"not a usable path: {one_line(str(e))}"
         ) from None
-    for folder in _input_folders(inputs):
-        if target == folder or folder in target.parents:
-            raise InputError(out, field, f"must be a new folder outside the input folder {folder}")
+    folder = enclosing_input(target, inputs)
+    if folder is not None:
+        raise InputError(out, field, f"must be a new folder outside the input folder {folder}")
     if exists and not target.is_dir():
         raise InputError(out, field, "exists and is not a folder")
     if exists and any(target.iterdir()):
