@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from inspector.demo import DEFAULT_OUT
+from inspector.demo_paths import default_demo_root
 from inspector.demo.corpus import load_corpus, stdlib_files
 from inspector.demo.data import SLOT_HF_INDICES, capture_slots, make_sequences, save_samples
 from inspector.demo.draft import (
@@ -106,18 +106,19 @@ def _stderr(msg: str) -> None:
 
 
 def build(
-    out: Path = DEFAULT_OUT,
+    out: Path | None = None,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
     plan: BuildPlan | None = None,
 ) -> dict[str, Any]:
-    """Build the demo into ``out`` (target/, draft/, samples/train, samples/held, build_info.json).
+    """Build the demo into ``out`` (default: where the committed demo lives) (target/, draft/,
+    samples/train, samples/held, build_info.json).
 
     Only those entries of ``out`` are replaced; anything else there is left alone. Returns the
     build_info dict that is also written to ``out/build_info.json``.
     """
     plan = plan or BuildPlan()
-    out = Path(out)
+    out = Path(out) if out is not None else default_demo_root()
     check_out(out)
     t_start = time.perf_counter()
     say = progress or _stderr
