@@ -92,22 +92,14 @@ def merge_reports(parts: list[Report]) -> Report:
             WiringReport(
                 wiring=w.wiring,
                 label=w.label,
+                name=w.name,
                 steps=sum_steps(s for _, _, s in per_sample),
                 per_sample=per_sample,
                 positions=positions,
                 accept=accept,
             )
         )
-    skipped = sorted((e for p in parts for e in p.skipped), key=lambda e: e.index or 0)
-    warnings = sorted((w for p in parts for w in p.warnings), key=lambda w: w.index)
-    return replace(
-        first,
-        samples=sum(p.samples for p in parts),
-        device=f"{first.device} x{len(parts)}",
-        wirings=wirings,
-        skipped=skipped,
-        warnings=warnings,
-    )
+    return replace(first, **Report.merged_fields(parts), wirings=wirings)
 
 
 def gather_accept(ctx: DistContext, report):
@@ -134,11 +126,4 @@ def merge_accept(parts: list):
         )
         for w_idx, w in enumerate(first.wirings)
     ]
-    return replace(
-        first,
-        samples=sum(p.samples for p in parts),
-        device=f"{first.device} x{len(parts)}",
-        wirings=wirings,
-        skipped=sorted((e for p in parts for e in p.skipped), key=lambda e: e.index or 0),
-        warnings=sorted((w for p in parts for w in p.warnings), key=lambda w: w.index),
-    )
+    return replace(first, **first.merged_fields(parts), wirings=wirings)

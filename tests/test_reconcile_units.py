@@ -49,7 +49,16 @@ def _report(per_wiring: dict[tuple[int, ...], list[list[int]]], starts=None) -> 
             _sample(i, acc, None if starts is None else starts[i]) for i, acc in enumerate(samples)
         ]
         wirings.append(wa)
-    return AcceptReport(DraftSpec(3), "replay", "draft", 2, "cpu", "float32", SLOTS, wirings)
+    return AcceptReport(
+        spec=DraftSpec(3),
+        mode="replay",
+        checkpoint="draft",
+        samples=2,
+        device="cpu",
+        dtype="float32",
+        slots=SLOTS,
+        wirings=wirings,
+    )
 
 
 GOOD = [[2, 3, 0, 1], [3, 3, 1]]  # 13 accepted in 7 rounds: 1 + 13/7

@@ -27,7 +27,6 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from inspector.demo_paths import default_demo_root
 from inspector.demo.corpus import load_corpus, stdlib_files
 from inspector.demo.data import SLOT_HF_INDICES, capture_slots, make_sequences, save_samples
 from inspector.demo.draft import (
@@ -43,6 +42,7 @@ from inspector.demo.draft import (
 )
 from inspector.demo.target import TargetConfig, top1_accuracy, train_target
 from inspector.demo.tokenizer import EOS, encode_documents, train_tokenizer
+from inspector.demo_paths import default_demo_root
 from inspector.errors import InputError
 from inspector.formats.files import os_text
 

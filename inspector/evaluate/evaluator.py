@@ -439,16 +439,9 @@ class Evaluator:
             for w_idx, w in enumerate(wirings)
         ]
         return Report(
-            checkpoint=self.draft.path,
+            **Report.fields_of(self, todo, skipped),
             layout=self.draft.layout,
-            samples=len(todo) - len(skipped),
             sample_format=self.samples.format,
-            device=str(self.device),
-            dtype=str(self.draft.dtype).replace("torch.", ""),
             ttt_steps=self.ttt_steps,
-            slots=info,
             wirings=reports,
-            skipped=skipped,
-            warnings=self.warnings(todo),
-            verifier=self.target_head.path if self.target_head is not None else None,
         )

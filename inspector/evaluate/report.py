@@ -3,7 +3,9 @@ skipped (`SkippedSample`, defined with the sample loader that records them)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from inspector.formats.sample_set import SampleWarning, SkippedSample
 from inspector.metrics import StepMetrics, acceptance_length, simulated_acc_len
@@ -69,33 +71,77 @@ class WiringReport:
         return d
 
 
-@dataclass
-class Report:
+@dataclass(kw_only=True)
+class RunReport:
+    """What every report says about its run, whatever it computed: the draft, how many samples
+    counted, where it ran, the slots the wirings index, the samples skipped and the warnings
+    about those read, and where the verifier's head came from (if anywhere)."""
+
     checkpoint: str
-    layout: str
     samples: int
-    sample_format: str
     device: str
     dtype: str
-    ttt_steps: int
     slots: list[SlotInfo]
-    wirings: list[WiringReport]
     skipped: list[SkippedSample] = field(default_factory=list)
     warnings: list[SampleWarning] = field(default_factory=list)
-    verifier: str | None = None  # where the verifier's norm + lm_head came from, if anywhere
+    verifier: str | None = None
+
+    @staticmethod
+    def fields_of(ev: Any, todo: Sequence[int], skipped: list[SkippedSample]) -> dict[str, Any]:
+        """The run fields of a pass of evaluator `ev` over samples `todo`."""
+        return {
+            "checkpoint": ev.draft.path,
+            "samples": len(todo) - len(skipped),
+            "device": str(ev.device),
+            "dtype": str(ev.draft.dtype).replace("torch.", ""),
+            "slots": ev.slot_info,
+            "skipped": skipped,
+            "warnings": ev.warnings(todo),
+            "verifier": ev.target_head.path if ev.target_head is not None else None,
+        }
+
+    @staticmethod
+    def merged_fields(parts: Sequence[RunReport]) -> dict[str, Any]:
+        """The run fields of the ranks' reports of one torchrun pass, as one process's."""
+        return {
+            "samples": sum(p.samples for p in parts),
+            "device": f"{parts[0].device} x{len(parts)}",
+            "skipped": sorted((e for p in parts for e in p.skipped), key=lambda e: e.index or 0),
+            "warnings": sorted((w for p in parts for w in p.warnings), key=lambda w: w.index),
+        }
+
+    def run_dict(self) -> dict:
+        return {
+            "checkpoint": self.checkpoint,
+            "samples": self.samples,
+            "device": self.device,
+            "dtype": self.dtype,
+            "verifier": self.verifier,
+            "slots": [s.to_dict(i) for i, s in enumerate(self.slots)],
+        }
+
+    def skipped_dict(self) -> dict:
+        return {
+            "skipped": [e.to_dict() for e in self.skipped],
+            "warnings": [w.to_dict() for w in self.warnings],
+        }
+
+
+@dataclass(kw_only=True)
+class Report(RunReport):
+    """`eval`'s report: per wiring, the trainers' metrics and ours, TTT step by step."""
+
+    layout: str
+    sample_format: str
+    ttt_steps: int
+    wirings: list[WiringReport]
 
     def to_dict(self) -> dict:
         return {
-            "checkpoint": self.checkpoint,
+            **self.run_dict(),
             "layout": self.layout,
-            "samples": self.samples,
             "sample_format": self.sample_format,
-            "device": self.device,
-            "dtype": self.dtype,
             "ttt_steps": self.ttt_steps,
-            "verifier": self.verifier,
-            "slots": [s.to_dict(i) for i, s in enumerate(self.slots)],
             "wirings": [w.to_dict() for w in self.wirings],
-            "skipped": [e.to_dict() for e in self.skipped],
-            "warnings": [w.to_dict() for w in self.warnings],
+            **self.skipped_dict(),
         }

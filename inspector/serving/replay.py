@@ -19,10 +19,11 @@ from inspector.cache import ByteLRU
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.evaluate.device import retry_oom
-from inspector.formats.sample_set import SampleWarning, SkippedSample
+from inspector.evaluate.report import RunReport
+from inspector.formats.sample_set import SkippedSample
 from inspector.metrics import Counts
 from inspector.model import fc_wired
-from inspector.sample import Continuation, SlotInfo
+from inspector.sample import Continuation
 from inspector.serving.engines import Engine, conventions, default_engine
 from inspector.serving.spec import DraftSpec
 from inspector.serving.tree_forward import tree_accepts
@@ -213,34 +214,22 @@ class WiringAccept:
         return d
 
 
-@dataclass
-class AcceptReport:
+@dataclass(kw_only=True)
+class AcceptReport(RunReport):
+    """`accept`'s report: per wiring, the engine's rounds replayed (or run live)."""
+
     spec: DraftSpec
     mode: str  # "replay" | "live"
-    checkpoint: str
-    samples: int
-    device: str
-    dtype: str
-    slots: list[SlotInfo]
     wirings: list[WiringAccept]
-    skipped: list[SkippedSample] = field(default_factory=list)
-    warnings: list[SampleWarning] = field(default_factory=list)
-    verifier: str | None = None
     engine: Engine = Engine.VLLM
 
     def to_dict(self) -> dict:
         return {
             "config": {**self.spec.to_dict(), "mode": self.mode, "engine": self.engine.value},
             "conventions": conventions(self.engine),
-            "checkpoint": self.checkpoint,
-            "samples": self.samples,
-            "device": self.device,
-            "dtype": self.dtype,
-            "verifier": self.verifier,
-            "slots": [s.to_dict(i) for i, s in enumerate(self.slots)],
+            **self.run_dict(),
             "wirings": [w.to_dict() for w in self.wirings],
-            "skipped": [e.to_dict() for e in self.skipped],
-            "warnings": [w.to_dict() for w in self.warnings],
+            **self.skipped_dict(),
         }
 
 
@@ -398,16 +387,9 @@ class Replayer:
                 if progress is not None:
                     progress(done, len(todo))
         return AcceptReport(
+            **AcceptReport.fields_of(ev, todo, skipped),
             spec=self.spec,
             mode="replay",
-            checkpoint=ev.draft.path,
-            samples=len(todo) - len(skipped),
-            device=str(ev.device),
-            dtype=str(ev.draft.dtype).replace("torch.", ""),
-            slots=ev.slot_info,
             wirings=out,
-            skipped=skipped,
-            warnings=ev.warnings(todo),
-            verifier=ev.target_head.path if ev.target_head is not None else None,
             engine=self.engine,
         )
