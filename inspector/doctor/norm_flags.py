@@ -10,7 +10,7 @@ kind per concern.
   vLLM); SpecForge reads a key of that name with another meaning, whether compute_logits applies
   the norm (SpecForge#879). It does not change step 0, which is what the doctor scores.
 
-A flag without its tensors stops the loader, so the command checks for it first
+A flag without its tensors stops the loader, so the pipeline checks for it first
 (`missing_norm_findings`) and reports it alone. A stored tensor without its flag is ignored by
 every engine: the check reruns the recommended wiring with the flag flipped (and a set flag with
 its tensors off), so the finding says which setting the draft was trained with.
