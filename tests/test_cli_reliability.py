@@ -238,7 +238,7 @@ def test_closed_stdout_ends_quietly(golden_copy):
 
 
 def test_write_fixed_refuses_an_empty_or_input_out_before_the_diagnosis(golden_copy, capsys):
-    import inspector.doctor as doctor
+    import inspector.doctor.pipeline as doctor  # the pipeline the CLI runs
 
     ckpt, samples = golden_copy
     nested = samples / "part"

@@ -199,24 +199,24 @@ def test_serving_config_not_ascending():
         SlotInfo("L4", 4),
         SlotInfo("L6", 6, verifier=True),
     ]
-    sc = serving_config((1, 2, 0), infos)
+    sc = serving_config((1, 2, 0), infos).to_dict()  # the report's JSON
     assert sc["ascending"] is False and sc["reproducible"] is False
     assert sc["vllm"]["config"]["eagle_aux_hidden_state_layer_ids"] == [0, 2, 4]
     assert "no config reproduces" in " ".join(sc["problems"])
-    assert serving_config((1, 2, 3), infos)["reproducible"] is True
-    unknown = serving_config((0, 1, 2), [SlotInfo("s0"), SlotInfo("s1"), SlotInfo("s2")])
+    assert serving_config((1, 2, 3), infos).reproducible is True
+    unknown = serving_config((0, 1, 2), [SlotInfo("s0"), SlotInfo("s1"), SlotInfo("s2")]).to_dict()
     assert unknown["reproducible"] is None and "--slot-layers" in unknown["problems"][0]
     assert ascending_order((2, 0, 1), [4, 0, 2]) == [1, 2, 0]
 
 
 def test_findings_sorted_by_severity():
     fs = [
-        Finding("a", "info", ""),
-        Finding("b", "error", ""),
-        Finding("c", "warning", ""),
-        Finding("d", "error", ""),
+        Finding("alignment", "info", ""),
+        Finding("rope", "error", ""),
+        Finding("vocab_map", "warning", ""),
+        Finding("wiring", "error", ""),
     ]
-    assert [f.kind for f in sort_findings(fs)] == ["b", "d", "c", "a"]
+    assert [f.kind for f in sort_findings(fs)] == ["rope", "wiring", "vocab_map", "alignment"]
 
 
 # --- --write-fixed -----------------------------------------------------------------------------

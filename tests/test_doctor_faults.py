@@ -60,7 +60,7 @@ def test_unmodified_demo(base):
     assert not [f for f in report.findings if f.severity == "error"], [
         f.summary for f in report.findings
     ]
-    sc = report.serving_config
+    sc = report.serving_config.to_dict()
     assert sc["reproducible"] is True
     assert sc["vllm"]["config"]["eagle_aux_hidden_state_layer_ids"] == [0, 2, 4]
     assert sc["sglang"]["config"]["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 1, 3]
@@ -248,7 +248,7 @@ def test_slot_layers_override_restores_the_demo(demo, unstated):
     assert f.severity == "info" and "configured wiring [embed, L2, L4]" in f.summary
     assert f.evidence["layer_ids"]["slots"]["where"] == "--slot-layers"
     assert f.evidence["layer_ids"]["other_readings"] == []  # an override states its convention
-    sc = report.serving_config
+    sc = report.serving_config.to_dict()
     assert sc["vllm"]["config"]["eagle_aux_hidden_state_layer_ids"] == [0, 2, 4]
     assert "data_config.json" not in report.finding("serving_config").summary
 

@@ -59,7 +59,7 @@ def _report(ev: Evaluator, wiring=PERMUTED, findings=(), slots=None) -> DoctorRe
         best_wiring=tuple(wiring),
         wirings=[],
         findings=list(findings),
-        serving_config={},
+        serving_config=None,
         recommended_wiring=tuple(wiring),
         slots=list(ev.slot_info if slots is None else slots),
         sample_indices=[0, 1],
@@ -98,7 +98,7 @@ def test_config_fixes_take_problems_of_config_kinds_only():
     report = DoctorReport(
         best_wiring=(0, 1, 2),
         wirings=[],
-        serving_config={},
+        serving_config=None,
         findings=[
             _finding("norm_before_residual", "warning", ConfigFix(norm_before_residual=True)),
             _finding("rope", "error", ConfigFix(rope_theta=5.0, drop_rope_scaling=True)),
@@ -298,7 +298,7 @@ def test_write_fixed_reports_a_plan_that_does_not_verify(syn, tmp_path, monkeypa
         report.recommended_wiring = PERMUTED
         return report
 
-    monkeypatch.setattr("inspector.doctor.diagnose", permuted_diagnose)
+    monkeypatch.setattr("inspector.doctor.pipeline.diagnose", permuted_diagnose)  # what the CLI runs
     rc = main(
         [
             "doctor",

@@ -13,19 +13,18 @@ import torch
 from safetensors.torch import load_file, save_file
 from support import edited_copy
 
-from inspector.doctor import wording
 from inspector.doctor.lm_head import (
     HEAD,
     HeadStatus,
     _key,
     borrow_target_head,
     compare_heads,
+    head_comparison_text,
     head_finding,
     head_status,
-    headless_report,
-    with_finding,
 )
 from inspector.doctor.norm_flags import draft_hits
+from inspector.doctor.pipeline import headless_report, with_finding
 from inspector.doctor.report import DoctorReport, Finding
 from inspector.doctor.stats import counts_of
 from inspector.errors import InputError
@@ -130,13 +129,14 @@ def test_headless_report():
     r = headless_report(s)
     (f,) = r.findings
     assert (f.kind, f.severity) == ("lm_head", "error") and f.summary == head_finding(s).summary
-    assert (r.best_wiring, r.wirings, r.serving_config, r.checkpoint) == ((), [], {}, "c")
-    info = Finding("x", "info", "fine")
+    assert (r.best_wiring, r.wirings, r.serving_config, r.checkpoint) == ((), [], None, "c")
+    assert r.to_dict()["serving_config"] == {}
+    info = Finding("rope", "info", "fine")
     added = with_finding(r, info)
-    assert added is r and [x.kind for x in r.findings] == ["lm_head", "x"]
-    err = Finding("y", "error", "bad")
-    first = with_finding(DoctorReport((), [], [info], {}), err)
-    assert [x.kind for x in first.findings] == ["y", "x"]  # errors first
+    assert added is r and [x.kind for x in r.findings] == ["lm_head", "rope"]
+    err = Finding("vocab_map", "error", "bad")
+    first = with_finding(DoctorReport((), [], [info], None), err)
+    assert [x.kind for x in first.findings] == ["vocab_map", "rope"]  # errors first
 
 
 def test_borrowed_rows_without_d2t_are_the_first_rows(demo, target_head, tmp_path):
@@ -230,7 +230,7 @@ def test_own_head_against_the_targets_rows(ev, target_head):
         "own_clearly_better": True,
         "target": "T",
     }
-    text = wording.head_comparison(facts)
+    text = head_comparison_text(facts)
     assert (f.summary, f.fix) == (text.summary, text.fix)
 
 

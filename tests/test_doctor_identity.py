@@ -76,7 +76,7 @@ def _run(draft: Path, samples: Path, **kw):
 
 
 def _ids(report) -> tuple[list[int] | None, list[int] | None]:
-    sc = report.serving_config
+    sc = report.serving_config.to_dict()
     if "vllm" not in sc:
         return None, None
     return (
@@ -120,7 +120,7 @@ def test_config_without_ids_gets_the_trained_ids(no_ids, prose):
     assert labels == ["embed", "L2", "L4", "L6"] and "L7" not in json.dumps(report.to_dict())
     assert report.best_wiring == TRAIN and report.configured_wiring is None
     assert _ids(report) == ([0, 2, 4], [-1, 1, 3])
-    assert report.serving_config["sglang"]["layer_ids_since_pr25454"] == [0, 2, 4]
+    assert report.serving_config.to_dict()["sglang"]["layer_ids_since_pr25454"] == [0, 2, 4]
     w = report.finding("wiring")
     assert "[0, 2, 4]" in w.fix and "[1, 3, 5]" not in w.fix + w.summary
 
@@ -128,7 +128,7 @@ def test_config_without_ids_gets_the_trained_ids(no_ids, prose):
 def test_config_without_ids_and_undecided_samples_gets_no_ids(no_ids, unstated):
     report = _run(no_ids, unstated)
     assert _ids(report) == (None, None)
-    sc = report.serving_config
+    sc = report.serving_config.to_dict()
     assert sc["undecided"] == [[1, 3, 5], [0, 2, 4]] and sc["reproducible"] is None
     s = report.finding("serving_config")
     assert s.severity == "warning" and "no engine ids" in s.summary

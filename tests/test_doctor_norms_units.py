@@ -12,13 +12,13 @@ import pytest
 import torch
 from support import edited_copy
 
-from inspector.doctor import wording
 from inspector.doctor.norm_flags import (
     _config_flag,
     _stated_flags,
     draft_hits,
     missing_norm_findings,
     norm_flag_checks,
+    norm_flag_text,
 )
 from inspector.doctor.stats import MARGIN_CLEAR, MARGIN_ERROR, counts_of, severity_for_gain
 from inspector.evaluate import Evaluator
@@ -77,7 +77,7 @@ def test_a_stored_tensor_without_its_flag_scores_both_settings(ev):
         "flipped": facts.flipped.to_dict(),
         "flipped_clearly_better": False,
     }
-    text = wording.norm_flag(facts)
+    text = norm_flag_text(facts)
     assert (f.summary, f.fix) == (text.summary, text.fix) and f.fix
 
 
@@ -127,7 +127,7 @@ def test_a_flag_without_its_tensors_is_an_error_without_scores(ev):
         "tensors": ["input_norm.weight"],
         "stored": [],
     }
-    text = wording.norm_flag(f.facts)
+    text = norm_flag_text(f.facts)
     assert (f.summary, f.fix) == (text.summary, text.fix)
 
 
@@ -231,7 +231,7 @@ def test_missing_fc_norms_count_the_blocks_stored(demo, tmp_path):
     (h,) = missing_norm_findings(g4)
     assert h.facts.tensors == tuple(f"fc_norm.{i}.weight" for i in range(4))
     assert h.facts.missing == ("fc_norm.3.weight",)
-    text = wording.norm_flag(h.facts)
+    text = norm_flag_text(h.facts)
     assert (h.kind, h.severity, h.summary, h.fix) == ("fc_norm", "error", text.summary, text.fix)
     assert h.fix
     nested = edited_copy(

@@ -381,7 +381,7 @@ def test_write_fixed_moves_specforge_aux_norms_with_the_blocks(tiny_synthetic, t
         best_wiring=wiring,
         wirings=[],
         findings=[],
-        serving_config={},
+        serving_config=None,
         recommended_wiring=wiring,
         slots=list(ev.slot_info),
         sample_indices=[0, 1],

@@ -350,7 +350,7 @@ async def test_doctor_screen_applies_wiring(opened, monkeypatch):
         kw["progress"]("wiring search", 1, 1)  # the screen's progress callback is passed
         return report
 
-    monkeypatch.setattr(doctor_pkg, "diagnose", fake_diagnose)
+    monkeypatch.setattr(doctor_pkg, "run_loaded", fake_diagnose)
     await pilot.press("d")
     await until(pilot, lambda: type(app.screen).__name__ == "DoctorScreen" and app.screen.report)
     assert calls == [4]
@@ -372,7 +372,7 @@ async def test_doctor_screen_shows_failure(opened, monkeypatch):
     def failing(ev, n_samples=4, **kw):
         raise InputError("data_9.pt", "input_ids", "bad sample")
 
-    monkeypatch.setattr(doctor_pkg, "diagnose", failing)
+    monkeypatch.setattr(doctor_pkg, "run_loaded", failing)
     await pilot.press("d")
     await until(pilot, lambda: "doctor failed" in screen_text(app))
     assert "data_9.pt" in screen_text(app)
@@ -397,7 +397,7 @@ async def test_doctor_screen_close_cancels_the_run(opened, monkeypatch):
         finally:
             stopped.set()
 
-    monkeypatch.setattr(doctor_pkg, "diagnose", slow)
+    monkeypatch.setattr(doctor_pkg, "run_loaded", slow)
     await pilot.press("d")
     await until(pilot, lambda: "wiring search" in screen_text(app))
     await pilot.press("escape")

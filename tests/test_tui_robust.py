@@ -180,7 +180,7 @@ async def test_doctor_findings_naming_hostile_files_are_escaped(tmp_path, monkey
         findings=[Finding("samples", "warning", f"{HOSTILE}.pt could not be scored", HOSTILE)],
         serving_config={},
     )
-    monkeypatch.setattr(doctor_pkg, "diagnose", lambda ev, n_samples=4, **kw: report)
+    monkeypatch.setattr(doctor_pkg, "run_loaded", lambda ev, n_samples=4, **kw: report)
     app = make_app(inputs, fill=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, fill=False)

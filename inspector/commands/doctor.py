@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,79 +18,47 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from inspector.commands.common import Inputs, load_evaluator, resolve_inputs
+from inspector.commands.common import load_evaluator, resolve_inputs
 from inspector.commands.output import safe, stdout_console, visible, write_json
-from inspector.errors import InputError
 
 if TYPE_CHECKING:
     from inspector.doctor import DoctorReport, FixResult
+    from inspector.evaluate import Evaluator
 
 STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
 def run_doctor(args: argparse.Namespace) -> int:
-    from inspector.doctor import DoctorReport
-    from inspector.doctor.lm_head import head_finding, head_status, headless_report, with_finding
-    from inspector.doctor.norm_flags import missing_norm_findings
+    """Parse, run the doctor's pipeline (the app's doctor screen runs the same), print."""
+    from inspector.doctor import DoctorRequest, run
 
     inputs = resolve_inputs(args)
-    n = getattr(args, "n_samples", 8)
-    if n is None or n < 1:
-        raise InputError(None, "--samples", "must be at least 1")
     err = Console(stderr=True)
-    if args.write_fixed is not None:  # a bad OUT fails now, not after the diagnosis
-        from inspector.formats.writer import check_out
-
-        check_out(args.write_fixed, inputs.paths(), "--write-fixed")
-    # A norm flag without its tensors stops the loader: those findings are the report.
-    missing = missing_norm_findings(inputs.checkpoint)
-    if missing:
-        report = DoctorReport(best_wiring=(), wirings=[], findings=missing, serving_config={})
-        report.checkpoint = str(inputs.checkpoint)
-        return _emit(args, report, err)
-    # A draft without lm_head: one finding without the target, else scored with its head.
-    head = head_status(inputs.checkpoint)
-    original = inputs.checkpoint
-    with tempfile.TemporaryDirectory(prefix="eagle-doctor-head-") as tmp:
-        if head is not None and not head.present:
-            if args.write_fixed is not None:
-                raise InputError(
-                    head.weight_file,
-                    "lm_head.weight",
-                    "absent: --write-fixed would have to invent a head; ship the draft's own",
-                )
-            if inputs.target is None:
-                return _emit(args, headless_report(head), err)
-            from inspector.doctor.lm_head import borrow_target_head
-
-            inputs.checkpoint = borrow_target_head(head, inputs.target, Path(tmp) / "draft")
-        report = _diagnose(
-            args, inputs, n, err, head_borrowed=head is not None and not head.present
-        )
-        inputs.checkpoint = original
-    if head is not None and not head.present:
-        report.checkpoint = str(original)
-        with_finding(report, head_finding(head, borrowed_from=str(inputs.target)))
-    return _emit(args, report, err)
-
-
-def _diagnose(
-    args: argparse.Namespace, inputs: Inputs, n: int, err: Console, *, head_borrowed: bool
-) -> DoctorReport:
-    """Load, diagnose and (with --write-fixed) write, with a progress bar on a terminal."""
-    from inspector.doctor import diagnose, write_fixed
-
-    # Lenient: a faulty d2t or a missing head_dim become findings instead of load errors.
-    ev = load_evaluator(
-        inputs,
-        device=args.device,
-        dtype=args.dtype,
-        ttt_steps=args.ttt_steps,
-        strict=False,
-        memory_budget=getattr(args, "memory_budget", None),
+    request = DoctorRequest(
+        inputs.checkpoint,
+        target=inputs.target,
+        n_samples=args.n_samples,  # the parser enforces >= 1
+        max_tokens=args.max_tokens,
+        write_fixed=args.write_fixed,
+        embed=inputs.embed,
+        read=tuple(inputs.paths()),
     )
-    for note in inputs.notes:
-        err.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
+
+    def load(checkpoint: Path) -> Evaluator:
+        # Lenient: a faulty d2t or a missing head_dim become findings instead of load errors.
+        # --slot-layers reaches the doctor through the evaluator (inputs.slot_layers).
+        ev = load_evaluator(
+            replace(inputs, checkpoint=checkpoint),
+            device=args.device,
+            dtype=args.dtype,
+            ttt_steps=args.ttt_steps,
+            strict=False,
+            memory_budget=args.memory_budget,
+        )
+        for note in inputs.notes:
+            err.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
+        return ev
+
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -105,28 +73,8 @@ def _diagnose(
         def report_progress(stage: str, done: int, total: int) -> None:
             progress.update(task, description=stage, completed=done, total=total)
 
-        # --slot-layers reaches the doctor through the evaluator (inputs.slot_layers).
-        # With the target at hand, the doctor also runs it to tell what every slot is.
-        report = diagnose(
-            ev,
-            n,
-            target_config=inputs.target,
-            target=inputs.target,
-            head_borrowed=head_borrowed,
-            max_tokens=getattr(args, "max_tokens", None),
-            progress=report_progress,
-        )
-        if args.write_fixed is not None:
-            write_fixed(
-                ev,
-                report,
-                args.write_fixed,
-                embed=inputs.embed,
-                target=inputs.target,
-                read=inputs.paths(),
-                progress=report_progress,
-            )
-    return report
+        report = run(request, load, progress=report_progress)
+    return _emit(args, report, err)
 
 
 def _emit(args: argparse.Namespace, report: DoctorReport, err: Console) -> int:
@@ -228,24 +176,24 @@ def _wiring_table(report: DoctorReport, top: int = 8) -> Table:
 
 def _serving_panel(report: DoctorReport) -> Panel:
     sc = report.serving_config
+    assert sc is not None  # a report with wirings has a serving config
     lines: list = []
-    if sc.get("ascending") is None:
-        lines.append(Text("; ".join(sc.get("problems", []))))
+    if sc.ascending is None or sc.engines is None:
+        lines.append(Text("; ".join(sc.problems)))
         return Panel(Group(*lines), title="serving config", title_align="left")
-    for p in sc.get("problems", []):
+    for p in sc.problems:
         lines.append(Text(p, style="red"))
-    if sc.get("configs_for"):
-        lines.append(Text(f"for {sc['configs_for']}:", style="bold"))
-    for name in ("vllm", "sglang"):
-        e = sc[name]
+    if sc.configs_for:
+        lines.append(Text(f"for {sc.configs_for}:", style="bold"))
+    for name, e in (("vllm", sc.engines.vllm), ("sglang", sc.engines.sglang)):
         lines.append(Text(name, style="bold"))
-        lines.append(Text("  config.json: " + json.dumps(e["config"])))
-        lines.append(Text("  " + e["launch"], style="dim"))
-        for n in e["notes"]:
+        lines.append(Text("  config.json: " + json.dumps(e.config)))
+        lines.append(Text("  " + e.launch, style="dim"))
+        for n in e.notes:
             lines.append(Text("  - " + n))
     return Panel(
         Group(*lines),
-        title=f"serving config for HF layers {sorted(sc['hf_indices'])}",
+        title=f"serving config for HF layers {sorted(k for k in sc.hf_indices if k is not None)}",
         title_align="left",
     )
 

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from inspector.doctor import wording
-from inspector.doctor.report import Finding
+from inspector.doctor.finding import Finding, Kind, Severity
+from inspector.doctor.phrasing import Text
 from inspector.doctor.search import Progress, Scorer
 from inspector.doctor.stats import clearly_better, counts_of, paired_hits_z, severity_for_gain
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
+from inspector.formatting import pct
 from inspector.metrics import Counts
 from inspector.sample import SlotInfo
 from inspector.wiring import Wiring
@@ -125,10 +126,33 @@ def alignment_check(
         other_shift=other,
     )
     if best_shift == 0:
-        text = wording.alignment(facts)
-        return Finding("alignment", "info", text.summary, text.fix, facts), 0
+        text = alignment_text(facts)
+        return Finding(Kind.ALIGNMENT, Severity.INFO, text.summary, text.fix, facts), 0
     facts.shifted_wiring = best_w
     facts.z = paired_hits_z(best_h, h0)
     severity = severity_for_gain(float(best_h.mean() - h0.mean()))
-    text = wording.alignment(facts)
-    return Finding("alignment", severity, text.summary, text.fix, facts), best_shift
+    text = alignment_text(facts)
+    return Finding(Kind.ALIGNMENT, severity, text.summary, text.fix, facts), best_shift
+
+
+# --- words ---------------------------------------------------------------------------------------
+def alignment_text(facts: AlignmentFacts) -> Text:
+    std, shifted = pct(facts.standard.acc), pct(facts.shifted.acc)
+    if not facts.shift:
+        return Text(
+            f"hidden states and tokens pair as trained: standard pairing {std}, shifted by "
+            f"{facts.other_shift:+d} {shifted}"
+        )
+    what = "each stored hidden state belongs one position " + (
+        "earlier (the states lag the tokens by one)"
+        if facts.shift == 1
+        else "later (the states lead the tokens by one)"
+    )
+    return Text(
+        f"samples are paired one position off: re-pairing hidden states with tokens shifted by "
+        f"{facts.shift:+d} scores {shifted} vs {std} as stored; {what}. The other findings use the "
+        "shifted pairing",
+        "fix the capture / data generation so that the hidden state at position t comes from "
+        "tokens x_0..x_t (row j pairs the states at j with x_{j+1} and predicts x_{j+2}), "
+        "regenerate the samples, and retrain if the draft was trained on them",
+    )

@@ -34,6 +34,12 @@ import numpy as np
 from inspector.draft import DraftConfig
 from inspector.errors import InputError
 
+# The chain the wiring finding quotes engines' accept length for (a common
+# --speculative-num-steps / num_speculative_tokens; `eagle-inspect accept` takes any).
+ACCEPT_STEPS = 3
+# Tokens of the doctor's samples that replay covers (the first samples up to this many, one at
+# least): its cost is ACCEPT_STEPS draft forwards per token and wiring.
+ACCEPT_TOKENS = 4096
 DOCTOR_MACS = 4.0e12  # about a minute on two CPU cores at the stored dtype; seconds on a GPU
 ACCEPT_SHARE = 0.3  # of DOCTOR_MACS, for the accept-length replay
 READ_FORWARDS = 2.0
@@ -142,7 +148,7 @@ def plan(
     *,
     max_tokens: int | None = None,
     budget_macs: float = DOCTOR_MACS,
-    accept_steps: int = 3,
+    accept_steps: int = ACCEPT_STEPS,
     accept_wirings: int = 3,
 ) -> DoctorPlan:
     """The doctor's reading of `shapes` (the readable samples asked for, in order).

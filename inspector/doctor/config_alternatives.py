@@ -21,40 +21,30 @@ paired z. Fix: `Finding.config_fix`, the keys `--write-fixed` writes.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-from inspector.doctor import wording
-from inspector.doctor.report import ConfigFix, Finding
+from inspector.doctor.config_variants import (
+    Alternative,
+    alternatives,
+    residual_readings,
+    target_rope,
+)
+from inspector.doctor.finding import ConfigFix, Finding, Kind, Severity
+from inspector.doctor.phrasing import Text
 from inspector.doctor.search import Progress, Scorer
 from inspector.doctor.stats import clearly_better, counts_of, paired_hits_z, severity_for_gain
-from inspector.draft import Draft, RopeConfig
+from inspector.draft import Draft, DraftConfig, RopeConfig
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
-from inspector.formats.checkpoint import rope_config
-from inspector.formats.tensorfiles import read_json
 from inspector.metrics import Counts
 from inspector.wiring import Wiring
 
-KINDS = ("norm_before_residual", "rope", "head_dim")
+KINDS = (Kind.NORM_BEFORE_RESIDUAL, Kind.ROPE, Kind.HEAD_DIM)
 RESIDUAL_INERT = (0.8, 1.25)  # hidden_norm weight RMS / fc output RMS in this range: inert flag
-DEFAULT_THETA = 10000.0
-
-
-@dataclass(frozen=True)
-class Alternative:
-    """One changed config value: its kind, label, the draft as it runs under it, the config fix
-    that makes it so, and (head_dim) the dimension its RoPE spans."""
-
-    kind: str
-    label: str
-    draft: Draft
-    config_fix: ConfigFix
-    rope_dim: int | None = None
 
 
 @dataclass
@@ -73,7 +63,7 @@ class ConfigFacts:
     """The figures of one kind. rope_dim: the winning head_dim alternative's RoPE dimension.
     missing_head_dim: config.json has no head_dim and q_proj implies another than hidden/heads."""
 
-    kind: str
+    kind: Kind
     configured: Counts
     scores: list[AlternativeScore]
     config: dict  # the configured values this kind is about
@@ -127,124 +117,6 @@ class ConfigCheckResult:
     corrected: Draft | None = None  # every winning alternative applied, when one wins
 
 
-def residual_readings(cfg) -> dict[str, bool]:
-    """norm_before_residual as each reader takes it from this config.json.
-
-    The key present: every reader that honours it takes its value; SGLang's llama_eagle3 has no
-    such branch and always adds the raw fc output. The key absent: speculators' config class
-    defaults to false, vLLM's parser of speculators configs sets true, and vLLM's flat Llama
-    draft (SpecForge, EAGLE layouts) reads the missing attribute as false.
-    """
-    if cfg.norm_before_residual_explicit:
-        vllm = speculators = cfg.norm_before_residual
-    else:
-        speculators = False
-        vllm = cfg.source_format == "speculators"
-    out = {"vLLM": vllm, "SGLang": False}
-    if cfg.source_format == "speculators":
-        out["speculators"] = speculators
-    return out
-
-
-def target_rope(ev: Evaluator, target_config: str | Path | None = None) -> RopeConfig | None:
-    """The target's RoPE settings from its config.json (via --target), if known."""
-    path = Path(target_config) if target_config else None
-    if path is None and ev.target_head is not None and ev.target_head.path:
-        path = Path(ev.target_head.path)
-    if path is None:
-        return None
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        return None
-    try:
-        cfg = read_json(path)
-    except InputError:
-        return None
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    return rope_config(text, cfg, path)
-
-
-def _rope_alternatives(draft: Draft, trope: RopeConfig | None) -> list[Alternative]:
-    cfg = draft.config
-    rope = cfg.rope
-    out: list[Alternative] = []
-
-    def alt(label: str, new: RopeConfig, fix: ConfigFix) -> Alternative:
-        return Alternative("rope", label, replace(draft, config=replace(cfg, rope=new)), fix)
-
-    thetas: list[tuple[str, float]] = []
-    if trope is not None and not math.isclose(trope.theta, rope.theta):
-        thetas.append(("target", trope.theta))
-    if not math.isclose(rope.theta, DEFAULT_THETA) and all(
-        not math.isclose(t, DEFAULT_THETA) for _, t in thetas
-    ):
-        thetas.append(("default", DEFAULT_THETA))
-    for who, theta in thetas:
-        out.append(
-            alt(
-                f"rope_theta={theta:g} ({who})",
-                replace(rope, theta=theta),
-                ConfigFix(rope_theta=theta),
-            )
-        )
-    if rope.rope_type not in ("default", None):
-        out.append(
-            alt(
-                f"no rope scaling (theta {rope.theta:g})",
-                RopeConfig(theta=rope.theta),
-                ConfigFix(drop_rope_scaling=True),
-            )
-        )
-    if (
-        trope is not None
-        and trope.rope_type not in ("default", None)
-        and (trope.rope_type, trope.scaling) != (rope.rope_type, rope.scaling)
-    ):
-        fix = ConfigFix(
-            rope_theta=trope.theta,
-            rope_scaling={"rope_type": trope.rope_type, **trope.scaling},
-        )
-        out.append(alt(f"the target's rope ({trope.rope_type}, theta {trope.theta:g})", trope, fix))
-    return out
-
-
-def _head_dim_alternatives(draft: Draft) -> list[Alternative]:
-    cfg = draft.config
-    rope, hd = cfg.rope, cfg.head_dim
-    out: list[Alternative] = []
-    if cfg.mla is not None:  # MLA rotates its own rope dims: the hidden/heads trap is Llama's
-        return out
-    for label, d in (
-        ("hidden_size/heads", cfg.hidden_size // cfg.num_heads),
-        ("2*hidden_size/heads", 2 * cfg.hidden_size // cfg.num_heads),
-    ):
-        if d != hd and d > 0 and d % 2 == 0 and d != (rope.dim or hd):
-            # Only plain and linear rope have an exact theta over head_dim for a rope over d.
-            exact = rope.rope_type in ("default", "linear", None)
-            exact = exact and math.log(rope.theta) * hd / d < 700  # theta^(hd/d): a float
-            fix = ConfigFix(rope_theta=rope.theta ** (hd / d)) if exact else ConfigFix()
-            new = replace(draft, config=replace(cfg, rope=replace(rope, dim=d)))
-            out.append(Alternative("head_dim", f"RoPE over {d} dims ({label})", new, fix, d))
-    return out
-
-
-def alternatives(draft: Draft, trope: RopeConfig | None) -> list[Alternative]:
-    """Every alternative a trainer may have used, in KINDS order."""
-    nbr = not draft.config.norm_before_residual
-    flipped = replace(draft, config=replace(draft.config, norm_before_residual=nbr))
-    return [
-        Alternative(
-            "norm_before_residual",
-            f"norm_before_residual={str(nbr).lower()}",
-            flipped,
-            ConfigFix(norm_before_residual=nbr),
-        ),
-        *_rope_alternatives(draft, trope),
-        *_head_dim_alternatives(draft),
-    ]
-
-
 def _score(
     ev: Evaluator,
     samples: Sequence[int],
@@ -274,15 +146,15 @@ def _score(
     return out
 
 
-def _facts(kind: str, draft: Draft, trope: RopeConfig | None, base_hits: np.ndarray, scores):
+def _facts(kind: Kind, draft: Draft, trope: RopeConfig | None, base_hits: np.ndarray, scores):
     cfg = draft.config
     config: dict = {}
-    if kind == "norm_before_residual":
+    if kind == Kind.NORM_BEFORE_RESIDUAL:
         config = {
             "norm_before_residual": cfg.norm_before_residual,
             "explicit": cfg.norm_before_residual_explicit,
         }
-    elif kind == "rope":
+    elif kind == Kind.ROPE:
         config = {
             "theta": cfg.rope.theta,
             "rope_type": cfg.rope.rope_type,
@@ -303,7 +175,7 @@ def _facts(kind: str, draft: Draft, trope: RopeConfig | None, base_hits: np.ndar
         }
     facts = ConfigFacts(kind, counts_of(base_hits), scores, config)
     facts.missing_head_dim = (
-        kind == "head_dim"
+        kind == Kind.HEAD_DIM
         and not cfg.head_dim_explicit
         and cfg.head_dim != cfg.hidden_size // cfg.num_heads
     )
@@ -315,7 +187,7 @@ def _facts(kind: str, draft: Draft, trope: RopeConfig | None, base_hits: np.ndar
     if facts.winner is not None:
         facts.gain = float(facts.winner.hits.mean() - base_hits.mean())
         facts.z = paired_hits_z(facts.winner.hits, base_hits)
-    if kind == "norm_before_residual":
+    if kind == Kind.NORM_BEFORE_RESIDUAL:
         facts.readings = residual_readings(cfg)
         if facts.winner is not None:
             facts.fits = facts.winner.alternative.draft.config.norm_before_residual
@@ -330,17 +202,17 @@ def _finding(facts: ConfigFacts, cfg) -> Finding:
     fix = facts.winner.alternative.config_fix if facts.winner is not None else ConfigFix()
     if facts.missing_head_dim:
         fix = fix.merged(ConfigFix(head_dim=cfg.head_dim))
-        severity = "error"
+        severity = Severity.ERROR
     elif facts.winner is not None:
         severity = severity_for_gain(facts.gain or 0.0)
-    elif facts.kind == "norm_before_residual" and _unpinned_misread(facts, cfg):
+    elif facts.kind == Kind.NORM_BEFORE_RESIDUAL and _unpinned_misread(facts, cfg):
         # The weights fit the configured value, but the key is absent and an engine reads the
         # other one: writing it pins every reader that honours it.
         severity = severity_for_gain(facts.gain or 0.0)
         fix = ConfigFix(norm_before_residual=facts.fits)
     else:
-        severity = "info"
-    text = wording.config_alternative(facts, cfg, fix)
+        severity = Severity.INFO
+    text = config_text(facts, cfg, fix)
     return Finding(
         facts.kind, severity, text.summary, text.fix, facts, config_fix=None if fix.empty else fix
     )
@@ -378,7 +250,7 @@ def _corrected(draft: Draft, findings_facts: list[ConfigFacts]) -> Draft | None:
         if facts.winner is None:
             continue
         c = facts.winner.alternative.draft.config
-        if facts.kind == "norm_before_residual":
+        if facts.kind == Kind.NORM_BEFORE_RESIDUAL:
             new_cfg = replace(corrected.config, norm_before_residual=c.norm_before_residual)
             corrected = replace(corrected, config=new_cfg)
         elif corrected.config.rope == draft.config.rope:
@@ -415,7 +287,7 @@ def config_checks(
     for kind in KINDS:
         mine = [s for s in scores if s.alternative.kind == kind]
         facts = _facts(kind, draft, trope, base_hits, mine)
-        if kind == "norm_before_residual":
+        if kind == Kind.NORM_BEFORE_RESIDUAL:
             scale = facts.residual_scale = _residual_scale(ev, samples, best)
             if scale is not None:
                 ratio = scale["hidden_norm_weight_rms"] / max(scale["fc_output_rms"], 1e-12)
@@ -424,3 +296,113 @@ def config_checks(
         result.findings.append(_finding(facts, draft.config))
     result.corrected = _corrected(draft, all_facts)
     return result
+
+
+# --- words ---------------------------------------------------------------------------------------
+def _missing_head_dim(cfg: DraftConfig) -> str:
+    return (
+        f"config.json has no head_dim, and q_proj implies {cfg.head_dim} while hidden_size/heads "
+        f"is {cfg.hidden_size // cfg.num_heads}: engines and trainers that fall back to "
+        "hidden_size/heads fail to load the draft or build the wrong attention/RoPE"
+    )
+
+
+def _config_winner(facts: ConfigFacts, cfg: DraftConfig, fix: ConfigFix) -> Text:
+    win = facts.winner
+    assert win is not None
+    alt, base = win.counts.fmt(), facts.configured.fmt()
+    label = win.alternative.label
+    if facts.kind == Kind.NORM_BEFORE_RESIDUAL:
+        val = str(fix.norm_before_residual).lower()
+        read = "as configured" if cfg.norm_before_residual_explicit else "as read when absent"
+        summary = (
+            f"norm_before_residual: the draft scores {alt} with {val} vs {base} {read} "
+            f"({str(cfg.norm_before_residual).lower()}): it was trained with {val}"
+        )
+        if not cfg.norm_before_residual_explicit:
+            summary += "; " + residual_readers(facts)
+        text = f'set "norm_before_residual": {val} in config.json'
+        if fix.norm_before_residual:
+            text += "; vLLM honours the key, while SGLang's llama_eagle3 has no such branch and always uses the raw residual"
+        return Text(summary, text)
+    if facts.kind == Kind.ROPE:
+        keys = ", ".join(f'"{k}": {v!r}' for k, v in win.alternative.config_fix.to_dict().items())
+        return Text(
+            f"rope: {label} scores {alt} vs {base} with the configured rope (theta "
+            f"{cfg.rope.theta:g}, {cfg.rope.rope_type})",
+            f"set {keys} in the draft's config.json (transformer_layer_config for speculators)",
+        )
+    d = win.alternative.rope_dim
+    summary = (
+        f"head_dim/RoPE: the draft was trained with RoPE over {d} dims ({label}: {alt}) rather "
+        f"than head_dim {cfg.head_dim} ({base}): the doubled-hidden-size trap of speculators + "
+        "transformers"
+    )
+    if fix.rope_theta is not None:
+        text = (
+            f'engines rotate over head_dim {cfg.head_dim}; setting "rope_theta": '
+            f"{fix.rope_theta:.6g} (= theta^(head_dim/{d})) gives the same frequencies; retrain "
+            "with an explicit head_dim to remove it"
+        )
+    else:
+        text = f"retrain with an explicit head_dim {cfg.head_dim} (the scaled rope has no exact theta equivalent)"
+    if facts.missing_head_dim:
+        summary = _missing_head_dim(cfg) + "; " + summary
+        text = f'add "head_dim": {cfg.head_dim} to config.json; ' + text
+    return Text(summary, text)
+
+
+def residual_readers(facts: ConfigFacts) -> str:
+    """Who reads which norm_before_residual from a config.json that omits the key."""
+    readings = facts.readings or {}
+    parts = []
+    for who, v in readings.items():
+        why = " (no such branch: raw residual)" if who == "SGLang" else ""
+        parts.append(f"{who} reads {str(v).lower()}{why}")
+    return "config.json has no norm_before_residual key, and readers differ: " + ", ".join(parts)
+
+
+def config_text(facts: ConfigFacts, cfg: DraftConfig, fix: ConfigFix) -> Text:
+    """The words of one kind's finding: the winner, the missing head_dim, or what fits."""
+    if facts.winner is not None:
+        return _config_winner(facts, cfg, fix)
+    if facts.missing_head_dim:
+        return Text(
+            _missing_head_dim(cfg),
+            f'add "head_dim": {cfg.head_dim} to config.json (transformer_layer_config for speculators)',
+        )
+    base = facts.configured.fmt()
+    tried = (
+        ", ".join(f"{s.alternative.label} {s.counts.fmt()}" for s in facts.scores)
+        or "no alternative applies"
+    )
+    if facts.kind == Kind.ROPE:
+        return Text(
+            f"rope as configured (theta {cfg.rope.theta:g}, {cfg.rope.rope_type}) fits: {base} "
+            f"(tried {tried})"
+        )
+    if facts.kind == Kind.HEAD_DIM:
+        return Text(f"head_dim {cfg.head_dim} fits: {base} (tried {tried})")
+    summary = (
+        f"norm_before_residual={str(cfg.norm_before_residual).lower()} fits: {base} (tried {tried})"
+    )
+    if not cfg.norm_before_residual_explicit:
+        summary += "; " + residual_readers(facts)
+        wrong = [w for w in facts.misread_by if w != "SGLang"]
+        if wrong and facts.fits is not None:
+            val = str(facts.fits).lower()
+            return Text(
+                summary + f": {' and '.join(wrong)} will run the draft with the wrong residual",
+                f'write "norm_before_residual": {val} into config.json so every reader that '
+                "honours the key agrees",
+            )
+    if cfg.norm_before_residual:
+        summary += "; note SGLang's llama_eagle3 ignores the key (raw residual): serve with vLLM"
+    scale = facts.residual_scale
+    if scale is not None and facts.residual_norm_inert:
+        summary += (
+            f"; the fc output's RMS is {scale['fc_output_rms']:.3g} and hidden_norm's weight "
+            f"{scale['hidden_norm_weight_rms']:.3g}, so the normed and the raw residual nearly "
+            "coincide: the flag barely matters for this draft"
+        )
+    return Text(summary)

@@ -1,48 +1,47 @@
 """`diagnose`: run every check on a few samples and assemble the DoctorReport.
 
-Order matters: the wiring search comes first (the other checks score its leading wirings); a
-clearly better pairing shift or config alternative reruns the search under the correction, so the
-wiring finding and the serving config are those of the corrected draft.
+What every check reads is one `DoctorContext`, built once (the samples within the compute
+budget, the slots as decided, the named wirings); each wiring search is a `Searched` value
+returned under one pairing and draft. Order matters: the search comes first (the other checks
+score its leading wirings); a clearly better pairing shift or config alternative reruns it under
+the correction, so the wiring finding and the serving config are those of the corrected draft.
+
+The preflight (a checkpoint the loader refuses, a draft without a head) is `pipeline`'s, which
+every view calls; `diagnose` takes an evaluator already loaded.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from inspector.doctor import wording
 from inspector.doctor.alignment import alignment_check
-from inspector.doctor.budget import SampleShape, plan
+from inspector.doctor.budget import ACCEPT_STEPS, ACCEPT_TOKENS, DoctorPlan, SampleShape, plan
 from inspector.doctor.config_alternatives import ConfigCheckResult, config_checks
 from inspector.doctor.final_state import final_state_finding, measure_final_state
+from inspector.doctor.finding import Finding, Severity, sort_findings
 from inspector.doctor.fingerprint import fc_fingerprint
 from inspector.doctor.lm_head import compare_heads
 from inspector.doctor.long_context import long_context_finding
-from inspector.doctor.norm_flags import norm_flag_checks
-from inspector.doctor.report import (
-    ACCEPT_STEPS,
-    ACCEPT_TOKENS,
-    DoctorReport,
-    Finding,
-    WiringResult,
-    sort_findings,
-)
-from inspector.doctor.search import Progress, WiringSearch, search_wirings
-from inspector.doctor.serving import serving_config, serving_finding
-from inspector.doctor.slot_identity import SlotIdentity, decide, identity_finding, relabel
-from inspector.doctor.target_data import target_data_finding
-from inspector.doctor.target_slots import measure_slots
-from inspector.doctor.vocab import vocab_check
-from inspector.doctor.wiring_check import (
+from inspector.doctor.named_wirings import (
     ENGINE_DEFAULT,
     NamedWirings,
     named_wirings,
     recommend,
-    wiring_finding,
     wiring_results,
 )
+from inspector.doctor.norm_flags import norm_flag_checks
+from inspector.doctor.report import DoctorReport, WiringResult
+from inspector.doctor.search import Progress, WiringSearch, search_wirings
+from inspector.doctor.serving import ServingConfig, serving_config, serving_finding
+from inspector.doctor.skipped_samples import skipped_finding
+from inspector.doctor.slot_identity import SlotIdentity, decide, identity_finding, relabel
+from inspector.doctor.target_data import target_data_finding
+from inspector.doctor.target_slots import measure_slots
+from inspector.doctor.vocab import vocab_check
+from inspector.doctor.wiring_check import wiring_finding
 from inspector.draft import Draft
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
@@ -54,62 +53,78 @@ from inspector.serving.walk import AcceptStats
 DEFAULT_SAMPLES = 8
 
 
-@dataclass
-class _Searcher:
-    """Runs the wiring search over the doctor's samples under the current pairing and draft."""
+@dataclass(frozen=True)
+class DoctorContext:
+    """What the checks read, built once by `build_context` (and narrowed once, with `scored`,
+    to the samples the search could score).
+
+    ev: the evaluator over the samples as read (cut to the compute budget, `plan`).
+    samples: the sample indices every check runs on.
+    infos: the slots, labelled as `identity` decided.
+    names: the wirings the report quotes by name (configured, train, serve, engine default).
+    """
 
     ev: Evaluator
-    samples: list[int]
+    samples: tuple[int, ...]
     infos: list[SlotInfo]
+    identity: SlotIdentity
     names: NamedWirings
-    prune: bool
-    progress: Progress | None
+    plan: DoctorPlan
+    prune: bool = True
+    progress: Progress | None = None
+
+    def scored(self, skipped: dict[int, str]) -> DoctorContext:
+        """This context without the samples the search could not score."""
+        return replace(self, samples=tuple(i for i in self.samples if i not in skipped))
+
+
+@dataclass(frozen=True)
+class Searched:
+    """One wiring search under one pairing (`shift`) and draft (None: the evaluator's), and its
+    ranked results."""
+
+    ws: WiringSearch
+    results: list[WiringResult]
     shift: int = 0
     draft: Draft | None = None
-    # The samples the accept length is replayed on (None: the first up to ACCEPT_TOKENS).
-    accept_samples: list[int] | None = None
-    seconds: dict[str, float] = field(default_factory=dict)
-    _t: float = field(default_factory=time.perf_counter)
 
-    def search(self) -> tuple[WiringSearch, list[WiringResult]]:
-        ws = search_wirings(
-            self.ev,
-            self.samples,
-            protected=self.names.protected,
-            start=self.names.configured,
-            draft=self.draft,
-            shift=self.shift,
-            prune=self.prune,
-            progress=self.progress,
-        )
-        return ws, wiring_results(ws, self.infos, self.names.named)
+    @property
+    def corrected(self) -> bool:
+        """Scored with a config correction (the engine would run the draft as configured)."""
+        return self.draft is not None
+
+
+def search(ctx: DoctorContext, *, shift: int = 0, draft: Draft | None = None) -> Searched:
+    """The wiring search over the context's samples under this pairing and draft."""
+    ws = search_wirings(
+        ctx.ev,
+        ctx.samples,
+        protected=ctx.names.protected,
+        start=ctx.names.configured,
+        draft=draft,
+        shift=shift,
+        prune=ctx.prune,
+        progress=ctx.progress,
+    )
+    return Searched(ws, wiring_results(ws, ctx.infos, ctx.names.named), shift, draft)
+
+
+@dataclass
+class Stopwatch:
+    """Seconds per stage, for the report's `seconds`."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    _t0: float = field(default_factory=time.perf_counter)
+    _t: float = field(default_factory=time.perf_counter)
 
     def lap(self, stage: str) -> None:
         now = time.perf_counter()
         self.seconds[stage] = round(now - self._t, 3)
         self._t = now
 
-
-def _skipped_finding(ws: WiringSearch, n: int) -> Finding:
-    text = wording.samples_skipped(ws.skipped, n)
-    return Finding("samples", "warning", text.summary, text.fix, _Skipped(dict(ws.skipped)))
-
-
-@dataclass
-class _Skipped:
-    skipped: dict[int, str]
-
-    def to_dict(self) -> dict:
-        return {"skipped": {str(k): v for k, v in self.skipped.items()}}
-
-
-def _candidates(ws: WiringSearch, results: list[WiringResult], rec: tuple[int, ...], named):
-    """The wirings the config alternatives are scored on: the recommended one, the top complete
-    ones and the named ones."""
-    cands = [rec, *[r.wiring for r in results if r.complete][:3], *named.values()]
-    return [
-        w for w in dict.fromkeys(cands) if ws.scores(w) is not None and not ws.scores(w).dropped
-    ]
+    def total(self) -> dict[str, float]:
+        self.seconds["total"] = round(time.perf_counter() - self._t0, 3)
+        return self.seconds
 
 
 def _shapes(ev: Evaluator, samples: Sequence[int]) -> list[SampleShape]:
@@ -165,59 +180,119 @@ def _identity(
     )
 
 
+def build_context(
+    ev: Evaluator,
+    sample_indices: Sequence[int],
+    *,
+    slot_layers: Sequence[int] | None = None,
+    target: str | Path | None = None,
+    prune: bool = True,
+    max_tokens: int | None = None,
+    progress: Progress | None = None,
+) -> DoctorContext:
+    """The samples within the compute budget, the slots' identity (running the target when
+    given) and the named wirings."""
+    reading = plan(ev.draft.config, _shapes(ev, sample_indices), max_tokens=max_tokens)
+    if reading.cuts:
+        ev = ev.with_samples(ev.samples.cut(reading.cuts))
+    # Samples over the budget are left out (the report lists them); unreadable ones stay, for
+    # the search's samples finding to name.
+    over = set(reading.dropped_samples)
+    samples = [i for i in sample_indices if i not in over]
+    infos = _infos(ev, slot_layers)
+    identity = _identity(ev, infos, samples, slot_layers, target, progress)
+    infos = relabel(infos, identity.hf)
+    names = named_wirings(ev, infos, override=slot_layers, identity=identity)
+    return DoctorContext(ev, tuple(samples), infos, identity, names, reading, prune, progress)
+
+
+def _data_findings(ctx: DoctorContext) -> list[Finding]:
+    """The checks that need no wiring: the vocab map, the slots' identity, the data's source,
+    and (the target not run, its head given) whether the slot named final is the final state."""
+    ev, identity = ctx.ev, ctx.identity
+    findings = [vocab_check(ev, list(ctx.samples))]
+    for f in (identity_finding(identity), target_data_finding(identity.measured)):
+        if f is not None:
+            findings.append(f)
+    if not identity.measured_ok and ev.target_head is not None:
+        # The target was not run (too big here, or only its head given): its head still tells
+        # whether the slot named final is the final state.
+        layers = identity.num_layers or target_layer_count(ev.target_head.path)
+        fs = measure_final_state(ev, ctx.infos, list(ctx.samples), layers)
+        f = final_state_finding(fs, ctx.infos)
+        if f is not None:
+            findings.append(f)
+    return findings
+
+
+def _candidates(ctx: DoctorContext, run: Searched, rec: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The wirings the config alternatives are scored on: the recommended one, the top complete
+    ones and the named ones."""
+    ws = run.ws
+    cands = [rec, *[r.wiring for r in run.results if r.complete][:3], *ctx.names.named.values()]
+    return [
+        w for w in dict.fromkeys(cands) if ws.scores(w) is not None and not ws.scores(w).dropped
+    ]
+
+
 def _config_stage(
-    run: _Searcher,
-    ws: WiringSearch,
-    results: list[WiringResult],
-    target_config: str | Path | None,
+    ctx: DoctorContext, run: Searched, target_config: str | Path | None
 ) -> ConfigCheckResult:
     """Config alternatives, each scored with its own best among the leading wirings."""
-    rec = recommend(ws, results, run.infos)
+    rec = recommend(run.ws, run.results, ctx.infos)
     return config_checks(
-        run.ev,
-        run.samples,
-        _candidates(ws, results, rec, run.names.named),
-        ws.hits(rec),
+        ctx.ev,
+        ctx.samples,
+        _candidates(ctx, run, rec),
+        run.ws.hits(rec),
         best=rec,
         shift=run.shift,
         target_config=target_config,
-        progress=run.progress,
+        progress=ctx.progress,
     )
 
 
-def _accept_lengths(
-    run: _Searcher, rec: tuple[int, ...]
-) -> tuple[
-    dict[tuple[int, ...], float], AcceptStats | None, tuple[int, ...], frozenset[tuple[int, ...]]
-]:
+@dataclass(frozen=True)
+class AcceptLengths:
+    """The replayed accept length per wiring (`by_wiring`), the recommended wiring's stats, the
+    samples replayed, and the wirings whose figure is a lower bound."""
+
+    by_wiring: dict[tuple[int, ...], float] = field(default_factory=dict)
+    rec_stats: AcceptStats | None = None
+    samples: tuple[int, ...] = ()
+    bounded: frozenset[tuple[int, ...]] = frozenset()
+
+
+def accept_lengths(ctx: DoctorContext, run: Searched, rec: tuple[int, ...]) -> AcceptLengths:
     """The accept length an engine logs (a greedy chain of ACCEPT_STEPS drafts, replayed over the
     doctor's samples) for the recommended wiring and the ones engines feed (serve, the engine
     default, the configured one). Not quoted when the samples are read one position off or the
     config needed a correction: the engine would run neither. The first samples up to
     ACCEPT_TOKENS tokens are replayed (their indices in the wiring finding's evidence)."""
-    if run.shift or run.draft is not None:
-        return {}, None, (), frozenset()
+    if run.shift or run.corrected:
+        return AcceptLengths()
     from inspector.serving.replay import Replayer
     from inspector.serving.spec import DraftSpec
     from inspector.wiring import Wiring
 
+    ev, allowed = ctx.ev, ctx.plan.accept_samples
     # A token budget, not every sample: each replayed wiring costs ACCEPT_STEPS draft forwards
     # over its rows (on a 4096-wide draft, 8 x 2K-token samples took minutes per wiring).
     used, budget = [], ACCEPT_TOKENS
-    for i in run.samples:
-        if run.accept_samples is not None and i not in run.accept_samples:
+    for i in ctx.samples:
+        if allowed is not None and i not in allowed:
             continue  # over the doctor's compute budget (budget.plan)
         if used and budget <= 0:
             break
         used.append(i)
-        budget -= run.ev.samples[i].length
+        budget -= ev.samples[i].length
     if not used:
-        return {}, None, (), frozenset()
-    named = run.names.named
+        return AcceptLengths()
+    named = ctx.names.named
     wanted = [rec] + [
         named[n] for n in ("serve", ENGINE_DEFAULT, "configured") if n in named and named[n] != rec
     ]
-    replayer = Replayer(run.ev, DraftSpec(ACCEPT_STEPS))
+    replayer = Replayer(ev, DraftSpec(ACCEPT_STEPS))
     out: dict[tuple[int, ...], float] = {}
     bounded: set[tuple[int, ...]] = set()
     rec_stats = None
@@ -234,46 +309,46 @@ def _accept_lengths(
                 bounded.add(w)
         if w == rec:
             rec_stats = total
-    return out, rec_stats, tuple(used), frozenset(bounded)
+    return AcceptLengths(out, rec_stats, tuple(used), frozenset(bounded))
 
 
 def _final_findings(
-    run: _Searcher,
-    ws: WiringSearch,
-    results: list[WiringResult],
+    ctx: DoctorContext,
+    run: Searched,
     rec: tuple[int, ...],
-    serving_cfg: dict,
+    serving_cfg: ServingConfig,
+    clock: Stopwatch,
 ) -> list[Finding]:
     """The wiring, fc fingerprint, serving and long-context findings for the recommended
     wiring."""
-    accept, rec_stats, accept_samples, bounded = _accept_lengths(run, rec)
-    run.lap("accept")
+    accept = accept_lengths(ctx, run, rec)
+    clock.lap("accept")
     wiring = wiring_finding(
-        ws,
-        results,
-        run.names,
-        run.infos,
+        run.ws,
+        run.results,
+        ctx.names,
+        ctx.infos,
         serving_cfg,
         shift=run.shift,
         recommended=rec,
-        assumes_config_fixes=run.draft is not None,
-        accept=accept,
-        accept_samples=accept_samples,
-        accept_bounded=bounded,
+        assumes_config_fixes=run.corrected,
+        accept=accept.by_wiring,
+        accept_samples=accept.samples,
+        accept_bounded=accept.bounded,
     )
     fingerprint = fc_fingerprint(
-        run.ev,
-        run.samples,
+        ctx.ev,
+        ctx.samples,
         rec,
-        run.names.named,
-        run.infos,
-        corroborates=wiring.severity == "error",
+        ctx.names.named,
+        ctx.infos,
+        corroborates=wiring.severity is Severity.ERROR,
     )
-    reread = any(r.rereads_slots for r in run.names.layer_ids.readings)
-    best = next(r for r in results if r.wiring == rec)
-    out = [wiring, fingerprint, serving_finding(serving_cfg, best, slots_reread=reread)]
-    long_context = long_context_finding(rec_stats)
-    return out + ([long_context] if long_context is not None else [])
+    reread = any(r.rereads_slots for r in ctx.names.layer_ids.readings)
+    best = next(r for r in run.results if r.wiring == rec)
+    serving = serving_finding(serving_cfg, best.wiring, best.label, slots_reread=reread)
+    long_context = long_context_finding(accept.rec_stats)
+    return [wiring, fingerprint, serving] + ([long_context] if long_context is not None else [])
 
 
 def diagnose(
@@ -292,7 +367,7 @@ def diagnose(
     """Find the wiring the draft was trained for and every train/serve mismatch.
 
     ev: an Evaluator over the draft and samples (load the draft with `strict=False` so a faulty
-      d2t or a missing head_dim become findings instead of load errors).
+      d2t or a missing head_dim become findings instead of load errors; `pipeline.run` does).
     n_samples: how many samples (the first ones) every check runs on; sample_indices overrides.
     slot_layers: HF index of every slot, overriding data_config.json (and `ev.slot_layers`).
     target_config: the target's config.json (or folder), for its rope settings; defaults to the
@@ -301,106 +376,83 @@ def diagnose(
       matched to the hidden state it equals (`slot_identity`); needs transformers. With the
       evaluator's target head too, the draft's own lm_head is scored against the target's.
     head_borrowed: the draft's lm_head is the target's, borrowed for a draft that ships none
-      (the command's `lm_head` finding says so): no comparison of the two.
+      (the pipeline's `lm_head` finding says so): no comparison of the two.
     prune: drop clearly worse wirings after the first samples (False: evaluate all on all).
     max_tokens: read each sample up to this many tokens; None: as many as the compute budget
       allows (`budget.plan`: whole samples for small drafts), 0: whole samples.
     progress: called as progress(stage, done, total) per step of each stage; an exception raised
       there aborts the run.
     """
-    t0 = time.perf_counter()
+    clock = Stopwatch()
     if sample_indices is None:
         sample_indices = range(min(max(1, n_samples), len(ev.samples)))
-    reading = plan(ev.draft.config, _shapes(ev, sample_indices), max_tokens=max_tokens)
-    if reading.cuts:
-        ev = ev.with_samples(ev.samples.cut(reading.cuts))
-    # Samples over the budget are left out (the report lists them); unreadable ones stay, for
-    # the search's samples finding to name.
-    over = set(reading.dropped_samples)
-    samples = [i for i in sample_indices if i not in over]
-    infos = _infos(ev, slot_layers)
-    identity = _identity(ev, infos, samples, slot_layers, target, progress)
-    infos = relabel(infos, identity.hf)
-    names = named_wirings(ev, infos, override=slot_layers, identity=identity)
-    findings = [vocab_check(ev, samples)]
-    for f in (identity_finding(identity), target_data_finding(identity.measured)):
-        if f is not None:
-            findings.append(f)
-    if not identity.measured_ok and ev.target_head is not None:
-        # The target was not run (too big here, or only its head given): its head still tells
-        # whether the slot named final is the final state.
-        layers = identity.num_layers or target_layer_count(ev.target_head.path)
-        fs = measure_final_state(ev, infos, samples, layers)
-        f = final_state_finding(fs, infos)
-        if f is not None:
-            findings.append(f)
-    run = _Searcher(ev, samples, infos, names, prune, progress)
-    run.accept_samples = reading.accept_samples
-    run.seconds["identity"] = round(time.perf_counter() - t0, 3)
-    ws, results = run.search()
-    run.lap("search")
-    if ws.skipped:
-        findings.append(_skipped_finding(ws, len(run.samples)))
-        run.samples = [i for i in run.samples if i not in ws.skipped]
-    if not run.samples:
+    ctx = build_context(
+        ev,
+        sample_indices,
+        slot_layers=slot_layers,
+        target=target,
+        prune=prune,
+        max_tokens=max_tokens,
+        progress=progress,
+    )
+    findings = _data_findings(ctx)
+    clock.lap("identity")
+    run = search(ctx)
+    clock.lap("search")
+    if run.ws.skipped:
+        findings.append(skipped_finding(run.ws.skipped, len(ctx.samples)))
+        ctx = ctx.scored(run.ws.skipped)
+    if not ctx.samples:
         raise InputError(None, "samples", "no sample could be scored")
 
     # Alignment: the best, configured and train wirings re-paired one position off; a clear
     # shift reruns the search under it.
-    check = [
-        results[0].wiring,
-        *[names.named[n] for n in ("configured", "train") if n in names.named],
-    ]
-    align, run.shift = alignment_check(ev, run.samples, check[:3], infos, progress=progress)
+    named = ctx.names.named
+    check = [run.results[0].wiring, *[named[n] for n in ("configured", "train") if n in named]]
+    align, shift = alignment_check(ctx.ev, ctx.samples, check[:3], ctx.infos, progress=progress)
     findings.append(align)
-    if run.shift:
-        ws, results = run.search()
-    run.lap("alignment")
+    if shift:
+        run = search(ctx, shift=shift)
+    clock.lap("alignment")
 
     # A clearly better config alternative reruns the search under the corrected config.
-    config = _config_stage(run, ws, results, target_config)
+    config = _config_stage(ctx, run, target_config)
     findings.extend(config.findings)
     if config.corrected is not None:
-        run.draft = config.corrected
-        ws, results = run.search()
-    run.lap("config")
+        run = search(ctx, shift=run.shift, draft=config.corrected)
+    clock.lap("config")
 
-    rec = recommend(ws, results, infos)
-    findings.extend(norm_flag_checks(ev, run.samples, rec, shift=run.shift, draft=run.draft))
-    if target is not None and ev.target_head is not None and not head_borrowed:
+    rec = recommend(run.ws, run.results, ctx.infos)
+    findings.extend(norm_flag_checks(ctx.ev, ctx.samples, rec, shift=run.shift, draft=run.draft))
+    head = ctx.ev.target_head
+    if target is not None and head is not None and not head_borrowed:
         # The draft's own head against the target's (with a head borrowed for a draft that
-        # ships none, the command adds the lm_head finding instead).
+        # ships none, the pipeline adds the lm_head finding instead).
         heads = compare_heads(
-            ev,
-            run.samples,
-            rec,
-            ev.target_head.lm_head,
-            str(target),
-            shift=run.shift,
-            draft=run.draft,
+            ctx.ev, ctx.samples, rec, head.lm_head, str(target), shift=run.shift, draft=run.draft
         )
         if heads is not None:
             findings.append(heads)
-    run.lap("norm flags")
+    clock.lap("norm flags")
+    identity = ctx.identity
     readings = identity.readings if not identity.decided else None
-    serving_cfg = serving_config(rec, infos, n_tokens=3, readings=readings)
-    findings.extend(_final_findings(run, ws, results, rec, serving_cfg))
-    run.lap("fingerprint")
-    run.seconds["total"] = round(time.perf_counter() - t0, 3)
+    serving_cfg = serving_config(rec, ctx.infos, n_tokens=ACCEPT_STEPS, readings=readings)
+    findings.extend(_final_findings(ctx, run, rec, serving_cfg, clock))
+    clock.lap("fingerprint")
     return DoctorReport(
-        best_wiring=results[0].wiring,
+        best_wiring=run.results[0].wiring,
         recommended_wiring=rec,
-        wirings=results,
+        wirings=run.results,
         findings=sort_findings(findings),
         serving_config=serving_cfg,
-        slots=infos,
+        slots=ctx.infos,
         slot_identity=identity,
-        sample_indices=run.samples,
-        configured_wiring=names.configured,
+        sample_indices=list(ctx.samples),
+        configured_wiring=ctx.names.configured,
         pairing_shift=run.shift,
-        checkpoint=ev.draft.path,
-        seconds=run.seconds,
-        skipped=ev.samples.skipped,
-        warnings=ev.warnings(run.samples),
-        plan=reading,
+        checkpoint=ctx.ev.draft.path,
+        seconds=clock.total(),
+        skipped=ctx.ev.samples.skipped,
+        warnings=ctx.ev.warnings(list(ctx.samples)),
+        plan=ctx.plan,
     )

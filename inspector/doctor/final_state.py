@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from inspector.doctor.report import Finding
+from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.stats import Z_CLEAR, paired_hits_z
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
@@ -141,8 +141,8 @@ def final_state_finding(fs: FinalState | None, infos: Sequence[SlotInfo]) -> Fin
     head = "through the target's norm and head, the slots predict the next token at: " + every
     if fs.named is None:
         return Finding(
-            "final_state",
-            "info",
+            Kind.FINAL_STATE,
+            Severity.INFO,
             f"{head}; no slot is named the final state, slot {fs.best} behaves most like it",
             None,
             fs,
@@ -154,8 +154,8 @@ def final_state_finding(fs: FinalState | None, infos: Sequence[SlotInfo]) -> Fin
         if z is not None and z < Z_CLEAR:
             weak = f" (by a paired z of only {z:.1f} over the next slot: few positions)"
         return Finding(
-            "final_state",
-            "info",
+            Kind.FINAL_STATE,
+            Severity.INFO,
             f"{head}: slot {fs.named} ({fs.why}) predicts the most, as the target's final state "
             f"should{weak}",
             None,
@@ -163,8 +163,8 @@ def final_state_finding(fs: FinalState | None, infos: Sequence[SlotInfo]) -> Fin
         )
     others = ", ".join(rate(s) for s in rivals)
     return Finding(
-        "final_state",
-        "error",
+        Kind.FINAL_STATE,
+        Severity.ERROR,
         f"slot {fs.named}, named the final state ({fs.why}), predicts the target's next tokens "
         f"no better than {others}: {rate(fs.named)}. It is not the target's final state "
         "(captured from another layer, or a copy of an earlier one), so every score on it is of "

@@ -17,14 +17,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from inspector.doctor import wording
-from inspector.doctor.report import Finding
+from inspector.doctor.finding import Finding, Kind, Severity
+from inspector.doctor.phrasing import Text
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.sample import SlotInfo
 from inspector.wiring import Wiring
 
 NORM_RATIO_FLAG = 2.0  # projected norm off by this factor from the best wiring's
+FINGERPRINT_UNREADABLE = "fc fingerprint: no readable sample"
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ def fc_fingerprint(
     configured wiring is wrong too); info otherwise."""
     per, slot_norm = _norms(ev, samples)
     if not per:
-        return Finding("fc_fingerprint", "info", wording.FINGERPRINT_UNREADABLE)
+        return Finding(Kind.FC_FINGERPRINT, Severity.INFO, FINGERPRINT_UNREADABLE)
     proj = np.mean(per, axis=0)  # [N, S]
     facts = FingerprintFacts(
         block_weight_norms=list(ev.draft.fc_block_norms()),
@@ -147,8 +148,31 @@ def fc_fingerprint(
         best_projected=[float(proj[b, s]) for b, s in enumerate(best)],
         flagged=_flag(proj, tuple(best), named, infos),
     )
-    text = wording.fingerprint(facts)
+    text = fingerprint_text(facts)
     if not facts.flagged:
-        return Finding("fc_fingerprint", "info", text.summary, text.fix, facts)
-    severity = "warning" if "configured" in facts.flagged_wirings and corroborates else "info"
-    return Finding("fc_fingerprint", severity, text.summary, text.fix, facts, wiring=tuple(best))
+        return Finding(Kind.FC_FINGERPRINT, Severity.INFO, text.summary, text.fix, facts)
+    flagged = "configured" in facts.flagged_wirings and corroborates
+    severity = Severity.WARNING if flagged else Severity.INFO
+    return Finding(Kind.FC_FINGERPRINT, severity, text.summary, text.fix, facts, wiring=tuple(best))
+
+
+# --- words ---------------------------------------------------------------------------------------
+def fingerprint_text(facts: FingerprintFacts) -> Text:
+    if not facts.flagged:
+        return Text(
+            "fc fingerprint: block norms "
+            + ", ".join(f"{x:.3g}" for x in facts.block_weight_norms)
+            + f"; the best wiring {facts.best_label} gives projected norms "
+            + ", ".join(f"{x:.3g}" for x in facts.best_projected)
+        )
+    names = facts.flagged_wirings
+    many = len(names) > 1
+    joined = ", ".join(names[:-1]) + " and " + names[-1] if many else names[0]
+    w = facts.worst
+    return Text(
+        f"fc fingerprint: the {joined} wiring{'s' if many else ''} feed{'' if many else 's'} "
+        f"{len(facts.flagged)} fc block(s) a slot the block was not trained on, e.g. block "
+        f"{w.block} gets {w.slot} (projected norm {w.norm:.3g}) where the best wiring gives "
+        f"{w.best_slot} ({w.best_norm:.3g}, x{w.ratio:.2g})",
+        "feed each block the slot of the best wiring (see the wiring finding)",
+    )

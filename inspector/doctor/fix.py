@@ -23,13 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from inspector.doctor.report import (
-    ConfigFix,
-    DoctorReport,
-    FixPlan,
-    FixResult,
-    Verification,
-)
+from inspector.doctor.finding import ConfigFix, Kind, Severity
+from inspector.doctor.report import DoctorReport, FixPlan, FixResult, Verification
 from inspector.doctor.search import Progress, Scorer
 from inspector.draft import Draft, RopeConfig
 from inspector.errors import InputError
@@ -39,7 +34,7 @@ from inspector.formats.tensorfiles import find_weight_file, read_json, read_tens
 from inspector.formats.writer import DraftFiles, check_out, side_files, write_draft
 from inspector.metrics import Counts
 
-CONFIG_KINDS = ("norm_before_residual", "rope", "head_dim")
+CONFIG_KINDS = (Kind.NORM_BEFORE_RESIDUAL, Kind.ROPE, Kind.HEAD_DIM)
 
 
 def ascending_order(wiring: Sequence[int], hf: Sequence[int | None]) -> list[int]:
@@ -66,10 +61,10 @@ def plan_fix(report: DoctorReport) -> FixPlan:
     hf = [report.slots[s].hf_index if s < len(report.slots) else None for s in best]
     order = ascending_order(best, hf)
     known = [h for h in hf if h is not None]
-    if report.serving_config.get("undecided"):
+    if report.serving_config is not None and report.serving_config.undecided:
         known = []  # the slots' HF indices are a guess: write no engine ids from them
-    vocab = report.finding("vocab_map")
-    repair = vocab.vocab_repair if vocab is not None and vocab.severity == "error" else None
+    vocab = report.finding(Kind.VOCAB_MAP)
+    repair = vocab.vocab_repair if vocab is not None and vocab.severity is Severity.ERROR else None
     return FixPlan(
         wiring=best,
         block_order=tuple(order),
@@ -249,8 +244,8 @@ def verify_fixed(
     expected_draft = apply_config_fixes(draft, plan.config_fix)
     # A vocab fault the doctor reported but cannot repair stays in the written checkpoint: read
     # it as leniently as the doctor read the original.
-    vocab = report.finding("vocab_map")
-    strict = plan.vocab_repair is not None or vocab is None or vocab.severity != "error"
+    vocab = report.finding(Kind.VOCAB_MAP)
+    strict = plan.vocab_repair is not None or vocab is None or vocab.severity is not Severity.ERROR
     fixed = load_draft(
         out, embed=embed, target=target, dtype=draft.dtype, device=ev.device, strict=strict
     )

@@ -26,23 +26,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from inspector.doctor.serving import slots_for_hf
+from inspector.doctor.slot_identity import OVERRIDE, TARGET, SlotIdentity
 from inspector.draft import DraftConfig
 from inspector.errors import InputError
 from inspector.formats.layer_convention import read_layer_ids
 from inspector.formats.tensorfiles import read_json
 from inspector.sample import SlotInfo
 
-if TYPE_CHECKING:
-    from inspector.doctor.slot_identity import SlotIdentity
-
 HF = "hf"  # id = HF index
 LAYER_OUTPUT = "layer_output"  # id = the decoder layer whose output is captured: HF index id + 1
 SGLANG = "sglang"  # SGLang eagle_config ids, before / since PR #25454
-OVERRIDE = "--slot-layers"
-TARGET = "the target"  # the slots were measured against the target model
 
 DRAFT_KEYS = {
     HF: "eagle_aux_hidden_state_layer_ids",
@@ -273,3 +268,55 @@ def other_readings(
                 Reading(d_conv, s_conv, slot_hf, tuple(sorted(config_hf)), w, label, w == best)
             )
     return out
+
+
+# --- words ---------------------------------------------------------------------------------------
+CONVENTIONS = {
+    "hf": "HF indices",
+    "layer_output": "decoder-layer output ids (HF index = id + 1)",
+    "sglang": "SGLang ids (HF index = id + 1 before sglang PR #25454)",
+}
+
+
+def slots_source_text(ids: LayerIdFacts) -> str:
+    """Where the slots' HF indices come from, in words."""
+    s = ids.slots
+    if s is None:
+        return "the slots' HF indices are unknown (no data_config.json beside the samples)"
+    if s.where == "--slot-layers":
+        return f"the slots are HF {list(ids.slot_hf)} (--slot-layers)"
+    if s.where == "the target":
+        return f"the slots are HF {list(ids.slot_hf)} (measured against the target)"
+    how = "assumed, since the file states no convention"
+    if s.stated:
+        how = f"decided by its {s.decided_by}" if s.decided_by else "as the file states"
+    return (
+        f"the slots are HF {list(ids.slot_hf)} ({s.where} {list(s.ids)} read as "
+        f"{CONVENTIONS.get(s.convention, s.convention)}, {how})"
+    )
+
+
+def reading_text(r: Reading, ids: LayerIdFacts) -> str:
+    """Another reading of the sources and the wiring the config then selects, in words."""
+    changed = []
+    if r.rereads_slots:
+        changed.append("data_config.json's ids as HF indices")
+    if ids.draft is not None and r.config_hf not in ids.draft.hf:
+        changed.append(f"the config's ids as {CONVENTIONS[r.draft_convention]}")
+    tail = ", exactly the best wiring" if r.is_best else ""
+    return f"reading {' and '.join(changed)} instead, the config selects {r.label}{tail}"
+
+
+def reread_fix_text(ids: LayerIdFacts) -> str:
+    """The override for a reading that takes data_config.json's ids as HF indices."""
+    r = next((r for r in ids.best_readings if r.rereads_slots), None)
+    r = r or next((r for r in ids.readings if r.rereads_slots), None)
+    if r is None:
+        return ""
+    flag = ""
+    if all(k is not None for k in r.slot_hf):
+        flag = f"pass --slot-layers {','.join(str(k) for k in r.slot_hf)} (doctor, eval, open) or "
+    return (
+        "if data_config.json holds HF indices (sets captured with vLLM-convention ids do), "
+        f'{flag}add "index_convention": "hf" to its hidden_states'
+    )

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from inspector.doctor import wording
-from inspector.doctor.report import DoctorReport, Finding, sort_findings
+from inspector.doctor.finding import Finding, Kind, Severity
+from inspector.doctor.phrasing import Text
 from inspector.doctor.stats import clearly_better, counts_of
 from inspector.draft import Draft
 from inspector.errors import InputError
@@ -121,28 +121,9 @@ class HeadFacts:
 def head_finding(status: HeadStatus, borrowed_from: str | None = None) -> Finding:
     """error when SGLang would serve a random head, else a warning: the draft depends on the
     engine to supply its head."""
-    text = wording.lm_head(status, borrowed_from)
-    severity = "error" if status.sglang_random else "warning"
-    return Finding("lm_head", severity, text.summary, text.fix, HeadFacts(status, borrowed_from))
-
-
-def headless_report(status: HeadStatus) -> DoctorReport:
-    """The doctor's report for a draft without a head and no target to borrow one from: the one
-    finding that says so (the other checks need logits)."""
-    finding = head_finding(status)
-    finding.severity = "error"  # whatever the engines do, nothing could be checked
-    return DoctorReport(
-        best_wiring=(),
-        wirings=[],
-        findings=[finding],
-        serving_config={},
-        checkpoint=status.checkpoint,
-    )
-
-
-def with_finding(report: DoctorReport, finding: Finding) -> DoctorReport:
-    report.findings = sort_findings([*report.findings, finding])
-    return report
+    text = head_text(status, borrowed_from)
+    severity = Severity.ERROR if status.sglang_random else Severity.WARNING
+    return Finding(Kind.LM_HEAD, severity, text.summary, text.fix, HeadFacts(status, borrowed_from))
 
 
 def borrow_target_head(status: HeadStatus, target: str | Path, out: Path) -> Path:
@@ -234,6 +215,78 @@ def compare_heads(
         bool(clearly_better(own, alt)),
         target_path,
     )
-    text = wording.head_comparison(facts)
-    severity = "warning" if facts.target_clearly_better else "info"
-    return Finding("lm_head", severity, text.summary, text.fix, facts)
+    text = head_comparison_text(facts)
+    severity = Severity.WARNING if facts.target_clearly_better else Severity.INFO
+    return Finding(Kind.LM_HEAD, severity, text.summary, text.fix, facts)
+
+
+# --- words ---------------------------------------------------------------------------------------
+def head_text(status: HeadStatus, borrowed_from: str | None) -> Text:
+    """A draft that ships no lm_head: what its config states, what each engine loads."""
+    dvs = status.draft_vocab_size
+    keys = [
+        f"draft_vocab_size {dvs}" if dvs is not None else "no draft_vocab_size",
+        f"tie_word_embeddings {str(status.tied).lower()}",
+    ]
+    if status.reuse_target:
+        keys.append("reuse_target_lm_head true")
+    if status.tied:
+        sglang = "SGLang and vLLM tie it to the embedding"
+    elif dvs is not None:
+        sglang = (
+            "SGLang keeps a randomly initialised head (its loader never reports a missing "
+            "weight; sglang#27908: accept length 1.00)"
+        )
+    else:
+        sglang = "SGLang loads the target's lm_head (no draft_vocab_size)"
+    vllm = (
+        "vLLM shares the target's lm_head with a draft that ships none (before vllm#28549 it "
+        "replaced every draft's head with the target's)"
+    )
+    summary = f"the draft ships no lm_head.weight ({', '.join(keys)}): {sglang}; {vllm}"
+    if borrowed_from is not None:
+        rows = "its embedding" if status.tied else "the target's lm_head rows for the draft vocab"
+        summary += f". Every other finding scores the draft with {rows} ({borrowed_from})"
+        fix = (
+            "if the draft was trained with its own head, ship lm_head.weight; if it borrows the "
+            "target's, serve it with vLLM"
+            + (
+                "; SGLang serves it as shipped with a random head"
+                + (
+                    " (removing draft_vocab_size, which equals vocab_size, makes it load the "
+                    "target's)"
+                    if dvs == status.vocab_size
+                    else ""
+                )
+                if status.sglang_random
+                else ""
+            )
+        )
+    else:
+        summary += ". The other checks need a head to score the draft: none ran"
+        fix = (
+            "pass --target DIR (the doctor then scores the draft with the target's head), or "
+            "ship the draft's own lm_head.weight [draft_vocab_size, hidden_size]"
+        )
+    return Text(summary, fix)
+
+
+def head_comparison_text(facts: HeadComparison) -> Text:
+    """The draft's own head against the target's rows for the draft vocab."""
+    scores = (
+        f"the draft's own lm_head scores {facts.own.fmt()}, the target's rows for the draft vocab "
+        f"{facts.target.fmt()}"
+    )
+    if facts.target_clearly_better:
+        return Text(
+            f"{scores}: the draft was trained with the target's head, not the one it ships",
+            "ship the target's rows as lm_head.weight (arange(D) + d2t of the target's lm_head), "
+            "or serve with vLLM, which shares the target's head only with a draft that ships none",
+        )
+    tail = ""
+    if facts.own_clearly_better:
+        tail = (
+            "; an engine that replaces a draft's head with the target's (vLLM before "
+            "vllm#28549, vllm#27732) serves the lower figure"
+        )
+    return Text(f"{scores}{tail}")

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inspector.doctor import wording
-from inspector.doctor.report import Finding
+from inspector.doctor.finding import Finding, Kind, Severity
+from inspector.doctor.phrasing import Text
 from inspector.serving.walk import AcceptStats
 
 SPLIT = 2048
@@ -65,5 +65,23 @@ def long_context_finding(stats: AcceptStats | None, bucket: int = 1024) -> Findi
     enough = min(facts.early_rounds, facts.late_rounds) >= MIN_ROUNDS
     # rounded figures: 2.0 - 1.7 is 0.30000000000000004, and a drop of exactly DROP counts
     collapse = enough and facts.early - facts.late >= DROP - 1e-9
-    text = wording.long_context(facts, collapse)
-    return Finding("long_context", "warning" if collapse else "info", text.summary, text.fix, facts)
+    text = long_context_text(facts, collapse)
+    severity = Severity.WARNING if collapse else Severity.INFO
+    return Finding(Kind.LONG_CONTEXT, severity, text.summary, text.fix, facts)
+
+
+# --- words ---------------------------------------------------------------------------------------
+def long_context_text(facts: LongContextFacts, collapse: bool) -> Text:
+    """The replayed accept length before and after `facts.split` tokens of context."""
+    figures = (
+        f"accept len {facts.early:.2f} in rounds starting within the first {facts.split} tokens "
+        f"({facts.early_rounds} rounds), {facts.late:.2f} beyond ({facts.late_rounds} rounds)"
+    )
+    if not collapse:
+        return Text(f"{figures}: no long-context collapse")
+    return Text(
+        f"{figures}: acceptance collapses with context length, which accuracy over short "
+        "training windows never shows",
+        "check the draft's rope settings against the target's (the rope finding: a dropped "
+        "rope_scaling) and train at the context length the engine serves",
+    )

@@ -10,7 +10,7 @@ kind per concern.
   vLLM); SpecForge reads a key of that name with another meaning, whether compute_logits applies
   the norm (SpecForge#879). It does not change step 0, which is what the doctor scores.
 
-A flag without its tensors stops the loader, so the command checks for it first
+A flag without its tensors stops the loader, so the pipeline checks for it first
 (`missing_norm_findings`) and reports it alone. A stored tensor without its flag is ignored by
 every engine: the check reruns the recommended wiring with the flag flipped (and a set flag with
 its tensors off), so the finding says which setting the draft was trained with.
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from inspector.doctor import wording
-from inspector.doctor.report import Finding
+from inspector.doctor.finding import Finding, Kind, Severity
+from inspector.doctor.phrasing import Text
 from inspector.doctor.search import Scorer
 from inspector.doctor.stats import clearly_better, counts_of, severity_for_gain
 from inspector.errors import InputError
@@ -103,8 +103,8 @@ def missing_norm_findings(checkpoint: str | Path, n_blocks: int = 3) -> list[Fin
         tensors = tensors_of(flag, n_blocks)
         facts = NormFacts(flag, True, tuple(tensors), tuple(t for t in tensors if t in names))
         if facts.missing:
-            text = wording.norm_flag(facts)
-            out.append(Finding(flag, "error", text.summary, text.fix, facts))
+            text = norm_flag_text(facts)
+            out.append(Finding(Kind(flag), Severity.ERROR, text.summary, text.fix, facts))
     return out
 
 
@@ -154,7 +154,7 @@ def norm_flag_checks(
             continue
         facts = NormFacts(flag, on, tuple(tensors), stored)
         if facts.missing:
-            severity = "error"
+            severity = Severity.ERROR
         else:  # both settings run: which one was the draft trained with?
             configured = replace(draft, config=replace(cfg, **{flag: on}))
             flipped = replace(draft, config=replace(cfg, **{flag: not on}))
@@ -164,12 +164,59 @@ def norm_flag_checks(
             facts = replace(
                 facts, as_configured=counts_of(base), flipped=counts_of(alt), flipped_better=better
             )
-            severity = severity_for_gain(float(alt.mean() - base.mean())) if better else "info"
+            severity = (
+                severity_for_gain(float(alt.mean() - base.mean())) if better else Severity.INFO
+            )
             if not on and not better:
-                severity = "warning"  # a stored tensor no engine reads
-        text = wording.norm_flag(facts)
-        out.append(Finding(flag, severity, text.summary, text.fix, facts))
+                severity = Severity.WARNING  # a stored tensor no engine reads
+        text = norm_flag_text(facts)
+        out.append(Finding(Kind(flag), severity, text.summary, text.fix, facts))
     if cfg.norm_output:
-        text = wording.norm_output()
-        out.append(Finding("norm_output", "info", text.summary, text.fix, None))
+        text = norm_output_text()
+        out.append(Finding(Kind.NORM_OUTPUT, Severity.INFO, text.summary, text.fix, None))
     return out
+
+
+# --- words ---------------------------------------------------------------------------------------
+NORM_ENGINES = {
+    "norm_before_fc": "vLLM applies it (it copies the key from speculators configs); SGLang "
+    "ignored the key and input_norm.weight until sglang#32334",
+    "fc_norm": "engines with EAGLE 3.1 support apply it (vLLM #42764, speculators #670); others "
+    "ignore fc_norm.{i}.weight",
+}
+
+
+def norm_flag_text(facts: NormFacts) -> Text:
+    """A norm flag against its tensors, and (when both settings run) which one fits."""
+    flag, on = facts.flag, facts.configured
+    val, other = str(on).lower(), str(not on).lower()
+    engines = NORM_ENGINES[facts.flag]
+    if facts.missing:
+        return Text(
+            f"{flag} is true but {', '.join(facts.missing)} is not stored: the loader refuses "
+            f"the draft, and an engine that applies {flag} has no weights for it; {engines}",
+            f'ship {", ".join(facts.missing)}, or set "{flag}": false if the draft was trained '
+            "without it",
+        )
+    scores = f"{facts.as_configured.fmt()} as configured, {facts.flipped.fmt()} with {flag}={other}"
+    if facts.flipped_better:
+        return Text(
+            f"{flag}: the draft fits {flag}={other} ({scores}); it was trained with {other}"
+            + (f", so {', '.join(facts.stored)} is stored but unused" if not on else ""),
+            f'set "{flag}": {other} in config.json; {engines}',
+        )
+    if not on:
+        return Text(
+            f"{', '.join(facts.stored)} is stored but {flag} is false, so no engine reads it "
+            f"({scores})",
+            f'drop the tensor, or set "{flag}": true if the draft was trained with it',
+        )
+    return Text(f"{flag}={val} with its weights fits ({scores}); {engines}")
+
+
+def norm_output_text() -> Text:
+    return Text(
+        "norm_output is true: speculators and vLLM feed the post-norm output to the next "
+        "drafting step (steps >= 1 only; the doctor scores step 0); SpecForge reads a key of "
+        "that name with another meaning, whether compute_logits applies the norm (SpecForge#879)"
+    )

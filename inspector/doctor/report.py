@@ -1,140 +1,41 @@
-"""What the doctor returns: typed findings, the ranked wirings, the fix plan (pure Python, no torch).
-
-A `Finding` carries its wording (`summary`, `fix`, rendered once by `inspector.doctor.wording`),
-its figures (`facts`, a per-check dataclass; `evidence` is their JSON form) and, apart from both,
-the control data a consumer acts on: the `wiring` to apply, the `config_fix` to write, the
-`vocab_repair` `--write-fixed` performs. `to_dict()` is for JSON output only.
+"""What the doctor returns: the findings, the ranked wirings, the serving config, the fix plan
+(pure Python, no torch). `Finding` itself is `inspector.doctor.finding`'s (re-exported here).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar
 
 from inspector.doctor.budget import DoctorPlan
+from inspector.doctor.finding import (
+    ConfigFix,
+    Evidence,
+    Finding,
+    Kind,
+    Severity,
+    VocabRepair,
+    sort_findings,
+)
+from inspector.doctor.serving import ServingConfig
 from inspector.formats.sample_set import SampleWarning, SkippedSample
 from inspector.metrics import Counts
 from inspector.sample import SlotInfo
 
-SEVERITIES = ("error", "warning", "info")
-PROBLEM_SEVERITIES = ("error", "warning")
-
-
-class Evidence(Protocol):
-    def to_dict(self) -> dict: ...
-
-
-# The chain the wiring finding quotes engines' accept length for (a common
-# --speculative-num-steps / num_speculative_tokens; `eagle-inspect accept` takes any).
-ACCEPT_STEPS = 3
-# Tokens of the doctor's samples that replay covers (the first samples up to this many, one at
-# least): its cost is ACCEPT_STEPS draft forwards per token and wiring.
-ACCEPT_TOKENS = 4096
-
-
-@dataclass(frozen=True)
-class ConfigFix:
-    """Config keys a fix sets. None leaves a key as it is; `drop_rope_scaling` removes the scaling."""
-
-    norm_before_residual: bool | None = None
-    rope_theta: float | None = None
-    rope_scaling: dict | None = None
-    drop_rope_scaling: bool = False
-    head_dim: int | None = None
-
-    @property
-    def empty(self) -> bool:
-        return self == ConfigFix()
-
-    def merged(self, other: ConfigFix) -> ConfigFix:
-        """These keys, with every key `other` sets taking its value."""
-        return ConfigFix.from_dict({**self.to_dict(), **other.to_dict()})
-
-    @classmethod
-    def from_dict(cls, d: dict) -> ConfigFix:
-        """The inverse of `to_dict`."""
-        return cls(
-            norm_before_residual=d.get("norm_before_residual"),
-            rope_theta=d.get("rope_theta"),
-            rope_scaling=dict(d["rope_scaling"]) if d.get("rope_scaling") is not None else None,
-            drop_rope_scaling="rope_scaling" in d and d["rope_scaling"] is None,
-            head_dim=d.get("head_dim"),
-        )
-
-    def to_dict(self) -> dict:
-        """The keys as config.json spells them (`rope_scaling: None` removes the scaling)."""
-        out: dict[str, Any] = {}
-        if self.norm_before_residual is not None:
-            out["norm_before_residual"] = self.norm_before_residual
-        if self.rope_theta is not None:
-            out["rope_theta"] = self.rope_theta
-        if self.drop_rope_scaling:
-            out["rope_scaling"] = None
-        elif self.rope_scaling is not None:
-            out["rope_scaling"] = dict(self.rope_scaling)
-        if self.head_dim is not None:
-            out["head_dim"] = self.head_dim
-        return out
-
-
-class VocabRepair(Enum):
-    """How `--write-fixed` repairs a faulty stored vocab map (both from the loader's repaired map)."""
-
-    OFFSETS = "offsets"  # d2t held absolute target ids: written as offsets, t2d rebuilt from it
-    T2D_FROM_D2T = "t2d_from_d2t"  # t2d disagreed with a sound d2t: rebuilt from d2t
-
-
-class WiringCase(Enum):
-    NOT_ASCENDING = "not_ascending"  # the recommended order is one no engine can feed
-    CONFIG_WRONG = "config_wrong"  # the config selects a clearly worse wiring
-    CONFIG_CLOSE = "config_close"  # the config selects another wiring, not clearly worse
-    CONFIG_UNMATCHED = "config_unmatched"  # the config's ids match no slot as read
-    UNCONFIGURED = "unconfigured"  # the config names no aux layer ids
-    CONFIGURED = "configured"  # the config selects the recommended wiring
-
-
-@dataclass
-class Finding:
-    """One result of one check: what is wrong (or that it is fine), the figures, and the fix.
-
-    kind: "slot_identity", "wiring", "fc_fingerprint", "norm_before_residual", "rope",
-      "head_dim", "vocab_map", "alignment", "serving_config", "long_context" (and the kinds
-      docs/doctor.md lists; "samples" for unreadable ones).
-    facts: the check's typed figures; `evidence` is their JSON form.
-    wiring: the wiring the finding names (the app applies it).
-    config_fix: config keys the fix sets (norm_before_residual, rope and head_dim findings).
-    vocab_repair: how `--write-fixed` repairs the vocab map (vocab_map findings).
-    """
-
-    kind: str
-    severity: str  # "error" | "warning" | "info"
-    summary: str
-    fix: str = ""
-    facts: Evidence | None = None
-    wiring: tuple[int, ...] | None = None
-    config_fix: ConfigFix | None = None
-    vocab_repair: VocabRepair | None = None
-
-    @property
-    def evidence(self) -> dict:
-        return self.facts.to_dict() if self.facts is not None else {}
-
-    @property
-    def is_problem(self) -> bool:
-        return self.severity in PROBLEM_SEVERITIES
-
-    def to_dict(self) -> dict:
-        return {
-            "kind": self.kind,
-            "severity": self.severity,
-            "summary": self.summary,
-            "evidence": self.evidence,
-            "fix": self.fix,
-            "wiring": list(self.wiring) if self.wiring is not None else None,
-            "config_fix": self.config_fix.to_dict() if self.config_fix is not None else None,
-            "vocab_repair": self.vocab_repair.value if self.vocab_repair is not None else None,
-        }
+__all__ = [  # Finding and its parts are re-exported: every consumer reads the report from here
+    "ConfigFix",
+    "DoctorReport",
+    "Evidence",
+    "Finding",
+    "FixPlan",
+    "FixResult",
+    "Kind",
+    "Severity",
+    "Verification",
+    "VocabRepair",
+    "WiringResult",
+    "sort_findings",
+]
 
 
 @dataclass
@@ -257,21 +158,13 @@ class FixResult:
         }
 
 
-def _severity_rank(f: Finding) -> int:
-    return SEVERITIES.index(f.severity) if f.severity in SEVERITIES else len(SEVERITIES)
-
-
-def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """Errors first, then warnings, then info; check order within a severity."""
-    return sorted(findings, key=_severity_rank)
-
-
 @dataclass
 class DoctorReport:
     best_wiring: tuple[int, ...]
     wirings: list[WiringResult]
     findings: list[Finding]
-    serving_config: dict
+    # None where no check could score the draft (the preflight's reports): JSON `{}`.
+    serving_config: ServingConfig | None
     # What to serve: best_wiring, or the best ascending wiring when best_wiring is not ascending
     # and not clearly better than it (no permuted checkpoint needed). The wiring finding names it.
     recommended_wiring: tuple[int, ...] | None = None
@@ -295,9 +188,9 @@ class DoctorReport:
 
     @property
     def has_errors(self) -> bool:
-        return any(f.severity == "error" for f in self.findings)
+        return any(f.severity is Severity.ERROR for f in self.findings)
 
-    def finding(self, kind: str) -> Finding | None:
+    def finding(self, kind: Kind | str) -> Finding | None:
         """The first (most severe) finding of that kind, or None."""
         return next((f for f in self.findings if f.kind == kind), None)
 
@@ -319,7 +212,9 @@ class DoctorReport:
             "slot_identity": self.slot_identity.to_dict() if self.slot_identity else None,
             "wirings": [w.to_dict() for w in self.wirings],
             "findings": [f.to_dict() for f in self.findings],
-            "serving_config": self.serving_config,
+            "serving_config": self.serving_config.to_dict()
+            if self.serving_config is not None
+            else {},
             "fixed": self.fixed.to_dict() if self.fixed is not None else None,
             "skipped": [e.to_dict() for e in self.skipped],
             "warnings": [w.to_dict() for w in self.warnings],

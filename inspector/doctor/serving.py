@@ -14,16 +14,17 @@ Index conventions (HF index k = `output_hidden_states[k]`, 0 = embedding output)
   output only where the target's model file guards `residual is None` at layer 0, and the last
   layer's output (HF index L) is never reached.
 
-Evidence of the finding: the serving_config itself. Fix: the config.json keys for both engines.
+Evidence of the finding: the `ServingConfig` itself (its JSON form is the report's
+`serving_config`). Fix: the config.json keys for both engines.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from inspector.doctor import wording
-from inspector.doctor.report import Finding, WiringResult
+from inspector.doctor.finding import Finding, Kind, Severity
+from inspector.doctor.phrasing import WRITE_FIXED, Text
 from inspector.sample import SlotInfo
 
 SGLANG_PR = "sgl-project/sglang PR #25454"
@@ -70,7 +71,68 @@ def _sglang_launch(n_tokens: int) -> str:
     )
 
 
+@dataclass(frozen=True)
+class EngineConfig:
+    """One engine's settings: the config.json keys, the launch line, and notes; `caveats` are
+    the notes that state a condition the engine must meet (the finding repeats them)."""
+
+    config: dict
+    launch: str
+    notes: list[str]
+    caveats: list[str]
+
+    def to_dict(self) -> dict:
+        return {
+            "config": self.config,
+            "launch": self.launch,
+            "notes": list(self.notes),
+            "caveats": list(self.caveats),
+        }
+
+
+@dataclass(frozen=True)
+class SglangConfig(EngineConfig):
+    """SGLang's settings, with the ids to write before and since PR #25454 (None: none can)."""
+
+    layer_ids_before_pr25454: list[int] = field(default_factory=list)
+    layer_ids_since_pr25454: list[int] | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "config": self.config,
+            "layer_ids_before_pr25454": list(self.layer_ids_before_pr25454),
+            "layer_ids_since_pr25454": self.layer_ids_since_pr25454,
+            "launch": self.launch,
+            "notes": list(self.notes),
+            "caveats": list(self.caveats),
+        }
+
+
+@dataclass(frozen=True)
+class EngineConfigs:
+    sglang: SglangConfig
+    vllm: EngineConfig
+
+    @property
+    def vllm_ids(self) -> list[int]:
+        return list(self.vllm.config["eagle_aux_hidden_state_layer_ids"])
+
+    @property
+    def caveats(self) -> list[str]:
+        return [*self.sglang.caveats, *self.vllm.caveats]
+
+    def to_dict(self) -> dict:
+        return {"sglang": self.sglang.to_dict(), "vllm": self.vllm.to_dict()}
+
+
 def engine_configs(hf: Sequence[int], *, last_layer: int | None, n_tokens: int = 3) -> dict:
+    """The JSON form of `engine_settings` (what `reconcile` quotes)."""
+    return engine_settings(hf, last_layer=last_layer, n_tokens=n_tokens).to_dict()
+
+
+def engine_settings(
+    hf: Sequence[int], *, last_layer: int | None, n_tokens: int = 3
+) -> EngineConfigs:
     """config.json keys + launch lines for SGLang and vLLM that capture the HF indices `hf`."""
     hf = sorted(hf)
     pre = [k - 1 for k in hf]
@@ -127,27 +189,68 @@ def engine_configs(hf: Sequence[int], *, last_layer: int | None, n_tokens: int =
                 True,
             )
         )
-    return {
-        "sglang": {
-            "config": {
+    return EngineConfigs(
+        sglang=SglangConfig(
+            config={
                 "eagle_config": {
                     "eagle_aux_hidden_state_layer_ids": pre,
                     "use_aux_hidden_state": True,
                 }
             },
-            "layer_ids_before_pr25454": pre,
-            "layer_ids_since_pr25454": since,
-            "launch": _sglang_launch(n_tokens),
-            "notes": [n for n, _ in sg_notes],
-            "caveats": [n for n, c in sg_notes if c],
-        },
-        "vllm": {
-            "config": {"eagle_aux_hidden_state_layer_ids": list(hf)},
-            "launch": _vllm_launch(n_tokens),
-            "notes": [n for n, _ in vl_notes],
-            "caveats": [n for n, c in vl_notes if c],
-        },
-    }
+            launch=_sglang_launch(n_tokens),
+            notes=[n for n, _ in sg_notes],
+            caveats=[n for n, c in sg_notes if c],
+            layer_ids_before_pr25454=pre,
+            layer_ids_since_pr25454=since,
+        ),
+        vllm=EngineConfig(
+            config={"eagle_aux_hidden_state_layer_ids": list(hf)},
+            launch=_vllm_launch(n_tokens),
+            notes=[n for n, _ in vl_notes],
+            caveats=[n for n, c in vl_notes if c],
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """The serving settings for one wiring (the report's `serving_config`).
+
+    hf_indices: the wired slots' HF indices in fc block order (None where unknown).
+    ascending: whether they ascend (None: unknown or undecided), so an engine's capture order
+      feeds the wiring; reproducible: an engine can feed exactly this wiring.
+    undecided: the wiring's HF indices under each reading nothing decides between (see
+      `slot_identity`); no engine ids are given then, since every id would be a guess.
+    engines: the SGLang and vLLM settings (None without known, decided HF indices); for a
+      wiring that is not ascending, those of the checkpoint `--write-fixed` writes
+      (`configs_for` says so).
+    """
+
+    wiring: tuple[int, ...]
+    hf_indices: tuple[int | None, ...]
+    ascending: bool | None = None
+    reproducible: bool | None = None
+    problems: tuple[str, ...] = ()
+    undecided: tuple[tuple[int | None, ...], ...] | None = None
+    engines: EngineConfigs | None = None
+    configs_for: str | None = None
+
+    def to_dict(self) -> dict:
+        """The JSON the report has always written (key order included)."""
+        out: dict = {
+            "wiring": list(self.wiring),
+            "hf_indices": list(self.hf_indices),
+            "ascending": self.ascending,
+            "reproducible": self.reproducible,
+        }
+        if self.undecided is not None:
+            out["undecided"] = [list(r) for r in self.undecided]
+        out["problems"] = list(self.problems)
+        if self.engines is not None:
+            out.update(self.engines.to_dict())
+        if self.configs_for is not None:
+            out["configs_for"] = self.configs_for
+        return out
 
 
 def serving_config(
@@ -157,33 +260,27 @@ def serving_config(
     slot_layers: Sequence[int] | None = None,
     n_tokens: int = 3,
     readings: Sequence[Sequence[int | None]] | None = None,
-) -> dict:
-    """The serving settings for `wiring`, as the report's `serving_config`.
-
-    Keys: `hf_indices` (fc block order), `ascending`, `reproducible` (an engine can feed exactly
-    this wiring; None when HF indices are unknown), `problems`, and `sglang` / `vllm` with the
-    config.json keys, launch lines and caveats. For a wiring that is not ascending, the configs
-    are those of the checkpoint `--write-fixed` writes (same slots, fc blocks permuted).
+) -> ServingConfig:
+    """The serving settings for `wiring` (see `ServingConfig`).
 
     readings: the slots' HF indices under each reading nothing decides between (see
-    `slot_identity`); with more than one, no engine ids are given, since every id would depend on
-    the guess: `undecided` lists the HF indices the wiring names in each reading instead.
+    `slot_identity`); with more than one, no engine ids are given.
     """
     hf = hf_indices(wiring, infos, slot_layers)
+    wiring = tuple(wiring)
     if readings is not None and len(readings) > 1:
-        return {
-            "wiring": list(wiring),
-            "hf_indices": [None] * len(hf),
-            "ascending": None,
-            "reproducible": None,
-            "undecided": [[r[s] for s in wiring] for r in readings],
-            "problems": [
+        undecided = tuple(tuple(r[s] for s in wiring) for r in readings)
+        return ServingConfig(
+            wiring,
+            (None,) * len(hf),
+            undecided=undecided,
+            problems=(
                 "the slots' HF indices depend on the convention of data_config.json's layer ids, "
                 "which nothing decides: the wiring is HF "
-                + " or HF ".join(str([r[s] for s in wiring]) for r in readings)
-                + ", so any engine id would be a guess"
-            ],
-        }
+                + " or HF ".join(str(list(u)) for u in undecided)
+                + ", so any engine id would be a guess",
+            ),
+        )
     post = [s for s in wiring if s < len(infos) and infos[s].post_norm]
     last_layer = None
     for i, info in enumerate(infos):  # the verifier's last pre-norm state is HF index L
@@ -193,17 +290,18 @@ def serving_config(
                 if slot_layers is not None and i < len(slot_layers)
                 else info.hf_index
             )
-    problems: list[str] = []
-    out: dict = {"wiring": list(wiring), "hf_indices": hf, "ascending": None, "reproducible": None}
     if any(k is None for k in hf):
-        problems.append(
-            "the slots' HF indices are unknown: pass --slot-layers, or keep data_config.json "
-            "beside the samples"
+        return ServingConfig(
+            wiring,
+            tuple(hf),
+            problems=(
+                "the slots' HF indices are unknown: pass --slot-layers, or keep data_config.json "
+                "beside the samples",
+            ),
         )
-        out["problems"] = problems
-        return out
-    ascending = all(a < b for a, b in zip(hf, hf[1:], strict=False))
-    out["ascending"] = ascending
+    known = [k for k in hf if k is not None]
+    ascending = all(a < b for a, b in zip(known, known[1:], strict=False))
+    problems: list[str] = []
     if post:
         problems.append(
             "the wiring feeds the target's post-norm final state, which no engine captures as an "
@@ -215,12 +313,15 @@ def serving_config(
             "order, so no config reproduces this wiring; --write-fixed writes a checkpoint whose "
             "fc blocks are permuted so that the ascending order computes the same function"
         )
-    out["reproducible"] = ascending and not post
-    out["problems"] = problems
-    out.update(engine_configs(hf, last_layer=last_layer, n_tokens=n_tokens))
-    if not ascending:
-        out["configs_for"] = "the --write-fixed checkpoint"
-    return out
+    return ServingConfig(
+        wiring,
+        tuple(hf),
+        ascending=ascending,
+        reproducible=ascending and not post,
+        problems=tuple(problems),
+        engines=engine_settings(known, last_layer=last_layer, n_tokens=n_tokens),
+        configs_for=None if ascending else "the --write-fixed checkpoint",
+    )
 
 
 def slots_for_hf(
@@ -238,37 +339,72 @@ def slots_for_hf(
         return None
 
 
-@dataclass
-class ServingFacts:
-    """The serving config is the serving finding's evidence."""
-
-    config: dict
-
-    def to_dict(self) -> dict:
-        return self.config
-
-
 def serving_finding(
-    serving_cfg: dict, best: WiringResult, *, slots_reread: bool = False
+    cfg: ServingConfig, wiring: tuple[int, ...], label: str, *, slots_reread: bool = False
 ) -> Finding:
-    """How to configure the engines for `best` (an error when none can feed it).
+    """How to configure the engines for the recommended `wiring` (named `label`): an error when
+    none can feed it.
 
     slots_reread: another reading of data_config.json's layer ids matters (see `layer_ids`), so
     the ids given depend on the convention assumed for it."""
-    facts = ServingFacts(serving_cfg)
-    ascending = serving_cfg.get("ascending")
     caveats: list[str] = []
-    wiring = None
-    if ascending is None:
-        severity = "warning"  # unknown or undecided HF indices: no engine ids
-    elif not ascending:
-        severity = "error"
+    fed = None
+    if cfg.ascending is None:
+        severity = Severity.WARNING  # unknown or undecided HF indices: no engine ids
+    elif not cfg.ascending:
+        severity = Severity.ERROR
     else:
-        caveats = [n for e in ("sglang", "vllm") for n in serving_cfg[e]["caveats"]]
-        problems = serving_cfg.get("problems", [])
+        assert cfg.engines is not None  # known, ascending HF indices have engine settings
+        caveats = cfg.engines.caveats
         # Caveats are conditions on the engine's version (which the summary states), not faults
         # of this draft or config: info, so a correctly configured draft gets no warning.
-        severity = "error" if problems else "info"
-        wiring = best.wiring
-    text = wording.serving(serving_cfg, best.label, caveats, slots_reread)
-    return Finding("serving_config", severity, text.summary, text.fix, facts, wiring=wiring)
+        severity = Severity.ERROR if cfg.problems else Severity.INFO
+        fed = wiring
+    text = serving_text(cfg, label, caveats, slots_reread)
+    return Finding(Kind.SERVING_CONFIG, severity, text.summary, text.fix, cfg, wiring=fed)
+
+
+# --- words ---------------------------------------------------------------------------------------
+def serving_text(
+    cfg: ServingConfig, best_label: str, caveats: Sequence[str], slots_reread: bool
+) -> Text:
+    problems = cfg.problems
+    if cfg.undecided:
+        return Text(
+            "serving config: no engine ids: " + "; ".join(problems),
+            "decide the slots' identity first (see the slot_identity finding): pass --target DIR, "
+            "state the convention in data_config.json, or pass --slot-layers",
+        )
+    if cfg.ascending is None or cfg.engines is None:
+        return Text("serving config: " + "; ".join(problems), "pass --slot-layers HF,IDS,...")
+    vllm = cfg.engines.vllm_ids
+    sg = cfg.engines.sglang.layer_ids_before_pr25454
+    since = cfg.engines.sglang.layer_ids_since_pr25454
+    lines = (
+        f"vLLM eagle_aux_hidden_state_layer_ids {vllm}; SGLang "
+        f"eagle_config.eagle_aux_hidden_state_layer_ids {sg} (< PR #25454)"
+    )
+    if since is not None and since != sg:
+        lines += f", {since} (>= #25454)"
+    else:
+        lines += " (same since #25454)" if since == sg else ", none since #25454"
+    keys = (
+        f'config.json: "eagle_aux_hidden_state_layer_ids": {vllm} (vLLM) and "eagle_config": '
+        f'{{"eagle_aux_hidden_state_layer_ids": {sg}, "use_aux_hidden_state": true}} (SGLang)'
+    )
+    if not cfg.ascending:
+        return Text(
+            f"no engine config reproduces {best_label}: "
+            + "; ".join(problems)
+            + f". After --write-fixed: {lines}",
+            f"{WRITE_FIXED}, then serve OUT with {keys}",
+        )
+    summary = f"to feed {best_label}: {lines}"
+    if problems or caveats:
+        summary += "; " + "; ".join(problems or caveats)
+    if slots_reread:
+        summary += (
+            "; these ids take data_config.json's layer ids as decoder-layer outputs (see the "
+            "wiring finding for the other reading)"
+        )
+    return Text(summary, keys)

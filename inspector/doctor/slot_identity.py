@@ -24,15 +24,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from inspector.capture.conventions import trainer_hf_indices
-from inspector.doctor import wording
-from inspector.doctor.layer_ids import OVERRIDE, TARGET
-from inspector.doctor.report import Finding
-from inspector.doctor.target_slots import POST, TargetSlots
+from inspector.doctor.finding import Finding, Kind, Severity
+from inspector.doctor.phrasing import Text
+from inspector.doctor.target_slots import POST, TargetSlots, describe
 from inspector.draft import DraftConfig
 from inspector.formats.layer_convention import HF, LayerIdReading
 from inspector.sample import SlotInfo
 
 Hf = tuple[int | None, ...]
+OVERRIDE = "--slot-layers"
+TARGET = "the target"  # the slots were measured against the target model
 
 
 @dataclass(frozen=True)
@@ -210,12 +211,114 @@ def identity_finding(identity: SlotIdentity) -> Finding | None:
     if not identity.known and not identity.notes:
         return None
     if identity.mismatches:
-        severity = "error"
+        severity = Severity.ERROR
     elif not identity.decided and len(identity.readings) > 1:
-        severity = "warning"
+        severity = Severity.WARNING
     elif identity.notes and identity.decided_by != TARGET:
-        severity = "warning"
+        severity = Severity.WARNING
     else:
-        severity = "info"
-    text = wording.slot_identity(identity)
-    return Finding("slot_identity", severity, text.summary, text.fix, identity)
+        severity = Severity.INFO
+    text = slot_identity_text(identity)
+    return Finding(Kind.SLOT_IDENTITY, severity, text.summary, text.fix, identity)
+
+
+# --- words ---------------------------------------------------------------------------------------
+READING_NAMES = {
+    "hf": "HF indices",
+    "layer_output": "decoder-layer output ids (the speculators v1 default, HF index = id + 1)",
+}
+
+
+def _state(k: int | str | None) -> str:
+    if k is None:
+        return "no state of this target"
+    return "the post-norm final state" if k == "post-norm" else f"HF {k}"
+
+
+def _mismatch(m: Mismatch, n_layers: int | None) -> Text:
+    stored = f"slot {m.slot} is stored as {_state(m.claimed)}"
+    if m.verifier:
+        stored += " (the verifier's last state, the teacher's source)"
+    if m.actual is None:
+        return Text(
+            f"{stored} but equals {_state(None)}: captured from another layer convention, another "
+            "model revision, or a quantized or rotated target",
+            "capture the samples from the deployed target (eagle-inspect capture), or pass the "
+            "target the samples were captured from",
+        )
+    fix = f"recapture slot {m.slot} from {_state(m.claimed)}"
+    if m.verifier and n_layers is not None and m.claimed == n_layers:
+        fix += (
+            f" (the last layer's output before the final norm: vLLM id {n_layers}, not "
+            f"{n_layers - 1}; the off-by-one of TorchSpec#87)"
+        )
+    return Text(f"{stored} but equals {_state(m.actual)}", fix)
+
+
+def _names(hf) -> str:
+    """[1, 3, 5, post-norm]: a slot without an HF index is the post-norm final state."""
+    return "[" + ", ".join("post-norm" if k is None else str(k) for k in hf) + "]"
+
+
+def slot_identity_text(identity: SlotIdentity) -> Text:
+    """The slots' identity: measured, decided by the files, or two readings and no decision."""
+    measured = identity.measured
+    src = identity.source or "the samples"
+    if identity.mismatches:
+        parts = [_mismatch(m, identity.num_layers) for m in identity.mismatches]
+        summary = (
+            f"the target contradicts {src}: "
+            + "; ".join(p.summary for p in parts)
+            + ". Every score on this slot is of another state than the file names"
+        )
+        return Text(summary, "; ".join(dict.fromkeys(p.fix for p in parts)))
+    hf = [("post-norm" if k is None else k) for k in identity.hf]
+    if identity.decided_by == "the target":
+        matches = ", ".join(describe(m) for m in measured.matches)
+        agrees = f"{src} as read agrees"
+        if identity.settled is not None:
+            agrees = f"so {src} holds {READING_NAMES[identity.settled].split(' (')[0]}"
+        return Text(
+            f"slots measured against the target ({identity.num_layers} layers, samples "
+            f"{list(measured.samples)}): {matches}; {agrees}"
+        )
+    tail = ""
+    if measured is not None and measured.skipped:
+        tail = f"; the target was not run ({measured.skipped})"
+    notes = "".join("; " + n for n in identity.notes)
+    if identity.decided:
+        r = identity.file_reading
+        how = identity.decided_by
+        if r is not None and how == "layer count":
+            how = f"the layer count ({r.num_layers} layers, {r.layers_from})"
+        elif how not in ("--slot-layers",):
+            how = f"its {how}"
+        return Text(f"the slots are HF {hf}: {src}, decided by {how}{notes}{tail}")
+    r = identity.file_reading
+    assert r is not None
+    if len(identity.readings) == 1:  # the ids fit the slots in the reader's reading only
+        return Text(
+            f"the slots are HF {_names(identity.hf)} as the reader assumed: {src} read as "
+            f"{READING_NAMES[r.convention]}, the file states no convention{tail}"
+        )
+    readings = "; ".join(
+        f"read as {READING_NAMES[conv]} the slots are HF {_names(h)}"
+        for conv, h in (
+            (r.convention, identity.readings[0]),
+            ("hf" if r.convention != "hf" else "layer_output", identity.readings[-1]),
+        )
+    )
+    fits = ""
+    if identity.draft_fits:
+        names = " or ".join(READING_NAMES[f].split(" (")[0] for f in identity.draft_fits)
+        fits = (
+            f"; the draft's configured ids name captured slots when they are read as {names} "
+            "(not decisive: those ids are what the doctor checks)"
+        )
+    return Text(
+        f"{src} states no convention and nothing decides it: {readings}{fits}{tail}. The "
+        "serving config gives no ids until it is decided",
+        "pass --target DIR (the doctor then matches every slot to the state it equals), or state "
+        'it: "index_convention": "hf" (or "speculators") in data_config.json\'s hidden_states, '
+        "the target's num_hidden_layers there, or --slot-layers",
+    )

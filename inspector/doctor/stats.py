@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from inspector.doctor.finding import Severity
 from inspector.metrics import Counts
 
 Z_CLEAR = 3.0  # paired z for "clearly more accurate"
@@ -43,9 +44,9 @@ def clearly_better(
     return paired_hits_z(a, b) >= z and (a.mean() - b.mean()) >= margin
 
 
-def severity_for_gain(gain: float) -> str:
+def severity_for_gain(gain: float) -> Severity:
     """A fix worth `gain` accuracy points (fraction): an error from MARGIN_ERROR up."""
-    return "error" if gain >= MARGIN_ERROR else "warning"
+    return Severity.ERROR if gain >= MARGIN_ERROR else Severity.WARNING
 
 
 def counts_of(hits: np.ndarray) -> Counts:

@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from inspector.doctor import wording
-from inspector.doctor.report import Finding, VocabRepair
+from inspector.doctor.finding import Finding, Kind, Severity, VocabRepair
+from inspector.doctor.phrasing import Text
 from inspector.draft import Draft
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
+from inspector.formatting import pct
 from inspector.metrics import Counts
 
 LOW_COVERAGE = 0.7  # below this share of true tokens in the draft vocab, warn
@@ -30,7 +31,7 @@ LOW_COVERAGE = 0.7  # below this share of true tokens in the draft vocab, warn
 
 @dataclass(frozen=True)
 class VocabProblem:
-    """One fault of the stored map. code: a key of `wording.VOCAB_PROBLEMS`; count / of: its
+    """One fault of the stored map. code: a key of `VOCAB_PROBLEMS`; count / of: its
     size (how many ids or entries, out of how many)."""
 
     code: str
@@ -196,13 +197,70 @@ def vocab_check(ev: Evaluator, samples: Sequence[int]) -> Finding:
     severities = {p.severity for p in analysis.problems}
     cov = facts.coverage.acc
     if "error" in severities:
-        severity = "error"
+        severity = Severity.ERROR
     elif "warning" in severities or (cov is not None and cov < LOW_COVERAGE):
-        severity = "warning"
+        severity = Severity.WARNING
     else:
-        severity = "info"
-    text = wording.vocab(facts, severity)
+        severity = Severity.INFO
+    text = vocab_text(facts, severity)
     # Only an error is repairable (`fixable` is set with error problems only).
     return Finding(
-        "vocab_map", severity, text.summary, text.fix, facts, vocab_repair=analysis.repair
+        Kind.VOCAB_MAP, severity, text.summary, text.fix, facts, vocab_repair=analysis.repair
+    )
+
+
+# --- words ---------------------------------------------------------------------------------------
+VOCAB_PROBLEMS = {  # code -> text; n = VocabProblem.count, of = VocabProblem.of, v = vocab_size
+    "t2d_without_d2t": "t2d is stored without d2t: engines need d2t to map draft ids",
+    "no_d2t": "no d2t but draft_vocab_size {n} != vocab_size {of}",
+    "d2t_size": "d2t has {n} entries, draft_vocab_size is {of}",
+    "absolute_d2t": "d2t holds absolute target ids, not offsets: engines compute target = draft "
+    "id + d2t, which leaves [0, {v}) for {n} of {of} ids",
+    "absolute_d2t_in_range": "d2t holds absolute target ids, not offsets: engines compute "
+    "target = draft id + d2t, which maps draft ids to the wrong tokens",
+    "out_of_range": "{n} of {of} draft ids map outside the target vocab [0, {v})",
+    "duplicates": "{n} draft ids map to a target id another draft id already has",
+    "t2d_size": "t2d has {n} entries, vocab_size is {of}",
+    "t2d_count": "t2d marks {n} tokens, draft_vocab_size is {of}",
+    "t2d_disagrees": "t2d disagrees with d2t: {n} of the ids d2t maps to are not marked in t2d",
+    "unsorted": "d2t is not in ascending target-id order, unlike nonzero(t2d) (trainers and "
+    "engines assume it is)",
+}
+VOCAB_FIXES = {
+    VocabRepair.OFFSETS: "rewrite d2t as offsets (d2t - arange(D)) and t2d from it; --write-fixed "
+    "OUT does this",
+    VocabRepair.T2D_FROM_D2T: "rebuild t2d from d2t (t2d[arange(D) + d2t] = True); --write-fixed "
+    "OUT does this",
+    None: "rebuild d2t/t2d from the draft vocabulary used in training",
+}
+
+
+def vocab_problem(p: VocabProblem, v: int) -> str:
+    return VOCAB_PROBLEMS[p.code].format(n=p.count, of=p.of, v=v)
+
+
+def vocab_text(facts: VocabFacts, severity: Severity) -> Text:
+    a = facts.analysis
+    d, v = a.draft_vocab_size, a.vocab_size
+    by_sev = {
+        s: [vocab_problem(p, v) for p in a.problems if p.severity == s]
+        for s in ("error", "warning")
+    }
+    if by_sev["error"]:
+        return Text("vocab map: " + "; ".join(by_sev["error"]), VOCAB_FIXES[a.repair])
+    if by_sev["warning"]:
+        return Text(
+            "vocab map: " + "; ".join(by_sev["warning"]), "sort the draft vocab by target id"
+        )
+    cov = facts.coverage
+    if severity is Severity.WARNING:
+        return Text(
+            f"the draft vocab covers only {pct(cov.acc)} of the samples' true tokens "
+            f"({cov.hits}/{cov.total}): all-tok accuracy cannot exceed that",
+            "choose the draft vocab from the serving distribution's most frequent tokens, or "
+            "enlarge it",
+        )
+    return Text(
+        f"vocab map consistent ({a.d2t} d2t, D={d} of V={v}); covers {pct(cov.acc)} of the "
+        "samples' true tokens"
     )

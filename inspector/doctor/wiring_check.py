@@ -14,22 +14,36 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from enum import Enum
 
-from inspector.doctor import serving, wording
-from inspector.doctor.engine_default import EngineFeed, engine_defaults
-from inspector.doctor.layer_ids import LayerIdFacts, layer_id_facts, other_readings
-from inspector.doctor.report import Finding, WiringCase, WiringResult
+from inspector.doctor.budget import ACCEPT_STEPS
+from inspector.doctor.engine_default import EngineFeed
+from inspector.doctor.finding import Finding, Kind, Severity
+from inspector.doctor.layer_ids import (
+    CONVENTIONS,
+    LayerIdFacts,
+    other_readings,
+    reading_text,
+    reread_fix_text,
+    slots_source_text,
+)
+from inspector.doctor.named_wirings import ENGINE_DEFAULT, NamedWirings, is_ascending
+from inspector.doctor.phrasing import WRITE_FIXED, Text
+from inspector.doctor.report import WiringResult
 from inspector.doctor.search import WiringSearch
-from inspector.doctor.slot_identity import SlotIdentity
+from inspector.doctor.serving import ServingConfig
 from inspector.doctor.stats import clearly_better, paired_hits_z
-from inspector.errors import InputError
-from inspector.evaluate import Evaluator
 from inspector.metrics import Counts
 from inspector.sample import SlotInfo
-from inspector.wiring import Wiring, serve_wiring, train_wiring
 
-ENGINE_DEFAULT = "engine default"  # the named wiring engines feed a config without ids
+
+class WiringCase(Enum):
+    NOT_ASCENDING = "not_ascending"  # the recommended order is one no engine can feed
+    CONFIG_WRONG = "config_wrong"  # the config selects a clearly worse wiring
+    CONFIG_CLOSE = "config_close"  # the config selects another wiring, not clearly worse
+    CONFIG_UNMATCHED = "config_unmatched"  # the config's ids match no slot as read
+    UNCONFIGURED = "unconfigured"  # the config names no aux layer ids
+    CONFIGURED = "configured"  # the config selects the recommended wiring
 
 
 @dataclass(frozen=True)
@@ -107,96 +121,6 @@ class WiringFacts:
         return out
 
 
-@dataclass
-class NamedWirings:
-    """The wirings the report quotes by name, and how the config's ids were read."""
-
-    named: dict[str, tuple[int, ...]]
-    layer_ids: LayerIdFacts
-    engine_defaults: list[EngineFeed] = field(default_factory=list)
-    num_layers: int | None = None
-
-    @property
-    def configured(self) -> tuple[int, ...] | None:
-        return self.named.get("configured")
-
-    @property
-    def protected(self) -> list[tuple[int, ...]]:
-        return list(dict.fromkeys(self.named.values()))
-
-
-def named_wirings(
-    ev: Evaluator,
-    infos: Sequence[SlotInfo],
-    *,
-    override: Sequence[int] | None = None,
-    identity: SlotIdentity | None = None,
-) -> NamedWirings:
-    """configured (what the draft's aux ids select on an engine), train and serve; `infos` carry
-    the slots' identity as decided (`slot_identity`)."""
-    data_config = ev.samples.data_config
-    ids = layer_id_facts(
-        ev.draft.config,
-        infos,
-        ev.n_blocks,
-        override=override if override is not None else ev.slot_layers,
-        data_config=Path(data_config) if data_config is not None else None,
-        identity=identity,
-    )
-    named: dict[str, tuple[int, ...]] = {}
-    if ids.configured is not None:
-        named["configured"] = ids.configured
-    for name, fn in (("train", train_wiring), ("serve", serve_wiring)):
-        try:
-            named[name] = fn(infos, ev.n_blocks).slots
-        except InputError:
-            pass
-    n_layers = identity.num_layers if identity is not None else None
-    feeds = engine_defaults(infos, ev.n_blocks, n_layers)
-    for feed in feeds:  # scored beside the others whenever the samples hold its layers
-        if feed.wiring is not None:
-            named.setdefault(ENGINE_DEFAULT, feed.wiring)
-    return NamedWirings(named, ids, feeds, n_layers)
-
-
-def wiring_results(
-    ws: WiringSearch, infos: Sequence[SlotInfo], named: dict[str, tuple[int, ...]]
-) -> list[WiringResult]:
-    return [
-        WiringResult(
-            wiring=acc.wiring,
-            label=Wiring(acc.wiring).label(infos),
-            all_tok=acc.counts(),
-            samples=len(acc.hits),
-            complete=not acc.dropped,
-            mean_logp=acc.mean_logp(),
-            roles=[n for n, w in named.items() if w == acc.wiring],
-        )
-        for acc in ws.ranked()
-    ]
-
-
-def is_ascending(w: Sequence[int], infos: Sequence[SlotInfo]) -> bool:
-    """Whether an engine's ascending capture order can feed w (by HF index, else slot index)."""
-    hf = serving.hf_indices(w, infos)
-    keys = hf if all(k is not None for k in hf) else list(w)
-    return all(a < b for a, b in zip(keys, keys[1:], strict=False))
-
-
-def recommend(
-    ws: WiringSearch, results: list[WiringResult], infos: Sequence[SlotInfo]
-) -> tuple[int, ...]:
-    """The wiring to serve: the top-ranked one, unless it is not ascending and not clearly better
-    than the best ascending one (which then needs no permuted checkpoint)."""
-    top = results[0]
-    if is_ascending(top.wiring, infos):
-        return top.wiring
-    asc = next((r for r in results if r.complete and is_ascending(r.wiring, infos)), None)
-    if asc is None or clearly_better(ws.hits(top.wiring), ws.hits(asc.wiring)):
-        return top.wiring
-    return asc.wiring
-
-
 def _margin(a: WiringResult, b: WiringResult) -> float:
     return round((a.all_tok.acc or 0.0) - (b.all_tok.acc or 0.0), 4)
 
@@ -214,9 +138,9 @@ def _ref(
 
 
 def _case(
-    ws: WiringSearch, best: WiringResult, names: NamedWirings, serving_cfg: dict
+    ws: WiringSearch, best: WiringResult, names: NamedWirings, serving_cfg: ServingConfig
 ) -> WiringCase:
-    if serving_cfg.get("ascending") is False:
+    if serving_cfg.ascending is False:
         return WiringCase.NOT_ASCENDING
     conf = names.configured
     if conf is None:
@@ -228,33 +152,34 @@ def _case(
     return WiringCase.CONFIG_CLOSE
 
 
-def _severity(facts: WiringFacts) -> str:
+def _severity(facts: WiringFacts) -> Severity:
     case = facts.case
     if case in (WiringCase.NOT_ASCENDING, WiringCase.CONFIG_WRONG):
-        return "error"
+        return Severity.ERROR
     if case == WiringCase.CONFIG_UNMATCHED:
-        return "warning"
+        return Severity.WARNING
     if case == WiringCase.UNCONFIGURED:
         # Engines feed their default layers: an error when that wiring scores clearly worse,
         # or when no engine can serve the draft without ids; info only when it is the best one.
         default = facts.named.get(ENGINE_DEFAULT)
         if default is not None:
             if default.wiring == facts.best.wiring:
-                return "info"
-            return "error" if facts.default_clearly_worse else "warning"
+                return Severity.INFO
+            return Severity.ERROR if facts.default_clearly_worse else "warning"
         if any(not f.serves for f in facts.engine_defaults):
-            return "error"
+            return Severity.ERROR
         serve = facts.named.get("serve")
         if not facts.engine_defaults and (serve is None or serve.wiring == facts.best.wiring):
-            return "info"
-        return "warning"
-    return "info"
+            return Severity.INFO
+        return Severity.WARNING
+    return Severity.INFO
 
 
-def _engine_ids(serving_cfg: dict) -> tuple[list[int], list[int]] | None:
-    vllm = serving_cfg.get("vllm", {}).get("config", {}).get("eagle_aux_hidden_state_layer_ids")
-    sglang = serving_cfg.get("sglang", {}).get("layer_ids_before_pr25454")
-    return (vllm, sglang) if vllm is not None else None
+def _engine_ids(serving_cfg: ServingConfig) -> tuple[list[int], list[int]] | None:
+    engines = serving_cfg.engines
+    if engines is None:
+        return None
+    return engines.vllm_ids, list(engines.sglang.layer_ids_before_pr25454)
 
 
 def wiring_finding(
@@ -262,7 +187,7 @@ def wiring_finding(
     results: list[WiringResult],
     names: NamedWirings,
     infos: Sequence[SlotInfo],
-    serving_cfg: dict,
+    serving_cfg: ServingConfig,
     *,
     shift: int,
     recommended: tuple[int, ...],
@@ -308,5 +233,166 @@ def wiring_finding(
         default_clearly_worse=ENGINE_DEFAULT in names.named
         and bool(clearly_better(bh, ws.hits(names.named[ENGINE_DEFAULT]))),
     )
-    text = wording.wiring(facts)
-    return Finding("wiring", _severity(facts), text.summary, text.fix, facts, wiring=best.wiring)
+    text = wiring_text(facts)
+    return Finding(Kind.WIRING, _severity(facts), text.summary, text.fix, facts, wiring=best.wiring)
+
+
+# --- words ---------------------------------------------------------------------------------------
+def _unmatched(facts: WiringFacts) -> str:
+    ids = facts.layer_ids
+    d = ids.draft
+    assert d is not None
+    n = len(facts.best.wiring)
+    if all(len(h) != n for h in d.hf):
+        return f"its {d.where} {list(d.ids)} name {len(d.ids)} layers, but fc takes {n}"
+    if d.convention == "hf":
+        read = "HF indices, as vLLM reads the key"
+    else:
+        read = f"{CONVENTIONS.get(d.convention, d.convention)}: HF " + " or ".join(
+            str(list(h)) for h in d.hf
+        )
+    return f"its {d.where} {list(d.ids)} ({read}) match no captured slot: {slots_source_text(ids)}"
+
+
+CAPTURE_ENGINE = "eagle-inspect capture TARGET PROMPTS --out DIR --draft CKPT --engine {}"
+
+
+def _accept_versus(served: WiringRef, best: WiringRef) -> str:
+    """' and logs accept len 1.30 instead of 2.73 at 3 steps' (the replayed chain), or ''."""
+    if served.accept_length is None or best.accept_length is None:
+        return ""
+    return f" and logs accept len {_al(served)} instead of {_al(best)} at {ACCEPT_STEPS} steps"
+
+
+def _al(ref: WiringRef) -> str:
+    """'2.60', or '>=2.60' where the replay's last rounds ran past what the samples hold of the
+    target's continuation (a lower bound)."""
+    assert ref.accept_length is not None
+    return (">=" if ref.accept_bound else "") + f"{ref.accept_length:.2f}"
+
+
+def _engine_defaults(facts: WiringFacts) -> str:
+    """Which HF indices vLLM and SGLang feed a config without ids, and what that wiring scores
+    (or why it cannot be scored here)."""
+    L = facts.num_layers
+    if not facts.engine_defaults:
+        return (
+            ": vLLM and SGLang (before and since #25454) feed HF [2, L//2, L-3] of an L-layer "
+            "target, and the layer count is unknown here (pass --target, or state "
+            "num_hidden_layers in data_config.json)"
+        )
+    parts = []
+    default = facts.named.get(ENGINE_DEFAULT)
+    for feed in facts.engine_defaults:
+        text = f"{feed.names} feed HF {list(feed.hf)} ([2, L//2, L-3] with L = {L}"
+        if len(feed.hf) < 3:  # two of the three coincide on a small target
+            text += f" is {[2, L // 2, L - 3]}; a layer listed twice is captured once"
+        text += ")"
+        if not feed.serves:
+            text += (
+                f": {len(feed.hf)} states for an fc of {len(facts.best.wiring)} blocks, so they "
+                "cannot serve this draft at all"
+            )
+        elif feed.wiring is not None and default is not None and default.wiring == feed.wiring:
+            if feed.wiring == facts.best.wiring:
+                text += f": {default.label}, the best wiring"
+            else:
+                text += (
+                    f": {default.label}, which scores {default.all_tok.fmt()} "
+                    f"({-100 * (default.margin or 0.0):+.1f} points)"
+                ) + _accept_versus(default, facts.best)
+        elif feed.missing:
+            engine = feed.engine_keys[0]
+            text += (
+                f"; the samples lack HF {list(feed.missing)}, which "
+                f"`{CAPTURE_ENGINE.format(engine)}` captures"
+            )
+        parts.append(text)
+    return ": " + "; ".join(parts)
+
+
+def _wiring_fix(facts: WiringFacts, cfg_line: str) -> str:
+    case, lab = facts.case, facts.best.label
+    if case == WiringCase.NOT_ASCENDING:
+        return (
+            "write a checkpoint whose fc blocks are permuted so the ascending order computes the "
+            f"same function: {WRITE_FIXED}; then configure the engines as in serving_config"
+        )
+    set_line = f"set {cfg_line} in the draft's config.json" if cfg_line else ""
+    reread = reread_fix_text(facts.layer_ids)
+    if case in (WiringCase.CONFIG_UNMATCHED, WiringCase.CONFIG_WRONG) and reread:
+        return reread + ("; otherwise " + set_line if set_line else "")
+    if case == WiringCase.CONFIG_WRONG:
+        return set_line or "configure the engines to feed " + lab
+    if case == WiringCase.UNCONFIGURED and cfg_line:
+        return f"pin the trained wiring: set {cfg_line} in the draft's config.json"
+    if case in (WiringCase.UNCONFIGURED, WiringCase.CONFIG_UNMATCHED):
+        return set_line or "pass --slot-layers to get the engine ids for " + lab
+    if case == WiringCase.CONFIGURED:
+        return f"serve it with {cfg_line}" if cfg_line else ""
+    return reread
+
+
+def wiring_text(facts: WiringFacts) -> Text:
+    """The wiring finding's words, by case (`WiringCase`)."""
+    best, second, case = facts.best, facts.second, facts.case
+    lab, bfmt = best.label, best.all_tok.fmt()
+    margin = ""
+    if second is not None:
+        margin = f", {100 * (second.margin or 0.0):+.1f} points over the next {second.label}"
+    if facts.top_ranked is not None:
+        top = facts.top_ranked
+        margin += f"; the top-ranked {top.label} ({top.all_tok.fmt()}) is not clearly better and needs a permuted checkpoint"
+    serve = facts.named.get("serve")
+    asc = facts.best_ascending
+    serve_txt = ""
+    default = facts.named.get(ENGINE_DEFAULT)
+    shown = default is not None and case == WiringCase.UNCONFIGURED
+    if (
+        serve is not None
+        and serve.wiring != best.wiring
+        and not (shown and serve.wiring == default.wiring)
+    ):
+        if not (
+            case == WiringCase.NOT_ASCENDING and asc is not None and serve.wiring == asc.wiring
+        ):
+            serve_txt = f"; an engine feeding {serve.label} gets {serve.all_tok.fmt()}"
+            serve_txt += _accept_versus(serve, best)
+    if not serve_txt and best.accept_length is not None:
+        serve_txt = f"; served so, an engine logs accept len {_al(best)} at {ACCEPT_STEPS} steps"
+    cfg_line = ""
+    if facts.engine_ids is not None:
+        vllm, sg = facts.engine_ids
+        cfg_line = f"eagle_aux_hidden_state_layer_ids {vllm} for vLLM, eagle_config ids {sg} for SGLang (< #25454)"
+    readings = "".join("; " + reading_text(r, facts.layer_ids) for r in facts.layer_ids.readings)
+    ref = facts.named.get("configured")
+    if case == WiringCase.NOT_ASCENDING:
+        if asc is not None:
+            margin += f"; the best ascending order {asc.label} gets {asc.all_tok.fmt()}"
+        summary = (
+            f"the draft fits {lab} best ({bfmt}{margin}), an order no engine can feed: engines "
+            "concatenate captured layers in ascending order"
+        )
+    elif case == WiringCase.CONFIG_WRONG and ref is not None:
+        summary = (
+            f"the config selects {ref.label} ({ref.all_tok.fmt()}), but the draft was trained for "
+            f"{lab} ({bfmt}, {100 * (ref.margin or 0.0):+.1f} points){readings}"
+        )
+    elif case == WiringCase.CONFIG_CLOSE and ref is not None:
+        summary = (
+            f"the best wiring {lab} ({bfmt}) is not clearly better than the configured "
+            f"{ref.label} ({ref.all_tok.fmt()}){readings}"
+        )
+    elif case == WiringCase.CONFIG_UNMATCHED:
+        summary = f"the draft fits {lab} best ({bfmt}{margin}); {_unmatched(facts)}{readings}"
+    elif case == WiringCase.UNCONFIGURED:
+        summary = (
+            f"the draft fits {lab} best ({bfmt}{margin}); its config names no aux layer ids, so "
+            "engines feed their default layers" + _engine_defaults(facts)
+        )
+    else:
+        summary = f"the draft fits its configured wiring {lab} best ({bfmt}{margin})"
+    summary += serve_txt
+    if facts.assumes_config_fixes:
+        summary += " (scored with the config fixes the other findings name)"
+    return Text(summary, _wiring_fix(facts, cfg_line))

@@ -1,5 +1,5 @@
-"""The doctor screen (`d`): runs `inspector.doctor.diagnose` on the device thread and lists its
-findings; Enter applies the highlighted finding's wiring, `a` the best wiring.
+"""The doctor screen (`d`): runs the doctor's pipeline (`inspector.doctor.run_loaded`, what
+`eagle-inspect doctor` runs) on the device thread and lists its findings; Enter applies the highlighted finding's wiring, `a` the best wiring.
 
 The screen is given the engine (to submit the job) and the session (slot labels); the job posts
 its typed `DoctorOutcome` straight back to the screen, so nothing else routes the result.
@@ -63,7 +63,7 @@ class DoctorFinished(Message):
 def doctor_job(
     n_samples: int, cancel: threading.Event, post: Callable[[Message], Any]
 ) -> Callable[[Any], None]:
-    """The engine task: diagnose the evaluator on the first `n_samples` samples and post progress
+    """The engine task: run the doctor on the evaluator's first `n_samples` samples and post progress
     and the outcome with `post` (thread-safe). Closing the screen sets `cancel`, which stops the
     run at its next progress step. An unexpected error is posted and re-raised, so the engine
     also handles it (an out-of-memory error frees the device cache)."""
@@ -77,15 +77,13 @@ def doctor_job(
         from inspector.errors import InputError
 
         try:
-            from inspector.doctor import diagnose
+            from inspector.doctor import run_loaded
         except ImportError as e:
             post(DoctorFinished(DoctorOutcome(error=f"not available in this build ({e})")))
             return
         try:
-            # With a target folder the doctor also runs it to tell what each slot is.
-            head = getattr(ev, "target_head", None)
-            target = head.path if head is not None else None
-            report = diagnose(ev, n_samples=n_samples, target=target, progress=progress)
+            # The CLI's pipeline, preflight included; the target head's folder is its --target.
+            report = run_loaded(ev, n_samples=n_samples, progress=progress)
         except DoctorCancelled:
             post(DoctorFinished(DoctorOutcome(cancelled=True)))
             return

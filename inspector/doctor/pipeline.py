@@ -1,0 +1,189 @@
+"""The doctor's one pipeline, preflight included: what `eagle-inspect doctor` and the app's
+doctor screen both run, so the two cannot differ on the same inputs.
+
+    report = run(DoctorRequest(checkpoint, target=..., n_samples=8), load, progress=...)
+    report = run_loaded(ev, n_samples=4, progress=...)   # the app: its evaluator, loaded already
+
+1. `--write-fixed OUT` is checked first (a bad OUT fails now, not after the diagnosis);
+2. a norm flag without its tensors stops the loader: those findings are the report;
+3. a draft without lm_head: without the target, one finding is the report (every other check
+   needs logits); with it, the draft is scored with the target's head rows, from a temporary
+   copy of the draft that holds them, and the `lm_head` finding says so;
+4. `load(checkpoint)` gives the evaluator (leniently loaded, so a faulty d2t or a missing
+   head_dim become findings), `diagnose` runs every check, `write_fixed` writes the fix.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from inspector.doctor.diagnose import DEFAULT_SAMPLES, diagnose
+from inspector.doctor.finding import Finding, Severity, sort_findings
+from inspector.doctor.fix import write_fixed
+from inspector.doctor.lm_head import HeadStatus, borrow_target_head, head_finding, head_status
+from inspector.doctor.norm_flags import missing_norm_findings
+from inspector.doctor.report import DoctorReport
+from inspector.doctor.search import Progress
+from inspector.errors import InputError
+from inspector.evaluate import Evaluator
+
+# The evaluator over the draft in this folder and the session's samples, loaded leniently
+# (`strict=False`): the folder is the draft's own, or a temporary copy with a borrowed head.
+Load = Callable[[Path], Evaluator]
+
+
+@dataclass(frozen=True)
+class DoctorRequest:
+    """What to diagnose, and how.
+
+    checkpoint: the draft folder (the preflight reads its config.json and tensor names).
+    target: the target model's folder (--target): runs it to tell each slot's layer, lends its
+      head to a draft that ships none.
+    n_samples: the first N samples every check runs on. max_tokens: see `diagnose`.
+    write_fixed: write the fixed checkpoint there. embed / read: the --embed file and every path
+      read, which OUT may not lie in.
+    """
+
+    checkpoint: Path
+    target: Path | None = None
+    n_samples: int = DEFAULT_SAMPLES
+    max_tokens: int | None = None
+    write_fixed: str | Path | None = None  # as given: an empty OUT is refused by name
+    embed: Path | None = None
+    read: tuple[str, ...] = ()
+
+
+def headless_report(status: HeadStatus) -> DoctorReport:
+    """The doctor's report for a draft without a head and no target to borrow one from: the one
+    finding that says so (the other checks need logits)."""
+    # Whatever the engines do, nothing could be checked: an error.
+    finding = replace(head_finding(status), severity=Severity.ERROR)
+    return DoctorReport(
+        best_wiring=(),
+        wirings=[],
+        findings=[finding],
+        serving_config=None,
+        checkpoint=status.checkpoint,
+    )
+
+
+def with_finding(report: DoctorReport, finding: Finding) -> DoctorReport:
+    report.findings = sort_findings([*report.findings, finding])
+    return report
+
+
+def _preflight(request: DoctorRequest) -> DoctorReport | None:
+    """The report when the draft cannot be scored as it is shipped (None: it can, or a borrowed
+    head lets it be)."""
+    if request.write_fixed is not None:  # a bad OUT fails now, not after the diagnosis
+        from inspector.formats.writer import check_out
+
+        check_out(request.write_fixed, request.read, "--write-fixed")
+    # A norm flag without its tensors stops the loader: those findings are the report.
+    missing = missing_norm_findings(request.checkpoint)
+    if missing:
+        return DoctorReport(
+            best_wiring=(),
+            wirings=[],
+            findings=missing,
+            serving_config=None,
+            checkpoint=str(request.checkpoint),
+        )
+    return None
+
+
+def run(request: DoctorRequest, load: Load, *, progress: Progress | None = None) -> DoctorReport:
+    """The preflight, then every check on the evaluator `load` gives, then (with write_fixed)
+    the fixed checkpoint, written and verified (in `report.fixed`)."""
+    early = _preflight(request)
+    if early is not None:
+        return early
+    head = head_status(request.checkpoint)
+    borrowed = head is not None and not head.present
+    if head is not None and borrowed:
+        if request.write_fixed is not None:
+            raise InputError(
+                head.weight_file,
+                "lm_head.weight",
+                "absent: --write-fixed would have to invent a head; ship the draft's own",
+            )
+        if request.target is None:
+            return headless_report(head)
+    with tempfile.TemporaryDirectory(prefix="eagle-doctor-head-") as tmp:
+        checkpoint = request.checkpoint
+        if head is not None and borrowed:
+            assert request.target is not None
+            checkpoint = borrow_target_head(head, request.target, Path(tmp) / "draft")
+        ev = load(checkpoint)
+        # With the target at hand, the doctor also runs it to tell what every slot is.
+        report = diagnose(
+            ev,
+            request.n_samples,
+            target_config=request.target,
+            target=request.target,
+            head_borrowed=borrowed,
+            max_tokens=request.max_tokens,
+            progress=progress,
+        )
+        if request.write_fixed is not None:
+            write_fixed(
+                ev,
+                report,
+                request.write_fixed,
+                embed=request.embed,
+                target=request.target,
+                read=request.read,
+                progress=progress,
+            )
+    if head is not None and borrowed:
+        report.checkpoint = str(request.checkpoint)
+        with_finding(report, head_finding(head, borrowed_from=str(request.target)))
+    return report
+
+
+def reuse(ev: Evaluator, checkpoint: Path) -> Load:
+    """A `Load` for a session that holds an evaluator already: `ev` for its own `checkpoint`,
+    else (a copy with a borrowed head) that copy loaded leniently beside `ev`'s samples.
+
+    Reusing `ev` gives what a lenient load would: strict and lenient loading differ only where
+    strict raises (a faulty d2t, a missing head_dim), and `ev` loaded."""
+
+    def load(folder: Path) -> Evaluator:
+        if Path(folder) == checkpoint:
+            return ev
+        from inspector.formats import load_draft
+
+        target = ev.target_head.path if ev.target_head is not None else None
+        draft = load_draft(
+            folder, target=target, dtype=ev.draft.dtype, device=ev.device, strict=False
+        )
+        own = Evaluator(
+            draft,
+            ev.samples,
+            ttt_steps=ev.ttt_steps,
+            position_offset=ev.position_offset,
+            budget=ev.budget,
+            slot_layers=ev.slot_layers,
+        )
+        own.target_head = ev.target_head  # already on the device
+        return own
+
+    return load
+
+
+def run_loaded(
+    ev: Evaluator,
+    *,
+    n_samples: int = DEFAULT_SAMPLES,
+    max_tokens: int | None = None,
+    progress: Progress | None = None,
+) -> DoctorReport:
+    """`run` for a session that holds an evaluator (the app): the request is read off it (its
+    draft's folder, its target head's folder as --target)."""
+    checkpoint = Path(ev.draft.path)
+    target = Path(ev.target_head.path) if ev.target_head is not None else None
+    request = DoctorRequest(checkpoint, target, n_samples, max_tokens)
+    return run(request, reuse(ev, checkpoint), progress=progress)
