@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import math
 
+# How every view colours a doctor finding's severity (Rich styles; the keys are the values of
+# `doctor.finding.Severity`, a str enum, so the enum looks them up too).
+SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "green"}
+
 
 def pct(x: float | None, *, suffix: str = "%", signed: bool = False) -> str:
     """A fraction as a percentage with one decimal ('31.3%'); '-' when there is none."""

@@ -20,12 +20,11 @@ from rich.text import Text
 
 from inspector.commands.common import load_evaluator, resolve_inputs
 from inspector.commands.output import safe, stdout_console, visible, write_json
+from inspector.formatting import SEVERITY_STYLE
 
 if TYPE_CHECKING:
     from inspector.doctor import DoctorReport, FixResult
     from inspector.evaluate import Evaluator
-
-STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
 def run_doctor(args: argparse.Namespace) -> int:
@@ -115,7 +114,7 @@ def render(report: DoctorReport) -> list:
     parts.append(head)
     for f in report.findings:
         title = Text.assemble(
-            (f"{f.severity.upper():7}", STYLE.get(f.severity, "")), (f" {f.kind}", "bold")
+            (f"{f.severity.upper():7}", SEVERITY_STYLE.get(f.severity, "")), (f" {f.kind}", "bold")
         )
         body = [Text(visible(f.summary))]
         if f.fix:
@@ -125,7 +124,7 @@ def render(report: DoctorReport) -> list:
                 Group(*body),
                 title=title,
                 title_align="left",
-                border_style=STYLE.get(f.severity, ""),
+                border_style=SEVERITY_STYLE.get(f.severity, ""),
                 expand=True,
             )
         )

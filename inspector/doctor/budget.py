@@ -33,10 +33,11 @@ import numpy as np
 
 from inspector.draft import DraftConfig
 from inspector.errors import InputError
+from inspector.serving.spec import DEFAULT_STEPS
 
-# The chain the wiring finding quotes engines' accept length for (a common
-# --speculative-num-steps / num_speculative_tokens; `eagle-inspect accept` takes any).
-ACCEPT_STEPS = 3
+# The chain the wiring finding quotes engines' accept length for: the engines' common default
+# (`eagle-inspect accept` takes any).
+ACCEPT_STEPS = DEFAULT_STEPS
 # Tokens of the doctor's samples that replay covers (the first samples up to this many, one at
 # least): its cost is ACCEPT_STEPS draft forwards per token and wiring.
 ACCEPT_TOKENS = 4096

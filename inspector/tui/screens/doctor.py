@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from inspector.formatting import printable
+from inspector.formatting import SEVERITY_STYLE, printable
 from inspector.tui.screens.dialogs import Dialog
 from inspector.wiring import WiringKey
 
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from inspector.tui.summary import Session
 
 N_SAMPLES = 4
-SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "green"}
 
 
 class DoctorCancelled(Exception):
