@@ -340,7 +340,19 @@ def test_target_hidden_size_narrower_than_the_draft(tiny_synthetic, tmp_path):
     ev = Evaluator(d, SampleSet(samples), ttt_steps=3)
     report = ev.run([ev.wiring("train")])
     assert report.samples == 2 and len(report.wirings[0].steps) == 3
-    assert diagnose(ev, 2).best_wiring is not None
+    _assert_best_is_evals_best(ev, diagnose(ev, 2))
+
+
+def _assert_best_is_evals_best(ev, doc) -> None:
+    """The doctor's best wiring leads its own ranking (hits, then the true token's log-prob),
+    and its counts are eval's step-0 all-tok counts on the same samples."""
+    from inspector.wiring import Wiring
+
+    best = max((w for w in doc.wirings if w.complete), key=lambda w: (w.all_tok.hits, w.mean_logp))
+    assert tuple(doc.best_wiring) == best.wiring
+    rep = ev.run([Wiring(best.wiring)], indices=doc.sample_indices)
+    assert rep.wirings[0].steps[0].all_tok == best.all_tok
+    assert best.all_tok.total > 0
 
 
 def test_doctor_runs_on_a_sliding_window_draft(tiny_synthetic, tmp_path):
@@ -350,7 +362,7 @@ def test_doctor_runs_on_a_sliding_window_draft(tiny_synthetic, tmp_path):
     d = load_draft(edited_copy(tiny_synthetic[0], tmp_path / "a", config=_window_cfg(6)))
     ev = Evaluator(d, SampleSet(tiny_synthetic[1]), ttt_steps=2)
     doc = diagnose(ev, 2)
-    assert doc.best_wiring is not None
+    _assert_best_is_evals_best(ev, doc)
     assert all(math.isfinite(w.all_tok.acc) for w in doc.wirings)
 
 
