@@ -11,13 +11,12 @@ from rich.table import Table
 from rich.text import Text
 
 from inspector.commands.common import (
-    load_evaluator,
+    open_evaluator,
+    print_skips,
     progress_bar,
-    resolve_inputs,
     wirings_and_names,
 )
 from inspector.commands.output import safe, stdout_console, write_json
-from inspector.errors import InputError
 from inspector.formatting import fmt_float, pct
 
 # Above this share of generated positions whose token is not the target's argmax, the replay
@@ -46,13 +45,7 @@ def run_accept(args: argparse.Namespace) -> int:
         report = _replay(args, spec, err, init_from_env, engine)
         if report is None:
             return 0
-    for e in report.skipped:
-        err.print(f"[yellow]skipped[/] {safe(e.line())}", highlight=False, soft_wrap=True)
-    for w in report.warnings:
-        err.print(f"[yellow]warning[/] {safe(w.line())}", highlight=False, soft_wrap=True)
-    if report.samples == 0:
-        total = len(report.skipped)
-        raise InputError(None, None, f"none of the {total} samples could be used")
+    print_skips(err, report)
     for line in honesty_notes(report):
         err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
     if args.json:
@@ -69,18 +62,9 @@ def _replay(args, spec, err, init_from_env, engine):
     from inspector.distributed import gather_accept
     from inspector.serving.replay import Replayer
 
-    inputs = resolve_inputs(args)
     dist_ctx, device = init_from_env(args.device)
     # A chain reads the evaluator's TTT predictions; a tree runs its own forwards.
-    ev = load_evaluator(
-        inputs,
-        device=device,
-        dtype=args.dtype,
-        ttt_steps=spec.steps if spec.is_chain else 1,
-        memory_budget=args.memory_budget,
-    )
-    for note in inputs.notes:
-        err.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
+    _, ev = open_evaluator(args, err, device, spec.steps if spec.is_chain else 1)
     wirings, names = wirings_and_names(ev, args.wiring)
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
     with progress_bar("replaying", err, dist_ctx) as progress:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from inspector.commands.output import safe
 from inspector.errors import InputError
 from inspector.session import Inputs, demo_inputs, load_evaluator
 from inspector.wiring import PRESETS, preset_name
@@ -15,6 +16,8 @@ __all__ = [
     "parse_slot_layers",
     "progress_bar",
     "resolve_inputs",
+    "open_evaluator",
+    "print_skips",
     "wirings_and_names",
 ]
 
@@ -89,6 +92,37 @@ def resolve_inputs(args: argparse.Namespace) -> Inputs:
             str(prompts_samples(prompts, inputs.target, draft=inputs.checkpoint, device=device))
         ]
     return inputs
+
+
+def open_evaluator(args: argparse.Namespace, err, device: str, ttt_steps: int):
+    """(inputs, evaluator) for a command over CKPT + SAMPLES (or --prompts): the inputs resolved,
+    the draft and samples loaded with the command's --dtype and --memory-budget, and the notes
+    of resolving them printed on `err`."""
+    inputs = resolve_inputs(args)
+    ev = load_evaluator(
+        inputs,
+        device=device,
+        dtype=args.dtype,
+        ttt_steps=ttt_steps,
+        memory_budget=args.memory_budget,
+    )
+    for note in inputs.notes:
+        err.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
+    return inputs, ev
+
+
+def print_skips(err, report) -> None:
+    """A run report's skipped samples and sample warnings on `err`, one line each, and how many
+    samples counted; an error when none could be used."""
+    for e in report.skipped:
+        err.print(f"[yellow]skipped[/] {safe(e.line())}", highlight=False, soft_wrap=True)
+    for w in report.warnings:
+        err.print(f"[yellow]warning[/] {safe(w.line())}", highlight=False, soft_wrap=True)
+    total = len(report.skipped) + report.samples
+    if report.skipped:
+        err.print(f"used {report.samples} of {total} samples", highlight=False, soft_wrap=True)
+    if report.samples == 0:
+        raise InputError(None, None, f"none of the {total} samples could be used")
 
 
 def wirings_and_names(ev, texts: list[str] | None) -> tuple[list, list[str | None]]:

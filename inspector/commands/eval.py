@@ -13,13 +13,12 @@ from rich.text import Text
 
 from inspector.commands.common import (
     Inputs,
-    load_evaluator,
+    open_evaluator,
+    print_skips,
     progress_bar,
-    resolve_inputs,
     wirings_and_names,
 )
 from inspector.commands.output import safe, stdout_console, write_json, write_json_spooled
-from inspector.errors import InputError
 from inspector.evaluate import Report
 from inspector.evaluate.positions import PositionSpool
 from inspector.formatting import pct
@@ -28,18 +27,9 @@ from inspector.formatting import pct
 def run_eval(args: argparse.Namespace) -> int:
     from inspector.distributed import gather_report, init_from_env
 
-    inputs = resolve_inputs(args)
     err = Console(stderr=True)
     dist_ctx, device = init_from_env(args.device)
-    ev = load_evaluator(
-        inputs,
-        device=device,
-        dtype=args.dtype,
-        ttt_steps=args.ttt_steps,
-        memory_budget=args.memory_budget,
-    )
-    for note in inputs.notes:
-        err.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
+    inputs, ev = open_evaluator(args, err, device, args.ttt_steps)
     wirings, names = wirings_and_names(ev, args.wiring)
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
     with progress_bar("evaluating", err, dist_ctx) as progress:
@@ -59,15 +49,7 @@ def run_eval(args: argparse.Namespace) -> int:
         report = gather_report(dist_ctx, report)
         if report is None:  # other ranks: rank 0 prints the merged report
             return 0
-    for e in report.skipped:
-        err.print(f"[yellow]skipped[/] {safe(e.line())}", highlight=False, soft_wrap=True)
-    for w in report.warnings:
-        err.print(f"[yellow]warning[/] {safe(w.line())}", highlight=False, soft_wrap=True)
-    total = len(report.skipped) + report.samples
-    if report.skipped:
-        err.print(f"used {report.samples} of {total} samples", highlight=False, soft_wrap=True)
-    if report.samples == 0:
-        raise InputError(None, None, f"none of the {total} samples could be used")
+    print_skips(err, report)
     if args.json:
         if spool is not None:
             replaced = write_json_spooled(report.to_dict(), spool)

@@ -12,7 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from inspector.commands.common import load_evaluator, progress_bar, resolve_inputs
+from inspector.commands.common import open_evaluator, progress_bar
 from inspector.commands.output import safe, stdout_console, write_json
 from inspector.errors import InputError
 from inspector.formatting import fmt_float
@@ -114,16 +114,7 @@ def run_reconcile(args: argparse.Namespace) -> int:
 def _replay(args, spec, engine, err):
     from inspector.serving.replay import Replayer
 
-    inputs = resolve_inputs(args)
-    ev = load_evaluator(
-        inputs,
-        device=args.device,
-        dtype=args.dtype,
-        ttt_steps=spec.steps if spec.is_chain else 1,
-        memory_budget=args.memory_budget,
-    )
-    for note in inputs.notes:
-        err.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
+    _, ev = open_evaluator(args, err, args.device, spec.steps if spec.is_chain else 1)
     wirings, names, configured = _wirings(args, ev.slot_info, ev.n_blocks, ev.draft)
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
     with progress_bar("replaying", err) as progress:
