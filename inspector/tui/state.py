@@ -11,7 +11,7 @@ Rows are the engine's positions: row j feeds x_{j+1} and predicts x_{j+2}.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from inspector.cache import ByteLRU
 from inspector.tui.totals import Total, Totals, pool_accepts, pool_steps
@@ -19,6 +19,7 @@ from inspector.tui.totals import Total, Totals, pool_accepts, pool_steps
 if TYPE_CHECKING:
     import numpy as np
 
+    from inspector.evaluate import SamplePredictions
     from inspector.metrics import StepMetrics
     from inspector.serving.spec import DraftSpec
     from inspector.serving.walk import AcceptStats
@@ -96,7 +97,7 @@ class ViewModel:
             pool_accepts, AcceptTotals
         )
         # Sized by the budget once loaded; what is on screen is held by `view` in any case.
-        self.preds: ByteLRU[tuple[int, WiringKey], Any] = ByteLRU(0)
+        self.preds: ByteLRU[tuple[int, WiringKey], SamplePredictions] = ByteLRU(0)
         self.samples: ByteLRU[int, SampleData] = ByteLRU(0)
         # The serving replays: the engine settings and each sample's rounds (the arrays the
         # engine's Replayer cache holds too; their counts are pooled in `replays`).
@@ -255,7 +256,7 @@ class ViewModel:
         """A retry of sample i worked (e.g. after an out-of-memory error)."""
         return self.errors.pop(i, None) is not None
 
-    def add_predictions(self, data: SampleData, preds: dict[WiringKey, Any]) -> bool:
+    def add_predictions(self, data: SampleData, preds: dict[WiringKey, SamplePredictions]) -> bool:
         """Cache predictions of a sample; True when the set totals moved."""
         added = False
         for w, pred in preds.items():

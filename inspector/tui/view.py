@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.cells import cell_len, set_cell_size
 from rich.text import Text
@@ -19,6 +19,8 @@ from inspector.formatting import printable
 if TYPE_CHECKING:
     import numpy as np
 
+    from inspector.evaluate import SamplePredictions, StepPredictions
+    from inspector.tui.events import SampleAccept
     from inspector.tui.state import ViewModel
     from inspector.tui.summary import SampleData, Session
     from inspector.wiring import WiringKey
@@ -38,8 +40,8 @@ class ViewState:
 
     data: SampleData
     wiring: WiringKey
-    pred: Any  # SamplePredictions
-    pins: list[tuple[WiringKey, Any]] = field(default_factory=list)
+    pred: SamplePredictions
+    pins: list[tuple[WiringKey, SamplePredictions]] = field(default_factory=list)
     masked_rows: np.ndarray | None = None
     miss_rows: np.ndarray | None = None
     flipped_rows: np.ndarray | None = None
@@ -47,7 +49,7 @@ class ViewState:
     flip_loss: int = 0
 
     @property
-    def s0(self) -> Any:
+    def s0(self) -> StepPredictions:
         return self.pred.steps[0]
 
     @property
@@ -55,7 +57,7 @@ class ViewState:
         return int(self.s0.pos.size)
 
     @property
-    def ref(self) -> tuple[WiringKey, Any] | None:
+    def ref(self) -> tuple[WiringKey, SamplePredictions] | None:
         return self.pins[-1] if self.pins else None
 
     @property
@@ -64,7 +66,10 @@ class ViewState:
 
 
 def build_view(
-    data: SampleData, wiring: WiringKey, pred: Any, pins: Sequence[tuple[WiringKey, Any]]
+    data: SampleData,
+    wiring: WiringKey,
+    pred: SamplePredictions,
+    pins: Sequence[tuple[WiringKey, SamplePredictions]],
 ) -> ViewState:
     import numpy as np
 
@@ -107,7 +112,7 @@ def strip_marks(v: ViewState, mask_only: bool) -> tuple[list[int], list[int], li
     return kind.tolist(), pbin.tolist(), show.tolist()
 
 
-def round_marks(accept: Any, length: int) -> tuple[list[int], list[int]] | None:
+def round_marks(accept: SampleAccept | None, length: int) -> tuple[list[int], list[int]] | None:
     """The strip's rounds line from a `SampleAccept` (None: not computed yet): per token, a of a
     round whose first drafted token it is (-1: none), and ROUND_START for each round's first
     token, IN_ROUND for the others it emits (`widgets.strip`), else 0."""

@@ -18,9 +18,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Sparkline, Static
 
 from inspector.formatting import printable
-from inspector.tui import events as ev
+from inspector.tui import messages as msg
 from inspector.tui.keys import MAIN_KEYS
-from inspector.tui.messages import DeviceEvent
 from inspector.tui.state import ViewModel, next_metrics
 from inspector.tui.widgets.samples import COLUMN_SORTS, SampleList
 from inspector.tui.widgets.strip import TokenStrip
@@ -113,30 +112,16 @@ class MainScreen(Screen):
         self.refresh_accuracy()
 
     # --- device events -----------------------------------------------------------------------------
-    def on_device_event(self, m: DeviceEvent) -> None:
-        handle = {
-            ev.ViewData: self.on_view_data,
-            ev.StatsBatch: self.on_stats_batch,
-            ev.AcceptData: self.on_accept_data,
-            ev.SampleTrees: self.on_sample_trees,
-            ev.ViewFailed: self.on_view_failed,
-            ev.TaskDone: self.on_task_done,
-            ev.LoadProgress: self.on_load_progress,
-            ev.Loaded: self.on_loaded,
-            ev.LoadFailed: self.on_load_failed,
-        }[type(m.event)]
-        handle(m.event)  # type: ignore[operator]
-
-    def on_load_progress(self, e: ev.LoadProgress) -> None:
+    def on_load_progress(self, e: msg.LoadProgress) -> None:
         self.query_one(TokenStrip).show_message(f"{e.text}…")
         self.status = e.text
 
-    def on_load_failed(self, e: ev.LoadFailed) -> None:
+    def on_load_failed(self, e: msg.LoadFailed) -> None:
         self.query_one(TokenStrip).show_message(f"could not load: {e.error}")
         self.status = "load failed"
         self.say(f"could not load: {e.error}", severity="error", timeout=30)
 
-    def on_loaded(self, e: ev.Loaded) -> None:
+    def on_loaded(self, e: msg.Loaded) -> None:
         s = e.session
         st = self.state
         known_bad = st.load(s)
@@ -157,7 +142,7 @@ class MainScreen(Screen):
         else:
             self.request_view()
 
-    def on_view_data(self, e: ev.ViewData) -> None:
+    def on_view_ready(self, e: msg.ViewReady) -> None:
         st = self.state
         data = e.sample
         if st.clear_error(data.index):  # a retry worked (e.g. after an out-of-memory error)
@@ -179,7 +164,7 @@ class MainScreen(Screen):
         elif added:
             self.refresh_accuracy()  # set totals moved
 
-    def on_view_failed(self, e: ev.ViewFailed) -> None:
+    def on_view_failed(self, e: msg.ViewFailed) -> None:
         st = self.state
         self.mark_error(e.sample, e.error)
         if e.gen != st.gen:
@@ -194,10 +179,8 @@ class MainScreen(Screen):
         self.refresh_header()
         self.refresh_accuracy()
 
-    def on_stats_batch(self, e: ev.StatsBatch) -> None:
-        changed = {
-            i for i, w, metrics, length in e.items if self.state.add_stats(i, w, metrics, length)
-        }
+    def on_scored_batch(self, e: msg.ScoredBatch) -> None:
+        changed = {s.sample for s in e.items if self.state.add_stats(*s)}
         for i, err in e.errors:
             self.mark_error(i, err)
         for i in changed:
@@ -208,7 +191,7 @@ class MainScreen(Screen):
         if any(a.index == self.state.sample for a in e.accepts):
             self.paint_rounds()
 
-    def on_accept_data(self, e: ev.AcceptData) -> None:
+    def on_accepts_ready(self, e: msg.AcceptsReady) -> None:
         """The serving replay of a sample the UI asked for (it may be another one by now)."""
         for a in e.accepts:
             self.state.add_accept(a)
@@ -216,27 +199,28 @@ class MainScreen(Screen):
         if e.sample == self.state.sample:
             self.paint_rounds()
 
-    def on_sample_trees(self, e: ev.SampleTrees) -> None:
-        key = (e.index, e.wiring, e.spec)
-        self.state.trees.put(key, e)
+    def on_trees_ready(self, e: msg.TreesReady) -> None:
+        t = e.trees
+        key = (t.index, t.wiring, t.spec)
+        self.state.trees.put(key, t)
         if key == self.state.trees_key():
             self.paint_tree()
 
-    def on_task_done(self, e: ev.TaskDone) -> None:
-        if e.kind == "trees":
-            if e.error:
-                self.query_one("#tree", Static).update(f"no draft tree: {printable(e.error)}")
-                self.say(f"draft tree failed: {e.error}", severity="error", timeout=12)
-            return
+    def on_trees_failed(self, e: msg.TreesFailed) -> None:
+        self.query_one("#tree", Static).update(f"no draft tree: {printable(e.error)}")
+        self.say(f"draft tree failed: {e.error}", severity="error", timeout=12)
+
+    def on_task_done(self, e: msg.TaskDone) -> None:
         if e.kind == "export":
             if e.error:
                 self.say(f"export failed: {e.error}", severity="error", timeout=12)
             else:
                 self.say(f"exported to {e.result}")
-        elif e.kind == "doctor":
-            return  # the doctor screen receives its own typed outcome
-        elif e.error:
+        elif e.kind != "doctor" and e.error:  # the doctor screen receives its own outcome
             self.say(f"internal error: {e.error}", severity="error", timeout=20)
+
+    def on_job_crashed(self, e: msg.JobCrashed) -> None:
+        self.say(f"internal error: {e.error}", severity="error", timeout=20)
 
     def mark_error(self, i: int, error: str) -> None:
         if not self.state.mark_error(i, error):
