@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from inspector.memory import MemoryBudget
     from inspector.serving.spec import DraftSpec
     from inspector.tui.events import SampleAccept, SampleTrees
-    from inspector.tui.summary import LoggedFigure, SampleData, Session
+    from inspector.tui.summary import LoggedFigure, SampleData, Summary
     from inspector.wiring import WiringKey
 
 
@@ -50,7 +50,7 @@ class Backend(Protocol):
         first_sample: int,
         skipped: Sequence[tuple[int, str]],
         logged: LoggedFigure | None,
-    ) -> Session:
+    ) -> Summary:
         """What the UI needs to know of the draft and the set; the presets and `--wiring`
         resolved (or why not)."""
 

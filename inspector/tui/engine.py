@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from inspector.evaluate import Evaluator
     from inspector.serving.spec import DraftSpec
     from inspector.tui.events import Reports
-    from inspector.tui.summary import Session
+    from inspector.tui.summary import Summary
     from inspector.wiring import WiringKey
 
 Task = Callable[["Evaluator"], Any]  # a submitted task: run with the evaluator, its result back
@@ -92,7 +92,7 @@ class Engine:
         self._fill_pos: dict[WiringKey, int] = {}
         self._spec: DraftSpec | None = None
         self.jobs: Jobs | None = None  # once loaded
-        self.session: Session | None = None
+        self.session: Summary | None = None
         self._thread = threading.Thread(target=self._run, name="eagle-inspect-device", daemon=True)
         self.busy = False  # a job is running (read by the UI for its indicator)
 

@@ -14,7 +14,7 @@ from inspector.tui.events import SampleAccept, SampleTrees
 from inspector.tui.summary import (
     LoggedFigure,
     SampleData,
-    Session,
+    Summary,
     accept_at,
     default_serving,
     error_text,
@@ -60,7 +60,7 @@ class EvaluatorBackend:
         first_sample: int = 0,
         skipped: Sequence[tuple[int, str]] = (),
         logged: LoggedFigure | None = None,
-    ) -> Session:
+    ) -> Summary:
         from inspector.serving.spec import DraftSpec
 
         ev = self._ev
@@ -81,7 +81,7 @@ class EvaluatorBackend:
         except Exception as e:  # noqa: BLE001 - shown in the app, which falls back to a preset
             initial_error = f"--wiring {spec}: {error_text(e)}"
             initial = presets.get("train") or presets.get("serve")
-        return Session(
+        return Summary(
             checkpoint=str(draft.path),
             name=str(draft.name),
             layout=str(draft.layout),

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from inspector.metrics import StepMetrics
     from inspector.serving.spec import DraftSpec
     from inspector.serving.walk import AcceptStats
-    from inspector.tui.summary import SampleData, Session
+    from inspector.tui.summary import SampleData, Summary
     from inspector.wiring import WiringKey
 
 
@@ -73,7 +73,7 @@ class Reports(Protocol):
     def load_progress(self, text: str) -> None:
         """A loading stage (importing torch, reading the draft, ...)."""
 
-    def loaded(self, session: Session) -> None:
+    def loaded(self, session: Summary) -> None:
         """The inputs are loaded: what the UI needs to know of the draft and the set."""
 
     def load_failed(self, error: str) -> None: ...

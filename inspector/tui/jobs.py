@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from inspector.serving.spec import DraftSpec
     from inspector.tui.backend import Backend
     from inspector.tui.events import Reports, SampleAccept, SampleTrees
-    from inspector.tui.summary import SampleData, Session
+    from inspector.tui.summary import SampleData, Summary
     from inspector.wiring import WiringKey
 
 # Without a memory budget (test loaders): the sizes of the engine-side caches.
@@ -56,7 +56,7 @@ class Jobs:
     # that rendering was 40% of the UI thread's time during the fill and delayed key presses.
     STATS_INTERVAL = 0.5
 
-    def __init__(self, backend: Backend, reports: Reports, session: Session) -> None:
+    def __init__(self, backend: Backend, reports: Reports, session: Summary) -> None:
         self.backend = backend
         self.reports = reports
         self.session = session

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from inspector.evaluate import SamplePredictions
     from inspector.serving.spec import DraftSpec
     from inspector.tui.events import SampleAccept, SampleTrees, Scored
-    from inspector.tui.summary import SampleData, Session
+    from inspector.tui.summary import SampleData, Summary
     from inspector.wiring import WiringKey
 
 # Fields as a dataclass (toolong's habit), identity as Textual's own messages (no field equality).
@@ -39,7 +39,7 @@ class LoadProgress(Message, bubble=False):
 
 @report
 class Loaded(Message, bubble=False):
-    session: Session
+    session: Summary
 
 
 @report
@@ -150,7 +150,7 @@ class PostReports:
     def load_progress(self, text: str) -> None:
         self._post(LoadProgress(text))
 
-    def loaded(self, session: Session) -> None:
+    def loaded(self, session: Summary) -> None:
         self._post(Loaded(session))
 
     def load_failed(self, error: str) -> None:

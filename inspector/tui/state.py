@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from inspector.serving.spec import DraftSpec
     from inspector.serving.walk import AcceptStats
     from inspector.tui.events import SampleAccept, SampleTrees
-    from inspector.tui.summary import SampleData, Session
+    from inspector.tui.summary import SampleData, Summary
     from inspector.tui.view import ViewState
     from inspector.wiring import WiringKey
 
@@ -79,7 +79,7 @@ class ViewModel:
     """State of the main screen (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.session: Session | None = None
+        self.session: Summary | None = None
         self.sample = 0
         self.wiring: WiringKey | None = None
         self.pins: list[WiringKey] = []  # oldest first; the last is the reference
@@ -108,7 +108,7 @@ class ViewModel:
         self.warned: set[tuple[int, str]] = set()
 
     # --- session ------------------------------------------------------------------------------
-    def load(self, session: Session) -> list[tuple[int, str]]:
+    def load(self, session: Summary) -> list[tuple[int, str]]:
         """Take a loaded session; returns the samples already known to be unusable."""
         self.session = session
         if session.budget is not None:

@@ -52,8 +52,9 @@ class LoggedFigure:
 
 
 @dataclass
-class Session:
-    """What the UI needs to know about the loaded draft and sample set."""
+class Summary:
+    """What the UI needs to know about the loaded draft and sample set (not to be confused with
+    `inspector.session`, whose `Inputs` name the files it was loaded from)."""
 
     checkpoint: str
     name: str

@@ -13,12 +13,12 @@ if TYPE_CHECKING:
     import numpy as np
 
     from inspector.evaluate import Evaluator
-    from inspector.tui.summary import Session
+    from inspector.tui.summary import Summary
     from inspector.wiring import WiringKey
 
 
 def export_task(
-    session: Session,
+    session: Summary,
     sample: int,
     wirings: Sequence[WiringKey],
     input_ids: np.ndarray | None,

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from inspector.evaluate import SamplePredictions, StepPredictions
     from inspector.tui.events import SampleAccept
-    from inspector.tui.summary import SampleData, Session
+    from inspector.tui.summary import SampleData, Summary
     from inspector.wiring import WiringKey
 
 TOKEN_WIDTH = 18
@@ -141,7 +141,7 @@ def cell(text: str, width: int, right: bool = False) -> str:
     return pad + text if right else text + pad
 
 
-def wiring_name(session: Session, w: Sequence[int]) -> str:
+def wiring_name(session: Summary, w: Sequence[int]) -> str:
     name = session.preset_name(w)
     label = session.wiring_label(w)
     return f"{label} {name}" if name else label

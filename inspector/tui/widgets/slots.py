@@ -9,14 +9,14 @@ from textual.widgets import Static
 from inspector.tui.panels import slots_renderable
 
 if TYPE_CHECKING:
-    from inspector.tui.summary import Session
+    from inspector.tui.summary import Summary
     from inspector.tui.view import ViewState
 
 
 class SlotPanel(Static):
     BORDER_TITLE = "slots"
 
-    def paint(self, session: Session, v: ViewState, row: int) -> None:
+    def paint(self, session: Summary, v: ViewState, row: int) -> None:
         self.update(slots_renderable(session, v, row))
 
     def clear(self) -> None:

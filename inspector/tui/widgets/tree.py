@@ -11,7 +11,7 @@ from inspector.tui.panels import tree_renderable
 
 if TYPE_CHECKING:
     from inspector.tui.events import SampleTrees
-    from inspector.tui.summary import Session
+    from inspector.tui.summary import Summary
     from inspector.tui.view import ViewState
 
 # Before the first layout, when the panel has no size yet.
@@ -21,7 +21,7 @@ DEFAULT_WIDTH, DEFAULT_HEIGHT = 36, 15
 class TreePanel(Static):
     BORDER_TITLE = "draft tree"
 
-    def paint(self, session: Session, v: ViewState, trees: SampleTrees | None, row: int) -> None:
+    def paint(self, session: Summary, v: ViewState, trees: SampleTrees | None, row: int) -> None:
         """Row `row`'s tree (trees None: still being computed); nodes beyond the panel's
         height give way to the sample's path and its alternatives."""
         width = self.content_size.width or DEFAULT_WIDTH
