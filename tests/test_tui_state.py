@@ -440,7 +440,8 @@ def test_the_engine_side_never_imports_textual():
     code = (
         "import sys, inspector.tui.engine, inspector.tui.state, inspector.tui.loader, "
         "inspector.tui.summary, inspector.tui.events, inspector.tui.tasks, inspector.tui.view, "
-        "inspector.tui.panels, inspector.tui.accuracy, inspector.tui.trees;"
+        "inspector.tui.panels, inspector.tui.accuracy, inspector.tui.trees, inspector.tui.jobs, "
+        "inspector.tui.backend, inspector.tui.evaluator_backend, inspector.tui.totals;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'torch')))"
     )
     out = python_output(code)
