@@ -14,7 +14,7 @@ from inspector.errors import InputError
 from inspector.metrics import Counts, StepMetrics
 from inspector.tui.loader import first_loadable
 from inspector.tui.state import ViewModel, metrics_order, next_metrics
-from inspector.tui.summary import Session
+from inspector.tui.summary import Summary
 from inspector.tui.view import ViewState
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,7 +24,7 @@ TRAIN, SERVE, OTHER = (0, 1, 2), (1, 2, 3), (0, 2, 3)
 def session(n: int = 4, *, layout: str = "speculators", ttt: int = 1, verifier: bool = True):
     from inspector.sample import SlotInfo
 
-    return Session(
+    return Summary(
         checkpoint="/x/draft",
         name="draft",
         layout=layout,
@@ -440,7 +440,8 @@ def test_the_engine_side_never_imports_textual():
     code = (
         "import sys, inspector.tui.engine, inspector.tui.state, inspector.tui.loader, "
         "inspector.tui.summary, inspector.tui.events, inspector.tui.tasks, inspector.tui.view, "
-        "inspector.tui.panels, inspector.tui.accuracy, inspector.tui.trees;"
+        "inspector.tui.panels, inspector.tui.accuracy, inspector.tui.trees, inspector.tui.jobs, "
+        "inspector.tui.backend, inspector.tui.evaluator_backend, inspector.tui.totals;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'torch')))"
     )
     out = python_output(code)

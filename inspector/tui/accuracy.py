@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from inspector.serving.spec import DraftSpec
     from inspector.serving.walk import AcceptStats
     from inspector.tui.state import AcceptTotals, SetTotals, ViewModel
-    from inspector.tui.summary import Session
+    from inspector.tui.summary import Summary
     from inspector.tui.view import ViewState
     from inspector.wiring import WiringKey
 
@@ -144,7 +144,7 @@ def accuracy_text(st: ViewModel, *, metrics: str, narrow: bool, width: int) -> T
 
 
 def accuracy_renderable(
-    session: Session,
+    session: Summary,
     v: ViewState | None,
     wirings: Sequence[WiringKey],
     sample_metrics: dict[WiringKey, list[StepMetrics]],

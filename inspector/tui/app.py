@@ -18,7 +18,7 @@ from textual.screen import Screen
 from inspector.tui.engine import Engine
 from inspector.tui.keys import ActionHelp, actions
 from inspector.tui.loader import Loader, default_loader
-from inspector.tui.messages import DeviceEvent
+from inspector.tui.messages import PostReports
 from inspector.tui.screens.main import MainScreen
 
 if TYPE_CHECKING:
@@ -83,9 +83,8 @@ class InspectorApp(App):
         self.t_first_paint = time.perf_counter()
         self.torch_at_first_paint = "torch" in sys.modules
         self.numpy_at_first_paint = "numpy" in sys.modules
-        main = self.main
         self.engine = Engine(
-            lambda event: main.post_message(DeviceEvent(event)),
+            PostReports(self.main),
             self.loader,
             initial_wiring=self.initial_wiring,
             fill=self.fill,

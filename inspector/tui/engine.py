@@ -1,17 +1,18 @@
-"""The one thread that owns the device.
+"""The one thread that owns the device, and its scheduling: which request runs next.
 
-Everything that touches torch runs here: loading, forwards, slot norms, the doctor, exports. The UI
-thread only posts requests and reads the numpy results that come back as `events` (plain
-dataclasses: this module never imports Textual; the app turns them into messages).
+Everything that touches torch runs on this thread: loading, forwards, slot norms, the doctor,
+exports. The UI thread only posts requests here and gets the numpy results back through the
+`events.Reports` port (this module never imports Textual; the app posts one message per event).
+What each request does is a job (`jobs.py`), over the loaded `backend.Backend`.
 
 Requests are not a plain queue:
 - a view request (sample + wirings) *replaces* any view request not yet started, so a held key
   costs one forward, not one per repeat; every result carries the generation number of its
   request, and the UI paints only results of the latest generation;
-- tasks (doctor, export) run next, in order;
-- then the prefetch of the neighbouring samples;
 - then the serving replay of the sample on screen (`request_accept`; a newer one replaces it), and
   its draft trees while the tree panel is open (`request_trees`; the same);
+- tasks (doctor, export) run next, in order;
+- then the prefetch of the neighbouring samples;
 - then, while idle, the set-wide fill: per-sample metrics and serving replays (under the current
   engine settings, `set_spec`) of the current and pinned wirings for the sample list and the
   whole-set totals, sent back in batches.
@@ -25,37 +26,20 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from inspector.cache import ByteLRU
-from inspector.tui.events import (
-    AcceptData,
-    Event,
-    Loaded,
-    LoadFailed,
-    LoadProgress,
-    SampleAccept,
-    SampleTrees,
-    StatsBatch,
-    TaskDone,
-    ViewData,
-    ViewFailed,
-)
+from inspector.tui.jobs import Jobs, ReplayRequest, ViewRequest
 from inspector.tui.loader import Loader
-from inspector.tui.summary import (
-    SampleData,
-    Session,
-    accept_at,
-    build_sample_data,
-    error_text,
-    make_session,
-)
+from inspector.tui.summary import default_serving, error_text
 
 if TYPE_CHECKING:
-    from inspector.metrics import StepMetrics
+    from inspector.evaluate import Evaluator
     from inspector.serving.spec import DraftSpec
+    from inspector.tui.events import Reports
+    from inspector.tui.summary import Summary
     from inspector.wiring import WiringKey
+
+Task = Callable[["Evaluator"], Any]  # a submitted task: run with the evaluator, its result back
 
 
 def calm_the_collector() -> None:
@@ -78,70 +62,44 @@ def calm_the_collector() -> None:
     gc.set_threshold(10_000, *gc.get_threshold()[1:])
 
 
-# --- the engine ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _ViewRequest:
-    gen: int
-    sample: int
-    wirings: tuple[WiringKey, ...]
-    prefetch: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class _AcceptRequest:
-    sample: int
-    wirings: tuple[WiringKey, ...]
-    spec: DraftSpec
-
-
 class Engine:
-    """Owns the evaluator in one daemon thread; see the module docstring for the scheduling."""
-
-    STATS_BATCH = 32
-    # Every batch repaints the sample list (DataTable re-renders all its visible rows): at 0.15 s
-    # that rendering was 40% of the UI thread's time during the fill and delayed key presses.
-    STATS_INTERVAL = 0.5
+    """Owns the backend in one daemon thread; see the module docstring for the scheduling."""
 
     def __init__(
         self,
-        post: Callable[[Event], Any],
+        reports: Reports,
         loader: Loader,
         *,
         initial_wiring: str | None = None,
         fill: bool = True,
         input_paths: Sequence[str] = (),
     ) -> None:
-        self._post = post
+        self._reports = reports
         self._loader = loader
-        self._initial_spec = initial_wiring
+        self._initial_wiring = initial_wiring
         self._fill_enabled = fill
         self._input_paths = [str(p) for p in input_paths]
         self._cond = threading.Condition()
         self._stop = False
-        self._view: _ViewRequest | None = None
-        self._accept: _AcceptRequest | None = None
-        self._spec: DraftSpec | None = None  # the fill's engine settings (from the session)
-        self._replayer: Any = None  # serving.replay.Replayer, made on the device thread
-        self._accepted: set[tuple[int, WiringKey, DraftSpec]] = set()
-        self._accepts: list[SampleAccept] = []
-        self._trees_req: _AcceptRequest | None = None  # one wiring
-        self._trees: ByteLRU[tuple[int, WiringKey, DraftSpec], SampleTrees] = ByteLRU(0)
-        self._tasks: deque[tuple[str, Callable[[Any], Any]]] = deque()
+        # The requests, each replaced by a newer one until it starts (see the module docstring).
+        self._view: ViewRequest | None = None
+        self._accept: ReplayRequest | None = None
+        self._trees: ReplayRequest | None = None  # one wiring
+        self._tasks: deque[tuple[str, Task]] = deque()
         self._prefetch: deque[tuple[int, tuple[WiringKey, ...]]] = deque()
+        # The fill: its wirings in order, how far each got, the settings it replays under.
         self._fill_wirings: list[WiringKey] = []
         self._fill_pos: dict[WiringKey, int] = {}
-        self._done: set[tuple[int, WiringKey]] = set()
-        self._bad: set[int] = set()
-        self._stats: list[tuple[int, WiringKey, list[StepMetrics], int]] = []
-        self._stat_errors: list[tuple[int, str]] = []
-        self._last_flush = time.monotonic()
-        self._current = 0
-        self._neighbours: tuple[int, ...] = ()
-        self._sample_data: ByteLRU[int, SampleData] = ByteLRU(0)  # sized once loaded
-        self.ev: Any = None
-        self.session: Session | None = None
+        self._spec: DraftSpec | None = None
+        self.jobs: Jobs | None = None  # once loaded
+        self.session: Summary | None = None
         self._thread = threading.Thread(target=self._run, name="eagle-inspect-device", daemon=True)
         self.busy = False  # a job is running (read by the UI for its indicator)
+
+    @property
+    def ev(self) -> Evaluator | None:
+        """The loaded evaluator (benchmarks read its caches' sizes)."""
+        return self.jobs.backend.evaluator if self.jobs is not None else None
 
     # --- UI-thread API ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -159,13 +117,16 @@ class Engine:
     ) -> None:
         """Compute (or fetch) a sample under wirings; replaces any view request not yet started."""
         with self._cond:
-            self._view = _ViewRequest(gen, sample, tuple(wirings), tuple(prefetch))
+            self._view = ViewRequest(gen, sample, tuple(wirings), tuple(prefetch))
             self._cond.notify_all()
 
-    def request_prefetch(self, sample: int, samples: Sequence[int], wirings: Sequence[WiringKey]):
+    def request_prefetch(
+        self, sample: int, samples: Sequence[int], wirings: Sequence[WiringKey]
+    ) -> None:
         """Warm samples under wirings at low priority (when the view itself came from the UI cache)."""
         with self._cond:
-            self._current = sample
+            if self.jobs is not None:
+                self.jobs.current = sample
             self._prefetch = deque((s, tuple(wirings)) for s in samples)
             self._cond.notify_all()
 
@@ -178,17 +139,17 @@ class Engine:
             self._cond.notify_all()
 
     def request_accept(self, sample: int, wirings: Sequence[WiringKey], spec: DraftSpec) -> None:
-        """Replay a sample under wirings and engine settings (an AcceptData comes back); replaces
-        any accept request not yet started."""
+        """Replay a sample under wirings and engine settings (`Reports.accepts_ready`);
+        replaces any accept request not yet started."""
         with self._cond:
-            self._accept = _AcceptRequest(sample, tuple(wirings), spec)
+            self._accept = ReplayRequest(sample, tuple(wirings), spec)
             self._cond.notify_all()
 
     def request_trees(self, sample: int, wiring: WiringKey, spec: DraftSpec) -> None:
-        """The draft tree of every row of a sample (a SampleTrees comes back, or a TaskDone
-        "trees" with the error); replaces any trees request not yet started."""
+        """The draft tree of every row of a sample (`Reports.trees_ready`, or `trees_failed`);
+        replaces any trees request not yet started."""
         with self._cond:
-            self._trees_req = _AcceptRequest(sample, (tuple(wiring),), spec)
+            self._trees = ReplayRequest(sample, (tuple(wiring),), spec)
             self._cond.notify_all()
 
     def set_spec(self, spec: DraftSpec) -> None:
@@ -199,8 +160,8 @@ class Engine:
                 self._fill_pos = {w: 0 for w in self._fill_pos}
             self._cond.notify_all()
 
-    def submit(self, kind: str, fn: Callable[[Any], Any]) -> None:
-        """Run fn(evaluator) on the device thread; a TaskDone(kind, result|error) comes back."""
+    def submit(self, kind: str, fn: Task) -> None:
+        """Run fn(evaluator) on the device thread; `Reports.task_done(kind, result|error)`."""
         with self._cond:
             self._tasks.append((kind, fn))
             self._cond.notify_all()
@@ -217,58 +178,41 @@ class Engine:
                 not self.busy
                 and self._view is None
                 and self._accept is None
-                and self._trees_req is None
+                and self._trees is None
                 and not self._tasks
                 and not self._prefetch
             )
 
     def fill_pending(self) -> bool:
         with self._cond:
-            return self._next_fill() is not None or self._unsent()
-
-    def _unsent(self) -> bool:
-        return bool(self._stats or self._stat_errors or self._accepts)
+            return self._next_fill() is not None or (self.jobs is not None and self.jobs.unsent())
 
     # --- the thread --------------------------------------------------------------------------------
-    def _send(self, message: Event) -> None:
-        try:
-            self._post(message)
-        except Exception:  # noqa: BLE001 - the app may be closing
-            pass
-
     def _run(self) -> None:
         t0 = time.perf_counter()
         try:
-            res = self._loader(lambda text: self._send(LoadProgress(text)))
-            self.ev = res.ev
-            if self._spec is None:
-                from inspector.tui.summary import default_serving
-
-                self._spec = default_serving(int(res.ev.ttt_steps))
-            budget = getattr(res.ev, "budget", None)
-            self._sample_data.max_bytes = (
-                budget.host_share("app_samples") if budget is not None else 256 * 2**20
-            )
-            self._trees.max_bytes = (
-                budget.host_share("replays") if budget is not None else 64 * 2**20
-            )
-            self._bad.update(i for i, _ in res.skipped)
-            self.session = make_session(
-                res.ev,
+            res = self._loader(self._reports.load_progress)
+            backend = res.backend()
+            session = backend.summarize(
                 res.decoder,
                 res.notes,
-                initial_spec=self._initial_spec,
+                initial_wiring=self._initial_wiring,
                 input_paths=self._input_paths,
                 load_s=time.perf_counter() - t0,
                 first_sample=res.first_sample,
                 skipped=res.skipped,
-                logged=getattr(res, "logged", None),
+                logged=res.logged,
             )
+            if self._spec is None:
+                self._spec = default_serving(session.ttt_steps)
+            jobs = Jobs(backend, self._reports, session)
         except BaseException as e:  # noqa: BLE001 - reported in the app, which stays up
-            self._send(LoadFailed(error_text(e)))
+            self._reports.load_failed(error_text(e))
             return
+        with self._cond:
+            self.session, self.jobs = session, jobs
         calm_the_collector()
-        self._send(Loaded(self.session))
+        self._reports.loaded(session)
         while True:
             job = self._take()
             if job is None:
@@ -277,239 +221,60 @@ class Engine:
             try:
                 job()
             except BaseException:  # noqa: BLE001 - a bug in a job must not kill the device thread
-                self._send(TaskDone("internal", error=traceback.format_exc(limit=4)))
+                self._reports.job_crashed(traceback.format_exc(limit=4))
             finally:
                 self.busy = False
 
     def _take(self) -> Callable[[], None] | None:
+        """The next job, by the priorities of the module docstring; waits while there is none."""
+        jobs = self.jobs
+        assert jobs is not None
         with self._cond:
             while True:
                 if self._stop:
                     return None
                 if self._view is not None:
                     req, self._view = self._view, None
-                    return lambda: self._serve_view(req)
+                    return lambda: self._serve_view(jobs, req)
                 if self._accept is not None:
                     acc, self._accept = self._accept, None
-                    return lambda: self._serve_accept(acc)
-                if self._trees_req is not None:
-                    tr, self._trees_req = self._trees_req, None
-                    return lambda: self._serve_trees(tr)
+                    return lambda: jobs.accept(acc)
+                if self._trees is not None:
+                    tr, self._trees = self._trees, None
+                    return lambda: jobs.trees(tr)
                 if self._tasks:
                     kind, fn = self._tasks.popleft()
-                    return lambda: self._run_task(kind, fn)
+                    return lambda: jobs.task(kind, fn)
                 if self._prefetch:
                     sample, wirings = self._prefetch.popleft()
-                    return lambda: self._serve_prefetch(sample, wirings)
+                    return lambda: jobs.prefetch(sample, wirings)
                 item = self._next_fill() if self._fill_enabled else None
                 if item is not None:
-                    return lambda: self._fill_one(*item)
-                if self._unsent():
-                    return self._flush_stats
+                    spec = self._spec
+                    return lambda: jobs.fill(*item, spec)
+                if jobs.unsent():
+                    return jobs.flush
                 self._cond.wait()
 
-    # --- jobs --------------------------------------------------------------------------------------
-    def sample_data(self, i: int) -> SampleData:
-        """The wiring-independent arrays of sample i (device thread only)."""
-        cached = self._sample_data.get(i)
-        if cached is not None:
-            return cached
-        decoder = self.session.decoder if self.session else None
-        return self._sample_data.put(i, build_sample_data(self.ev, i, decoder))
-
-    def _predict_all(self, i: int, wirings: Sequence[WiringKey]) -> dict[WiringKey, Any]:
-        from inspector.wiring import Wiring
-
-        preds: dict[WiringKey, Any] = {}
-        for w in wirings:
-            if w not in preds:
-                preds[w] = self.ev.predict(i, Wiring(tuple(w)))
-                self._note(i, w, preds[w])
-        return preds
-
-    def _note(self, i: int, w: WiringKey, pred: Any) -> None:
-        key = (i, w)
-        if key in self._done:
-            return
-        self._done.add(key)
-        length = int(pred.steps[0].pos.size + 2) if pred.steps else 0
-        self._stats.append((i, w, list(pred.metrics), length))
-
-    def _failed(self, i: int, e: BaseException) -> tuple[str, str]:
-        """(kind, text) of a failed job on sample i; a bad sample is not tried again."""
-        from inspector.errors import InputError
-
-        if self._free_after_oom(e):
-            return "oom", f"out of device memory on sample #{i}: {error_text(e)}"
-        if isinstance(e, InputError):
-            self._bad.add(i)
-            return "sample", error_text(e)
-        return "error", error_text(e)
-
-    @staticmethod
-    def _free_after_oom(e: BaseException) -> bool:
-        """After an out-of-memory error, hand the allocator's cached blocks back; True if it was one."""
-        from inspector.evaluate import is_oom
-
-        if not is_oom(e):
-            return False
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-        except Exception:  # noqa: BLE001 - freeing is best effort
-            pass
-        return True
-
-    def _serve_view(self, req: _ViewRequest) -> None:
-        self._current = req.sample
-        self._neighbours = req.prefetch
-        try:
-            data = self.sample_data(req.sample)
-            preds = self._predict_all(req.sample, req.wirings)
-        except Exception as e:  # noqa: BLE001 - shown in the app
-            kind, text = self._failed(req.sample, e)
-            self._send(ViewFailed(req.gen, req.sample, text, kind))
-        else:
-            self._send(ViewData(req.gen, data, preds, prefetch=False))
-        n = len(self.ev.samples)
+    def _serve_view(self, jobs: Jobs, req: ViewRequest) -> None:
+        """The view, then its neighbours queued for prefetch (replacing older ones)."""
+        jobs.view(req)
         with self._cond:
-            self._prefetch = deque(
-                (s, req.wirings) for s in req.prefetch if 0 <= s < n and s not in self._bad
-            )
-        self._flush_stats()
-
-    def replay(self, i: int, w: WiringKey, spec: DraftSpec) -> SampleAccept:
-        """Sample i's serving replay (device thread only), cached by the Replayer's ByteLRU under
-        the budget's `replays` share, keyed by (sample, wiring, settings)."""
-        from inspector.serving.replay import Replayer
-        from inspector.wiring import Wiring
-
-        if self._replayer is None:
-            self._replayer = Replayer(self.ev, spec)
-        self._replayer.spec = spec  # the cache key holds the settings (and so the convention)
-        r = self._replayer.replay(i, Wiring(tuple(w)))
-        mask = self.ev.samples[i].loss_mask.numpy()
-        a_at = accept_at(r.a_by_start, mask)
-        return SampleAccept(
-            i, tuple(w), spec, r.a_by_start, r.starts, r.accepted, r.emitted, r.stats, a_at
-        )
-
-    def _note_accept(self, a: SampleAccept) -> None:
-        key = (a.index, a.wiring, a.spec)
-        if key not in self._accepted:
-            self._accepted.add(key)
-            self._accepts.append(a)
-
-    def _serve_accept(self, req: _AcceptRequest) -> None:
-        if req.sample in self._bad or not (0 <= req.sample < len(self.ev.samples)):
-            return
-        out: list[SampleAccept] = []
-        try:
-            for w in dict.fromkeys(req.wirings):
-                a = self.replay(req.sample, w, req.spec)
-                self._accepted.add((a.index, a.wiring, a.spec))
-                out.append(a)
-        except Exception as e:  # noqa: BLE001 - the sample's row gets marked
-            _, text = self._failed(req.sample, e)
-            self._stat_errors.append((req.sample, text))
-            self._flush_stats()
-            return
-        self._send(AcceptData(req.sample, req.spec, out))
-
-    def _serve_trees(self, req: _AcceptRequest) -> None:
-        from inspector.tui.trees import sample_trees
-
-        key = (req.sample, req.wirings[0], req.spec)
-        trees = self._trees.get(key)
-        if trees is None:
-            try:
-                trees = sample_trees(self.ev, req.sample, req.wirings[0], req.spec)
-            except Exception as e:  # noqa: BLE001 - shown in the panel
-                self._free_after_oom(e)
-                self._send(TaskDone("trees", error=error_text(e)))
-                return
-            self._trees.put(key, trees)
-        self._send(trees)
-
-    def _serve_prefetch(self, sample: int, wirings: tuple[WiringKey, ...]) -> None:
-        if sample in self._bad or not (0 <= sample < len(self.ev.samples)):
-            return
-        try:
-            data = self.sample_data(sample)
-            preds = self._predict_all(sample, wirings)
-        except Exception as e:  # noqa: BLE001 - the sample's row gets marked
-            kind, text = self._failed(sample, e)
-            if kind == "sample":
-                self._stat_errors.append((sample, text))
-        else:
-            self._send(ViewData(-1, data, preds, prefetch=True))
-        self._keep_warm()
+            self._prefetch = deque((s, req.wirings) for s in req.prefetch if jobs.usable(s))
+        jobs.flush()
 
     def _next_fill(self) -> tuple[int, WiringKey] | None:
-        if self.ev is None:
+        """The fill's next (sample, wiring): the first wiring in order with a sample left."""
+        jobs = self.jobs
+        if jobs is None:
             return None
-        n = len(self.ev.samples)
+        n = jobs.backend.n_samples
         spec = self._spec
         for w in self._fill_wirings:
             pos = self._fill_pos.get(w, 0)
-            while pos < n and (
-                pos in self._bad
-                or ((pos, w) in self._done and (spec is None or (pos, w, spec) in self._accepted))
-            ):
+            while pos < n and (pos in jobs.bad or jobs.filled(pos, w, spec)):
                 pos += 1
             self._fill_pos[w] = pos
             if pos < n:
                 return pos, w
         return None
-
-    def _fill_one(self, i: int, w: WiringKey) -> None:
-        from inspector.wiring import Wiring
-
-        spec = self._spec
-        try:
-            if (i, w) not in self._done:
-                self._note(i, w, self.ev.predict(i, Wiring(w)))
-            if spec is not None and (i, w, spec) not in self._accepted:
-                self._note_accept(self.replay(i, w, spec))
-        except Exception as e:  # noqa: BLE001
-            kind, text = self._failed(i, e)
-            if kind != "sample":  # not the sample's fault: do not retry it in a loop
-                self._bad.add(i)
-            self._stat_errors.append((i, text))
-        self._keep_warm()
-        now = time.monotonic()
-        if (
-            len(self._stats) + len(self._accepts) >= self.STATS_BATCH
-            or now - self._last_flush > self.STATS_INTERVAL
-        ):
-            self._flush_stats()
-
-    def _keep_warm(self) -> None:
-        warm = getattr(self.ev, "keep_warm", None)
-        if warm is None:
-            return
-        try:
-            for s in (*self._neighbours[:1], self._current):
-                warm(s)
-        except Exception:  # noqa: BLE001 - warming is best effort
-            pass
-
-    def _flush_stats(self) -> None:
-        self._last_flush = time.monotonic()
-        if not self._unsent():
-            return
-        items, self._stats = self._stats, []
-        errors, self._stat_errors = self._stat_errors, []
-        accepts, self._accepts = self._accepts, []
-        self._send(StatsBatch(items, errors, accepts))
-
-    def _run_task(self, kind: str, fn: Callable[[Any], Any]) -> None:
-        try:
-            result = fn(self.ev)
-        except Exception as e:  # noqa: BLE001 - shown in the app
-            self._free_after_oom(e)
-            self._send(TaskDone(kind, error=error_text(e)))
-        else:
-            self._send(TaskDone(kind, result=result))

@@ -1,56 +1,27 @@
-"""What the device thread reports to the UI: plain dataclasses, no Textual.
+"""What the device thread reports to the UI: the `Reports` port (one method per event) and the
+result arrays it carries. No Textual, no torch.
 
-The engine calls its `post` callback with one of these from its own thread; the app wraps each in
-one Textual message (`messages.DeviceEvent`) and the main screen dispatches on the type.
-Results carry the generation number of their request; the UI paints only the latest one.
+The engine calls `Reports` from its own thread; the app's implementation
+(`messages.PostReports`) posts one Textual message per event to the main screen, so the screen
+handles each with its own `on_...` method. Keeping the port a Protocol keeps the engine side
+free of Textual (a test checks it): the engine, its jobs and the backend run and test headless.
+View results carry the generation number of their request; the UI paints only the latest.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from inspector.evaluate import SamplePredictions
     from inspector.metrics import StepMetrics
     from inspector.serving.spec import DraftSpec
     from inspector.serving.walk import AcceptStats
-    from inspector.tui.summary import SampleData, Session
+    from inspector.tui.summary import SampleData, Summary
     from inspector.wiring import WiringKey
-
-
-@dataclass(frozen=True)
-class LoadProgress:
-    text: str
-
-
-@dataclass(frozen=True)
-class Loaded:
-    session: Session
-
-
-@dataclass(frozen=True)
-class LoadFailed:
-    error: str
-
-
-@dataclass(frozen=True)
-class ViewData:
-    """Predictions of one sample under some wirings; prefetch=True when nobody asked to see it."""
-
-    gen: int
-    sample: SampleData
-    preds: dict[WiringKey, Any]  # SamplePredictions
-    prefetch: bool
-
-
-@dataclass(frozen=True)
-class ViewFailed:
-    gen: int
-    sample: int
-    error: str
-    kind: str  # "sample" (bad input), "oom", "error"
 
 
 @dataclass(frozen=True)
@@ -71,15 +42,6 @@ class SampleAccept:
 
 
 @dataclass(frozen=True)
-class AcceptData:
-    """Replays the UI asked for (`Engine.request_accept`): one sample, some wirings."""
-
-    sample: int
-    spec: DraftSpec
-    accepts: list[SampleAccept]
-
-
-@dataclass(frozen=True)
 class SampleTrees:
     """The draft tree an engine builds at every row of one sample (`tui.trees`): row j's is the
     round whose first drafted token is x_{j+2}. Nodes in the beam's candidate order (a parent
@@ -96,33 +58,52 @@ class SampleTrees:
     accepted: np.ndarray  # int64 [R]: how many it accepts (to the sample's end)
 
 
-@dataclass(frozen=True)
-class StatsBatch:
-    """Per-sample metrics (sample, wiring, [StepMetrics], length), failed samples (i, error) and
-    the fill's serving replays."""
+class Scored(NamedTuple):
+    """One sample's metrics under one wiring, as the fill sends them."""
 
-    items: list[tuple[int, WiringKey, list[StepMetrics], int]]
-    errors: list[tuple[int, str]]
-    accepts: list[SampleAccept] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class TaskDone:
-    """A submitted task (export, doctor, ...) ended: its result or its error text."""
-
-    kind: str
-    result: Any = None
-    error: str | None = None
+    sample: int
+    wiring: WiringKey
+    metrics: list[StepMetrics]
+    length: int
 
 
-Event = (
-    LoadProgress
-    | Loaded
-    | LoadFailed
-    | ViewData
-    | ViewFailed
-    | StatsBatch
-    | AcceptData
-    | SampleTrees
-    | TaskDone
-)
+class Reports(Protocol):
+    """The device thread's reports, one method per event (called on the device thread)."""
+
+    def load_progress(self, text: str) -> None:
+        """A loading stage (importing torch, reading the draft, ...)."""
+
+    def loaded(self, session: Summary) -> None:
+        """The inputs are loaded: what the UI needs to know of the draft and the set."""
+
+    def load_failed(self, error: str) -> None: ...
+
+    def view_ready(
+        self,
+        gen: int,
+        sample: SampleData,
+        preds: dict[WiringKey, SamplePredictions],
+        prefetch: bool,
+    ) -> None:
+        """Predictions of one sample under some wirings; prefetch: nobody asked to see it."""
+
+    def view_failed(self, gen: int, sample: int, error: str, kind: str) -> None:
+        """kind: "sample" (bad input), "oom" or "error"."""
+
+    def scored(
+        self, items: list[Scored], errors: list[tuple[int, str]], accepts: list[SampleAccept]
+    ) -> None:
+        """A batch of the fill: per-sample metrics, failed samples (i, error), replays."""
+
+    def accepts_ready(self, sample: int, spec: DraftSpec, accepts: list[SampleAccept]) -> None:
+        """The replays the UI asked for (`Engine.request_accept`): one sample, some wirings."""
+
+    def trees_ready(self, trees: SampleTrees) -> None: ...
+
+    def trees_failed(self, error: str) -> None: ...
+
+    def task_done(self, kind: str, result: Any = None, error: str | None = None) -> None:
+        """A submitted task (export, doctor, ...) ended: its result or its error text."""
+
+    def job_crashed(self, error: str) -> None:
+        """A bug in a job (its traceback): the device thread carries on."""

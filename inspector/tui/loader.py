@@ -10,8 +10,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from inspector.evaluate import Evaluator
     from inspector.formats.tokenizer import TokenDecoder
     from inspector.session import Inputs
+    from inspector.tui.backend import Backend
+    from inspector.tui.summary import LoggedFigure
 
 
 @dataclass
@@ -19,15 +22,23 @@ class LoadResult:
     """What a loader returns: the evaluator, the token decoder, notes for the user, and the
     samples that could not be loaded before the first usable one."""
 
-    ev: Any  # Evaluator
+    ev: Evaluator
     decoder: TokenDecoder
     notes: list[str] = field(default_factory=list)
     first_sample: int = 0
     skipped: list[tuple[int, str]] = field(default_factory=list)
-    logged: Any = None  # summary.LoggedFigure: what an engine logged (--engine-log), or None
+    logged: LoggedFigure | None = None  # what an engine logged (--engine-log)
+
+    def backend(self) -> Backend:
+        """The app's view of the evaluator (device thread, torch loaded). Made from `ev` when
+        asked, not in the loader: tests wrap `ev` after the loader returns."""
+        from inspector.tui.evaluator_backend import EvaluatorBackend
+
+        return EvaluatorBackend(self.ev)
 
 
-Loader = Callable[[Callable[[str], None]], LoadResult]
+LoadStage = Callable[[str], None]  # a loader reports each stage it enters with one line of text
+Loader = Callable[[LoadStage], LoadResult]
 
 
 def default_loader(
@@ -39,22 +50,22 @@ def default_loader(
     memory_budget: str | None = None,
     engine_log: str | None = None,
 ) -> Loader:
-    """A loader for the real inputs (`progress(text)` reports each stage); `engine_log`: a file
+    """A loader for the real inputs (`stage(text)` reports each stage); `engine_log`: a file
     of what an engine logged (`reconcile`'s formats), shown beside τ."""
 
-    def load(progress: Callable[[str], None]) -> LoadResult:
-        progress("importing torch")
+    def load(stage: LoadStage) -> LoadResult:
+        stage("importing torch")
         import torch
 
         leave_a_core_for_the_ui(torch, device)
 
         from inspector.session import load_decoder, load_evaluator
 
-        progress(f"loading {inputs.checkpoint} onto {device}")
+        stage(f"loading {inputs.checkpoint} onto {device}")
         ev = load_evaluator(
             inputs, device=device, dtype=dtype, ttt_steps=ttt_steps, memory_budget=memory_budget
         )
-        progress(f"reading the first of {len(ev.samples)} samples")
+        stage(f"reading the first of {len(ev.samples)} samples")
         first, skipped = first_loadable(ev.samples)
         decoder, notes = load_decoder(inputs)
         logged = None

@@ -1,16 +1,189 @@
-"""Textual messages of the app that are not a widget's own."""
+"""The device thread's reports as Textual messages: one message per event, and `PostReports`, the
+`events.Reports` the app gives the engine, which posts each to the main screen.
+
+`post_message` is thread-safe, so the device thread posts directly; each message reaches its own
+`on_...` handler on the UI thread. `can_replace`: while the UI is busy, a message still queued
+gives way to a newer one that carries all it does (Textual drops the older), so a burst of
+results costs one repaint, not one each.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
 from textual.message import Message
 
-from inspector.tui import events
+if TYPE_CHECKING:
+    from textual.message_pump import MessagePump
+
+    from inspector.evaluate import SamplePredictions
+    from inspector.serving.spec import DraftSpec
+    from inspector.tui.events import SampleAccept, SampleTrees, Scored
+    from inspector.tui.summary import SampleData, Summary
+    from inspector.wiring import WiringKey
+
+# Fields as a dataclass (toolong's habit), identity as Textual's own messages (no field equality).
+report = dataclass(eq=False)
 
 
-class DeviceEvent(Message):
-    """One report of the device thread (an `inspector.tui.events` object), delivered to the main
-    screen on the UI thread (`MainScreen.on_device_event` dispatches on its type)."""
+@report
+class LoadProgress(Message, bubble=False):
+    """A loading stage; only the newest one is worth showing."""
 
-    def __init__(self, event: events.Event) -> None:
-        super().__init__()
-        self.event = event
+    text: str
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, LoadProgress)
+
+
+@report
+class Loaded(Message, bubble=False):
+    session: Summary
+
+
+@report
+class LoadFailed(Message, bubble=False):
+    error: str
+
+
+@report
+class ViewReady(Message, bubble=False):
+    """Predictions of one sample under some wirings (gen -1 and prefetch: nobody asked)."""
+
+    gen: int
+    sample: SampleData
+    preds: dict[WiringKey, SamplePredictions]
+    prefetch: bool
+
+    def can_replace(self, message: Message) -> bool:
+        # Predictions of a (sample, wiring) are the same whichever request made them: a later
+        # result of the same sample holding every wiring of this one supersedes it (it caches
+        # the same arrays, and shows the view whenever this one would have).
+        return (
+            isinstance(message, ViewReady)
+            and message.sample.index == self.sample.index
+            and message.preds.keys() >= self.preds.keys()
+            and (message.gen >= self.gen or message.prefetch)
+        )
+
+
+@report
+class ViewFailed(Message, bubble=False):
+    gen: int
+    sample: int
+    error: str
+    kind: str  # "sample" (bad input), "oom", "error"
+
+
+@report
+class ScoredBatch(Message, bubble=False):
+    """A batch of the fill: per-sample metrics, failed samples (i, error), serving replays."""
+
+    items: list[Scored]
+    errors: list[tuple[int, str]]
+    accepts: list[SampleAccept]
+
+
+@report
+class AcceptsReady(Message, bubble=False):
+    """The replays the UI asked for: one sample, some wirings, one set of engine settings."""
+
+    sample: int
+    spec: DraftSpec
+    accepts: list[SampleAccept]
+
+    def can_replace(self, message: Message) -> bool:
+        return (
+            isinstance(message, AcceptsReady)
+            and (message.sample, message.spec) == (self.sample, self.spec)
+            and {a.wiring for a in message.accepts} >= {a.wiring for a in self.accepts}
+        )
+
+
+@report
+class TreesReady(Message, bubble=False):
+    trees: SampleTrees
+
+    def can_replace(self, message: Message) -> bool:
+        t, o = self.trees, getattr(message, "trees", None)
+        return (
+            isinstance(message, TreesReady)
+            and o is not None
+            and (o.index, o.wiring, o.spec) == (t.index, t.wiring, t.spec)
+        )
+
+
+@report
+class TreesFailed(Message, bubble=False):
+    error: str
+
+
+@report
+class TaskDone(Message, bubble=False):
+    """A submitted task (export, doctor, ...) ended: its result or its error text."""
+
+    kind: str
+    result: Any = None
+    error: str | None = None
+
+
+@report
+class JobCrashed(Message, bubble=False):
+    """A bug in a device-thread job: its traceback (the thread carries on)."""
+
+    error: str
+
+
+class PostReports:
+    """`events.Reports` that posts each report to `target` (the main screen) as its message."""
+
+    def __init__(self, target: MessagePump) -> None:
+        self._target = target
+
+    def _post(self, message: Message) -> None:
+        try:
+            self._target.post_message(message)
+        except Exception:  # noqa: BLE001 - the app may be closing
+            pass
+
+    def load_progress(self, text: str) -> None:
+        self._post(LoadProgress(text))
+
+    def loaded(self, session: Summary) -> None:
+        self._post(Loaded(session))
+
+    def load_failed(self, error: str) -> None:
+        self._post(LoadFailed(error))
+
+    def view_ready(
+        self,
+        gen: int,
+        sample: SampleData,
+        preds: dict[WiringKey, SamplePredictions],
+        prefetch: bool,
+    ) -> None:
+        self._post(ViewReady(gen, sample, preds, prefetch))
+
+    def view_failed(self, gen: int, sample: int, error: str, kind: str) -> None:
+        self._post(ViewFailed(gen, sample, error, kind))
+
+    def scored(
+        self, items: list[Scored], errors: list[tuple[int, str]], accepts: list[SampleAccept]
+    ) -> None:
+        self._post(ScoredBatch(items, errors, accepts))
+
+    def accepts_ready(self, sample: int, spec: DraftSpec, accepts: list[SampleAccept]) -> None:
+        self._post(AcceptsReady(sample, spec, accepts))
+
+    def trees_ready(self, trees: SampleTrees) -> None:
+        self._post(TreesReady(trees))
+
+    def trees_failed(self, error: str) -> None:
+        self._post(TreesFailed(error))
+
+    def task_done(self, kind: str, result: Any = None, error: str | None = None) -> None:
+        self._post(TaskDone(kind, result, error))
+
+    def job_crashed(self, error: str) -> None:
+        self._post(JobCrashed(error))

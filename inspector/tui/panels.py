@@ -15,7 +15,7 @@ from inspector.formatting import fmt_float, fmt_norm
 from inspector.tui.view import TOKEN_WIDTH, cell, short, wiring_name
 
 if TYPE_CHECKING:
-    from inspector.tui.summary import Session
+    from inspector.tui.summary import Summary
     from inspector.tui.view import ViewState
 
 
@@ -29,7 +29,7 @@ def _hit_mark(t: Text, hit: bool, masked: bool) -> None:
         t.append("✗ miss", style="bold red")
 
 
-def detail_renderable(session: Session, v: ViewState, row: int, width: int = 48) -> Text:
+def detail_renderable(session: Summary, v: ViewState, row: int, width: int = 48) -> Text:
     """The position panel; token texts shrink to fit `width` cells, the numbers never do."""
     s0 = v.s0
     j = int(row)
@@ -105,7 +105,7 @@ def detail_renderable(session: Session, v: ViewState, row: int, width: int = 48)
 
 
 # --- slot panel ----------------------------------------------------------------------------------
-def slots_renderable(session: Session, v: ViewState, row: int) -> Text:
+def slots_renderable(session: Summary, v: ViewState, row: int) -> Text:
     data = v.data
     ref = v.ref[0] if v.ref is not None else None
     j = int(row)
@@ -146,7 +146,7 @@ def slots_renderable(session: Session, v: ViewState, row: int) -> Text:
 
 # --- draft tree panel ------------------------------------------------------------------------------
 def tree_renderable(
-    session: Session, v: ViewState, trees: Any, row: int, width: int = 36, height: int = 15
+    session: Summary, v: ViewState, trees: Any, row: int, width: int = 36, height: int = 15
 ) -> Text:
     """The draft tree of the round whose first drafted token is the cursor's (row j: token j+2),
     from a `SampleTrees` (None while it is computed): each node's token and cumulative probability,

@@ -11,19 +11,20 @@ Rows are the engine's positions: row j feeds x_{j+1} and predicts x_{j+2}.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from inspector.cache import ByteLRU
+from inspector.tui.totals import Total, Totals, pool_accepts, pool_steps
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from inspector.evaluate import SamplePredictions
     from inspector.metrics import StepMetrics
     from inspector.serving.spec import DraftSpec
     from inspector.serving.walk import AcceptStats
     from inspector.tui.events import SampleAccept, SampleTrees
-    from inspector.tui.summary import SampleData, Session
+    from inspector.tui.summary import SampleData, Summary
     from inspector.tui.view import ViewState
     from inspector.wiring import WiringKey
 
@@ -47,22 +48,22 @@ def next_metrics(current: str, layout: str) -> str:
     return order[(order.index(current) + 1) % len(order)] if current in order else order[0]
 
 
-@dataclass
-class SetTotals:
+class SetTotals(Total["list[StepMetrics]"]):
     """Metrics summed over every sample scored so far under one wiring (`StepMetrics.__add__`
     sums ours and the trainers' counts alike)."""
 
-    steps: list[StepMetrics]
-    n_samples: int
+    @property
+    def steps(self) -> list[StepMetrics]:
+        return self.value
 
 
-@dataclass
-class AcceptTotals:
+class AcceptTotals(Total["AcceptStats"]):
     """Serving replays summed over every sample replayed so far under one wiring and settings
     (`AcceptStats.add`: rounds and emitted tokens pooled, as the engines log them)."""
 
-    stats: AcceptStats
-    n_samples: int
+    @property
+    def stats(self) -> AcceptStats:
+        return self.value
 
 
 class ListRow(NamedTuple):
@@ -78,7 +79,7 @@ class ViewModel:
     """State of the main screen (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.session: Session | None = None
+        self.session: Summary | None = None
         self.sample = 0
         self.wiring: WiringKey | None = None
         self.pins: list[WiringKey] = []  # oldest first; the last is the reference
@@ -87,25 +88,27 @@ class ViewModel:
         self.pending = False  # a view request is out and nothing newer is shown
         self.view: ViewState | None = None
         self.rows: dict[int, int] = {}  # cursor row per sample
-        self.stats: dict[tuple[int, WiringKey], list[StepMetrics]] = {}
         self.lengths: dict[int, int] = {}
         self.errors: dict[int, str] = {}
-        self.totals: dict[WiringKey, SetTotals] = {}
+        # The set totals: step metrics per (sample, wiring), replays per (sample, (wiring,
+        # settings)), each pooled per group (`totals.Totals`: one add, one drop).
+        self.scores: Totals[WiringKey, list[StepMetrics]] = Totals(pool_steps, SetTotals)
+        self.replays: Totals[tuple[WiringKey, DraftSpec], AcceptStats] = Totals(
+            pool_accepts, AcceptTotals
+        )
         # Sized by the budget once loaded; what is on screen is held by `view` in any case.
-        self.preds: ByteLRU[tuple[int, WiringKey], Any] = ByteLRU(0)
+        self.preds: ByteLRU[tuple[int, WiringKey], SamplePredictions] = ByteLRU(0)
         self.samples: ByteLRU[int, SampleData] = ByteLRU(0)
-        # The serving replays: the engine settings, each sample's rounds (the arrays the engine's
-        # Replayer cache holds too) and the pooled counts per (wiring, settings).
+        # The serving replays: the engine settings and each sample's rounds (the arrays the
+        # engine's Replayer cache holds too; their counts are pooled in `replays`).
         self.spec: DraftSpec | None = None
         self.accepts: ByteLRU[tuple[int, WiringKey, DraftSpec], SampleAccept] = ByteLRU(0)
-        self.accept_stats: dict[tuple[int, WiringKey, DraftSpec], AcceptStats] = {}
-        self.accept_totals: dict[tuple[WiringKey, DraftSpec], AcceptTotals] = {}
         # The draft trees of every row (the tree panel), per (sample, wiring, settings).
         self.trees: ByteLRU[tuple[int, WiringKey, DraftSpec], SampleTrees] = ByteLRU(0)
         self.warned: set[tuple[int, str]] = set()
 
     # --- session ------------------------------------------------------------------------------
-    def load(self, session: Session) -> list[tuple[int, str]]:
+    def load(self, session: Summary) -> list[tuple[int, str]]:
         """Take a loaded session; returns the samples already known to be unusable."""
         self.session = session
         if session.budget is not None:
@@ -128,6 +131,16 @@ class ViewModel:
     @property
     def n_good(self) -> int:
         return self.n_samples - len(self.errors)
+
+    @property
+    def stats(self) -> dict[tuple[int, WiringKey], list[StepMetrics]]:
+        """Each sample's step metrics per wiring counted in the totals."""
+        return self.scores.by_sample
+
+    @property
+    def totals(self) -> dict[WiringKey, SetTotals]:
+        """The set totals per wiring."""
+        return self.scores.pools  # type: ignore[return-value]  # made as SetTotals
 
     @property
     def ref(self) -> WiringKey | None:
@@ -169,70 +182,29 @@ class ViewModel:
 
     def add_stats(self, i: int, w: WiringKey, metrics: list[StepMetrics], length: int) -> bool:
         """Count sample i under w in the set totals (once; never a failed sample)."""
-        from inspector.metrics import sum_steps
-
         if length:
             self.lengths[i] = length
-        key = (i, w)
-        if key in self.stats or i in self.errors:
-            return False
-        self.stats[key] = metrics
-        tot = self.totals.get(w)
-        if tot is None:
-            self.totals[w] = SetTotals(sum_steps([metrics]), 1)
-        else:
-            tot.steps = sum_steps([tot.steps, metrics])
-            tot.n_samples += 1
-        return True
+        return i not in self.errors and self.scores.add(i, w, metrics)
 
     def add_accept(self, a: SampleAccept) -> bool:
         """Keep a sample's serving replay and count it in its totals (once; never a failed
         sample); True when the totals moved."""
-        from inspector.serving.walk import AcceptStats
-
-        key = (a.index, a.wiring, a.spec)
         if a.index in self.errors:
             return False
-        self.accepts.put(key, a)
-        if key in self.accept_stats:
-            return False
-        self.accept_stats[key] = a.stats
-        tot = self.accept_totals.get((a.wiring, a.spec))
-        if tot is None:
-            tot = AcceptTotals(AcceptStats(a.stats.depth), 0)
-            self.accept_totals[(a.wiring, a.spec)] = tot
-        tot.stats.add(a.stats)
-        tot.n_samples += 1
-        return True
-
-    def _drop_accepts(self, i: int) -> None:
-        """Sample i leaves the τ totals, and its replays the cache (a retry that works asks for
-        them again)."""
-        from inspector.serving.walk import AcceptStats
-
-        self.accepts.pop_where(lambda k: k[0] == i)
-
-        for key in [k for k in self.accept_stats if k[0] == i]:
-            del self.accept_stats[key]
-            tot = self.accept_totals.pop(key[1:], None)
-            if tot is None:
-                continue
-            fresh = AcceptTotals(AcceptStats(tot.stats.depth), 0)
-            for (_, w, spec), st in self.accept_stats.items():
-                if (w, spec) == key[1:]:
-                    fresh.stats.add(st)
-                    fresh.n_samples += 1
-            self.accept_totals[key[1:]] = fresh
+        self.accepts.put((a.index, a.wiring, a.spec), a)
+        return self.replays.add(a.index, (a.wiring, a.spec), a.stats)
 
     def sample_accept(self, w: WiringKey, i: int | None = None) -> AcceptStats | None:
         """Sample i's (the current one's) replay under w and the current settings, if known."""
         if self.spec is None:
             return None
-        return self.accept_stats.get((self.sample if i is None else i, w, self.spec))
+        return self.replays.get(self.sample if i is None else i, (w, self.spec))
 
     def set_accept(self, w: WiringKey) -> AcceptTotals | None:
         """The set's pooled replay under w and the current settings so far."""
-        return None if self.spec is None else self.accept_totals.get((w, self.spec))
+        if self.spec is None:
+            return None
+        return self.replays.total((w, self.spec))  # type: ignore[return-value]  # AcceptTotals
 
     def set_spec(self, spec: DraftSpec) -> bool:
         """New serving settings for τ; False when they are the current ones."""
@@ -252,7 +224,7 @@ class ViewModel:
         steps = s.steps + delta
         if s.is_chain:
             return DraftSpec(steps)
-        most = s.topk + (steps - 1) * s.topk * s.topk + 1
+        most = DraftSpec(steps, s.topk, 2).candidates + 1  # the root and every candidate
         return DraftSpec(steps, s.topk, min(s.draft_tokens or most, most))
 
     def missing_accepts(self) -> list[WiringKey]:
@@ -270,27 +242,21 @@ class ViewModel:
         return (v.sample, v.wiring, self.spec)
 
     def mark_error(self, i: int, error: str) -> bool:
-        """Sample i failed: its metrics leave the totals (as eval skips it). False if known."""
-        from inspector.metrics import sum_steps
-
+        """Sample i failed: it leaves the totals (as eval skips it), and its replays the cache (a
+        retry that works asks for them again). False if known."""
         if i in self.errors:
             return False
         self.errors[i] = error
-        self._drop_accepts(i)
-        for w in {w for (j, w) in self.stats if j == i}:
-            del self.stats[(i, w)]
-            tot = self.totals.get(w)
-            if tot is not None:
-                rest = [m for (_, ww), m in self.stats.items() if ww == w]
-                tot.steps = sum_steps(rest)
-                tot.n_samples = len(rest)
+        self.scores.drop(i)
+        self.replays.drop(i)
+        self.accepts.pop_where(lambda k: k[0] == i)
         return True
 
     def clear_error(self, i: int) -> bool:
         """A retry of sample i worked (e.g. after an out-of-memory error)."""
         return self.errors.pop(i, None) is not None
 
-    def add_predictions(self, data: SampleData, preds: dict[WiringKey, Any]) -> bool:
+    def add_predictions(self, data: SampleData, preds: dict[WiringKey, SamplePredictions]) -> bool:
         """Cache predictions of a sample; True when the set totals moved."""
         added = False
         for w, pred in preds.items():

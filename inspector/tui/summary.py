@@ -52,8 +52,9 @@ class LoggedFigure:
 
 
 @dataclass
-class Session:
-    """What the UI needs to know about the loaded draft and sample set."""
+class Summary:
+    """What the UI needs to know about the loaded draft and sample set (not to be confused with
+    `inspector.session`, whose `Inputs` name the files it was loaded from)."""
 
     checkpoint: str
     name: str
@@ -130,75 +131,6 @@ def default_serving(ttt_steps: int) -> DraftSpec:
     return DraftSpec(ttt_steps if ttt_steps > 1 else DEFAULT_SERVING_STEPS)
 
 
-def make_session(
-    ev: Any,
-    decoder: TokenDecoder,
-    notes: list[str],
-    *,
-    initial_spec: str | None,
-    input_paths: Sequence[str],
-    load_s: float,
-    first_sample: int = 0,
-    skipped: Sequence[tuple[int, str]] = (),
-    logged: LoggedFigure | None = None,
-) -> Session:
-    """The session summary of a loaded evaluator; the presets and `--wiring` resolved (or why not)."""
-    draft = ev.draft
-    presets: dict[str, WiringKey | None] = {}
-    preset_errors: dict[str, str] = {}
-    for name in ("train", "serve"):
-        try:
-            presets[name] = ev.wiring(name).slots
-        except Exception as e:  # noqa: BLE001 - shown in the app
-            presets[name] = None
-            preset_errors[name] = error_text(e)
-    initial: WiringKey | None = None
-    initial_error = None
-    spec = initial_spec or "train"
-    try:
-        initial = ev.wiring(spec).slots
-    except Exception as e:  # noqa: BLE001 - shown in the app, which falls back to a preset
-        initial_error = f"--wiring {spec}: {error_text(e)}"
-        initial = presets.get("train") or presets.get("serve")
-    return Session(
-        checkpoint=str(draft.path),
-        name=str(draft.name),
-        layout=str(draft.layout),
-        device=str(ev.device),
-        dtype=str(draft.dtype).replace("torch.", ""),
-        files=[str(f) for f in ev.samples.files],
-        sample_format=str(ev.samples.format),
-        slot_info=list(ev.slot_info),
-        n_blocks=int(ev.n_blocks),
-        ttt_steps=int(ev.ttt_steps),
-        fc_norms=[float(x) for x in draft.fc_block_norms()],
-        presets=presets,
-        preset_errors=preset_errors,
-        initial=initial,
-        initial_error=initial_error,
-        decoder=decoder,
-        tokenizer=decoder.source,
-        input_paths=list(input_paths),
-        notes=list(getattr(draft, "notes", []) or []) + list(notes),
-        load_s=load_s,
-        budget=getattr(ev, "budget", None),
-        has_verifier=bool(getattr(ev, "has_verifier", False)),
-        first_sample=first_sample,
-        skipped=list(skipped),
-        # τ starts under the engine's settings where its log shows them (a chain of k)
-        serving=default_serving(int(ev.ttt_steps))
-        if logged is None or not logged.steps
-        else _chain(logged.steps),
-        logged=logged,
-    )
-
-
-def _chain(steps: int) -> DraftSpec:
-    from inspector.serving.spec import DraftSpec
-
-    return DraftSpec(steps)
-
-
 def accept_at(a_by_start: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:
     """Per token t: what a round whose first drafted token is t accepts (the round after
     committed x_0..x_{t-1}, capped at its generation run's end, as the walk caps it); -1 where no
@@ -213,39 +145,3 @@ def accept_at(a_by_start: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:
         n = np.arange(p, e)
         out[n + 1] = np.minimum(a_by_start[n], e - n)
     return out
-
-
-def build_sample_data(ev: Any, i: int, decoder: TokenDecoder | None) -> SampleData:
-    """Sample i's tokens as text, its loss mask and the norm of every slot at every position."""
-    import numpy as np
-
-    s = ev.samples[i]
-    ids = s.input_ids.numpy().astype(np.int64)
-    mask = s.loss_mask.numpy().astype(bool)
-    norms = np.asarray(ev.slot_norms(i), dtype=np.float32)
-    t = ids.size
-    # Row j reads the hidden states at position j and counts when loss_mask[j + 1] is set.
-    rows = np.zeros(t, dtype=bool)
-    rows[: max(t - 2, 0)] = mask[1 : t - 1]
-    sel = rows if rows.any() else np.ones(t, dtype=bool)
-    with np.errstate(invalid="ignore", over="ignore"):
-        mean = norms[:, sel].astype(np.float64).mean(axis=1)
-    nonfinite = (~np.isfinite(norms)).sum(axis=1)
-    if decoder is not None:
-        texts = [decoder.visible(int(x)) for x in ids]
-        ends = [decoder.ends_line(int(x)) for x in ids]
-    else:
-        texts, ends = [str(int(x)) for x in ids], [False] * t
-    return SampleData(
-        index=i,
-        path=str(s.path),
-        length=t,
-        input_ids=ids,
-        loss_mask=mask,
-        texts=texts,
-        ends_line=ends,
-        slot_norms=norms,
-        slot_mean=mean,
-        slot_nonfinite=nonfinite,
-        warnings=list(s.warnings),
-    )

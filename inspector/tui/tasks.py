@@ -1,26 +1,28 @@
 """Tasks the screens submit to the device thread (`Engine.submit`): each is a function of the
-evaluator, run on the device thread, whose result or error comes back as a `TaskDone`. No Textual.
+evaluator, run on the device thread, whose result or error comes back as `Reports.task_done`.
+No Textual.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from inspector.tui.summary import Session
+    from inspector.evaluate import Evaluator
+    from inspector.tui.summary import Summary
     from inspector.wiring import WiringKey
 
 
 def export_task(
-    session: Session,
+    session: Summary,
     sample: int,
     wirings: Sequence[WiringKey],
     input_ids: np.ndarray | None,
-) -> Callable[[Any], Path]:
+) -> Callable[[Evaluator], Path]:
     """Write sample `sample`'s predictions under `wirings` to JSON in the working directory
     (`inspector.export`, which refuses input folders); returns the file written."""
     s = session
@@ -30,7 +32,7 @@ def export_task(
         labels.append((f"{name} {s.wiring_label(w)}" if name else s.wiring_label(w), tuple(w)))
     decode = s.decoder.raw if s.decoder.has_text else None
 
-    def job(ev: Any) -> Path:
+    def job(ev: Evaluator) -> Path:
         from inspector.export import export_sample
         from inspector.wiring import Wiring
 

@@ -8,16 +8,17 @@ continuation (what greedy verification accepts). No Textual here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from inspector.tui.events import SampleTrees
 
 if TYPE_CHECKING:
+    from inspector.evaluate import Evaluator
     from inspector.serving.spec import DraftSpec
     from inspector.wiring import WiringKey
 
 
-def sample_trees(ev: Any, index: int, wiring: WiringKey, spec: DraftSpec) -> SampleTrees:
+def sample_trees(ev: Evaluator, index: int, wiring: WiringKey, spec: DraftSpec) -> SampleTrees:
     """Row j's tree is the round after committed x_0..x_{j+1} (its first drafted token is
     x_{j+2}, the token the strip's cursor sits on at row j)."""
     import numpy as np

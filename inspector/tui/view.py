@@ -9,18 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.cells import cell_len, set_cell_size
-from rich.text import Text
-
-from inspector.formatting import printable
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from inspector.tui.state import ViewModel
-    from inspector.tui.summary import SampleData, Session
+    from inspector.evaluate import SamplePredictions, StepPredictions
+    from inspector.tui.events import SampleAccept
+    from inspector.tui.summary import SampleData, Summary
     from inspector.wiring import WiringKey
 
 TOKEN_WIDTH = 18
@@ -38,8 +36,8 @@ class ViewState:
 
     data: SampleData
     wiring: WiringKey
-    pred: Any  # SamplePredictions
-    pins: list[tuple[WiringKey, Any]] = field(default_factory=list)
+    pred: SamplePredictions
+    pins: list[tuple[WiringKey, SamplePredictions]] = field(default_factory=list)
     masked_rows: np.ndarray | None = None
     miss_rows: np.ndarray | None = None
     flipped_rows: np.ndarray | None = None
@@ -47,7 +45,7 @@ class ViewState:
     flip_loss: int = 0
 
     @property
-    def s0(self) -> Any:
+    def s0(self) -> StepPredictions:
         return self.pred.steps[0]
 
     @property
@@ -55,7 +53,7 @@ class ViewState:
         return int(self.s0.pos.size)
 
     @property
-    def ref(self) -> tuple[WiringKey, Any] | None:
+    def ref(self) -> tuple[WiringKey, SamplePredictions] | None:
         return self.pins[-1] if self.pins else None
 
     @property
@@ -64,7 +62,10 @@ class ViewState:
 
 
 def build_view(
-    data: SampleData, wiring: WiringKey, pred: Any, pins: Sequence[tuple[WiringKey, Any]]
+    data: SampleData,
+    wiring: WiringKey,
+    pred: SamplePredictions,
+    pins: Sequence[tuple[WiringKey, SamplePredictions]],
 ) -> ViewState:
     import numpy as np
 
@@ -107,7 +108,7 @@ def strip_marks(v: ViewState, mask_only: bool) -> tuple[list[int], list[int], li
     return kind.tolist(), pbin.tolist(), show.tolist()
 
 
-def round_marks(accept: Any, length: int) -> tuple[list[int], list[int]] | None:
+def round_marks(accept: SampleAccept | None, length: int) -> tuple[list[int], list[int]] | None:
     """The strip's rounds line from a `SampleAccept` (None: not computed yet): per token, a of a
     round whose first drafted token it is (-1: none), and ROUND_START for each round's first
     token, IN_ROUND for the others it emits (`widgets.strip`), else 0."""
@@ -140,53 +141,7 @@ def cell(text: str, width: int, right: bool = False) -> str:
     return pad + text if right else text + pad
 
 
-def wiring_name(session: Session, w: Sequence[int]) -> str:
+def wiring_name(session: Summary, w: Sequence[int]) -> str:
     name = session.preset_name(w)
     label = session.wiring_label(w)
     return f"{label} {name}" if name else label
-
-
-# --- header -----------------------------------------------------------------------------------
-def header_text(st: ViewModel, *, status: str, mask_only: bool, mode: str) -> Text:
-    """Line 1: checkpoint, layout, device, dtype, sample. Line 2: position, wirings, state."""
-    session, sample, wiring, ref, pending = st.session, st.sample, st.wiring, st.ref, st.pending
-    row = st.row if st.shown is not None else None
-    n_rows = st.view.n_rows if st.view is not None else None
-    t = Text()
-    t.append("eagle-inspect", style="bold")
-    if session is None:
-        t.append(f"  {printable(status)}")
-        return t
-    name = session.checkpoint.rstrip("/").rsplit("/", 1)[-1] or session.name
-    t.append(f"  {printable(name)}", style="bold")
-    t.append(f" ({session.layout})  {session.device} {session.dtype}  ")
-    n = len(session.files)
-    fname = session.files[sample].rsplit("/", 1)[-1] if 0 <= sample < n else "?"
-    t.append(f"sample #{sample} of {n}", style="bold")
-    t.append(f"  {printable(fname)}")
-    t.append("\n")
-    if row is not None and n_rows:
-        t.append(f"pos {row}/{n_rows - 1}  ", style="bold")
-    if wiring is not None:
-        t.append("fc ← ", style="bold")
-        t.append(session.wiring_label(wiring), style="bold")
-        name = session.preset_name(wiring)
-        if name:
-            t.append(f" {name}")
-    if ref is not None:
-        t.append("   ref ◆ ")
-        t.append(session.wiring_label(ref))
-        name = session.preset_name(ref)
-        if name:
-            t.append(f" {name}")
-    if session.ttt_steps > 1:
-        t.append(f"   K={session.ttt_steps}")
-    if mode == "p":
-        t.append("   colour p(true)")
-    if mask_only:
-        t.append("   masked only")
-    if pending:
-        t.append("   ⋯ computing", style="bold italic")
-    elif status:
-        t.append(f"   {printable(status)}", style="italic")
-    return t

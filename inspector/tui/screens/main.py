@@ -1,27 +1,29 @@
 """The main screen: the panels, and the wiring between them, the keys and the device thread.
 
-What is shown and known lives in `state.ViewModel` (no Textual); what each panel shows is computed
-by `view`, `panels` and `accuracy`. This screen turns device events and keys into state changes
-and repaints the panels they touch. The display modes (colour, masked only, the accuracy view,
-the status) are reactive: setting one repaints what depends on it.
+What is shown and known lives in `state.ViewModel` (no Textual); each panel is a widget of its own
+(`widgets/`) that paints itself from the state it is given. This screen turns the device thread's
+messages (`messages.py`) and the keys into state changes and tells the panels they touch to
+repaint. The display modes (colour, masked only, the accuracy view, the status) are reactive:
+setting one repaints what depends on it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from statistics import fmean
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
-from textual.containers import Horizontal, Vertical
+from textual.app import ComposeResult
+from textual.containers import Horizontal
 from textual.reactive import var
-from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Sparkline, Static
+from textual.widgets import DataTable, Footer
 
 from inspector.formatting import printable
-from inspector.tui import events as ev
 from inspector.tui.keys import MAIN_KEYS
-from inspector.tui.messages import DeviceEvent
+from inspector.tui.screens.device_messages import DeviceMessages
 from inspector.tui.state import ViewModel, next_metrics
+from inspector.tui.widgets.accuracy import AccuracyBar
+from inspector.tui.widgets.header import HeaderBar
+from inspector.tui.widgets.sample_view import SampleView
 from inspector.tui.widgets.samples import COLUMN_SORTS, SampleList
 from inspector.tui.widgets.strip import TokenStrip
 
@@ -30,8 +32,20 @@ if TYPE_CHECKING:
     from inspector.tui.engine import Engine
     from inspector.wiring import WiringKey
 
+T = TypeVar("T")
 
-class MainScreen(Screen):
+
+def if_given(fn: Callable[[T], object]) -> Callable[[T | None], None]:
+    """A dialog's callback: fn(result), unless the dialog was cancelled (its result is None)."""
+
+    def done(result: T | None) -> None:
+        if result is not None:
+            fn(result)
+
+    return done
+
+
+class MainScreen(DeviceMessages):
     """Header, sample list, token strip, sparkline, position detail, slot panel, accuracy bar."""
 
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-medium"), (120, "-wide")]
@@ -55,29 +69,19 @@ class MainScreen(Screen):
         return self.app.engine  # type: ignore[attr-defined]
 
     # --- layout ------------------------------------------------------------------------------------
-    def compose(self):
-        yield Static(id="header")
+    def compose(self) -> ComposeResult:
+        self.header_bar = HeaderBar(id="header")
+        self.sample_list = SampleList(id="samples")
+        self.center = SampleView(id="center")
+        self.accuracy_bar = AccuracyBar(id="accuracy")
+        yield self.header_bar
         with Horizontal(id="body"):
-            yield SampleList(id="samples")
-            with Vertical(id="center"):
-                yield TokenStrip(id="strip")
-                with Horizontal(id="spark-row"):
-                    yield Static("p(true)", id="spark-label")
-                    yield Sparkline([], id="spark", summary_function=fmean)
-                with Horizontal(id="lower"):
-                    yield Static(id="detail")
-                    yield Static(id="slots")
-                    yield Static(id="tree")
-        yield Static(id="accuracy")
+            yield self.sample_list
+            yield self.center
+        yield self.accuracy_bar
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#samples").border_title = "samples"
-        self.query_one("#strip").border_title = "tokens"
-        self.query_one("#detail").border_title = "position"
-        self.query_one("#slots").border_title = "slots"
-        self.query_one("#tree").border_title = "draft tree"
-        self.query_one("#accuracy").border_title = "accuracy"  # until loaded: refresh_accuracy
         self.refresh_header()
 
     def say(self, text: str, *, severity: str = "information", timeout: float = 5) -> None:
@@ -91,7 +95,7 @@ class MainScreen(Screen):
         self.refresh_header()
 
     def watch_colour(self, colour: str) -> None:
-        self.query_one(TokenStrip).set_mode(colour)
+        self.center.strip.set_mode(colour)
         self.refresh_header()
 
     def watch_mask_only(self, on: bool) -> None:
@@ -101,163 +105,17 @@ class MainScreen(Screen):
         self.refresh_header()
 
     def watch_rounds(self, on: bool) -> None:
-        self.query_one(TokenStrip).set_show_rounds(on)
+        self.center.strip.set_show_rounds(on)
 
     def watch_tree(self, on: bool) -> None:
-        self.query_one("#tree").display = on
-        self.query_one("#slots").display = not on
+        self.center.show_tree(on)
         self.request_trees()
         self.paint_tree()
 
     def watch_metrics(self, metrics: str) -> None:
         self.refresh_accuracy()
 
-    # --- device events -----------------------------------------------------------------------------
-    def on_device_event(self, m: DeviceEvent) -> None:
-        handle = {
-            ev.ViewData: self.on_view_data,
-            ev.StatsBatch: self.on_stats_batch,
-            ev.AcceptData: self.on_accept_data,
-            ev.SampleTrees: self.on_sample_trees,
-            ev.ViewFailed: self.on_view_failed,
-            ev.TaskDone: self.on_task_done,
-            ev.LoadProgress: self.on_load_progress,
-            ev.Loaded: self.on_loaded,
-            ev.LoadFailed: self.on_load_failed,
-        }[type(m.event)]
-        handle(m.event)  # type: ignore[operator]
-
-    def on_load_progress(self, e: ev.LoadProgress) -> None:
-        self.query_one(TokenStrip).show_message(f"{e.text}…")
-        self.status = e.text
-
-    def on_load_failed(self, e: ev.LoadFailed) -> None:
-        self.query_one(TokenStrip).show_message(f"could not load: {e.error}")
-        self.status = "load failed"
-        self.say(f"could not load: {e.error}", severity="error", timeout=30)
-
-    def on_loaded(self, e: ev.Loaded) -> None:
-        s = e.session
-        st = self.state
-        known_bad = st.load(s)
-        self.status = ""
-        lst = self.query_one(SampleList)
-        lst.set_samples(len(s.files))
-        for i, error in known_bad:
-            lst.set_values(i, error=error)
-            self.say(f"sample #{i} skipped: {error}", severity="error", timeout=10)
-        for note in s.notes:
-            self.say(note, severity="warning")
-        if s.initial_error:
-            self.say(s.initial_error, severity="error", timeout=15)
-        if st.wiring is None:
-            errs = "; ".join(s.preset_errors.values())
-            self.query_one(TokenStrip).show_message(f"no usable wiring: {errs}")
-            self.say(f"no usable wiring: {errs}", severity="error", timeout=30)
-        else:
-            self.request_view()
-
-    def on_view_data(self, e: ev.ViewData) -> None:
-        st = self.state
-        data = e.sample
-        if st.clear_error(data.index):  # a retry worked (e.g. after an out-of-memory error)
-            self.query_one(SampleList).clear_error(data.index)
-            if data.index == st.sample:
-                self.request_accepts()  # its replays left with the error
-        for w in st.remember_sample(data):
-            self.say(f"sample #{data.index}: {w}", severity="warning")
-        added = st.add_predictions(data, e.preds)
-        if added:
-            self.update_list_row(data.index)
-        shown = False
-        if (e.gen == st.gen and not e.prefetch) or (st.pending and data.index == st.sample):
-            # The view asked for, or a prefetch that completed what the current view needs.
-            shown = self.show_if_ready()
-        if shown:
-            st.applied()
-            self.refresh_header()
-        elif added:
-            self.refresh_accuracy()  # set totals moved
-
-    def on_view_failed(self, e: ev.ViewFailed) -> None:
-        st = self.state
-        self.mark_error(e.sample, e.error)
-        if e.gen != st.gen:
-            return
-        st.applied()
-        if e.sample == st.sample:
-            st.view = None
-            self.query_one(TokenStrip).show_message(f"sample #{e.sample}: {e.error}")
-            self.query_one("#detail", Static).update("")
-            self.query_one("#slots", Static).update("")
-        self.say(e.error, severity="error", timeout=12)
-        self.refresh_header()
-        self.refresh_accuracy()
-
-    def on_stats_batch(self, e: ev.StatsBatch) -> None:
-        changed = {
-            i for i, w, metrics, length in e.items if self.state.add_stats(i, w, metrics, length)
-        }
-        for i, err in e.errors:
-            self.mark_error(i, err)
-        for i in changed:
-            self.update_list_row(i)
-        accepted = [a for a in e.accepts if self.state.add_accept(a)]
-        if changed or e.errors or accepted:
-            self.refresh_accuracy()
-        if any(a.index == self.state.sample for a in e.accepts):
-            self.paint_rounds()
-
-    def on_accept_data(self, e: ev.AcceptData) -> None:
-        """The serving replay of a sample the UI asked for (it may be another one by now)."""
-        for a in e.accepts:
-            self.state.add_accept(a)
-        self.refresh_accuracy()
-        if e.sample == self.state.sample:
-            self.paint_rounds()
-
-    def on_sample_trees(self, e: ev.SampleTrees) -> None:
-        key = (e.index, e.wiring, e.spec)
-        self.state.trees.put(key, e)
-        if key == self.state.trees_key():
-            self.paint_tree()
-
-    def on_task_done(self, e: ev.TaskDone) -> None:
-        if e.kind == "trees":
-            if e.error:
-                self.query_one("#tree", Static).update(f"no draft tree: {printable(e.error)}")
-                self.say(f"draft tree failed: {e.error}", severity="error", timeout=12)
-            return
-        if e.kind == "export":
-            if e.error:
-                self.say(f"export failed: {e.error}", severity="error", timeout=12)
-            else:
-                self.say(f"exported to {e.result}")
-        elif e.kind == "doctor":
-            return  # the doctor screen receives its own typed outcome
-        elif e.error:
-            self.say(f"internal error: {e.error}", severity="error", timeout=20)
-
-    def mark_error(self, i: int, error: str) -> None:
-        if not self.state.mark_error(i, error):
-            return
-        self.query_one(SampleList).set_values(i, error=error)
-        if i != self.state.sample:
-            self.say(f"sample #{i} skipped: {error}", severity="error", timeout=10)
-
-    # --- painting ------------------------------------------------------------------------------
-    def update_list_row(self, i: int) -> None:
-        r = self.state.list_row(i)
-        if r is not None:
-            self.query_one(SampleList).set_values(
-                i, length=r.length, cur=r.cur, ref=r.ref, has_ref=r.has_ref
-            )
-
-    def update_all_rows(self) -> None:
-        with self.app.batch_update():
-            for i in range(self.state.n_samples):
-                self.update_list_row(i)
-
+    # --- requests and painting ---------------------------------------------------------------
     def request_view(self) -> None:
         """Show (sample, wirings) from the local cache, or ask the device thread for it."""
         st, engine = self.state, self.engine
@@ -275,7 +133,7 @@ class MainScreen(Screen):
             st.pending = True
             engine.request_view(gen, st.sample, wirings, st.neighbours())
             if st.shown is None:
-                self.query_one(TokenStrip).show_message(f"computing sample #{st.sample}…")
+                self.center.strip.show_message(f"computing sample #{st.sample}…")
         self.request_accepts()
         self.request_trees()
         self.refresh_header()
@@ -302,98 +160,32 @@ class MainScreen(Screen):
 
     def paint_view(self) -> None:
         """Everything that depends on the view (not only the cursor)."""
-        from inspector.tui.view import strip_marks
-
-        st = self.state
-        v = st.view
-        if v is None or st.session is None:
-            return
-        kind, pbin, show = strip_marks(v, self.mask_only)
-        strip = self.query_one(TokenStrip)
-        strip.mode = self.colour
-        sep = "" if st.session.decoder.has_text else " "
         with self.app.batch_update():
-            strip.set_tokens(
-                v.data.texts, v.data.ends_line, kind, pbin, show, sep=sep, cursor=st.row + 2
-            )
-            self.paint_rounds()
-            self.paint_spark()
-            self.paint_position()
-            self.refresh_accuracy()
-            self.query_one(SampleList).show_sample(st.sample)
+            if self.center.paint(
+                self.state, colour=self.colour, mask_only=self.mask_only, tree=self.tree
+            ):
+                self.refresh_header()
+                self.refresh_accuracy()
+                self.sample_list.show_sample(self.state.sample)
 
     def paint_rounds(self) -> None:
-        """The strip's rounds line: the current wiring's replay under the current settings."""
-        from inspector.tui.view import round_marks
-
-        st = self.state
-        v = st.view
-        if v is None:
-            return
-        accept = st.accepts.get((v.sample, v.wiring, st.spec)) if st.spec is not None else None
-        marks = round_marks(accept, v.data.length)
-        self.query_one(TokenStrip).set_rounds(*(marks or (None, None)))
-
-    def paint_spark(self) -> None:
-        import numpy as np
-
-        v = self.state.view
-        if v is None:
-            return
-        p = np.nan_to_num(v.s0.p_true.astype(np.float64), nan=0.0)
-        if self.mask_only and len(v.masked_rows):
-            p = p[v.masked_rows]
-        self.query_one(Sparkline).data = p.tolist() or [0.0]
+        self.center.paint_rounds(self.state)
 
     def paint_position(self) -> None:
-        """The cursor: strip mark, position and slot panels, header."""
-        from inspector.tui.panels import detail_renderable, slots_renderable
-
-        st = self.state
-        v, row = st.view, st.row
-        if v is None or row is None or st.session is None:
-            return
-        self.query_one(TokenStrip).set_cursor(row + 2)
-        detail = self.query_one("#detail", Static)
-        width = detail.content_size.width or 48
-        detail.update(detail_renderable(st.session, v, row, width))
-        self.query_one("#slots", Static).update(slots_renderable(st.session, v, row))
-        self.paint_tree()
-        self.refresh_header()
+        """The cursor: strip mark, position and slot panels (or the tree), header."""
+        if self.center.paint_cursor(self.state, tree=self.tree):
+            self.refresh_header()
 
     def paint_tree(self) -> None:
-        """The tree panel at the cursor (when open)."""
-        from inspector.tui.panels import tree_renderable
-
-        st = self.state
-        v, row, key = st.shown, st.row, st.trees_key()
-        if not self.tree or v is None or row is None or st.session is None or key is None:
-            return
-        panel = self.query_one("#tree", Static)
-        width = panel.content_size.width or 36
-        height = panel.content_size.height or 15
-        trees = st.trees.get(key)
-        panel.update(tree_renderable(st.session, v, trees, row, width, height))
+        self.center.paint_tree(self.state, tree=self.tree)
 
     def refresh_header(self) -> None:
-        from inspector.tui.view import header_text
-
-        text = header_text(
-            self.state, status=self.status, mask_only=self.mask_only, mode=self.colour
+        self.header_bar.paint(
+            self.state, status=self.status, mask_only=self.mask_only, colour=self.colour
         )
-        self.query_one("#header", Static).update(text)
 
     def refresh_accuracy(self) -> None:
-        from inspector.tui.accuracy import accuracy_text, accuracy_title
-
-        bar = self.query_one("#accuracy", Static)
-        title = accuracy_title(self.metrics, self.state.spec)
-        if bar.border_title != title:
-            bar.border_title = title
-        narrow, width = self.size.width < 100, max(bar.content_size.width, 20)
-        text = accuracy_text(self.state, metrics=self.metrics, narrow=narrow, width=width)
-        if text is not None:
-            bar.update(text)
+        self.accuracy_bar.paint(self.state, metrics=self.metrics, narrow=self.size.width < 100)
 
     def on_resize(self) -> None:
         self.refresh_accuracy()
@@ -410,7 +202,7 @@ class MainScreen(Screen):
 
     def set_sample(self, i: int) -> None:
         if self.state.select_sample(i):
-            self.query_one(SampleList).show_sample(self.state.sample)
+            self.sample_list.show_sample(self.state.sample)
             self.request_view()
 
     def set_wiring(self, w: Sequence[int]) -> bool:
@@ -425,9 +217,13 @@ class MainScreen(Screen):
             return False
         if key != st.wiring:
             st.wiring = key
-            self.request_view()
-            self.call_after_refresh(self.update_all_rows)  # the panels paint first
+            self.wirings_changed()
         return True
+
+    def wirings_changed(self) -> None:
+        """The current wiring or the pins changed: the view, then every list row."""
+        self.request_view()
+        self.call_after_refresh(self.sample_list.show_rows, self.state)  # the panels paint first
 
     def ready_for(self, action: str) -> bool:
         """Whether an action can run now (the palette asks; the keys stay live and say why not).
@@ -445,8 +241,7 @@ class MainScreen(Screen):
         """A click on a column header sorts by it."""
         mode = COLUMN_SORTS.get(str(m.column_key.value))
         if mode is not None:
-            desc = self.query_one(SampleList).cycle_sort(self.state.sample, mode)
-            self.say(f"samples sorted by {desc}", timeout=3)
+            self.action_cycle_sort(mode)
 
     def on_data_table_row_selected(self, m: DataTable.RowSelected) -> None:
         if m.row_key.value is not None:
@@ -484,33 +279,24 @@ class MainScreen(Screen):
     def action_goto(self) -> None:
         from inspector.tui.screens.dialogs import GotoScreen
 
-        st = self.state
-        v = st.view
-        if v is None or st.row is None:
+        v, row = self.state.view, self.state.row
+        if v is not None and row is not None:
+            self.app.push_screen(GotoScreen(v.n_rows, row), if_given(self.goto))
+
+    def goto(self, row: int) -> None:
+        """The cursor to a typed position (a notification when it is out of range)."""
+        v = self.state.view
+        if v is not None and not 0 <= row < v.n_rows:
+            self.say(f"position {row} is outside 0..{v.n_rows - 1}", severity="error")
             return
-
-        def done(row: int | None) -> None:
-            if row is None:
-                return
-            if not 0 <= row < v.n_rows:
-                self.say(f"position {row} is outside 0..{v.n_rows - 1}", severity="error")
-                return
-            self.set_row(row)
-
-        self.app.push_screen(GotoScreen(v.n_rows, st.row), done)
+        self.set_row(row)
 
     def action_wiring_editor(self) -> None:
         from inspector.tui.screens.wiring import WiringEditor
 
         st = self.state
-        if st.session is None or st.wiring is None:
-            return
-
-        def done(w: WiringKey | None) -> None:
-            if w is not None:
-                self.set_wiring(w)
-
-        self.app.push_screen(WiringEditor(st.session, st.wiring), done)
+        if st.session is not None and st.wiring is not None:
+            self.app.push_screen(WiringEditor(st.session, st.wiring), if_given(self.set_wiring))
 
     def action_preset(self, name: str) -> None:
         s = self.state.session
@@ -530,8 +316,7 @@ class MainScreen(Screen):
             return
         label = st.session.wiring_label(w)
         self.say(f"pinned {label} as the reference" if pinned else f"unpinned {label}")
-        self.request_view()
-        self.call_after_refresh(self.update_all_rows)
+        self.wirings_changed()
 
     def set_spec(self, spec: DraftSpec) -> None:
         """Replay τ under new engine settings: this sample now, the set in the fill (the replays
@@ -553,15 +338,8 @@ class MainScreen(Screen):
     def action_serving(self) -> None:
         from inspector.tui.screens.dialogs import ServingScreen
 
-        st = self.state
-        if st.spec is None:
-            return
-
-        def done(spec: DraftSpec | None) -> None:
-            if spec is not None:
-                self.set_spec(spec)
-
-        self.app.push_screen(ServingScreen(st.spec), done)
+        if self.state.spec is not None:
+            self.app.push_screen(ServingScreen(self.state.spec), if_given(self.set_spec))
 
     def action_serving_steps(self, delta: int) -> None:
         spec = self.state.stepped_spec(delta)
@@ -586,8 +364,9 @@ class MainScreen(Screen):
     def action_toggle_colour(self) -> None:
         self.colour = "p" if self.colour == "hit" else "hit"
 
-    def action_cycle_sort(self) -> None:
-        desc = self.query_one(SampleList).cycle_sort(self.state.sample)
+    def action_cycle_sort(self, mode: int | None = None) -> None:
+        """The sample list sorted by the next mode (or by `mode`: a column header's)."""
+        desc = self.sample_list.cycle_sort(self.state.sample, mode)
         self.say(f"samples sorted by {desc}", timeout=3)
 
     def action_export(self) -> None:

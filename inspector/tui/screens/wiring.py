@@ -16,7 +16,7 @@ from inspector.tui.screens.dialogs import Dialog
 from inspector.wiring import WiringKey
 
 if TYPE_CHECKING:
-    from inspector.tui.summary import Session
+    from inspector.tui.summary import Summary
 
 
 class WiringEditor(Dialog[WiringKey | None]):
@@ -33,7 +33,7 @@ class WiringEditor(Dialog[WiringKey | None]):
         Binding("escape", "cancel", "cancel"),
     ] + [Binding(str(d), f"pick({d})", show=False) for d in range(10)]
 
-    def __init__(self, session: Session, wiring: WiringKey) -> None:
+    def __init__(self, session: Summary, wiring: WiringKey) -> None:
         super().__init__()
         self.session = session
         self.choice = list(wiring)

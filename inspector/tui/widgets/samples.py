@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.widgets import DataTable
 
 from inspector.formatting import pct
+
+if TYPE_CHECKING:
+    from inspector.tui.state import ListRow, ViewModel
 
 SORTS = (
     ("#", "index"),
@@ -21,6 +25,8 @@ COLUMN_SORTS = {"idx": 0, "len": 1, "cur": 2, "ref": 3, "delta": 4}  # column ke
 
 class SampleList(DataTable):
     """One row per sample file; cells change in place as per-sample metrics arrive."""
+
+    BORDER_TITLE = "samples"
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=False, cell_padding=0)
@@ -107,6 +113,17 @@ class SampleList(DataTable):
                 self.update_cell(key, "delta", delta)
             else:
                 self.update_cell(key, "delta", "")
+
+    def show_row(self, i: int, r: ListRow | None) -> None:
+        """Sample i's row from the state (`ViewModel.list_row`; None: no wiring yet)."""
+        if r is not None:
+            self.set_values(i, length=r.length, cur=r.cur, ref=r.ref, has_ref=r.has_ref)
+
+    def show_rows(self, st: ViewModel) -> None:
+        """Every row again (the current or the reference wiring changed)."""
+        with self.app.batch_update():
+            for i in range(st.n_samples):
+                self.show_row(i, st.list_row(i))
 
     def clear_error(self, i: int) -> None:
         vals = self._vals.get(i)

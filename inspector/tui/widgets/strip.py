@@ -34,6 +34,8 @@ RULE = "─"
 class TokenStrip(ScrollView, can_focus=False):
     """Tokens coloured by hit/miss or by p(true); misses also underlined; prompt tokens dimmed."""
 
+    BORDER_TITLE = "tokens"
+
     COMPONENT_CLASSES = {
         "strip--none",
         "strip--prompt",

@@ -1,0 +1,73 @@
+"""The model side as the app's device thread sees it: `Backend`, a Protocol. No torch, no Textual.
+
+The engine's jobs (`jobs.py`) ask a backend for a sample's arrays, its predictions, its serving
+replay and its draft trees, all as numpy; nothing else of the evaluator reaches them. The one
+backend, `evaluator_backend.EvaluatorBackend`, wraps the `Evaluator` and a `Replayer` and is
+imported on the device thread only (`LoadResult.backend`), after torch: this module and every one
+the app imports before its first paint stay free of torch (a test checks it).
+
+Submitted tasks (the doctor, an export) are whole commands rather than views: they get the
+`Evaluator` itself (`Backend.evaluator`), as the CLI gives it to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from inspector.evaluate import Evaluator, SamplePredictions
+    from inspector.formats.tokenizer import TokenDecoder
+    from inspector.memory import MemoryBudget
+    from inspector.serving.spec import DraftSpec
+    from inspector.tui.events import SampleAccept, SampleTrees
+    from inspector.tui.summary import LoggedFigure, SampleData, Summary
+    from inspector.wiring import WiringKey
+
+
+class Backend(Protocol):
+    """What the device thread asks of the loaded draft and sample set (device thread only)."""
+
+    @property
+    def evaluator(self) -> Evaluator:
+        """For submitted tasks (doctor, export), which run as the CLI runs them."""
+
+    @property
+    def n_samples(self) -> int: ...
+
+    @property
+    def budget(self) -> MemoryBudget | None:
+        """The caches' byte budget (None: a loader without one, in tests)."""
+
+    def summarize(
+        self,
+        decoder: TokenDecoder,
+        notes: list[str],
+        *,
+        initial_wiring: str | None,
+        input_paths: Sequence[str],
+        load_s: float,
+        first_sample: int,
+        skipped: Sequence[tuple[int, str]],
+        logged: LoggedFigure | None,
+    ) -> Summary:
+        """What the UI needs to know of the draft and the set; the presets and `--wiring`
+        resolved (or why not)."""
+
+    def sample_data(self, i: int, decoder: TokenDecoder | None) -> SampleData:
+        """Sample i's wiring-independent arrays: token texts, loss mask, slot norms."""
+
+    def predict(self, i: int, wiring: WiringKey) -> SamplePredictions: ...
+
+    def replay(self, i: int, wiring: WiringKey, spec: DraftSpec) -> SampleAccept:
+        """Sample i's serving replay under the engine settings `spec`."""
+
+    def trees(self, i: int, wiring: WiringKey, spec: DraftSpec) -> SampleTrees:
+        """The draft tree an engine builds at every row of sample i."""
+
+    def keep_warm(self, i: int) -> None:
+        """Keep sample i's device tensors cached (best effort)."""
+
+    def free_after_oom(self, e: BaseException) -> bool:
+        """After an out-of-memory error, hand the allocator's cached blocks back; True if it
+        was one."""

@@ -1,0 +1,193 @@
+"""The app's one `Backend`: the `Evaluator` the CLI loads, and a `Replayer` over it, as numpy.
+
+Device thread only: `LoadResult.backend` imports this once the loader has imported torch. Torch
+itself is still imported inside the methods, so the import-boundary test can import the whole
+engine side without it. No Textual here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from inspector.tui.events import SampleAccept, SampleTrees
+from inspector.tui.summary import (
+    LoggedFigure,
+    SampleData,
+    Summary,
+    accept_at,
+    default_serving,
+    error_text,
+)
+
+if TYPE_CHECKING:
+    from inspector.evaluate import Evaluator, SamplePredictions
+    from inspector.formats.tokenizer import TokenDecoder
+    from inspector.memory import MemoryBudget
+    from inspector.serving.replay import Replayer
+    from inspector.serving.spec import DraftSpec
+    from inspector.wiring import WiringKey
+
+
+class EvaluatorBackend:
+    """`backend.Backend` over an `Evaluator` (see there for what each method promises)."""
+
+    def __init__(self, ev: Evaluator) -> None:
+        self._ev = ev
+        self._replayer: Replayer | None = None  # made on first use, under the first settings
+
+    @property
+    def evaluator(self) -> Evaluator:
+        return self._ev
+
+    @property
+    def n_samples(self) -> int:
+        return len(self._ev.samples)
+
+    @property
+    def budget(self) -> MemoryBudget | None:
+        # Test loaders wrap the evaluator and may have no budget: the app then uses fixed sizes.
+        return getattr(self._ev, "budget", None)
+
+    def summarize(
+        self,
+        decoder: TokenDecoder,
+        notes: list[str],
+        *,
+        initial_wiring: str | None,
+        input_paths: Sequence[str],
+        load_s: float,
+        first_sample: int = 0,
+        skipped: Sequence[tuple[int, str]] = (),
+        logged: LoggedFigure | None = None,
+    ) -> Summary:
+        from inspector.serving.spec import DraftSpec
+
+        ev = self._ev
+        draft = ev.draft
+        presets: dict[str, WiringKey | None] = {}
+        preset_errors: dict[str, str] = {}
+        for name in ("train", "serve"):
+            try:
+                presets[name] = ev.wiring(name).slots
+            except Exception as e:  # noqa: BLE001 - shown in the app
+                presets[name] = None
+                preset_errors[name] = error_text(e)
+        initial: WiringKey | None = None
+        initial_error = None
+        spec = initial_wiring or "train"
+        try:
+            initial = ev.wiring(spec).slots
+        except Exception as e:  # noqa: BLE001 - shown in the app, which falls back to a preset
+            initial_error = f"--wiring {spec}: {error_text(e)}"
+            initial = presets.get("train") or presets.get("serve")
+        return Summary(
+            checkpoint=str(draft.path),
+            name=str(draft.name),
+            layout=str(draft.layout),
+            device=str(ev.device),
+            dtype=str(draft.dtype).replace("torch.", ""),
+            files=[str(f) for f in ev.samples.files],
+            sample_format=str(ev.samples.format),
+            slot_info=list(ev.slot_info),
+            n_blocks=int(ev.n_blocks),
+            ttt_steps=int(ev.ttt_steps),
+            fc_norms=[float(x) for x in draft.fc_block_norms()],
+            presets=presets,
+            preset_errors=preset_errors,
+            initial=initial,
+            initial_error=initial_error,
+            decoder=decoder,
+            tokenizer=decoder.source,
+            input_paths=list(input_paths),
+            notes=list(getattr(draft, "notes", []) or []) + list(notes),
+            load_s=load_s,
+            budget=self.budget,
+            has_verifier=bool(getattr(ev, "has_verifier", False)),
+            first_sample=first_sample,
+            skipped=list(skipped),
+            # τ starts under the engine's settings where its log shows them (a chain of k)
+            serving=default_serving(int(ev.ttt_steps))
+            if logged is None or not logged.steps
+            else DraftSpec(logged.steps),
+            logged=logged,
+        )
+
+    def sample_data(self, i: int, decoder: TokenDecoder | None) -> SampleData:
+        import numpy as np
+
+        s = self._ev.samples[i]
+        ids = s.input_ids.numpy().astype(np.int64)
+        mask = s.loss_mask.numpy().astype(bool)
+        norms = np.asarray(self._ev.slot_norms(i), dtype=np.float32)
+        t = ids.size
+        # Row j reads the hidden states at position j and counts when loss_mask[j + 1] is set.
+        rows = np.zeros(t, dtype=bool)
+        rows[: max(t - 2, 0)] = mask[1 : t - 1]
+        sel = rows if rows.any() else np.ones(t, dtype=bool)
+        with np.errstate(invalid="ignore", over="ignore"):
+            mean = norms[:, sel].astype(np.float64).mean(axis=1)
+        nonfinite = (~np.isfinite(norms)).sum(axis=1)
+        if decoder is not None:
+            texts = [decoder.visible(int(x)) for x in ids]
+            ends = [decoder.ends_line(int(x)) for x in ids]
+        else:
+            texts, ends = [str(int(x)) for x in ids], [False] * t
+        return SampleData(
+            index=i,
+            path=str(s.path),
+            length=t,
+            input_ids=ids,
+            loss_mask=mask,
+            texts=texts,
+            ends_line=ends,
+            slot_norms=norms,
+            slot_mean=mean,
+            slot_nonfinite=nonfinite,
+            warnings=list(s.warnings),
+        )
+
+    def predict(self, i: int, wiring: WiringKey) -> SamplePredictions:
+        from inspector.wiring import Wiring
+
+        return self._ev.predict(i, Wiring(tuple(wiring)))
+
+    def replay(self, i: int, wiring: WiringKey, spec: DraftSpec) -> SampleAccept:
+        """Cached by the Replayer's ByteLRU under the budget's `replays` share, keyed by (sample,
+        wiring, settings)."""
+        from inspector.serving.replay import Replayer
+        from inspector.wiring import Wiring
+
+        if self._replayer is None:
+            self._replayer = Replayer(self._ev, spec)
+        self._replayer.spec = spec  # the cache key holds the settings (and so the convention)
+        r = self._replayer.replay(i, Wiring(tuple(wiring)))
+        mask = self._ev.samples[i].loss_mask.numpy()
+        a_at = accept_at(r.a_by_start, mask)
+        return SampleAccept(
+            i, tuple(wiring), spec, r.a_by_start, r.starts, r.accepted, r.emitted, r.stats, a_at
+        )
+
+    def trees(self, i: int, wiring: WiringKey, spec: DraftSpec) -> SampleTrees:
+        from inspector.tui.trees import sample_trees
+
+        return sample_trees(self._ev, i, wiring, spec)
+
+    def keep_warm(self, i: int) -> None:
+        warm = getattr(self._ev, "keep_warm", None)  # a test's wrapped evaluator may lack it
+        if warm is not None:
+            warm(i)
+
+    def free_after_oom(self, e: BaseException) -> bool:
+        from inspector.evaluate import is_oom
+
+        if not is_oom(e):
+            return False
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001 - freeing is best effort
+            pass
+        return True

@@ -1,0 +1,167 @@
+"""The main screen's handlers of the device thread's messages (`messages.py`), one per message.
+
+`DeviceMessages` is the main screen's base: each handler takes a result into the state
+(`state.ViewModel`) and repaints what it moved through the screen's painting methods, which the
+screen (`main.MainScreen`) defines; the base declares them so that the handlers read on their own.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual.screen import Screen
+
+from inspector.tui import messages as msg
+
+if TYPE_CHECKING:
+    from inspector.tui.state import ViewModel
+    from inspector.tui.widgets.sample_view import SampleView
+    from inspector.tui.widgets.samples import SampleList
+
+
+class DeviceMessages(Screen):
+    """The handlers; the painting and requests they call are the main screen's."""
+
+    state: ViewModel
+    sample_list: SampleList
+    center: SampleView
+    status: str  # the main screen's reactive loading stage
+
+    def say(self, text: str, *, severity: str = "information", timeout: float = 5) -> None:
+        raise NotImplementedError
+
+    def request_view(self) -> None:
+        raise NotImplementedError
+
+    def request_accepts(self) -> None:
+        raise NotImplementedError
+
+    def show_if_ready(self) -> bool:
+        raise NotImplementedError
+
+    def paint_rounds(self) -> None:
+        raise NotImplementedError
+
+    def paint_tree(self) -> None:
+        raise NotImplementedError
+
+    def refresh_header(self) -> None:
+        raise NotImplementedError
+
+    def refresh_accuracy(self) -> None:
+        raise NotImplementedError
+
+    def on_load_progress(self, e: msg.LoadProgress) -> None:
+        self.center.strip.show_message(f"{e.text}…")
+        self.status = e.text
+
+    def on_load_failed(self, e: msg.LoadFailed) -> None:
+        self.center.strip.show_message(f"could not load: {e.error}")
+        self.status = "load failed"
+        self.say(f"could not load: {e.error}", severity="error", timeout=30)
+
+    def on_loaded(self, e: msg.Loaded) -> None:
+        s = e.session
+        st = self.state
+        known_bad = st.load(s)
+        self.status = ""
+        lst = self.sample_list
+        lst.set_samples(len(s.files))
+        for i, error in known_bad:
+            lst.set_values(i, error=error)
+            self.say(f"sample #{i} skipped: {error}", severity="error", timeout=10)
+        for note in s.notes:
+            self.say(note, severity="warning")
+        if s.initial_error:
+            self.say(s.initial_error, severity="error", timeout=15)
+        if st.wiring is None:
+            errs = "; ".join(s.preset_errors.values())
+            self.center.strip.show_message(f"no usable wiring: {errs}")
+            self.say(f"no usable wiring: {errs}", severity="error", timeout=30)
+        else:
+            self.request_view()
+
+    def on_view_ready(self, e: msg.ViewReady) -> None:
+        st = self.state
+        data = e.sample
+        if st.clear_error(data.index):  # a retry worked (e.g. after an out-of-memory error)
+            self.sample_list.clear_error(data.index)
+            if data.index == st.sample:
+                self.request_accepts()  # its replays left with the error
+        for w in st.remember_sample(data):
+            self.say(f"sample #{data.index}: {w}", severity="warning")
+        added = st.add_predictions(data, e.preds)
+        if added:
+            self.sample_list.show_row(data.index, st.list_row(data.index))
+        shown = False
+        if (e.gen == st.gen and not e.prefetch) or (st.pending and data.index == st.sample):
+            # The view asked for, or a prefetch that completed what the current view needs.
+            shown = self.show_if_ready()
+        if shown:
+            st.applied()
+            self.refresh_header()
+        elif added:
+            self.refresh_accuracy()  # set totals moved
+
+    def on_view_failed(self, e: msg.ViewFailed) -> None:
+        st = self.state
+        self.mark_error(e.sample, e.error)
+        if e.gen != st.gen:
+            return
+        st.applied()
+        if e.sample == st.sample:
+            st.view = None
+            self.center.show_failed(f"sample #{e.sample}: {e.error}")
+        self.say(e.error, severity="error", timeout=12)
+        self.refresh_header()
+        self.refresh_accuracy()
+
+    def on_scored_batch(self, e: msg.ScoredBatch) -> None:
+        changed = {s.sample for s in e.items if self.state.add_stats(*s)}
+        for i, err in e.errors:
+            self.mark_error(i, err)
+        for i in changed:
+            self.sample_list.show_row(i, self.state.list_row(i))
+        accepted = [a for a in e.accepts if self.state.add_accept(a)]
+        if changed or e.errors or accepted:
+            self.refresh_accuracy()
+        if any(a.index == self.state.sample for a in e.accepts):
+            self.paint_rounds()
+
+    def on_accepts_ready(self, e: msg.AcceptsReady) -> None:
+        """The serving replay of a sample the UI asked for (it may be another one by now)."""
+        for a in e.accepts:
+            self.state.add_accept(a)
+        self.refresh_accuracy()
+        if e.sample == self.state.sample:
+            self.paint_rounds()
+
+    def on_trees_ready(self, e: msg.TreesReady) -> None:
+        t = e.trees
+        key = (t.index, t.wiring, t.spec)
+        self.state.trees.put(key, t)
+        if key == self.state.trees_key():
+            self.paint_tree()
+
+    def on_trees_failed(self, e: msg.TreesFailed) -> None:
+        self.center.tree_panel.failed(e.error)
+        self.say(f"draft tree failed: {e.error}", severity="error", timeout=12)
+
+    def on_task_done(self, e: msg.TaskDone) -> None:
+        if e.kind == "export":
+            if e.error:
+                self.say(f"export failed: {e.error}", severity="error", timeout=12)
+            else:
+                self.say(f"exported to {e.result}")
+        elif e.kind != "doctor" and e.error:  # the doctor screen receives its own outcome
+            self.say(f"internal error: {e.error}", severity="error", timeout=20)
+
+    def on_job_crashed(self, e: msg.JobCrashed) -> None:
+        self.say(f"internal error: {e.error}", severity="error", timeout=20)
+
+    def mark_error(self, i: int, error: str) -> None:
+        if not self.state.mark_error(i, error):
+            return
+        self.sample_list.set_values(i, error=error)
+        if i != self.state.sample:
+            self.say(f"sample #{i} skipped: {error}", severity="error", timeout=10)

@@ -1,0 +1,29 @@
+"""The accuracy bar: per shown wiring this sample's and the set's accuracy and τ, the flips."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual.widgets import Static
+
+from inspector.tui.accuracy import accuracy_text, accuracy_title
+
+if TYPE_CHECKING:
+    from inspector.tui.state import ViewModel
+
+MIN_WIDTH = 20
+
+
+class AccuracyBar(Static):
+    BORDER_TITLE = "accuracy"  # until loaded; then the view and what τ replays
+
+    def paint(self, st: ViewModel, *, metrics: str, narrow: bool) -> None:
+        """The bar for the state's wirings in view `metrics` (state.METRICS); nothing changes
+        before a session and a wiring."""
+        title = accuracy_title(metrics, st.spec)
+        if self.border_title != title:
+            self.border_title = title
+        width = max(self.content_size.width, MIN_WIDTH)
+        text = accuracy_text(st, metrics=metrics, narrow=narrow, width=width)
+        if text is not None:
+            self.update(text)

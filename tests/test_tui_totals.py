@@ -1,0 +1,50 @@
+"""The set totals' one add and one drop (`tui.totals`), on both kinds of figures the bar pools."""
+
+from __future__ import annotations
+
+from inspector.metrics import Counts, StepMetrics
+from inspector.serving.spec import DraftSpec
+from inspector.serving.walk import AcceptStats, Round
+from inspector.tui.totals import Totals, pool_accepts, pool_steps
+
+A, B = (0, 1, 2), (1, 2, 3)
+
+
+def steps(hits: int, total: int, k: int = 1) -> list[StepMetrics]:
+    return [StepMetrics(s, all_tok=Counts(hits - s, total)) for s in range(k)]
+
+
+def test_steps_pool_per_group_count_once_and_drop_exactly():
+    t: Totals = Totals(pool_steps)
+    assert t.add(0, A, steps(3, 10, k=2))
+    assert t.add(1, A, steps(5, 10))  # a sample shorter than K+2 tokens: fewer steps
+    assert t.add(1, B, steps(7, 10))
+    assert not t.add(1, A, steps(9, 10))  # counted once: the second figure is ignored
+    tot = t.total(A)
+    assert tot.n_samples == 2
+    assert [(s.all_tok.hits, s.all_tok.total) for s in tot.value] == [(8, 20), (2, 10)]
+    t.drop(1)  # leaves A and B at once
+    tot = t.total(A)
+    assert tot.n_samples == 1
+    assert [(s.all_tok.hits, s.all_tok.total) for s in tot.value] == [(3, 10), (2, 10)]
+    assert t.total(B).n_samples == 0 and t.total(B).value == []
+    assert t.get(1, A) is None and t.get(0, A) is not None
+    t.drop(7)  # a sample never counted: nothing moves
+    assert t.total(A).n_samples == 1
+
+
+def test_accepts_pool_rounds_and_an_emptied_group_keeps_its_depth():
+    t: Totals = Totals(pool_accepts)
+    g = (A, DraftSpec(3))
+    s0 = AcceptStats.of([Round(2, 3, 4), Round(6, 0, 1)], 3)
+    s1 = AcceptStats.of([Round(2, 1, 2)], 3)
+    assert t.add(0, g, s0) and t.add(1, g, s1)
+    pooled = t.total(g).value
+    assert (pooled.rounds, pooled.accepted, pooled.emitted) == (3, 4, 7)
+    assert s0.rounds == 2  # pooling never adds into a sample's own figure
+    t.drop(0)
+    pooled = t.total(g).value
+    assert (pooled.rounds, pooled.emitted) == (1, 2) and t.total(g).n_samples == 1
+    t.drop(1)
+    empty = t.total(g).value
+    assert empty.rounds == 0 and empty.depth == 3 and len(empty.at_least) == 3
