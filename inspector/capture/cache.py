@@ -13,9 +13,9 @@ import os
 from pathlib import Path
 
 from inspector.capture import store
-from inspector.capture.progress import progress_bar
 from inspector.capture.run import CaptureSettings, capture, prepare
 from inspector.errors import InputError
+from inspector.progress import progress_bar
 
 
 def cache_root() -> Path:

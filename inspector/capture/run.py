@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -19,14 +18,13 @@ from inspector.capture.inputs import MIN_TOKENS, Record, read_input
 from inspector.capture.plan import DraftIds, SlotPlan, plan_slots, read_draft_ids
 from inspector.capture.target import DTYPE_NAMES, TargetInfo, read_target_info
 from inspector.errors import InputError
+from inspector.progress import Progress
 
 DEFAULT_MAX_LENGTH = 2048
 # Tokens of the target's continuation written past a generated request's stop: a vLLM chain of k
 # drafts reads k - 1 of them in its last round, SGLang's round after the stop up to 2k.
 DEFAULT_PAST_STOP = 16
 SAVE_DTYPES = ("bfloat16", "float16", "float32")
-
-Progress = Callable[[int, int], None]  # (samples done, samples in all)
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from rich.text import Text
 from inspector.commands.common import (
     open_evaluator,
     print_skips,
-    progress_bar,
     wirings_and_names,
 )
 from inspector.commands.output import safe, stdout_console, write_json
 from inspector.formatting import fmt_float, pct
+from inspector.progress import progress_bar
 
 # Above this share of generated positions whose token is not the target's argmax, the replay
 # measures the data more than what the target would emit: say so.
@@ -67,14 +67,15 @@ def _replay(args, spec, err, init_from_env, engine):
     _, ev = open_evaluator(args, err, device, spec.steps if spec.is_chain else 1)
     wirings, names = wirings_and_names(ev, args.wiring)
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
-    with progress_bar("replaying", err, dist_ctx) as progress:
-        task = progress.add_task("accept", total=n)
+    with progress_bar(
+        "replaying", err, hidden=dist_ctx is not None and not dist_ctx.is_main
+    ) as advance:
         report = Replayer(ev, spec, engine).run(
             wirings,
             limit=args.limit,
             names=names,
             indices=dist_ctx.shard(n) if dist_ctx else None,
-            progress=lambda done, total: progress.update(task, completed=done, total=total),
+            progress=advance,
         )
     if dist_ctx is not None:
         return gather_accept(dist_ctx, report)

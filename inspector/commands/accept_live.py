@@ -7,9 +7,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from inspector.commands.common import progress_bar
 from inspector.commands.output import safe
 from inspector.errors import InputError
+from inspector.progress import progress_bar
 from inspector.wiring import PRESETS
 
 
@@ -41,15 +41,14 @@ def run_loop(err: Console, draft, target: Path, prompts: Path, spec, wirings, **
     """`serving.live.live_accept` under a progress bar on stderr (`kw`: its keyword options)."""
     from inspector.serving.live import live_accept
 
-    with progress_bar("speculative decoding", err) as progress:
-        task = progress.add_task("live", total=None)
+    with progress_bar("speculative decoding", err) as advance:
         return live_accept(
             draft,
             target,
             prompts,
             spec,
             wirings,
-            progress=lambda done, total: progress.update(task, completed=done, total=total),
+            progress=advance,
             **kw,
         )
 

@@ -10,8 +10,8 @@ from rich.markup import escape
 
 
 def run_capture(args: argparse.Namespace) -> int:
-    from inspector.capture.progress import progress_bar
     from inspector.capture.run import CaptureSettings, capture, prepare
+    from inspector.progress import progress_bar
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     settings = CaptureSettings(

@@ -14,9 +14,9 @@ __all__ = [
     "Inputs",
     "load_evaluator",
     "parse_slot_layers",
-    "progress_bar",
     "resolve_inputs",
     "open_evaluator",
+    "print_sample_notes",
     "print_skips",
     "wirings_and_names",
 ]
@@ -111,13 +111,18 @@ def open_evaluator(args: argparse.Namespace, err, device: str, ttt_steps: int):
     return inputs, ev
 
 
+def print_sample_notes(err, skipped, warnings) -> None:
+    """The samples a run skipped and the warnings about those it read, one line each."""
+    for e in skipped:
+        err.print(f"[yellow]skipped[/] {safe(e.line())}", highlight=False, soft_wrap=True)
+    for w in warnings:
+        err.print(f"[yellow]warning[/] {safe(w.line())}", highlight=False, soft_wrap=True)
+
+
 def print_skips(err, report) -> None:
     """A run report's skipped samples and sample warnings on `err`, one line each, and how many
     samples counted; an error when none could be used."""
-    for e in report.skipped:
-        err.print(f"[yellow]skipped[/] {safe(e.line())}", highlight=False, soft_wrap=True)
-    for w in report.warnings:
-        err.print(f"[yellow]warning[/] {safe(w.line())}", highlight=False, soft_wrap=True)
+    print_sample_notes(err, report.skipped, report.warnings)
     total = len(report.skipped) + report.samples
     if report.skipped:
         err.print(f"used {report.samples} of {total} samples", highlight=False, soft_wrap=True)
@@ -130,24 +135,3 @@ def wirings_and_names(ev, texts: list[str] | None) -> tuple[list, list[str | Non
     name in the report (a preset's, else None)."""
     texts = texts or list(PRESETS)
     return [ev.wiring(t) for t in texts], [preset_name(t) for t in texts]
-
-
-def progress_bar(what: str, err, dist_ctx=None):
-    """A transient bar on stderr (none when stderr is no terminal, or on torchrun's other ranks)."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
-    return Progress(
-        TextColumn(what),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal or (dist_ctx is not None and not dist_ctx.is_main),
-    )

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.panel import Panel
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from inspector.commands.common import load_evaluator, resolve_inputs
+from inspector.commands.common import load_evaluator, print_sample_notes, resolve_inputs
 from inspector.commands.output import safe, stdout_console, visible, write_json
 from inspector.formatting import SEVERITY_STYLE
+from inspector.progress import stage_progress_bar
 
 if TYPE_CHECKING:
     from inspector.doctor import DoctorReport, FixResult
@@ -58,31 +58,15 @@ def run_doctor(args: argparse.Namespace) -> int:
             err.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
         return ev
 
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    ) as progress:
-        task = progress.add_task("doctor", total=None)
-
-        def report_progress(stage: str, done: int, total: int) -> None:
-            progress.update(task, description=stage, completed=done, total=total)
-
-        report = run(request, load, progress=report_progress)
+    with stage_progress_bar(err) as advance:
+        report = run(request, load, progress=advance)
     return _emit(args, report, err)
 
 
 def _emit(args: argparse.Namespace, report: DoctorReport, err: Console) -> int:
     """Print the report (JSON or tables); the exit status."""
     # Named on stderr as eval does (and in the report's findings and JSON).
-    for skipped in report.skipped:
-        err.print(f"[yellow]skipped[/] {safe(skipped.line())}", highlight=False, soft_wrap=True)
-    for w in report.warnings:
-        err.print(f"[yellow]warning[/] {safe(w.line())}", highlight=False, soft_wrap=True)
+    print_sample_notes(err, report.skipped, report.warnings)
     if args.json:
         write_json(report.to_dict())
     else:

@@ -15,13 +15,13 @@ from inspector.commands.common import (
     Inputs,
     open_evaluator,
     print_skips,
-    progress_bar,
     wirings_and_names,
 )
 from inspector.commands.output import safe, stdout_console, write_json, write_json_spooled
 from inspector.evaluate import Report
 from inspector.evaluate.positions import PositionSpool
 from inspector.formatting import pct
+from inspector.progress import progress_bar
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -32,8 +32,9 @@ def run_eval(args: argparse.Namespace) -> int:
     inputs, ev = open_evaluator(args, err, device, args.ttt_steps)
     wirings, names = wirings_and_names(ev, args.wiring)
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
-    with progress_bar("evaluating", err, dist_ctx) as progress:
-        task = progress.add_task("eval", total=n)
+    with progress_bar(
+        "evaluating", err, hidden=dist_ctx is not None and not dist_ctx.is_main
+    ) as advance:
         # Positions go to a spool on disk (one process) or stay in memory for torchrun's gather.
         want = bool(args.positions and args.json)
         spool = PositionSpool(len(wirings)) if want and dist_ctx is None else None
@@ -42,7 +43,7 @@ def run_eval(args: argparse.Namespace) -> int:
             limit=args.limit,
             positions=spool if spool is not None else want,
             names=names,
-            progress=lambda done, total: progress.update(task, completed=done, total=total),
+            progress=advance,
             indices=dist_ctx.shard(n) if dist_ctx else None,
         )
     if dist_ctx is not None:

@@ -12,10 +12,11 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from inspector.commands.common import open_evaluator, progress_bar
+from inspector.commands.common import open_evaluator
 from inspector.commands.output import safe, stdout_console, write_json
 from inspector.errors import InputError
 from inspector.formatting import fmt_float
+from inspector.progress import progress_bar
 
 DEFAULT_MAX_NEW = 128
 
@@ -117,13 +118,12 @@ def _replay(args, spec, engine, err):
     _, ev = open_evaluator(args, err, args.device, spec.steps if spec.is_chain else 1)
     wirings, names, configured = _wirings(args, ev.slot_info, ev.n_blocks, ev.draft)
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
-    with progress_bar("replaying", err) as progress:
-        task = progress.add_task("reconcile", total=n)
+    with progress_bar("replaying", err) as advance:
         report = Replayer(ev, spec, engine).run(
             wirings,
             limit=args.limit,
             names=names,
-            progress=lambda done, total: progress.update(task, completed=done, total=total),
+            progress=advance,
         )
     samples = []
     for i in range(n):

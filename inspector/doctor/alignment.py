@@ -20,12 +20,13 @@ import numpy as np
 
 from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.phrasing import Text
-from inspector.doctor.search import Progress, Scorer
+from inspector.doctor.search import Scorer
 from inspector.doctor.stats import clearly_better, counts_of, paired_hits_z, severity_for_gain
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formatting import pct
 from inspector.metrics import Counts
+from inspector.progress import StageProgress
 from inspector.sample import SlotInfo
 from inspector.wiring import Wiring
 
@@ -72,7 +73,7 @@ def _score_shifts(
     ev: Evaluator,
     samples: Sequence[int],
     wirings: list[tuple[int, ...]],
-    progress: Progress | None,
+    progress: StageProgress | None,
 ) -> dict[tuple[int, tuple[int, ...]], np.ndarray]:
     hits: dict[tuple[int, tuple[int, ...]], list[np.ndarray]] = {}
     # count_from=1: shifts -1, 0 and +1 then count the same rows.
@@ -95,7 +96,7 @@ def alignment_check(
     samples: Sequence[int],
     wirings: Sequence[tuple[int, ...]],
     infos: Sequence[SlotInfo],
-    progress: Progress | None = None,
+    progress: StageProgress | None = None,
 ) -> tuple[Finding, int]:
     """Re-pair hidden states and tokens one position off; returns the finding and the pairing shift
     the rest of the doctor should use (0 unless a shift is clearly better)."""

@@ -35,12 +35,13 @@ from inspector.doctor.config_variants import (
 )
 from inspector.doctor.finding import ConfigFix, Finding, Kind, Severity
 from inspector.doctor.phrasing import Text
-from inspector.doctor.search import Progress, Scorer
+from inspector.doctor.search import Scorer
 from inspector.doctor.stats import clearly_better, counts_of, paired_hits_z, severity_for_gain
 from inspector.draft import Draft, DraftConfig, RopeConfig
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.metrics import Counts
+from inspector.progress import StageProgress
 from inspector.wiring import Wiring
 
 KINDS = (Kind.NORM_BEFORE_RESIDUAL, Kind.ROPE, Kind.HEAD_DIM)
@@ -123,7 +124,7 @@ def _score(
     alts: list[Alternative],
     cands: list[tuple[int, ...]],
     shift: int,
-    progress: Progress | None,
+    progress: StageProgress | None,
 ) -> list[AlternativeScore]:
     """Each alternative's best candidate wiring and its hits."""
     scorers = [Scorer(ev, draft=a.draft, shift=shift) for a in alts]
@@ -268,7 +269,7 @@ def config_checks(
     best: tuple[int, ...],
     shift: int = 0,
     target_config: str | Path | None = None,
-    progress: Progress | None = None,
+    progress: StageProgress | None = None,
 ) -> ConfigCheckResult:
     """Re-run the candidate wirings under each alternative config; a finding per kind.
 

@@ -34,7 +34,7 @@ from inspector.doctor.named_wirings import (
 )
 from inspector.doctor.norm_flags import norm_flag_checks
 from inspector.doctor.report import DoctorReport, WiringResult
-from inspector.doctor.search import Progress, WiringSearch, search_wirings
+from inspector.doctor.search import WiringSearch, search_wirings
 from inspector.doctor.serving import ServingConfig, serving_config, serving_finding
 from inspector.doctor.skipped_samples import skipped_finding
 from inspector.doctor.slot_identity import SlotIdentity, decide, identity_finding, relabel
@@ -47,6 +47,7 @@ from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats.layer_convention import read_layer_ids, target_layer_count
 from inspector.formats.tensorfiles import read_json
+from inspector.progress import StageProgress
 from inspector.sample import SlotInfo, with_layer_ids
 from inspector.serving.walk import AcceptStats
 
@@ -71,7 +72,7 @@ class DoctorContext:
     names: NamedWirings
     plan: DoctorPlan
     prune: bool = True
-    progress: Progress | None = None
+    progress: StageProgress | None = None
 
     def scored(self, skipped: dict[int, str]) -> DoctorContext:
         """This context without the samples the search could not score."""
@@ -154,7 +155,7 @@ def _identity(
     samples: list[int],
     slot_layers: Sequence[int] | None,
     target: str | Path | None,
-    progress: Progress | None,
+    progress: StageProgress | None,
 ) -> SlotIdentity:
     """The slots' identity from the target (when given), --slot-layers, and data_config.json
     read with the target's layer count when the file has none."""
@@ -188,7 +189,7 @@ def build_context(
     target: str | Path | None = None,
     prune: bool = True,
     max_tokens: int | None = None,
-    progress: Progress | None = None,
+    progress: StageProgress | None = None,
 ) -> DoctorContext:
     """The samples within the compute budget, the slots' identity (running the target when
     given) and the named wirings."""
@@ -362,7 +363,7 @@ def diagnose(
     head_borrowed: bool = False,
     prune: bool = True,
     max_tokens: int | None = None,
-    progress: Progress | None = None,
+    progress: StageProgress | None = None,
 ) -> DoctorReport:
     """Find the wiring the draft was trained for and every train/serve mismatch.
 

@@ -25,7 +25,7 @@ import torch
 
 from inspector.doctor.finding import ConfigFix, Kind, Severity
 from inspector.doctor.report import DoctorReport, FixPlan, FixResult, Verification
-from inspector.doctor.search import Progress, Scorer
+from inspector.doctor.search import Scorer
 from inspector.draft import Draft, RopeConfig
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
@@ -33,6 +33,7 @@ from inspector.formats.checkpoint import canonical_name, load_draft
 from inspector.formats.tensorfiles import find_weight_file, read_json, read_tensors
 from inspector.formats.writer import DraftFiles, check_out, side_files, write_draft
 from inspector.metrics import Counts
+from inspector.progress import StageProgress
 
 CONFIG_KINDS = (Kind.NORM_BEFORE_RESIDUAL, Kind.ROPE, Kind.HEAD_DIM)
 
@@ -158,7 +159,7 @@ def write_fixed(
     embed: str | Path | None = None,
     target: str | Path | None = None,
     read: Sequence[str | Path] = (),
-    progress: Progress | None = None,
+    progress: StageProgress | None = None,
 ) -> FixResult:
     """Write the fixed checkpoint to `out` and verify it; returns what was done (also stored in
     `report.fixed`): the plan, the changes, expected vs fixed all-tok counts, verified."""

@@ -26,9 +26,9 @@ from inspector.doctor.fix import write_fixed
 from inspector.doctor.lm_head import HeadStatus, borrow_target_head, head_finding, head_status
 from inspector.doctor.norm_flags import missing_norm_findings
 from inspector.doctor.report import DoctorReport
-from inspector.doctor.search import Progress
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
+from inspector.progress import StageProgress
 
 # The evaluator over the draft in this folder and the session's samples, loaded leniently
 # (`strict=False`): the folder is the draft's own, or a temporary copy with a borrowed head.
@@ -95,7 +95,9 @@ def _preflight(request: DoctorRequest) -> DoctorReport | None:
     return None
 
 
-def run(request: DoctorRequest, load: Load, *, progress: Progress | None = None) -> DoctorReport:
+def run(
+    request: DoctorRequest, load: Load, *, progress: StageProgress | None = None
+) -> DoctorReport:
     """The preflight, then every check on the evaluator `load` gives, then (with write_fixed)
     the fixed checkpoint, written and verified (in `report.fixed`)."""
     early = _preflight(request)
@@ -179,7 +181,7 @@ def run_loaded(
     *,
     n_samples: int = DEFAULT_SAMPLES,
     max_tokens: int | None = None,
-    progress: Progress | None = None,
+    progress: StageProgress | None = None,
 ) -> DoctorReport:
     """`run` for a session that holds an evaluator (the app): the request is read off it (its
     draft's folder, its target head's folder as --target)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,9 +30,8 @@ from inspector.evaluate import Evaluator
 from inspector.evaluate.scoring import Vocab, score_logits
 from inspector.metrics import Counts
 from inspector.model import Step0Shared, draft_logits, iter_steps, step0_logits_at_rows
+from inspector.progress import StageProgress
 from inspector.wiring import Wiring
-
-Progress = Callable[[str, int, int], None]
 
 EXHAUSTIVE_MAX_SLOTS = 6  # beyond this many slots the search is greedy
 Z_HITS = 4.0  # paired z on hits above which a wiring is dropped as hopeless
@@ -231,7 +230,7 @@ class WiringSearch:
         shift: int = 0,
         count_from: int = 0,
         prune: bool = True,
-        progress: Progress | None = None,
+        progress: StageProgress | None = None,
         stage: str = "wiring search",
     ) -> None:
         self.ev = ev
@@ -321,7 +320,7 @@ def search_wirings(
     draft: Draft | None = None,
     shift: int = 0,
     prune: bool = True,
-    progress: Progress | None = None,
+    progress: StageProgress | None = None,
 ) -> WiringSearch:
     """Exhaustive over every ordered choice when S <= 6, else greedy from `start` (one block at a
     time, swaps included, until no neighbour is better)."""

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -56,6 +56,7 @@ from inspector.formats.samples import v1_slot_info
 from inspector.model import (
     fc_wired,
 )
+from inspector.progress import Progress
 from inspector.sample import SlotInfo
 from inspector.serving.engines import Engine, default_engine
 from inspector.serving.live_draft import LiveDraft
@@ -68,8 +69,6 @@ if TYPE_CHECKING:  # capture loads transformers; only the loop itself needs it
     from inspector.capture.plan import DraftIds
     from inspector.capture.run import Prepared
     from inspector.capture.target import TargetModel
-
-Progress = Callable[[int, int], None]  # (loops done, loops in all): prompts x wirings
 
 
 @dataclass
