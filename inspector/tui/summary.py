@@ -19,8 +19,6 @@ if TYPE_CHECKING:  # numpy/torch types only; never imported at module load
     from inspector.serving.spec import DraftSpec
     from inspector.wiring import WiringKey
 
-DEFAULT_SERVING_STEPS = 3  # the serving chain when the app runs one TTT step (as `accept`)
-
 
 @dataclass(frozen=True)
 class LoggedFigure:
@@ -125,10 +123,10 @@ def error_text(e: BaseException) -> str:
 
 def default_serving(ttt_steps: int) -> DraftSpec:
     """A chain of the app's TTT steps (replayed from its predictions, no forward of its own), or
-    of `DEFAULT_SERVING_STEPS` when it runs only step 0."""
-    from inspector.serving.spec import DraftSpec
+    of `DEFAULT_STEPS` (as `accept`) when it runs only step 0."""
+    from inspector.serving.spec import DEFAULT_STEPS, DraftSpec
 
-    return DraftSpec(ttt_steps if ttt_steps > 1 else DEFAULT_SERVING_STEPS)
+    return DraftSpec(ttt_steps if ttt_steps > 1 else DEFAULT_STEPS)
 
 
 def accept_at(a_by_start: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
     from inspector.evaluate import Evaluator
     from inspector.tui.summary import Summary
-    from inspector.wiring import WiringKey
+
+from inspector.wiring import Wiring, WiringKey, named_label
 
 
 def export_task(
@@ -26,10 +27,9 @@ def export_task(
     """Write sample `sample`'s predictions under `wirings` to JSON in the working directory
     (`inspector.export`, which refuses input folders); returns the file written."""
     s = session
-    labels = []
-    for w in wirings:
-        name = s.preset_name(w)
-        labels.append((f"{name} {s.wiring_label(w)}" if name else s.wiring_label(w), tuple(w)))
+    labels = [
+        (named_label(Wiring(tuple(w)), s.slot_info, s.preset_name(w)), tuple(w)) for w in wirings
+    ]
     decode = s.decoder.raw if s.decoder.has_text else None
 
     def job(ev: Evaluator) -> Path:

@@ -29,7 +29,7 @@ from inspector.wiring import WiringKey
 if TYPE_CHECKING:
     from inspector.doctor import DoctorReport, Finding
     from inspector.tui.engine import Engine
-    from inspector.tui.summary import Session
+    from inspector.tui.summary import Summary
 
 N_SAMPLES = 4
 
@@ -103,7 +103,7 @@ class DoctorScreen(Dialog[WiringKey | None]):
         Binding("a", "apply_best", "apply best wiring"),
     ]
 
-    def __init__(self, engine: Engine, session: Session, *, n_samples: int = N_SAMPLES) -> None:
+    def __init__(self, engine: Engine, session: Summary, *, n_samples: int = N_SAMPLES) -> None:
         super().__init__()
         self.engine = engine
         self.session = session
