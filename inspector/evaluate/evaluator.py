@@ -12,7 +12,8 @@ once). When the device runs out of memory, the sample is retried with smaller ch
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -50,6 +51,8 @@ from inspector.model.linear import linear
 from inspector.sample import SlotInfo, with_layer_ids
 from inspector.serving.walk import AcceptStats
 from inspector.wiring import Wiring, named_label, parse_wiring
+
+T = TypeVar("T")
 
 
 class Evaluator:
@@ -389,6 +392,29 @@ class Evaluator:
         )
 
     # --- whole-set evaluation ----------------------------------------------------------------
+    def each_sample(
+        self,
+        todo: Sequence[int],
+        compute: Callable[[int], list[T]],
+        skipped: list[SkippedSample],
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Iterator[tuple[int, list[T]]]:
+        """One pass over samples `todo`: (i, compute(i)) per sample, in order. A sample whose
+        reading fails is recorded in `skipped` and the others still count; each sample's device
+        tensors are released once computed (one pass reads nothing of it again); `progress`
+        hears of each sample done."""
+        for done, i in enumerate(todo, start=1):
+            try:
+                results: list[T] | None = compute(i)
+            except InputError as e:
+                skipped.append(SkippedSample.from_error(i, str(self.samples.files[i]), e))
+                results = None
+            self.release(i)
+            if results is not None:
+                yield i, results
+            if progress is not None:
+                progress(done, len(todo))
+
     def run(
         self,
         wirings: Sequence[Wiring],
@@ -408,14 +434,11 @@ class Evaluator:
         kept = PositionList(len(wirings)) if positions is True else None
         sink: PositionSink | None = kept if kept is not None else (positions or None)
         skipped: list[SkippedSample] = []
-        for done, i in enumerate(todo, start=1):
-            try:
-                preds = [self.predict(i, w, keep=False) for w in wirings]
-            except InputError as e:
-                # A bad sample is reported and skipped; the others still count.
-                skipped.append(SkippedSample.from_error(i, str(self.samples.files[i]), e))
-                preds = []
-            self.release(i)  # one pass: nothing of sample i is read again
+
+        def predict(i: int) -> list[SamplePredictions]:
+            return [self.predict(i, w, keep=False) for w in wirings]
+
+        for i, preds in self.each_sample(todo, predict, skipped, progress):
             for w_idx, pred in enumerate(preds):
                 per_wiring[w_idx].append((i, pred.path, pred.metrics))
                 if pred.accept is not None:
@@ -423,8 +446,6 @@ class Evaluator:
                 if sink is not None:
                     for sp in pred.steps:
                         sink.add(w_idx, (sp.position_dict(r, i) for r in range(len(sp))))
-            if progress is not None:
-                progress(done, len(todo))
         info = self.slot_info
         reports = [
             WiringReport(

@@ -16,7 +16,6 @@ import numpy as np
 import torch
 
 from inspector.cache import ByteLRU
-from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.evaluate.device import retry_oom
 from inspector.evaluate.report import RunReport
@@ -374,18 +373,14 @@ class Replayer:
             for w, nm in zip(wirings, names or [None] * len(wirings), strict=True)
         ]
         skipped: list[SkippedSample] = []
+
+        def replay(i: int) -> list[SampleReplay]:
+            return [self.replay(i, w, keep=False) for w in wirings]
+
         with torch.inference_mode():
-            for done, i in enumerate(todo, start=1):
-                try:
-                    results = [self.replay(i, w, keep=False) for w in wirings]
-                except InputError as e:
-                    skipped.append(SkippedSample.from_error(i, str(ev.samples.files[i]), e))
-                    results = []
-                ev.release(i)
-                for wa, r in zip(out, results, strict=False):
+            for _, results in ev.each_sample(todo, replay, skipped, progress):
+                for wa, r in zip(out, results, strict=True):
                     wa.per_sample.append(r)
-                if progress is not None:
-                    progress(done, len(todo))
         return AcceptReport(
             **AcceptReport.fields_of(ev, todo, skipped),
             spec=self.spec,
