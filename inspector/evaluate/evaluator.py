@@ -144,8 +144,8 @@ class Evaluator:
         """Whether the trainers' metrics can be computed (they need the verifier's head)."""
         return self.target_head is not None
 
-    def wiring(self, spec: str | Sequence[int]) -> Wiring:
-        return parse_wiring(spec, self.slot_info, self.n_blocks)
+    def wiring(self, text: str | Sequence[int]) -> Wiring:
+        return parse_wiring(text, self.slot_info, self.n_blocks)
 
     def cache_bytes(self) -> dict[str, int]:
         """Bytes held per cache (for the benchmarks and the app's status)."""

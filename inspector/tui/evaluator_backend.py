@@ -19,6 +19,7 @@ from inspector.tui.summary import (
     default_serving,
     error_text,
 )
+from inspector.wiring import PRESETS
 
 if TYPE_CHECKING:
     from inspector.evaluate import Evaluator, SamplePredictions
@@ -67,7 +68,7 @@ class EvaluatorBackend:
         draft = ev.draft
         presets: dict[str, WiringKey | None] = {}
         preset_errors: dict[str, str] = {}
-        for name in ("train", "serve"):
+        for name in PRESETS:
             try:
                 presets[name] = ev.wiring(name).slots
             except Exception as e:  # noqa: BLE001 - shown in the app
@@ -75,11 +76,11 @@ class EvaluatorBackend:
                 preset_errors[name] = error_text(e)
         initial: WiringKey | None = None
         initial_error = None
-        spec = initial_wiring or "train"
+        text = initial_wiring or "train"
         try:
-            initial = ev.wiring(spec).slots
+            initial = ev.wiring(text).slots
         except Exception as e:  # noqa: BLE001 - shown in the app, which falls back to a preset
-            initial_error = f"--wiring {spec}: {error_text(e)}"
+            initial_error = f"--wiring {text}: {error_text(e)}"
             initial = presets.get("train") or presets.get("serve")
         return Summary(
             checkpoint=str(draft.path),
