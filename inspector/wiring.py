@@ -40,26 +40,26 @@ class Wiring:
         return len(self.slots)
 
 
-def train_wiring(infos: Sequence[SlotInfo], n_blocks: int) -> Wiring:
-    candidates = [i for i, s in enumerate(infos) if not s.verifier]
+def _enough(preset: str, candidates: list[int], n_blocks: int, kind: str) -> list[int]:
     if len(candidates) < n_blocks:
         raise InputError(
             None,
             "wiring",
-            f"preset 'train' needs {n_blocks} non-verifier slots, the samples have {len(candidates)}",
+            f"preset '{preset}' needs {n_blocks} {kind} slots, the samples have {len(candidates)}",
         )
-    return Wiring(tuple(candidates[:n_blocks]))
+    return candidates
+
+
+def train_wiring(infos: Sequence[SlotInfo], n_blocks: int) -> Wiring:
+    """The first fc-width run of slots the trainers capture (every slot but the verifier's)."""
+    candidates = [i for i, s in enumerate(infos) if not s.verifier]
+    return Wiring(tuple(_enough("train", candidates, n_blocks, "non-verifier")[:n_blocks]))
 
 
 def serve_wiring(infos: Sequence[SlotInfo], n_blocks: int) -> Wiring:
+    """The last pre-norm slots: what an engine that appends the last layer feeds."""
     candidates = [i for i, s in enumerate(infos) if not s.post_norm]
-    if len(candidates) < n_blocks:
-        raise InputError(
-            None,
-            "wiring",
-            f"preset 'serve' needs {n_blocks} pre-norm slots, the samples have {len(candidates)}",
-        )
-    return Wiring(tuple(candidates[-n_blocks:]))
+    return Wiring(tuple(_enough("serve", candidates, n_blocks, "pre-norm")[-n_blocks:]))
 
 
 def preset(name: str, infos: Sequence[SlotInfo], n_blocks: int) -> Wiring:

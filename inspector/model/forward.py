@@ -73,6 +73,11 @@ def _steps(
             hidden = next_input(draft, x)
 
 
+def _batched(h: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[R, H] and [R] inputs as a batch of one; batched inputs as they are."""
+    return (h[None], tokens[None]) if h.dim() == 2 else (h, tokens)
+
+
 def iter_steps(
     draft: Draft,
     h: torch.Tensor,
@@ -91,10 +96,8 @@ def iter_steps(
     `draft_logits`. Memory stays linear in R: nothing of size R x vocab is built here.
     """
     squeeze = h.dim() == 2
-    if squeeze:
-        h, tokens = h[None], tokens[None]
-    r = h.shape[1]
-    for k, x in _steps(draft, h, tokens, steps, position_offset, chunking):
+    r = h.shape[-2]
+    for k, x in _steps(draft, *_batched(h, tokens), steps, position_offset, chunking):
         yield k, (x[0, : r - k] if squeeze else x[:, : r - k])
 
 
@@ -110,12 +113,7 @@ def forward_steps(
     Holds every step's logits at once: for training (the demo builder trains through it) and
     short inputs; long samples go through `iter_steps` + `draft_logits` in row chunks.
     """
-    squeeze = h.dim() == 2
-    if squeeze:
-        h, tokens = h[None], tokens[None]
-    r = h.shape[1]
-    out = [
-        draft_logits(draft, x)[:, : r - k]
-        for k, x in _steps(draft, h, tokens, steps, position_offset)
-    ]
-    return [x[0] for x in out] if squeeze else out
+    r = h.shape[-2]
+    steps_out = _steps(draft, *_batched(h, tokens), steps, position_offset)
+    out = [draft_logits(draft, x)[:, : r - k] for k, x in steps_out]
+    return [x[0] for x in out] if h.dim() == 2 else out
