@@ -372,3 +372,42 @@ def test_fc_wired_hands_each_block_over_contiguous(tiny, monkeypatch):
     assert not draft.fc_block(1).is_contiguous()
     fc_wired(draft, [samples[0].slots[i] for i in range(3)])
     assert seen == [True, True, True]
+
+
+def test_every_optional_layer_tensor_reaches_the_layer(tiny):
+    """Qwen2's q/k/v and o_proj biases and Qwen3's per-head q/k norms, resolved by name once
+    (model/weights.py): each one present changes the output; a v bias c is exactly an o_proj
+    bias W_o c (attention weights sum to one), so the two are added where they belong."""
+    draft, samples = tiny
+    cfg = draft.config
+    h, tokens = _inputs(draft, samples[0])
+    base = forward_steps(draft, h, tokens, steps=2)
+    g = torch.Generator().manual_seed(4)
+    a = "layers.0.self_attn."
+    nq, nkv, hd = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.head_dim
+    extra = {
+        "q_proj.bias": torch.randn(nq, generator=g),
+        "k_proj.bias": torch.randn(nkv, generator=g),
+        "v_proj.bias": torch.randn(nkv, generator=g),
+        "o_proj.bias": torch.randn(cfg.hidden_size, generator=g),
+        "q_norm.weight": 0.5 + torch.rand(hd, generator=g),
+        "k_norm.weight": 0.5 + torch.rand(hd, generator=g),
+    }
+    tol = accumulation_tolerance(base[0], cfg.intermediate_size)
+    for name, t in extra.items():
+        d = replace(draft, weights={**draft.weights, a + name: t})
+        out = forward_steps(d, h, tokens, steps=2)
+        assert (out[0] - base[0]).abs().max() > 100 * tol, name
+        assert (out[1] - base[1]).abs().max() > 100 * tol, name
+    c = extra["v_proj.bias"]
+    with_v = replace(draft, weights={**draft.weights, a + "v_proj.bias": c})
+    rep = cfg.num_heads // cfg.num_kv_heads
+    c_heads = c.view(cfg.num_kv_heads, hd).repeat_interleave(rep, 0).reshape(-1)
+    o_bias = draft.weights[a + "o_proj.weight"] @ c_heads
+    with_o = replace(draft, weights={**draft.weights, a + "o_proj.bias": o_bias})
+    for x, y in zip(
+        forward_steps(with_v, h, tokens, steps=2),
+        forward_steps(with_o, h, tokens, steps=2),
+        strict=True,
+    ):
+        assert (x - y).abs().max() <= 10 * tol

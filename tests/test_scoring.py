@@ -13,12 +13,13 @@ def test_labels_place_the_true_tokens_in_the_draft_vocab():
     vm = VocabMap(d2t=torch.tensor([1, 2, 2]), t2d=torch.tensor([0, 1, 0, 1, 1], dtype=torch.bool))
     vocab = Vocab.of(vm, "cpu")
     assert vocab.to_target.tolist() == [1, 3, 4]
-    lab = vocab.labels(torch.tensor([3, 0, 4, 2]))
-    assert lab.draft.tolist() == [1, -1, 2, -1]
-    assert lab.in_vocab.tolist() == [True, False, True, False]
-    assert lab.safe.tolist() == [1, 0, 2, 0]
+    lab = vocab.labels(torch.tensor([3, 0, 4, 2, 1]))
+    assert lab.draft.tolist() == [1, -1, 2, -1, 0]
+    assert lab.in_vocab.tolist() == [True, False, True, False, True]  # draft id 0 is in it
+    assert lab.safe.tolist() == [1, 0, 2, 0, 0]
     kept = lab.keep(lab.in_vocab)
-    assert kept.true.tolist() == [3, 4] and kept.draft.tolist() == [1, 2]
+    assert kept.true.tolist() == [3, 4, 1] and kept.draft.tolist() == [1, 2, 0]
+    assert kept.in_vocab.tolist() == [True, True, True]
 
 
 def test_score_logits_is_the_definition():
