@@ -95,7 +95,7 @@ def test_step0_at_rows_in_blocks_and_chunks(syn, variant):
     rows = torch.tensor([0, 3, 4, 10, 20, 30, 46])
     z, k, v = step0_at_rows(draft, shared, h, rows)
     heads, r = draft.config.num_heads, h.shape[1]
-    one_row = 12 * heads * r  # bytes of one query row's score buffers
+    one_row = 8 * heads * r  # bytes of one query row's scores
     small = Chunking(mlp_rows=3, attn_block_bytes=2 * one_row)
     zb, kb, vb = step0_at_rows(draft, shared, h, rows, small)
     # BLAS blocks a matmul by its row count: a few float32 roundings at the values' scale.

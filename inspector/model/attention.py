@@ -159,6 +159,10 @@ def attend(
         if cfg.mla is None:
             return F.scaled_dot_product_attention(q, k0, v0, is_causal=True)
         return F.scaled_dot_product_attention(q, k0, v0, is_causal=True, scale=scale)
+    if len(cache.keys) == 1 and rows is not None and not training:
+        # Step 0 at chosen rows (the doctor's scorer, the replay's round starts): the fused
+        # kernel under a boolean mask, in blocks of query rows.
+        return _causal_rows(cfg, q, k0, v0, rows, window, chunking.attn_block_bytes)
     rep = q.shape[1] // cache.keys[0].shape[1]
     diag_k = [k.repeat_interleave(rep, dim=1) for k in cache.keys[1:]]
     diag_v = [v.repeat_interleave(rep, dim=1) for v in cache.values[1:]]
@@ -183,6 +187,37 @@ def attend(
     for wm, v in zip(w_d, diag_v, strict=True):
         out = out + (wm / z)[..., None] * v.float()
     return out.to(q.dtype)
+
+
+def _causal_rows(
+    cfg: DraftConfig,
+    q: torch.Tensor,
+    k0: torch.Tensor,
+    v0: torch.Tensor,
+    rows: torch.Tensor,
+    window: int | None,
+    block_bytes: int,
+) -> torch.Tensor:
+    """Causal (and windowed) attention of queries at `rows` over every step-0 key, through SDPA
+    with a boolean mask in blocks of query rows: SDPA may build float [B, h, block, T] scores
+    and their softmax, so a block holds at most `block_bytes` of them."""
+    b, h, n, _ = q.shape
+    t = k0.shape[2]
+    keys = torch.arange(t, device=q.device)
+    scale = attention_scale(cfg) if cfg.mla is not None else None
+    block = max(1, min(n, block_bytes // max(1, 8 * b * h * t)))
+    parts = []
+    for a in range(0, n, block):
+        back = rows[a : a + block, None] - keys[None, :]  # rows back, [blk, T]
+        allowed = back >= 0
+        if window is not None:
+            allowed = allowed & (back < window)
+        parts.append(
+            F.scaled_dot_product_attention(
+                q[:, :, a : a + block], k0, v0, attn_mask=allowed, scale=scale
+            )
+        )
+    return torch.cat(parts, dim=2) if len(parts) > 1 else parts[0]
 
 
 def _attend_masked(
