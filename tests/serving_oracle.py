@@ -145,18 +145,23 @@ def direct_round(
     offset: int = 1,
     end: int | None = None,
     kv: str = "exact",
+    window: int | None = None,
+    scores_out: list[float] | None = None,
 ) -> tuple[int, list[int]]:
     """(a, the tree's target ids in candidate order) of the round after committed x_0..x_n.
 
     h: fc output [T, H]; the prefix rows 0..n-1 pair h_j with x_{j+1}; the realised output is
-    x_{n+1}..x_end (end: the sample's last index by default)."""
+    x_{n+1}..x_end (end: the sample's last index by default). window: the layer's sliding
+    window (a row sees the committed rows at most window-1 back; its ancestors always).
+    scores_out: receives the chosen nodes' cumulative log-probs, in the same order."""
     cfg = draft.config
     d2t = draft.vocab.draft_to_target
     end = ids.shape[0] - 1 if end is None else end
     f = NodeForward(draft)
     z = None
+    w = window or n + 1
     for j in range(n):  # the extend over the committed rows
-        z = f.run(h[j], int(ids[j + 1]), j + offset, list(range(j + 1)))
+        z = f.run(h[j], int(ids[j + 1]), j + offset, list(range(max(0, j + 1 - w), j + 1)))
     assert z is not None
     # candidates: (score, draft id, parent candidate, depth); beam: (candidate, node, output)
     lp = f.logp(z).tolist()
@@ -166,7 +171,7 @@ def direct_round(
         cands.append((lp[c], c, -1, 1))
         beam.append((len(cands) - 1, None, z))
     rows: list[list[int]] = [[] for _ in range(topk)]  # per beam row: the nodes it ran, by level
-    prefix = list(range(n))
+    prefix = list(range(max(0, n - w), n))
     ancestors: dict[int | None, list[int]] = {None: []}
     for level in range(1, steps):
         children = []
@@ -191,6 +196,8 @@ def direct_round(
             (base + i, children[i][4], children[i][5]) for i in _top([c[0] for c in children], topk)
         ]
     chosen = sorted(_top([c[0] for c in cands], draft_tokens - 1))
+    if scores_out is not None:
+        scores_out.extend(cands[c][0] for c in chosen)
     # the greedy walk: the child of the current node whose token is the next realised token
     at, a = -1, 0
     for d in range(steps):

@@ -97,9 +97,7 @@ def test_no_module_imports_one_that_imports_it_back():
 
 
 def test_no_module_is_over_500_lines():
-    long = {
-        m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_LINES
-    }
+    long = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}
 
 

@@ -298,7 +298,9 @@ def test_write_fixed_reports_a_plan_that_does_not_verify(syn, tmp_path, monkeypa
         report.recommended_wiring = PERMUTED
         return report
 
-    monkeypatch.setattr("inspector.doctor.pipeline.diagnose", permuted_diagnose)  # what the CLI runs
+    monkeypatch.setattr(
+        "inspector.doctor.pipeline.diagnose", permuted_diagnose
+    )  # what the CLI runs
     rc = main(
         [
             "doctor",

@@ -214,3 +214,55 @@ def test_round_starts_are_the_runs_but_their_last_token():
     # runs (2, 4), (6, 7), (9, 9): a round starts after x_n for n in P..E-1
     assert round_starts(mask).tolist() == [2, 3, 6]
     assert round_starts(np.zeros(5)).size == 0
+
+
+# A depth-4 node's keys come from its lineage gathered twice: every candidate in the tree.
+TREE_CASES = [c for c in CASES if c[0] >= 3 and c[1] >= 2] + [(4, 2, 15, {})]
+
+
+@pytest.mark.parametrize(("steps", "topk", "n", "opts"), TREE_CASES)
+def test_every_rows_tree_is_the_direct_rounds_tree(steps, topk, n, opts):
+    """Not only the accepted counts (random drafts rarely accept past depth 2) but every node of
+    every row's tree, as target ids in candidate order: the ancestors' keys a depth-3 node reads
+    (its lineage) decide its children."""
+    from inspector.serving.tree_forward import RowTrees
+
+    draft = random_draft(seed=steps * 10 + topk, **opts)
+    spec = DraftSpec(steps, topk, n)
+    t = 12
+    h, ids = _sample(draft, t, seed=topk)
+    trees = RowTrees(draft, h[: t - 1], ids[1:t], spec).trees()
+    got = draft.vocab.draft_to_target[trees.tokens]
+    for start in range(1, t):
+        scores: list[float] = []
+        _, want = direct_round(
+            draft, h, ids, start, steps, topk, spec.draft_tokens, scores_out=scores
+        )
+        assert got[start - 1].tolist() == want, start
+        # The heads' log-probs are float32 (the oracle's float64): each of a node's <= steps
+        # terms carries a few float32 roundings at the score's scale.
+        want_s = torch.tensor(scores, dtype=torch.float64)
+        tol = 4 * steps * torch.finfo(torch.float32).eps * (1 + want_s.abs())
+        assert ((trees.score[start - 1].double() - want_s).abs() <= tol).all(), start
+
+
+@pytest.mark.parametrize("window", [2, 5])
+def test_a_sliding_window_shapes_the_trees_as_the_direct_rounds(window):
+    """Every level's cache carries the layer's window: the trees are the direct rounds' whose
+    nodes see the committed rows at most window-1 back (and their ancestors), not the
+    unwindowed trees."""
+    from dataclasses import replace
+
+    from inspector.serving.tree_forward import RowTrees
+
+    base = random_draft(seed=5)
+    draft = replace(base, config=replace(base.config, sliding_windows=(window,)))
+    spec = DraftSpec(3, 2, 6)
+    t = 12
+    h, ids = _sample(draft, t, seed=2)
+    got = draft.vocab.draft_to_target[RowTrees(draft, h[: t - 1], ids[1:t], spec).trees().tokens]
+    plain = base.vocab.draft_to_target[RowTrees(base, h[: t - 1], ids[1:t], spec).trees().tokens]
+    for start in range(1, t):
+        _, want = direct_round(draft, h, ids, start, 3, 2, 6, window=window)
+        assert got[start - 1].tolist() == want, start
+    assert not torch.equal(got, plain)
