@@ -266,3 +266,25 @@ def test_a_sliding_window_shapes_the_trees_as_the_direct_rounds(window):
         _, want = direct_round(draft, h, ids, start, 3, 2, 6, window=window)
         assert got[start - 1].tolist() == want, start
     assert not torch.equal(got, plain)
+
+
+@pytest.mark.parametrize(("steps", "topk", "n"), [(3, 1, None), (3, 2, 11)])  # every node
+def test_a_round_never_counts_past_the_samples_end(steps, topk, n):
+    """A draft that always proposes the sample's one token (a zero lm_head: every logit ties,
+    the lowest draft id wins) accepts every drafted token, but a round after x_0..x_n counts
+    at most the T-1-n tokens the sample holds after it (truth past the end is clamped, never
+    matched)."""
+    from dataclasses import replace
+
+    base = random_draft(seed=7)
+    w = dict(base.weights)
+    w["lm_head.weight"] = torch.zeros_like(w["lm_head.weight"])
+    draft = replace(base, weights=w)
+    x = int(draft.vocab.draft_to_target[0])
+    t = 10
+    ids = torch.full((t,), x, dtype=torch.long)
+    g = torch.Generator().manual_seed(1)
+    slots = torch.randn(t, 3 * draft.config.hidden_size, generator=g, dtype=torch.float64)
+    h = fc_project(draft, slots.to(draft.dtype))
+    got = tree_accepts(draft, h, ids, DraftSpec(steps, topk, n)).tolist()
+    assert got == [0] + [min(steps, t - 1 - s) for s in range(1, t)]
