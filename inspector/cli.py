@@ -229,6 +229,9 @@ def _add_accept_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--limit", type=_positive, metavar="N", help="replay only the first N samples")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    from inspector.commands.accept_sweep import add_sweep_args
+
+    add_sweep_args(p)
     p.add_argument(
         "--live",
         action="store_true",

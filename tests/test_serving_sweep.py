@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from inspector.errors import InputError
+from inspector.serving.cost import CostModel, sweep_grid
 from inspector.serving.engines import Engine
 from inspector.serving.replay import Replayer
 from inspector.serving.spec import DraftSpec
-from inspector.serving.sweep import CostModel, run_sweep, sweep_grid
+from inspector.serving.sweep import run_sweep
 
 ROUND_FIELDS = ("starts", "accepted", "emitted", "bounded", "after_stop", "a_by_start")
 
