@@ -427,6 +427,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from inspector.commands.eval import run_eval
 
             return run_eval(args)
+        if command == "accept" and args.sweep:
+            from inspector.commands.accept_sweep import run_sweep_command
+
+            return run_sweep_command(args)
         if command == "accept":
             from inspector.commands.accept import run_accept
 

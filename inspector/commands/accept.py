@@ -34,10 +34,6 @@ def run_accept(args: argparse.Namespace) -> int:
     from inspector.distributed import init_from_env
     from inspector.serving.engines import parse_engine
 
-    if args.sweep:
-        from inspector.commands.accept_sweep import run_sweep_command
-
-        return run_sweep_command(args)
     spec = spec_from_args(args)
     engine = parse_engine(args.engine, spec.is_chain)
     err = Console(stderr=True)
