@@ -117,7 +117,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
 
 
 def _length(row) -> str:
-    st = row.accept.stats
+    st = row.stats
     al = st.accept_length
     return "-" if al is None else (">=" if st.is_bound else "") + fmt_float(al)
 

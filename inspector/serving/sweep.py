@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 
@@ -26,6 +27,7 @@ from inspector.serving.engines import Engine, default_engine
 from inspector.serving.replay import Replayer, SampleReplay, WiringAccept
 from inspector.serving.spec import DraftSpec
 from inspector.serving.tree_forward import deepest
+from inspector.serving.walk import AcceptStats
 from inspector.wiring import Wiring, named_label
 
 
@@ -48,16 +50,22 @@ class SweepRow:
     rank_accept: int = 0  # 1 = the highest accept length of its wiring
     rank_speedup: int = 0
 
+    @cached_property
+    def stats(self) -> AcceptStats:
+        """The pooled rounds, once: ranking reads them many times, and pooling walks every
+        round of every sample (read after the pass has filled `accept`)."""
+        return self.accept.stats
+
     @property
     def accept_length(self) -> float | None:
-        return self.accept.stats.accept_length
+        return self.stats.accept_length
 
     @property
     def speedup(self) -> float | None:
         return self.cost.speedup(self.accept_length, self.spec)
 
     def to_dict(self) -> dict:
-        st = self.accept.stats
+        st = self.stats
         return {
             "wiring": list(self.accept.wiring.slots),
             "label": self.accept.label,
