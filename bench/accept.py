@@ -7,6 +7,11 @@ Part 1: positions/s of the replay, chain (topk 1) and trees (topk 4 and 8), over
 and steps, and each one's ratio to `eval --ttt-steps S` timed in the same process (medians of
 --repeats runs, fresh caches each run). Targets: a chain <= 1.5x eval, a tree <= 2K x.
 Part 2: peak memory of `accept` on one long sample (fresh process each), against a 64-token run.
+Part 3: `accept --sweep` of a 4 x 6 grid (steps 1-4 x chain, topk 2 N 4/8, topk 4 N 4/8/16; the
+cells DraftSpec refuses left out) against its most expensive single setting (4 steps, topk 4,
+16 tokens), medians in the same process. Target: the sweep within 2x.
+
+    python bench/accept.py --part sweep --device cuda
 """
 
 from __future__ import annotations
@@ -31,8 +36,10 @@ from scale import RUN_ONE, write_set  # noqa: E402
 
 from inspector.evaluate import Evaluator  # noqa: E402
 from inspector.formats import SampleSet  # noqa: E402
+from inspector.serving.cost import sweep_grid  # noqa: E402
 from inspector.serving.replay import Replayer  # noqa: E402
 from inspector.serving.spec import DraftSpec  # noqa: E402
+from inspector.serving.sweep import run_sweep  # noqa: E402
 from inspector.session import Inputs, load_evaluator  # noqa: E402
 
 
@@ -95,6 +102,69 @@ def throughput(args: argparse.Namespace, draft: Path, samples: Path) -> None:
         )
 
 
+# The 4 x 6 grid: 4 steps values x 6 (topk, draft tokens) columns.
+SWEEP_STEPS = (1, 2, 3, 4)
+SWEEP_COLUMNS = ((1, None), (2, 4), (2, 8), (4, 4), (4, 8), (4, 16))
+
+
+def sweep_cost(args: argparse.Namespace, draft: Path, samples: Path) -> None:
+    inputs = Inputs(draft, [str(samples)])
+    loaded = load_evaluator(inputs, device=args.device, dtype=args.dtype, ttt_steps=1)
+    cfg = loaded.draft.config
+
+    def fresh(steps: int) -> Evaluator:
+        # as in part 1: the draft loaded once, the samples and every cache anew each run
+        files = SampleSet(
+            [str(samples)], vocab_size=cfg.vocab_size, hidden_size=cfg.target_hidden_size
+        )
+        return Evaluator(loaded.draft, files, ttt_steps=steps, budget=loaded.budget)
+
+    specs = []
+    for k, n in SWEEP_COLUMNS:
+        got, _ = sweep_grid(SWEEP_STEPS, [k], [n or 2])
+        specs += got
+    heavy = max(specs, key=lambda s: (s.topk, s.steps, s.draft_tokens))
+    device = loaded.device
+    w = loaded.wiring("train")
+    # chains read the TTT predictions, as `accept --sweep` and `accept --steps S` run them
+    chain_steps = max(s.steps for s in specs if s.is_chain)
+
+    def single() -> None:
+        Replayer(fresh(1), heavy).run([w])
+
+    def grid() -> None:
+        run_sweep(fresh(chain_steps), specs, [w])
+
+    single()  # warm-up
+    # Interleaved, wall and CPU time: on a shared machine the wall clock measures the
+    # neighbours too; CPU time (all threads) measures the work.
+    wall: dict[str, list[float]] = {"single": [], "sweep": []}
+    cpu: dict[str, list[float]] = {"single": [], "sweep": []}
+    for _ in range(args.repeats):
+        for name, fn in (("single", single), ("sweep", grid)):
+            sync(device)
+            w0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            sync(device)
+            wall[name].append(time.perf_counter() - w0)
+            cpu[name].append(time.process_time() - c0)
+    wm = {k: statistics.median(v) for k, v in wall.items()}
+    cm = {k: statistics.median(v) for k, v in cpu.items()}
+    print(
+        f"\n## accept --sweep: {len(specs)} settings of a 4 x 6 grid ({args.size} draft, {device})"
+    )
+    print(
+        f"single {heavy.steps} steps topk {heavy.topk} N {heavy.draft_tokens}: "
+        f"{wm['single']:.2f} s wall, {cm['single']:.2f} s CPU"
+    )
+    print(
+        f"sweep: {wm['sweep']:.2f} s wall, {cm['sweep']:.2f} s CPU: "
+        f"x{wm['sweep'] / wm['single']:.2f} wall, x{cm['sweep'] / cm['single']:.2f} CPU "
+        "the single setting (target <= x2)",
+        flush=True,
+    )
+
+
 def memory(args: argparse.Namespace, work: Path) -> None:
     gb = 2**30
 
@@ -141,7 +211,16 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--lengths", type=int, nargs="*", default=[8192])
     ap.add_argument("--work", help="folder for the synthetic sets (default: a temporary one)")
+    ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    ap.add_argument(
+        "--part",
+        choices=("all", "throughput", "memory", "sweep"),
+        default="all",
+        help="what to run",
+    )
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.work or tmp)
         draft, samples = write_set(
@@ -151,8 +230,11 @@ def main() -> int:
             args.seq_len,
             "bfloat16",
         )
-        throughput(args, draft, samples)
-        if args.lengths:
+        if args.part in ("all", "throughput"):
+            throughput(args, draft, samples)
+        if args.part in ("all", "sweep"):
+            sweep_cost(args, draft, samples)
+        if args.lengths and args.part in ("all", "memory"):
             memory(args, work)
     return 0
 

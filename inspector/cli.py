@@ -229,6 +229,9 @@ def _add_accept_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--limit", type=_positive, metavar="N", help="replay only the first N samples")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    from inspector.commands.accept_sweep import add_sweep_args
+
+    add_sweep_args(p)
     p.add_argument(
         "--live",
         action="store_true",
@@ -424,6 +427,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from inspector.commands.eval import run_eval
 
             return run_eval(args)
+        if command == "accept" and args.sweep:
+            from inspector.commands.accept_sweep import run_sweep_command
+
+            return run_sweep_command(args)
         if command == "accept":
             from inspector.commands.accept import run_accept
 

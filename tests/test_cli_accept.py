@@ -224,3 +224,95 @@ def test_accept_tables_numbers_are_the_jsons(tiny_synthetic, capsys, extra):
             f"{w['accepted']:,}",
             f"{w['emitted_per_round']:.2f}",
         ]
+
+
+SWEEP = ["--sweep", "--sweep-steps", "1,2,3", "--sweep-topk", "1,2", "--sweep-tokens", "3,5"]
+
+
+def test_accept_sweep_json_equals_single_runs_and_ranks(tiny_synthetic, capsys):
+    draft, samples = tiny_synthetic
+    rc, out, err = _run(capsys, [draft, samples, *SWEEP, "--json"])
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["config"]["mode"] == "sweep"
+    assert doc["config"]["cost"] == {"draft": 0.05, "verify": 1.0, "per_token": 0.0}
+    assert "speedup = accept_length / round cost" in doc["cost_model"]
+    # chains 1-3, topk 2: steps 1 (N 3), steps 2-3 (N 3, 5); under train and serve
+    settings = {
+        (s["setting"]["steps"], s["setting"]["topk"], s["setting"]["draft_tokens"])
+        for s in doc["settings"]
+    }
+    assert settings == {
+        (1, 1, 2),
+        (2, 1, 3),
+        (3, 1, 4),
+        (1, 2, 3),
+        (2, 2, 3),
+        (2, 2, 5),
+        (3, 2, 3),
+        (3, 2, 5),
+    }
+    assert len(doc["settings"]) == 16 and doc["skipped_settings"] == [
+        "steps 1 topk 2 draft tokens 5"
+    ]
+    for label, best in doc["recommendation"].items():
+        mine = [s for s in doc["settings"] if s["label"] == label]
+        top = min(mine, key=lambda s: s["rank_speedup"])
+        assert best["flags"] == top["flags"] and best["speedup"] == max(s["speedup"] for s in mine)
+    # each setting's figures are the ones `accept` gives for it alone
+    for steps, topk, n in [(3, 1, 4), (2, 2, 5), (3, 2, 3)]:
+        argv = [draft, samples, "--json", "--steps", steps, "--topk", topk]
+        _, single, _ = _run(capsys, argv + (["--draft-tokens", n] if topk > 1 else []))
+        for w in json.loads(single)["wirings"]:
+            row = next(
+                s
+                for s in doc["settings"]
+                if s["label"] == w["label"]
+                and (s["setting"]["steps"], s["setting"]["topk"], s["setting"]["draft_tokens"])
+                == (steps, topk, n)
+            )
+            assert (row["rounds"], row["accepted"]) == (w["rounds"], w["accepted"])
+            assert row["accept_length"] == w["accept_length"]
+            assert row["engine"] == ("vllm" if topk == 1 else "sglang")
+            assert [p["accepted"] for p in row["per_sample"]] == [
+                sum(p["accepted"]) for p in w["per_sample"]
+            ]
+            cost = 0.05 * steps + 1.0
+            assert row["round_cost"] == pytest.approx(cost)
+            assert row["speedup"] == pytest.approx(w["accept_length"] / cost)
+
+
+def test_accept_sweep_table_states_the_cost_model_and_recommends_flags(tiny_synthetic, capsys):
+    draft, samples = tiny_synthetic
+    rc, out, err = _run(capsys, [draft, samples, *SWEEP, "--cost", "draft=0.1,per_token=0.01"])
+    assert rc == 0
+    assert "speedup" in out and "accept len" in out
+    assert "steps x 0.1 (draft forward) + 1 (verify) + 0.01 x (draft tokens - 1)" in out
+    assert "recommended for train: SGLang --speculative-num-steps" in out
+    assert "recommended for serve:" in out
+    assert "left out 1 combinations" in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--live"], "--live"),
+        (["--steps", "3"], "--sweep-steps"),
+        (["--cost", "draft=fast"], "--cost"),
+        (["--cost", "speed=1"], "--cost"),
+        (["--sweep-topk", "4", "--sweep-steps", "1", "--sweep-tokens", "16"], "no valid setting"),
+        (["--engine", "vllm", "--sweep-topk", "4"], "no valid setting"),
+    ],
+)
+def test_accept_sweep_refuses_what_it_cannot_run_in_one_line(
+    tiny_synthetic, capsys, flags, message
+):
+    draft, samples = tiny_synthetic
+    rc, out, err = _run(capsys, [draft, samples, "--sweep", *flags])
+    assert rc == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_accept_sweep_lists_are_positive_integers(capsys):
+    with pytest.raises(SystemExit):
+        main(["accept", "--sweep", "--sweep-steps", "1,0"])
+    assert "comma-separated integers" in capsys.readouterr().err

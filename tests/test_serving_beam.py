@@ -318,3 +318,37 @@ def test_tree_selection_reproduces_sglangs_test_vectors():
     # parents: request 0 is root -> 1, 2; 1 -> 3 -> 5 -> 7; 2 -> 4 -> 6
     assert tr.depth.tolist() == [[1, 1, 2, 2, 3, 3, 4], [1, 2, 2, 2, 2, 3, 4]]
     assert tr.parent.tolist() == [[-1, -1, 0, 1, 2, 3, 4], [-1, 0, 0, 0, 0, 2, 5]]
+
+
+@pytest.mark.parametrize("topk", [1, 2, 3])
+def test_every_shallower_tree_selects_from_the_deepest_beams_candidates(topk):
+    """One 4-step beam gives the tree of every (steps, draft_tokens) of its topk: equal, tensor
+    for tensor, to building that tree on its own. Random log-probs with many ties (quantised),
+    so a selection that broke ties differently, or took candidates past an s-step beam, fails."""
+    from inspector.serving.beam import beam_candidates
+
+    g = torch.Generator().manual_seed(topk)
+    r, k, s_max = 6, topk, 4
+
+    def logp(*shape):
+        return -(torch.randint(1, 4, shape, generator=g).double() / 2)
+
+    root = (logp(r, k), torch.randint(0, 50, (r, k), generator=g))
+    levels = {
+        lv: (logp(r, k, k), torch.randint(0, 50, (r, k, k), generator=g)) for lv in range(1, s_max)
+    }
+    cands = beam_candidates(root, _fake_expand(levels)[0], k, s_max)
+    assert cands.steps == s_max
+    checked = 0
+    for steps in range(1, s_max + 1):
+        budgets = [None] if k == 1 else range(2, k + (steps - 1) * k * k + 2)
+        for n in budgets:
+            spec = DraftSpec(steps, k, n)
+            want = build_trees(root, _fake_expand(levels)[0], spec)
+            got = cands.select(steps, spec.draft_tokens)
+            for f in ("tokens", "parent", "depth", "score"):
+                assert torch.equal(getattr(got, f), getattr(want, f)), (steps, n, f)
+            checked += 1
+    assert checked == (4 if k == 1 else sum(k + (s - 1) * k * k for s in range(1, 5)))
+    with pytest.raises(ValueError):
+        cands.select(s_max + 1, 3)

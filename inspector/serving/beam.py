@@ -22,7 +22,14 @@ import torch
 from inspector.model.heads import stable_topk
 from inspector.serving.spec import DraftSpec
 
-__all__ = ["Trees", "accepted_path", "build_trees", "stable_topk"]
+__all__ = [
+    "Candidates",
+    "Trees",
+    "accepted_path",
+    "beam_candidates",
+    "build_trees",
+    "stable_topk",
+]
 
 
 @dataclass
@@ -47,11 +54,63 @@ class Trees:
 Expand = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
-def build_trees(
-    root_logp: tuple[torch.Tensor, torch.Tensor], expand: Expand, spec: DraftSpec
-) -> Trees:
-    """The tree of every row, from the root's top-K (log-probs [R, K], ids [R, K])."""
-    k, steps = spec.topk, spec.steps
+@dataclass
+class Candidates:
+    """Every node the beam proposed, per batch row, in candidate order: the root's top-K, then
+    each level's K*K (parent-major). [R, C] each, C = topk + (steps - 1) * topk^2.
+
+    tokens: draft ids; parent: candidate index of each node's parent, -1 for the root's
+    children; depth: 1 for the root's children; score: cumulative log-prob.
+
+    The beam's levels do not depend on how deep it goes, so the first topk + (s-1)*topk^2
+    candidates are exactly those of an s-step beam, and any draft-token budget selects from
+    them: one beam gives the tree of every (steps, draft_tokens) of its topk (`select`).
+    """
+
+    tokens: torch.Tensor
+    parent: torch.Tensor
+    depth: torch.Tensor
+    score: torch.Tensor
+    topk: int
+
+    @property
+    def steps(self) -> int:
+        return 1 + (self.score.shape[1] - self.topk) // (self.topk * self.topk)
+
+    def select(self, steps: int, draft_tokens: int) -> Trees:
+        """The tree of `steps` steps and `draft_tokens` tokens (the root included): the N-1
+        highest-scoring candidates of the first `steps` levels, in candidate order."""
+        if not 1 <= steps <= self.steps:
+            raise ValueError(f"steps {steps}: this beam has 1..{self.steps}")
+        k = self.topk
+        c = k + (steps - 1) * k * k
+        m = draft_tokens - 1
+        if not 1 <= m <= c:
+            raise ValueError(f"draft_tokens {draft_tokens}: {steps} steps give 2..{c + 1}")
+        # A prefix of the candidates is closed under parents (a parent precedes its children).
+        scores = self.score[:, :c]
+        r = scores.shape[0]
+        _, chosen = stable_topk(scores, m)
+        chosen, _ = chosen.sort(dim=1)
+        # Candidate index -> position among the chosen (parents are always chosen with a child).
+        where = torch.full_like(scores, -1, dtype=torch.long)
+        where.scatter_(1, chosen, torch.arange(m, device=scores.device).expand(r, m))
+        cand_par = self.parent[:, :c].gather(1, chosen)
+        par = torch.where(cand_par < 0, cand_par, where.gather(1, cand_par.clamp(min=0)))
+        return Trees(
+            tokens=self.tokens[:, :c].gather(1, chosen),
+            parent=par,
+            depth=self.depth[:, :c].gather(1, chosen),
+            score=scores.gather(1, chosen),
+        )
+
+
+def beam_candidates(
+    root_logp: tuple[torch.Tensor, torch.Tensor], expand: Expand, topk: int, steps: int
+) -> Candidates:
+    """Every candidate of a `steps`-step beam of width `topk` from the root's top-K (log-probs
+    [R, K], ids [R, K])."""
+    k = topk
     beam_score, beam_tok = root_logp
     r = beam_score.shape[0]
     dev = beam_score.device
@@ -74,21 +133,22 @@ def build_trees(
         beam_tok = child_tok.reshape(r, k * k).gather(1, top)
         beam_cand = offset + top
         offset += k * k
-    scores = torch.cat(cand_score, dim=1)
-    m = spec.draft_tokens - 1
-    _, chosen = stable_topk(scores, m)
-    chosen, _ = chosen.sort(dim=1)
-    # Candidate index -> position among the chosen (parents are always chosen with a child).
-    where = torch.full_like(scores, -1, dtype=torch.long)
-    where.scatter_(1, chosen, torch.arange(m, device=dev).expand(r, m))
-    cand_par = torch.cat(cand_parent, dim=1).gather(1, chosen)
-    par = torch.where(cand_par < 0, cand_par, where.gather(1, cand_par.clamp(min=0)))
-    return Trees(
-        tokens=torch.cat(cand_tok, dim=1).gather(1, chosen),
-        parent=par,
-        depth=torch.cat(cand_depth, dim=1).gather(1, chosen),
-        score=scores.gather(1, chosen),
+    return Candidates(
+        tokens=torch.cat(cand_tok, dim=1),
+        parent=torch.cat(cand_parent, dim=1),
+        depth=torch.cat(cand_depth, dim=1),
+        score=torch.cat(cand_score, dim=1),
+        topk=k,
     )
+
+
+def build_trees(
+    root_logp: tuple[torch.Tensor, torch.Tensor], expand: Expand, spec: DraftSpec
+) -> Trees:
+    """The tree of every row, from the root's top-K (log-probs [R, K], ids [R, K])."""
+    cands = beam_candidates(root_logp, expand, spec.topk, spec.steps)
+    assert spec.draft_tokens is not None  # DraftSpec sets it for a chain
+    return cands.select(spec.steps, spec.draft_tokens)
 
 
 def accepted_path(

@@ -25,7 +25,7 @@ from inspector.model import fc_wired
 from inspector.sample import Continuation
 from inspector.serving.engines import Engine, conventions, default_engine
 from inspector.serving.spec import DraftSpec
-from inspector.serving.tree_forward import tree_accepts
+from inspector.serving.tree_forward import tree_accepts_many
 from inspector.serving.walk import AcceptStats, Round, Run, chain_accepts, generation_runs, walk
 from inspector.wiring import Wiring, named_label
 
@@ -259,20 +259,35 @@ class Replayer:
         (`round_starts`); 0 at every other n, where no round starts. With the sample's
         continuation past its stop, [T + C]: the rounds whose drafts reach past x_T-1, and
         SGLang's round after the stop, are drafted over the continuation too."""
-        ev, spec = self.ev, self.spec
+        return self.a_by_starts(index, wiring, [self.spec], keep=keep)[0]
+
+    def a_by_starts(
+        self, index: int, wiring: Wiring, specs: Sequence[DraftSpec], *, keep: bool = True
+    ) -> list[np.ndarray]:
+        """`a_by_start` under each of `specs` (one topk and kv mode: a sweep's group), each
+        equal to a replay with that spec, from one pass: the chains within the evaluator's TTT
+        steps read its predictions (a shorter chain is their prefix), the rest select their
+        trees from the deepest setting's beam."""
+        ev = self.ev
         sample = ev.samples[index]
         starts = round_starts(sample.loss_mask.numpy())
         h = None  # the fc output: computed once for both tree passes
-        if spec.is_chain and ev.ttt_steps >= spec.steps:
+        zeros = np.zeros(sample.length, dtype=np.int64)
+        out: list[np.ndarray] = [zeros] * len(specs)
+        ttt = [i for i, s in enumerate(specs) if s.is_chain and ev.ttt_steps >= s.steps]
+        if ttt:
             preds = ev.predict(index, wiring, keep=keep)
-            every = chain_accepts([sp.hit for sp in preds.steps[: spec.steps]], sample.length)
-            out = np.zeros(sample.length, dtype=np.int64)
-            out[starts] = every[starts]
-        elif sample.length < 2 or starts.size == 0:
-            out = np.zeros(sample.length, dtype=np.int64)
-        else:
+            for i in ttt:
+                hits = [sp.hit for sp in preds.steps[: specs[i].steps]]
+                every = chain_accepts(hits, sample.length)
+                out[i] = zeros.copy()
+                out[i][starts] = every[starts]
+        rest = [i for i in range(len(specs)) if i not in ttt]
+        if rest and sample.length >= 2 and starts.size:
             h = ev.fc_output(index, wiring)
-            out = self._trees(h, sample.input_ids, starts)
+            drafted = self._trees(h, sample.input_ids, starts, [specs[i] for i in rest])
+            for i, a in zip(rest, drafted, strict=True):
+                out[i] = a
         cont = sample.continuation
         runs = generation_runs(sample.loss_mask.numpy())
         # only a run that ends the sample goes on into the continuation
@@ -280,15 +295,23 @@ class Replayer:
             return out
         if h is None:
             h = ev.fc_output(index, wiring)
-        return self._past_stop(index, wiring, h, out, starts)
+        return self._past_stop(index, wiring, h, out, starts, specs)
 
     def _past_stop(
-        self, index: int, wiring: Wiring, fc: torch.Tensor, a: np.ndarray, starts: np.ndarray
-    ) -> np.ndarray:
-        """`a` extended over the continuation: the rounds after x_n with n + steps > T - 1 (their
-        drafts reach past the request) and every n from T - 1 to T - 1 + steps (where SGLang's
-        round after the stop can start), drafted over the request's rows and the continuation's."""
-        ev, spec = self.ev, self.spec
+        self,
+        index: int,
+        wiring: Wiring,
+        fc: torch.Tensor,
+        a: list[np.ndarray],
+        starts: np.ndarray,
+        specs: Sequence[DraftSpec],
+    ) -> list[np.ndarray]:
+        """`a` (one per spec) extended over the continuation: the rounds after x_n with
+        n + steps > T - 1 (their drafts reach past the request) and every n from T - 1 to
+        T - 1 + steps (where SGLang's round after the stop can start), drafted over the request's
+        rows and the continuation's. The deepest spec's starts hold every shallower one's: one
+        pass drafts them all, each spec keeps its own."""
+        ev = self.ev
         sample = ev.samples[index]
         cont = sample.continuation
         assert cont is not None
@@ -297,64 +320,80 @@ class Replayer:
         tail = fc_wired(ev.draft, [cont.slots[s].to(dev, ev.draft.dtype) for s in wiring.slots])
         h = torch.cat([fc, tail])
         ids = torch.cat([sample.input_ids, cont.ids]).to(dev)
-        late = starts[starts >= t - spec.steps]
-        # SGLang's round after the stop starts after the last round's whole path and bonus:
-        # at x_T-1 (the bonus was the request's last token) up to x_T-1+steps
-        after = np.arange(t - 1, min(t + c, t + spec.steps), dtype=np.int64)
-        want = np.unique(np.concatenate([late, after]))
-        out = np.zeros(t + c, dtype=np.int64)
-        out[:t] = a
-        if want.size:
-            out[want] = self._trees(h, ids, want)[want]
+
+        def wanted(steps: int) -> np.ndarray:
+            late = starts[starts >= t - steps]
+            # SGLang's round after the stop starts after the last round's whole path and bonus:
+            # at x_T-1 (the bonus was the request's last token) up to x_T-1+steps
+            after = np.arange(t - 1, min(t + c, t + steps), dtype=np.int64)
+            return np.unique(np.concatenate([late, after]))
+
+        want = wanted(max(s.steps for s in specs))
+        drafted = self._trees(h, ids, want, specs) if want.size else [None] * len(specs)
+        out = []
+        for spec, ai, di in zip(specs, a, drafted, strict=True):
+            o = np.zeros(t + c, dtype=np.int64)
+            o[:t] = ai
+            mine = wanted(spec.steps)
+            if di is not None and mine.size:
+                o[mine] = di[mine]
+            out.append(o)
         return out
 
-    def _trees(self, h: torch.Tensor, ids: torch.Tensor, starts: np.ndarray) -> np.ndarray:
-        """a_by_start at `starts` from the batched tree forward (fc output `h`, tokens `ids`),
-        under the evaluator's chunking and its out-of-memory retries, on the CPU."""
+    def _trees(
+        self, h: torch.Tensor, ids: torch.Tensor, starts: np.ndarray, specs: Sequence[DraftSpec]
+    ) -> list[np.ndarray]:
+        """a_by_start at `starts` under each spec (one topk) from the batched tree forward (fc
+        output `h`, tokens `ids`), under the evaluator's chunking and its out-of-memory retries,
+        on the CPU."""
         ev = self.ev
         dev = ev.device
-        return (
-            retry_oom(
-                lambda chunking: tree_accepts(
-                    ev.draft,
-                    h,
-                    ids.to(dev),
-                    self.spec,
-                    position_offset=ev.position_offset,
-                    chunking=chunking,
-                    starts=torch.from_numpy(starts).to(dev),
-                ),
-                ev.chunking,
-                dev,
-            )
-            .cpu()
-            .numpy()
+        outs = retry_oom(
+            lambda chunking: tree_accepts_many(
+                ev.draft,
+                h,
+                ids.to(dev),
+                specs,
+                position_offset=ev.position_offset,
+                chunking=chunking,
+                starts=torch.from_numpy(starts).to(dev),
+            ),
+            ev.chunking,
+            dev,
         )
+        return [o.cpu().numpy() for o in outs]
 
     def replay(self, index: int, wiring: Wiring, *, keep: bool = True) -> SampleReplay:
         key = (index, wiring.slots, self.spec, self.engine)
         cached = self._cache.get(key)
         if cached is not None:
             return cached
+        a = self.a_by_start(index, wiring, keep=keep)
+        result = self.sample_replay(index, a, self.spec, self.engine)
+        return self._cache.put(key, result) if keep else result
+
+    def sample_replay(
+        self, index: int, a: np.ndarray, spec: DraftSpec, engine: Engine
+    ) -> SampleReplay:
+        """The rounds `engine` takes through sample `index` under `spec`, given its
+        a_by_start `a`, with the generated positions off the target's argmax (with a head)."""
         ev = self.ev
         sample = ev.samples[index]
-        a = self.a_by_start(index, wiring, keep=keep)
         mask = sample.loss_mask.numpy().astype(bool)
         off = None
         verifier = ev.verifier_argmax(index)
         if verifier is not None:
             off = off_target_counts(sample.input_ids.numpy(), mask, verifier[0])
-        result = SampleReplay.of(
+        return SampleReplay.of(
             index,
             sample.path,
             a,
             mask,
-            self.spec.steps,
+            spec.steps,
             off,
             continuation=sample.continuation,
-            engine=self.engine,
+            engine=engine,
         )
-        return self._cache.put(key, result) if keep else result
 
     def run(
         self,

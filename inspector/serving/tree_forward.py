@@ -16,6 +16,8 @@ gathered from the level that wrote them. Memory is linear in rows x K.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from inspector.draft import Draft
@@ -31,7 +33,7 @@ from inspector.model import (
     step0_at_rows,
     topk_logprobs,
 )
-from inspector.serving.beam import Trees, accepted_path, build_trees
+from inspector.serving.beam import Candidates, Trees, accepted_path, beam_candidates, build_trees
 from inspector.serving.spec import DraftSpec
 
 
@@ -158,6 +160,23 @@ class RowTrees:
     def trees(self) -> Trees:
         return build_trees(self.root(), self.expand, self.spec)
 
+    def candidates(self) -> Candidates:
+        """Every candidate of the spec's beam: the trees of any shallower steps and any smaller
+        draft-token budget of the same topk select from them (`Candidates.select`)."""
+        return beam_candidates(self.root(), self.expand, self.spec.topk, self.spec.steps)
+
+
+def deepest(specs: Sequence[DraftSpec]) -> DraftSpec:
+    """The one beam that holds the trees of every setting in `specs` (one topk, one kv mode):
+    the most steps, every candidate verified (the budget only matters to `select`)."""
+    if not specs:
+        raise ValueError("no settings")
+    k, kv = specs[0].topk, specs[0].kv
+    if any(s.topk != k or s.kv != kv for s in specs):
+        raise ValueError("one beam serves settings of one topk and kv mode only")
+    steps = max(s.steps for s in specs)
+    return DraftSpec(steps, k, None if k == 1 else k + (steps - 1) * k * k + 1, kv=kv)
+
 
 def tree_accepts(
     draft: Draft,
@@ -176,26 +195,49 @@ def tree_accepts(
     starts: the n whose rounds are wanted (ascending, 1 <= n <= T-1); a_by_start is 0 at every
       other n. None: every n.
     """
+    return tree_accepts_many(
+        draft, h, ids, [spec], position_offset=position_offset, chunking=chunking, starts=starts
+    )[0]
+
+
+def tree_accepts_many(
+    draft: Draft,
+    h: torch.Tensor,
+    ids: torch.Tensor,
+    specs: Sequence[DraftSpec],
+    *,
+    position_offset: int = 1,
+    chunking: Chunking = DEFAULT_CHUNKING,
+    starts: torch.Tensor | None = None,
+) -> list[torch.Tensor]:
+    """`tree_accepts` of every setting in `specs` (one topk and kv mode), from one beam: the
+    deepest setting's forwards, each setting's tree selected from its candidates."""
     t = ids.shape[0]
     with torch.inference_mode():
         want = None if starts is None else starts.to(ids.device) - 1  # row n-1 drafts after x_n
+        big = deepest(specs)
         rt = RowTrees(
             draft,
             h[: t - 1],
             ids[1:t],
-            spec,
+            big,
             position_offset=position_offset,
             chunking=chunking,
             rows=want,
         )
-        tr = rt.trees()
+        cands = rt.candidates()
         d2t = rt.d2t
         rows = torch.arange(t - 1, device=ids.device) if rt.row_index is None else rt.row_index
         # row r: the round after x_0..x_{r+1}; its truth is x_{r+2}, ..., at most T-2-r tokens
-        pos = (rows[:, None] + 2 + torch.arange(spec.steps, device=ids.device)).clamp(max=t - 1)
+        pos = (rows[:, None] + 2 + torch.arange(big.steps, device=ids.device)).clamp(max=t - 1)
         truth = ids[pos]
         limit = (t - 2 - rows).clamp(min=0)
-        a, _ = accepted_path(d2t[tr.tokens], tr.parent, truth, limit)
-    out = torch.zeros(t, dtype=torch.long, device=ids.device)
-    out[rows + 1] = a
-    return out
+        outs = []
+        for spec in specs:
+            assert spec.draft_tokens is not None
+            tr = cands.select(spec.steps, spec.draft_tokens)
+            a, _ = accepted_path(d2t[tr.tokens], tr.parent, truth[:, : spec.steps], limit)
+            out = torch.zeros(t, dtype=torch.long, device=ids.device)
+            out[rows + 1] = a
+            outs.append(out)
+    return outs
