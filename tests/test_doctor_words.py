@@ -23,3 +23,34 @@ def test_the_engine_configs_carry_the_draft_token_count():
     assert three == engine_configs([0, 2, 4], last_layer=6, n_tokens=3)
     assert three != five
     assert "5" in str(five) and "5" not in str(three).replace("25454", "")
+
+
+def test_a_norm_flag_that_fits_names_its_value():
+    from inspector.doctor.norm_flags import NORM_ENGINES, NormFacts, norm_flag_text
+    from inspector.metrics import Counts
+
+    flag = next(iter(NORM_ENGINES))
+    facts = NormFacts(
+        flag, True, ("input_norm.weight",), ("input_norm.weight",), Counts(7, 10), Counts(3, 10)
+    )
+    text = norm_flag_text(facts)
+    assert text.summary.startswith(f"{flag}=true with its weights fits (")
+    assert f"with {flag}=false" in text.summary
+
+
+def test_the_fingerprint_json_keeps_three_decimals_of_the_slot_norms():
+    from inspector.doctor.fingerprint import FingerprintFacts
+
+    facts = FingerprintFacts(
+        block_weight_norms=[1.234567],
+        slot_norms=[12.345678, 0.0004],
+        projected_norms=[[2.71828]],
+        slots=["embed", "L2"],
+        best_wiring=(0,),
+        best_label="[embed]",
+        best_projected=[3.14159],
+    )
+    d = facts.to_dict()
+    assert d["slot_norms"] == [12.346, 0.0]
+    assert d["block_weight_norms"] == [1.2346]
+    assert d["projected_norms"] == [[2.718]] and d["best_projected"] == [3.142]
