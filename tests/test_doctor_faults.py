@@ -142,6 +142,8 @@ def test_norm_before_residual_flipped(demo, base, tmp_path):
     _, report = _run(bad, demo.train_samples)
     f = report.finding("norm_before_residual")
     assert f.severity in ("error", "warning"), f.summary
+    assert f.summary.startswith("norm_before_residual: the draft scores ")
+    assert f.summary.endswith(" as configured (false): it was trained with true"), f.summary
     assert '"norm_before_residual": true' in f.fix
     assert f.config_fix == ConfigFix(norm_before_residual=True)
     assert f.to_dict()["config_fix"] == {"norm_before_residual": True}
@@ -352,3 +354,22 @@ def test_norm_before_residual_absent_fits_true(demo, tmp_path):
     assert ev["fits"] is True and set(ev["misread_by"]) == {"SGLang", "speculators"}
     assert "as read when absent" in f.summary and "readers differ" in f.summary
     assert f.config_fix == ConfigFix(norm_before_residual=True)
+
+
+def test_rope_theta_wrong_in_the_config(demo, tmp_path):
+    """A config whose rope_theta is not the one the draft was trained with: the rope finding
+    names the theta that fits, with both scores, and the key to set, word for word."""
+
+    def cfg(c):
+        c["transformer_layer_config"]["rope_parameters"]["rope_theta"] = 500000.0
+
+    _, report = _run(_variant(demo, tmp_path, "rope500k", config=cfg), demo.train_samples, 4)
+    f = report.finding("rope")
+    assert f.severity == "error"
+    assert f.summary.startswith("rope: rope_theta=10000 (default) scores ")
+    assert f.summary.endswith(" with the configured rope (theta 500000, default)"), f.summary
+    assert f.fix == (
+        'set "rope_theta": 10000.0 in the draft\'s config.json '
+        "(transformer_layer_config for speculators)"
+    )
+    assert f.config_fix == ConfigFix(rope_theta=10000.0)
