@@ -160,6 +160,11 @@ def test_missing_head_dim_is_a_finding(tmp_path):
     f = report.finding("head_dim")
     assert f.severity == "error"
     assert "no head_dim" in f.summary and '"head_dim": 32' in f.fix
+    assert f.summary.startswith(
+        "config.json has no head_dim, and q_proj implies 32 while hidden_size/heads is 16: "
+        "engines and trainers that fall back to hidden_size/heads fail to load the draft or "
+        "build the wrong attention/RoPE"
+    ), f.summary
     assert f.evidence["hidden_size/heads"] == 16
     assert f.config_fix is not None and f.config_fix.head_dim == 32
     # --write-fixed adds it, and the written checkpoint loads strictly.
