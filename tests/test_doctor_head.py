@@ -87,6 +87,12 @@ def test_doctor_without_the_target_names_the_missing_tensor(headless, capsys):
     assert rc == 1
     assert [(f["kind"], f["severity"]) for f in d["findings"]] == [("lm_head", "error")]
     assert d["checkpoint"] == str(headless) and d["wirings"] == []
+    (head,) = d["findings"]
+    assert head["summary"].endswith(". The other checks need a head to score the draft: none ran")
+    assert head["fix"] == (
+        "pass --target DIR (the doctor then scores the draft with the target's head), or "
+        "ship the draft's own lm_head.weight [draft_vocab_size, hidden_size]"
+    )
     rc = main(["doctor", str(headless), *_samples(), "--samples", "2"])
     out = capsys.readouterr().out
     assert rc == 1 and "lm_head" in out and "wirings by" not in out
