@@ -214,6 +214,10 @@ def test_a_slot_that_equals_no_state(demo, tmp_path):
     report = _run(demo.draft, samples, target=demo.target)
     f = report.finding("slot_identity")
     assert f.severity == "error" and "slot 1 is stored as HF 2 but equals no state" in f.summary
+    assert (
+        "slot 1 is stored as HF 2 but equals no state of this target: captured from another "
+        "layer convention, another model revision, or a quantized or rotated target"
+    ) in f.summary, f.summary
     assert "deployed target" in f.fix
     assert report.to_dict()["slot_identity"]["mismatches"][0]["actual"] is None
     assert report.slots[1].hf_index == 2  # as claimed: nothing better is known
