@@ -84,16 +84,16 @@ def _replay(args, spec, err, init_from_env, engine):
 
 def honesty_notes(report) -> list[str]:
     """What the replay's number means for this data (the realised output is the samples' tokens)."""
-    out = bound_notes(report)
+    out = bound_notes(report.wirings)
     if report.mode == "live":
         return out
     return out + _off_target_notes(report)
 
 
-def bound_notes(report) -> list[str]:
+def bound_notes(wirings) -> list[str]:
     """Where a request's last round ran past what its sample knows of the target's
     continuation: the counts there, and the accept length, are lower bounds."""
-    worst = max(report.wirings, key=lambda w: w.lower_bound_requests, default=None)
+    worst = max(wirings, key=lambda w: w.lower_bound_requests, default=None)
     if worst is None or worst.lower_bound_requests == 0:
         return []
     n = worst.lower_bound_requests

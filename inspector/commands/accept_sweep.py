@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from types import SimpleNamespace
 
 from rich.console import Console, Group
 from rich.table import Table
@@ -106,7 +105,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
             highlight=False,
             soft_wrap=True,
         )
-    for line in bound_notes(SimpleNamespace(wirings=[r.accept for r in report.rows])):
+    for line in bound_notes([r.accept for r in report.rows]):
         err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
     if args.json:
         write_json(report.to_dict())
