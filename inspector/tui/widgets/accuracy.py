@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.text import Text
 from textual.widgets import Static
 
 from inspector.tui.accuracy import accuracy_text, accuracy_title
@@ -16,6 +17,7 @@ MIN_WIDTH = 20
 
 class AccuracyBar(Static):
     BORDER_TITLE = "accuracy"  # until loaded; then the view and what τ replays
+    _shown: Text | None = None
 
     def paint(self, st: ViewModel, *, metrics: str, narrow: bool) -> None:
         """The bar for the state's wirings in view `metrics` (state.METRICS); nothing changes
@@ -25,5 +27,9 @@ class AccuracyBar(Static):
             self.border_title = title
         width = max(self.content_size.width, MIN_WIDTH)
         text = accuracy_text(st, metrics=metrics, narrow=narrow, width=width)
-        if text is not None:
-            self.update(text)
+        if text is None or text == self._shown:
+            return
+        # Its height follows its lines: lay the screen out again only when their count changes.
+        relayout = self._shown is None or text.plain.count("\n") != self._shown.plain.count("\n")
+        self._shown = text
+        self.update(text, layout=relayout)

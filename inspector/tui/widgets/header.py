@@ -5,19 +5,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.text import Text
-from textual.widgets import Static
 
 from inspector.formatting import printable
+from inspector.tui.widgets.fixed import FixedSizeStatic
 
 if TYPE_CHECKING:
     from inspector.tui.state import ViewModel
 
 
-class HeaderBar(Static):
+class HeaderBar(FixedSizeStatic):
     """Two lines painted from the main screen's state and display modes."""
 
     def paint(self, st: ViewModel, *, status: str, mask_only: bool, colour: str) -> None:
-        self.update(header_text(st, status=status, mask_only=mask_only, mode=colour))
+        self.show(header_text(st, status=status, mask_only=mask_only, mode=colour))
 
 
 def header_text(st: ViewModel, *, status: str, mask_only: bool, mode: str) -> Text:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from textual.widgets import Static
-
 from inspector.tui.panels import detail_renderable
+from inspector.tui.widgets.fixed import FixedSizeStatic
 
 if TYPE_CHECKING:
     from inspector.tui.summary import Summary
@@ -15,13 +14,13 @@ if TYPE_CHECKING:
 DEFAULT_WIDTH = 48  # before the first layout, when the panel has no width yet
 
 
-class PositionPanel(Static):
+class PositionPanel(FixedSizeStatic):
     BORDER_TITLE = "position"
 
     def paint(self, session: Summary, v: ViewState, row: int) -> None:
         """Row `row` of the view; token texts shrink to the panel's width, numbers never do."""
         width = self.content_size.width or DEFAULT_WIDTH
-        self.update(detail_renderable(session, v, row, width))
+        self.show(detail_renderable(session, v, row, width))
 
     def clear(self) -> None:
-        self.update("")
+        self.show("")

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from textual.widgets import Static
-
 from inspector.tui.panels import slots_renderable
+from inspector.tui.widgets.fixed import FixedSizeStatic
 
 if TYPE_CHECKING:
     from inspector.tui.summary import Summary
     from inspector.tui.view import ViewState
 
 
-class SlotPanel(Static):
+class SlotPanel(FixedSizeStatic):
     BORDER_TITLE = "slots"
 
     def paint(self, session: Summary, v: ViewState, row: int) -> None:
-        self.update(slots_renderable(session, v, row))
+        self.show(slots_renderable(session, v, row))
 
     def clear(self) -> None:
-        self.update("")
+        self.show("")

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from textual.widgets import Static
-
 from inspector.formatting import printable
 from inspector.tui.panels import tree_renderable
+from inspector.tui.widgets.fixed import FixedSizeStatic
 
 if TYPE_CHECKING:
     from inspector.tui.events import SampleTrees
@@ -18,7 +17,7 @@ if TYPE_CHECKING:
 DEFAULT_WIDTH, DEFAULT_HEIGHT = 36, 15
 
 
-class TreePanel(Static):
+class TreePanel(FixedSizeStatic):
     BORDER_TITLE = "draft tree"
 
     def paint(self, session: Summary, v: ViewState, trees: SampleTrees | None, row: int) -> None:
@@ -26,7 +25,7 @@ class TreePanel(Static):
         height give way to the sample's path and its alternatives."""
         width = self.content_size.width or DEFAULT_WIDTH
         height = self.content_size.height or DEFAULT_HEIGHT
-        self.update(tree_renderable(session, v, trees, row, width, height))
+        self.show(tree_renderable(session, v, trees, row, width, height))
 
     def failed(self, error: str) -> None:
-        self.update(f"no draft tree: {printable(error)}")
+        self.show(f"no draft tree: {printable(error)}")
