@@ -12,9 +12,11 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
+from textual import events
 from textual.app import App, SystemCommand
 from textual.screen import Screen
 
+from inspector.tui.collector import IdleCollector
 from inspector.tui.engine import Engine
 from inspector.tui.keys import ActionHelp, actions
 from inspector.tui.loader import Loader, default_loader
@@ -23,6 +25,9 @@ from inspector.tui.screens.main import MainScreen
 
 if TYPE_CHECKING:
     from inspector.session import Inputs
+
+
+COLLECT_EVERY_S = 0.1  # the idle collector's tick (inspector.tui.collector)
 
 
 class InspectorApp(App):
@@ -68,6 +73,7 @@ class InspectorApp(App):
         self.t_first_paint: float | None = None
         self.torch_at_first_paint: bool | None = None
         self.numpy_at_first_paint: bool | None = None
+        self.collector = IdleCollector()
 
     def get_default_screen(self) -> Screen:
         return MainScreen()
@@ -91,8 +97,22 @@ class InspectorApp(App):
             input_paths=self.input_paths,
         )
         self.engine.start()
+        self.set_interval(COLLECT_EVERY_S, self._collect)
+
+    def _collect(self) -> None:
+        # Loading (torch's import, the draft) makes 10^5 young objects: the engine freezes them
+        # once loaded, and only then is it worth taking collection over from CPython.
+        if not self.collector.running and self.engine is not None and self.engine.loaded:
+            self.collector.start()
+        self.collector.tick()
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.InputEvent):
+            self.collector.input_seen()
+        await super().on_event(event)
 
     def on_unmount(self) -> None:
+        self.collector.stop()
         if self.engine is not None:
             self.engine.stop(timeout=0.5)
 

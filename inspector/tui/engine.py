@@ -42,24 +42,18 @@ if TYPE_CHECKING:
 Task = Callable[["Evaluator"], Any]  # a submitted task: run with the evaluator, its result back
 
 
-def calm_the_collector() -> None:
-    """Keep the garbage collector's full collections, which hold the GIL, out of the UI's way.
+def freeze_what_is_loaded() -> None:
+    """Take what is loaded once and kept for the session out of the garbage collector's sight.
 
     A full collection traverses every tracked object and holds the GIL throughout: with torch
     loaded (3*10^5 objects) it took 0.3 to 1 s on a shared 2-core machine (load average 8 to 15),
-    several times a minute while the app fills, and a key press landing in one waited that long:
-    it was the worst key press, fill or no fill. What is loaded once and kept for the session
-    never becomes garbage: `gc.freeze()` moves it out of the collector's sight.
-
-    What Textual and the fill make afterwards still reached the oldest generation often enough
-    for a full collection every 2-3 s (12-139 ms each at load 3-5). With a young generation of
-    10^4 allocations instead of 700, a frame's temporaries die before they are promoted: one
-    full collection in a 60-sample fill instead of 13 (young collections stay at a few ms)."""
+    several times a minute while the app fills, and a key press landing in one waited that long.
+    None of it ever becomes garbage: `gc.freeze()` moves it to a generation never collected.
+    When the rest is collected is the app's idle collector's business (`collector.py`)."""
     import gc
 
     gc.collect()  # what is garbage already should not be frozen with the rest
     gc.freeze()
-    gc.set_threshold(10_000, *gc.get_threshold()[1:])
 
 
 class Engine:
@@ -93,6 +87,7 @@ class Engine:
         self._spec: DraftSpec | None = None
         self.jobs: Jobs | None = None  # once loaded
         self.session: Summary | None = None
+        self.loaded = False  # the session is up and its objects frozen (read by the UI thread)
         self._thread = threading.Thread(target=self._run, name="eagle-inspect-device", daemon=True)
         self.busy = False  # a job is running (read by the UI for its indicator)
 
@@ -211,7 +206,8 @@ class Engine:
             return
         with self._cond:
             self.session, self.jobs = session, jobs
-        calm_the_collector()
+        freeze_what_is_loaded()
+        self.loaded = True
         self._reports.loaded(session)
         while True:
             job = self._take()

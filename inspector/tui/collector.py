@@ -1,0 +1,66 @@
+"""When the garbage collector runs: in the pauses between key presses, not inside one.
+
+Textual makes cyclic garbage on every frame (each rendered `Strip` holds caches that refer back
+to it), a few thousand objects per key press. Left to its thresholds, the collector picked a
+moment by allocation count, which was often the middle of the next frame: a young collection
+there cost 6-11 ms and an older one 40-52 ms (measured on 2 cores with `bench/app_latency.py`),
+the worst key presses of a run. After the draft is loaded, the app turns automatic collection
+off and collects here on a timer, only when no input arrived in the last QUIET_S seconds, in the
+generational rhythm CPython itself keeps (every tenth young collection reaches the next
+generation). Held input never starves it: past FORCE_AT young objects it collects anyway.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+
+QUIET_S = 0.15  # no input for this long: the user is reading, not typing
+FORCE_AT = 200_000  # young objects: collect even while keys are held (a few seconds of repeat)
+EVERY = 10  # young collections per middle one, middle ones per full one (CPython's defaults)
+
+
+class IdleCollector:
+    """`tick()` on a timer, `input_seen()` on each input event, `stop()` when the app closes."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self._last_input = float("-inf")
+        self._young_runs = 0
+        self._middle_runs = 0
+        self.running = False
+
+    def start(self) -> None:
+        """Take over from the automatic collector."""
+        if not self.running:
+            gc.disable()
+            self.running = True
+
+    def stop(self) -> None:
+        """Hand collection back to CPython (tests run many apps in one process)."""
+        if self.running:
+            gc.enable()
+            self.running = False
+
+    def input_seen(self) -> None:
+        self._last_input = self._clock()
+
+    def tick(self) -> int | None:
+        """Collect if it is time; the generation collected, or None."""
+        if not self.running:
+            return None
+        young = gc.get_count()[0]
+        if young == 0:
+            return None
+        if self._clock() - self._last_input < QUIET_S and young < FORCE_AT:
+            return None
+        generation = 0
+        self._young_runs += 1
+        if self._young_runs % EVERY == 0:
+            generation = 1
+            self._middle_runs += 1
+            if self._middle_runs % EVERY == 0:
+                generation = 2
+        gc.collect(generation)
+        return generation
