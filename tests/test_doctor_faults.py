@@ -218,8 +218,10 @@ def test_layer_id_conventions_disagree(demo, unstated):
     f = report.finding("wiring")
     assert f.severity == "warning" and f.wiring == TRAIN
     assert "names no aux layer ids" not in f.summary  # it names [0, 2, 4]
-    assert "eagle_aux_hidden_state_layer_ids [0, 2, 4] (HF indices" in f.summary
-    assert "match no captured slot" in f.summary
+    assert (
+        "eagle_aux_hidden_state_layer_ids [0, 2, 4] (HF indices, as vLLM reads the key) "
+        "match no captured slot: the slots are HF [1, 3, 5, 7]" in f.summary
+    )
     # Which convention was assumed for each source, and what the other reading gives.
     assert "read as decoder-layer output ids (HF index = id + 1), assumed" in f.summary
     assert (

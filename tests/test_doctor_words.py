@@ -54,3 +54,30 @@ def test_the_fingerprint_json_keeps_three_decimals_of_the_slot_norms():
     assert d["slot_norms"] == [12.346, 0.0]
     assert d["block_weight_norms"] == [1.2346]
     assert d["projected_norms"] == [[2.718]] and d["best_projected"] == [3.142]
+
+
+def test_config_ids_in_another_convention_that_match_no_slot_name_both_readings():
+    """SGLang ids have two HF readings (before and since the engine's index change): the
+    sentence names the convention and both, where HF ids are said as vLLM reads them."""
+    from types import SimpleNamespace
+
+    from inspector.doctor.layer_ids import IdSource, LayerIdFacts
+    from inspector.doctor.wiring_check import _unmatched
+
+    def facts(draft: IdSource) -> SimpleNamespace:
+        slots = IdSource("data_config.json", (0, 2, 4, 6), "hf", True, ((0, 2, 4, 6),))
+        ids = LayerIdFacts(draft=draft, slots=slots, slot_hf=(0, 2, 4, 6))
+        return SimpleNamespace(layer_ids=ids, best=SimpleNamespace(wiring=(0, 1, 2)))
+
+    sglang = IdSource("config.json", (8, 9, 10), "sglang", True, ((9, 10, 11), (8, 9, 10)))
+    assert _unmatched(facts(sglang)) == (
+        "its config.json [8, 9, 10] (SGLang ids (HF index = id + 1 before sglang PR #25454): "
+        "HF [9, 10, 11] or [8, 9, 10]) match no captured slot: the slots are HF [0, 2, 4, 6] "
+        "(data_config.json [0, 2, 4, 6] read as HF indices, as the file states)"
+    )
+    hf = IdSource("config.json", (8, 9, 10), "hf", True, ((8, 9, 10),))
+    assert _unmatched(facts(hf)).startswith(
+        "its config.json [8, 9, 10] (HF indices, as vLLM reads the key) match no captured slot"
+    )
+    short = IdSource("config.json", (8, 9), "hf", True, ((8, 9),))
+    assert _unmatched(facts(short)) == "its config.json [8, 9] name 2 layers, but fc takes 3"
