@@ -90,15 +90,53 @@ def test_nothing_young_nothing_collected(collector, collected, monkeypatch):
     assert collected == []
 
 
-def test_generations_follow_cpythons_rhythm(collector, collected):
+def test_generations_follow_cpythons_rhythm_when_idle(collector, collected, clock):
     collector.start()
-    gens = [collector.tick() for _ in range(col.EVERY * col.EVERY)]
+    gens = []
+    for _ in range(col.EVERY * col.EVERY):
+        clock.t += col.FULL_QUIET_S
+        gens.append(collector.tick())
     assert gens == collected
     assert gens.count(2) == 1 and gens[-1] == 2
     assert gens.count(1) == col.EVERY - 1
     assert [i for i, g in enumerate(gens) if g] == [
         k * col.EVERY - 1 for k in range(1, col.EVERY + 1)
     ]
+
+
+def _typing(collector, clock, ticks: int, every: float) -> list[int | None]:
+    """Input `every` seconds (a quiet pause each time, but a short one), a tick before each."""
+    out = []
+    for _ in range(ticks):
+        clock.t += every
+        out.append(collector.tick())
+        collector.input_seen()
+    return out
+
+
+def test_a_due_full_collection_waits_for_a_long_pause(collector, collected, clock):
+    collector.start()
+    gap = (col.QUIET_S + col.FULL_QUIET_S) / 2
+    gens = _typing(collector, clock, col.EVERY * col.EVERY, gap)
+    assert 2 not in gens and gens[-1] == 1  # due at the hundredth, deferred to a middle one
+    clock.t += col.FULL_QUIET_S * 0.99
+    assert collector.tick() == 0
+    collector.input_seen()
+    clock.t += col.FULL_QUIET_S
+    assert collector.tick() == 2  # the first long pause
+    clock.t += col.FULL_QUIET_S
+    assert collector.tick() == 0  # and only once
+
+
+def test_a_due_full_collection_is_forced_under_endless_input(collector, collected, clock):
+    collector.start()
+    gap = (col.QUIET_S + col.FULL_QUIET_S) / 2
+    _typing(collector, clock, col.EVERY * col.EVERY, gap)
+    due = clock.t
+    gens = _typing(collector, clock, int(col.FULL_FORCE_S / gap) + 2, gap)
+    assert gens.count(2) == 1
+    forced_at = due + gap * (gens.index(2) + 1)
+    assert col.FULL_FORCE_S <= forced_at - due < col.FULL_FORCE_S + gap
 
 
 def test_a_real_collection_frees_a_cycle(collector):

@@ -19,6 +19,8 @@ from collections.abc import Callable
 QUIET_S = 0.15  # no input for this long: the user is reading, not typing
 FORCE_AT = 200_000  # young objects: collect even while keys are held (a few seconds of repeat)
 EVERY = 10  # young collections per middle one, middle ones per full one (CPython's defaults)
+FULL_QUIET_S = 1.0  # a due full collection waits for this long a pause in the input
+FULL_FORCE_S = 60.0  # ... but no longer than this after it fell due
 
 
 class IdleCollector:
@@ -29,6 +31,7 @@ class IdleCollector:
         self._last_input = float("-inf")
         self._young_runs = 0
         self._middle_runs = 0
+        self._full_due_at: float | None = None
         self.running = False
 
     def start(self) -> None:
@@ -53,14 +56,19 @@ class IdleCollector:
         young = gc.get_count()[0]
         if young == 0:
             return None
-        if self._clock() - self._last_input < QUIET_S and young < FORCE_AT:
+        now = self._clock()
+        quiet = now - self._last_input
+        if quiet < QUIET_S and young < FORCE_AT:
             return None
         generation = 0
         self._young_runs += 1
         if self._young_runs % EVERY == 0:
             generation = 1
             self._middle_runs += 1
-            if self._middle_runs % EVERY == 0:
-                generation = 2
+            if self._middle_runs % EVERY == 0 and self._full_due_at is None:
+                self._full_due_at = now
+        due = self._full_due_at
+        if due is not None and (quiet >= FULL_QUIET_S or now - due >= FULL_FORCE_S):
+            generation, self._full_due_at = 2, None
         gc.collect(generation)
         return generation
