@@ -154,6 +154,9 @@ class Draft:
     notes: list[str] = field(default_factory=list)  # non-fatal remarks from loading
     # The vocab map as stored in the weight file; None when the draft was not loaded from files.
     stored_vocab: StoredVocab | None = None
+    # The floating dtype of the weight file; None when the draft was not loaded from files.
+    stored_dtype: torch.dtype | None = None
+    dtype_note: str | None = None  # why it is computed in another dtype than stored, or not
 
     @property
     def device(self) -> torch.device:
@@ -162,6 +165,14 @@ class Draft:
     @property
     def dtype(self) -> torch.dtype:
         return self.weights["fc.weight"].dtype
+
+    @property
+    def dtype_label(self) -> str:
+        """The compute dtype, and the stored one where they differ: `float32 (stored bfloat16)`."""
+        name = str(self.dtype).removeprefix("torch.")
+        if self.stored_dtype is None or self.stored_dtype == self.dtype:
+            return name
+        return f"{name} (stored {str(self.stored_dtype).removeprefix('torch.')})"
 
     def to(
         self, device: torch.device | str | None = None, dtype: torch.dtype | None = None

@@ -129,7 +129,7 @@ def render_accept(report) -> Table:
         f"{report.checkpoint}: accept length per round as {report.engine.display} counts it "
         f"({report.mode}, {spec.mode}: {spec.flags()}"
         + ("; SGLang's topk > 1 draft KV approximation" if spec.kv == "sglang" else "")
-        + f") on {report.samples} samples, {report.device} {report.dtype}"
+        + f") on {report.samples} samples, {report.device} {report.dtype_label}"
     )
     table = Table(title=title, title_justify="left", header_style="bold")
     table.add_column("wiring", no_wrap=True)

@@ -124,7 +124,7 @@ def _length(row) -> str:
 def render_sweep(report) -> Group:
     title = safe(
         f"{report.checkpoint}: {len(report.rows)} settings x wirings replayed on "
-        f"{report.samples} samples, {report.device} {report.dtype}, best speedup first"
+        f"{report.samples} samples, {report.device} {report.dtype_label}, best speedup first"
     )
     table = Table(title=title, title_justify="left", header_style="bold")
     for name, just in (

@@ -106,9 +106,15 @@ def open_evaluator(args: argparse.Namespace, err, device: str, ttt_steps: int):
         ttt_steps=ttt_steps,
         memory_budget=args.memory_budget,
     )
-    for note in inputs.notes:
-        err.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
+    print_load_notes(err, inputs, ev)
     return inputs, ev
+
+
+def print_load_notes(err, inputs, ev) -> None:
+    """The notes of resolving the inputs and of the dtype the draft is computed in."""
+    dtype_note = [ev.draft.dtype_note] if ev.draft.dtype_note else []
+    for note in [*inputs.notes, *dtype_note]:
+        err.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
 
 
 def print_sample_notes(err, skipped, warnings) -> None:

@@ -17,7 +17,12 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from inspector.commands.common import load_evaluator, print_sample_notes, resolve_inputs
+from inspector.commands.common import (
+    load_evaluator,
+    print_load_notes,
+    print_sample_notes,
+    resolve_inputs,
+)
 from inspector.commands.output import safe, stdout_console, visible, write_json
 from inspector.formatting import SEVERITY_STYLE
 from inspector.progress import stage_progress_bar
@@ -54,8 +59,7 @@ def run_doctor(args: argparse.Namespace) -> int:
             strict=False,
             memory_budget=args.memory_budget,
         )
-        for note in inputs.notes:
-            err.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
+        print_load_notes(err, inputs, ev)
         return ev
 
     with stage_progress_bar(err) as advance:

@@ -111,7 +111,7 @@ def render_report(report: Report) -> Table:
     """Ours: what serving sees (the true next token, out-of-draft-vocab tokens count as misses)."""
     title = safe(
         f"{report.checkpoint} ({report.layout}) on {report.samples} samples "
-        f"({report.sample_format}), {report.device} {report.dtype}"
+        f"({report.sample_format}), {report.device} {report.dtype_label}"
     )
     table = Table(title=title, title_justify="left", header_style="bold")
     table.add_column("wiring", no_wrap=True)

@@ -71,6 +71,14 @@ class WiringReport:
         return d
 
 
+def _stored_dtype(draft: Any) -> str | None:
+    """The weight file's dtype where it is not the one computed in (None where they agree)."""
+    stored = draft.stored_dtype
+    if stored is None or stored == draft.dtype:
+        return None
+    return str(stored).replace("torch.", "")
+
+
 @dataclass(kw_only=True)
 class RunReport:
     """What every report says about its run, whatever it computed: the draft, how many samples
@@ -85,6 +93,16 @@ class RunReport:
     skipped: list[SkippedSample] = field(default_factory=list)
     warnings: list[SampleWarning] = field(default_factory=list)
     verifier: str | None = None
+    stored_dtype: str | None = None  # the weight file's, where the draft is computed in another
+
+    @property
+    def dtype_label(self) -> str:
+        """`float32 (stored bfloat16)` where the two differ, for header lines."""
+        return (
+            self.dtype
+            if self.stored_dtype is None
+            else f"{self.dtype} (stored {self.stored_dtype})"
+        )
 
     @staticmethod
     def fields_of(ev: Any, todo: Sequence[int], skipped: list[SkippedSample]) -> dict[str, Any]:
@@ -94,6 +112,7 @@ class RunReport:
             "samples": len(todo) - len(skipped),
             "device": str(ev.device),
             "dtype": str(ev.draft.dtype).replace("torch.", ""),
+            "stored_dtype": _stored_dtype(ev.draft),
             "slots": ev.slot_info,
             "skipped": skipped,
             "warnings": ev.warnings(todo),
@@ -116,6 +135,7 @@ class RunReport:
             "samples": self.samples,
             "device": self.device,
             "dtype": self.dtype,
+            "stored_dtype": self.stored_dtype,
             "verifier": self.verifier,
             "slots": [s.to_dict(i) for i, s in enumerate(self.slots)],
         }

@@ -20,20 +20,12 @@ import torch
 
 from inspector.draft import Draft, DraftConfig, RopeConfig, StoredVocab
 from inspector.errors import InputError
+from inspector.formats.compute_dtype import compute_dtype
 from inspector.formats.config import ConfigReader, ParsedConfig, parse_draft_config, read_rope
 from inspector.formats.target import read_embedding
 from inspector.formats.tensorfiles import find_weight_file, read_json, read_tensors
 from inspector.formats.vocab import vocab_map
-
-DTYPES = {  # --dtype names
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-}
-
+from inspector.memory import available_host_bytes
 
 _PREFIXES = (
     (re.compile(r"^(?:model\.)?midlayer\."), "layers.0."),
@@ -93,7 +85,8 @@ def load_draft(
 ) -> Draft:
     """Load a draft checkpoint folder (config.json + weights) into a canonical Draft.
 
-    dtype None / "auto" keeps the stored floating dtype.
+    dtype None / "auto": the stored floating dtype, except float32 for a half-precision draft on
+    a CPU (inspector.formats.compute_dtype); `Draft.stored_dtype` keeps what the file holds.
     strict=False (the doctor) loads two faults it then reports instead of failing, each noted in
     `Draft.notes`: a config without head_dim whose q_proj implies another value than
     hidden_size/heads (head_dim is taken from q_proj), and a d2t/t2d pair that is inconsistent
@@ -123,7 +116,14 @@ def load_draft(
     )
     _tie_lm_head(weights, cfg, vocab.draft_to_target, notes)
     _validate(cfg, weights, weight_file)
-    target_dtype = _resolve_dtype(dtype, weights["fc.weight"].dtype)
+    chosen = compute_dtype(
+        dtype,
+        weights["fc.weight"].dtype,
+        device=device,
+        float_bytes=sum(v.nbytes for v in weights.values() if v.is_floating_point()),
+        available=available_host_bytes(),
+    )
+    target_dtype = chosen.dtype
     draft = Draft(
         config=cfg,
         # Row-major weights: the forward multiplies `x @ W.T`, fast on CPU in every dtype only
@@ -138,6 +138,8 @@ def load_draft(
         layout=parsed.layout,
         notes=notes,
         stored_vocab=stored,
+        stored_dtype=chosen.stored,
+        dtype_note=chosen.note,
     )
     return draft.to(device) if str(device) != "cpu" else draft
 
@@ -246,18 +248,6 @@ def _attach_embedding(
             )
         w["embed_tokens.weight"] = read_embedding(Path(target), shape)
         notes.append(f"embedding from target {target}")
-
-
-def _resolve_dtype(dtype: str | torch.dtype | None, stored: torch.dtype) -> torch.dtype:
-    if dtype is None or dtype == "auto":
-        return stored
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype not in DTYPES:
-        raise InputError(
-            None, "--dtype", f"unknown dtype {dtype!r} (auto, float32, bfloat16, float16)"
-        )
-    return DTYPES[dtype]
 
 
 def _attention_shapes(cfg: DraftConfig, in_dim: int) -> dict[str, tuple[int, ...]]:
