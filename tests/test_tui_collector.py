@@ -9,6 +9,7 @@ import pytest
 
 from inspector.tui import collector as col
 from inspector.tui.collector import IdleCollector
+from inspector.tui.input_clock import InputClock
 
 
 class Clock:
@@ -35,7 +36,7 @@ def collected(monkeypatch):
 
 @pytest.fixture
 def collector(clock):
-    c = IdleCollector(clock=clock)
+    c = IdleCollector(InputClock(clock))
     yield c
     c.stop()
     assert gc.isenabled()
@@ -59,7 +60,7 @@ def test_start_disables_and_stop_enables_the_automatic_collector(collector):
 
 def test_it_waits_for_quiet_after_input(collector, collected, clock):
     collector.start()
-    collector.input_seen()
+    collector.inputs.input_seen()
     clock.t += col.QUIET_S * 0.9
     assert collector.tick() is None
     clock.t += col.QUIET_S * 0.2
@@ -69,14 +70,14 @@ def test_it_waits_for_quiet_after_input(collector, collected, clock):
 
 def test_exactly_quiet_s_after_input_it_collects(collector, collected, clock):
     collector.start()
-    collector.input_seen()
+    collector.inputs.input_seen()
     clock.t += col.QUIET_S
     assert collector.tick() == 0
 
 
 def test_held_keys_do_not_starve_it(collector, collected, clock, monkeypatch):
     collector.start()
-    collector.input_seen()
+    collector.inputs.input_seen()
     monkeypatch.setattr(col.gc, "get_count", lambda: (col.FORCE_AT - 1, 0, 0))
     assert collector.tick() is None
     monkeypatch.setattr(col.gc, "get_count", lambda: (col.FORCE_AT, 0, 0))
@@ -110,7 +111,7 @@ def _typing(collector, clock, ticks: int, every: float) -> list[int | None]:
     for _ in range(ticks):
         clock.t += every
         out.append(collector.tick())
-        collector.input_seen()
+        collector.inputs.input_seen()
     return out
 
 
@@ -121,7 +122,7 @@ def test_a_due_full_collection_waits_for_a_long_pause(collector, collected, cloc
     assert 2 not in gens and gens[-1] == 1  # due at the hundredth, deferred to a middle one
     clock.t += col.FULL_QUIET_S * 0.99
     assert collector.tick() == 0
-    collector.input_seen()
+    collector.inputs.input_seen()
     clock.t += col.FULL_QUIET_S
     assert collector.tick() == 2  # the first long pause
     clock.t += col.FULL_QUIET_S

@@ -18,6 +18,7 @@ from textual.screen import Screen
 
 from inspector.tui.collector import IdleCollector
 from inspector.tui.engine import Engine
+from inspector.tui.input_clock import InputClock
 from inspector.tui.keys import ActionHelp, actions
 from inspector.tui.loader import Loader, default_loader
 from inspector.tui.messages import PostReports
@@ -73,10 +74,11 @@ class InspectorApp(App):
         self.t_first_paint: float | None = None
         self.torch_at_first_paint: bool | None = None
         self.numpy_at_first_paint: bool | None = None
-        self.collector = IdleCollector()
+        self.inputs = InputClock()
+        self.collector = IdleCollector(self.inputs)
 
     def get_default_screen(self) -> Screen:
-        return MainScreen()
+        return MainScreen(self.inputs)
 
     @property
     def main(self) -> MainScreen:
@@ -108,7 +110,7 @@ class InspectorApp(App):
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.InputEvent):
-            self.collector.input_seen()
+            self.inputs.input_seen()
         await super().on_event(event)
 
     def on_unmount(self) -> None:

@@ -13,8 +13,8 @@ generation). Held input never starves it: past FORCE_AT young objects it collect
 from __future__ import annotations
 
 import gc
-import time
-from collections.abc import Callable
+
+from inspector.tui.input_clock import InputClock
 
 QUIET_S = 0.15  # no input for this long: the user is reading, not typing
 FORCE_AT = 200_000  # young objects: collect even while keys are held (a few seconds of repeat)
@@ -24,11 +24,10 @@ FULL_FORCE_S = 60.0  # ... but no longer than this after it fell due
 
 
 class IdleCollector:
-    """`tick()` on a timer, `input_seen()` on each input event, `stop()` when the app closes."""
+    """`tick()` on a timer, `stop()` when the app closes; `inputs` says how long input paused."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.perf_counter) -> None:
-        self._clock = clock
-        self._last_input = float("-inf")
+    def __init__(self, inputs: InputClock) -> None:
+        self.inputs = inputs
         self._young_runs = 0
         self._middle_runs = 0
         self._full_due_at: float | None = None
@@ -46,9 +45,6 @@ class IdleCollector:
             gc.enable()
             self.running = False
 
-    def input_seen(self) -> None:
-        self._last_input = self._clock()
-
     def tick(self) -> int | None:
         """Collect if it is time; the generation collected, or None."""
         if not self.running:
@@ -56,8 +52,8 @@ class IdleCollector:
         young = gc.get_count()[0]
         if young == 0:
             return None
-        now = self._clock()
-        quiet = now - self._last_input
+        now = self.inputs.clock()
+        quiet = self.inputs.quiet_s()
         if quiet < QUIET_S and young < FORCE_AT:
             return None
         generation = 0

@@ -18,6 +18,7 @@ from textual.reactive import var
 from textual.widgets import DataTable, Footer
 
 from inspector.formatting import printable
+from inspector.tui.input_clock import InputClock
 from inspector.tui.keys import MAIN_KEYS
 from inspector.tui.screens.device_messages import DeviceMessages
 from inspector.tui.state import ViewModel, next_metrics
@@ -59,9 +60,10 @@ class MainScreen(DeviceMessages):
     metrics = var("ours", init=False)  # the accuracy bar's view (state.METRICS)
     status = var("starting", init=False)  # loading stage, shown in the header
 
-    def __init__(self) -> None:
+    def __init__(self, inputs: InputClock | None = None) -> None:
         super().__init__()
         self.state = ViewModel()
+        self.inputs = inputs if inputs is not None else InputClock()
         self.messages: list[str] = []  # every notification text, for tests and the log
 
     @property

@@ -21,9 +21,9 @@ class HeaderBar(FixedSizeStatic):
 
 
 def header_text(st: ViewModel, *, status: str, mask_only: bool, mode: str) -> Text:
-    """Line 1: checkpoint, layout, device, dtype, sample. Line 2: position, wirings, state."""
+    """Line 1: checkpoint, layout, device, dtype, sample and its positions. Line 2: wirings, state
+    (the cursor is the position panel's: the header does not repaint on every move)."""
     session, sample, wiring, ref, pending = st.session, st.sample, st.wiring, st.ref, st.pending
-    row = st.row if st.shown is not None else None
     n_rows = st.view.n_rows if st.view is not None else None
     t = Text()
     t.append("eagle-inspect", style="bold")
@@ -37,9 +37,9 @@ def header_text(st: ViewModel, *, status: str, mask_only: bool, mode: str) -> Te
     fname = session.files[sample].rsplit("/", 1)[-1] if 0 <= sample < n else "?"
     t.append(f"sample #{sample} of {n}", style="bold")
     t.append(f"  {printable(fname)}")
+    if n_rows:
+        t.append(f"  {n_rows} positions")
     t.append("\n")
-    if row is not None and n_rows:
-        t.append(f"pos {row}/{n_rows - 1}  ", style="bold")
     if wiring is not None:
         t.append("fc ← ", style="bold")
         t.append(session.wiring_label(wiring), style="bold")
