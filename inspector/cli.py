@@ -1,4 +1,5 @@
-"""eagle-inspect {open, eval, accept, doctor, capture, demo}: argument parsing and dispatch only.
+"""eagle-inspect {open, eval, accept, compare, doctor, capture, reconcile, demo}: argument
+parsing and dispatch only.
 
 Heavy imports (torch, textual) happen inside the command functions, so `--help` is instant and the
 app can paint before torch loads.
@@ -12,37 +13,16 @@ import sys
 from collections.abc import Sequence
 
 from inspector import __version__
+from inspector.commands.arguments import (
+    add_compare_parser,
+    add_engine_args,
+    non_negative,
+    port,
+    positive,
+)
+from inspector.commands.gates import EXIT_GATE
 from inspector.commands.output import visible
 from inspector.errors import InputError
-
-
-def _integer(text: str) -> int:
-    # ASCII digits only: int() also reads other scripts' digits, which no one means here.
-    t = text.strip()
-    if not t.lstrip("+-").isascii() or not t.lstrip("+-").isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
-    return int(t)
-
-
-def _positive(text: str) -> int:
-    n = _integer(text)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
-    return n
-
-
-def _non_negative(text: str) -> int:
-    n = _integer(text)
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be 0 or more")
-    return n
-
-
-def _port(text: str) -> int:
-    n = _integer(text)
-    if not 1 <= n <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r}: a TCP port is 1..65535")
-    return n
 
 
 def _add_model_args(
@@ -91,7 +71,7 @@ def _add_model_args(
     if ttt:  # accept takes the engine's --steps instead
         p.add_argument(
             "--ttt-steps",
-            type=_positive,
+            type=positive,
             default=1,
             metavar="K",
             help="teacher-forced TTT steps to run (default 1)",
@@ -191,44 +171,16 @@ def _add_accept_parser(sub: argparse._SubParsersAction) -> None:
         metavar="W",
         help="train | serve | 0,1,2 | embed,L3,L31 (repeatable; default: train and serve)",
     )
-    p.add_argument(
-        "--steps",
-        type=_positive,
-        metavar="S",
-        help="draft steps per round: SGLang --speculative-num-steps, vLLM num_speculative_tokens "
-        "(default 3)",
-    )
-    p.add_argument(
-        "--topk",
-        type=_positive,
-        default=1,
-        metavar="K",
-        help="branches per tree node: SGLang --speculative-eagle-topk (default 1: a chain)",
-    )
-    p.add_argument(
-        "--draft-tokens",
-        type=_positive,
-        metavar="N",
-        help="tokens verified per round, the root included: SGLang "
-        "--speculative-num-draft-tokens (a chain: steps + 1)",
-    )
-    p.add_argument(
-        "--kv",
-        choices=("exact", "sglang"),
-        default="exact",
-        help="tree draft attention: exact (each node reads its ancestors, the EAGLE reference; "
-        "default) or sglang (stretch: SGLang's topk > 1 draft decode, where each beam row reads "
-        "its own row's earlier KV) to predict SGLang's logged number and what it costs",
-    )
-    p.add_argument(
-        "--engine",
-        choices=("vllm", "sglang"),
-        help="whose counting to follow (default vllm for a chain, sglang for a tree): both log "
-        "1 + accepted / rounds; SGLang's overlap scheduler runs and counts one more round after "
-        "a request's stop",
-    )
-    p.add_argument("--limit", type=_positive, metavar="N", help="replay only the first N samples")
+    add_engine_args(p)
+    p.add_argument("--limit", type=positive, metavar="N", help="replay only the first N samples")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.add_argument(
+        "--fail-under",
+        type=float,
+        metavar="X",
+        help=f"exit {EXIT_GATE} (one line on stderr) when a reported wiring's accept length is "
+        "below X",
+    )
     from inspector.commands.accept_sweep import add_sweep_args
 
     add_sweep_args(p)
@@ -239,7 +191,7 @@ def _add_accept_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--max-new",
-        type=_positive,
+        type=positive,
         default=128,
         metavar="M",
         help="--live: tokens to generate per prompt, the prefill's included (default 128)",
@@ -284,20 +236,20 @@ def _add_reconcile_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--steps",
-        type=_positive,
+        type=positive,
         metavar="S",
         help="draft steps per round (default: as the log shows, else 3)",
     )
-    p.add_argument("--topk", type=_positive, default=1, metavar="K", help="SGLang's topk")
-    p.add_argument("--draft-tokens", type=_positive, metavar="N", help="SGLang's draft tokens")
+    p.add_argument("--topk", type=positive, default=1, metavar="K", help="SGLang's topk")
+    p.add_argument("--draft-tokens", type=positive, metavar="N", help="SGLang's draft tokens")
     p.add_argument(
         "--max-new",
-        type=_positive,
+        type=positive,
         metavar="M",
         help="--prompts: tokens per request, the prefill's included (default: the longest "
         "output in the log, else 128)",
     )
-    p.add_argument("--limit", type=_positive, metavar="N", help="only the first N samples")
+    p.add_argument("--limit", type=positive, metavar="N", help="only the first N samples")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 
 
@@ -319,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="train | serve | 0,1,2 | embed,L3,L31 (repeatable; default: train and serve)",
     )
     p_eval.add_argument(
-        "--limit", type=_positive, metavar="N", help="evaluate only the first N samples"
+        "--limit", type=positive, metavar="N", help="evaluate only the first N samples"
     )
     p_eval.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p_eval.add_argument(
@@ -336,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     _add_accept_parser(sub)
+    add_compare_parser(sub)
 
     p_doc = sub.add_parser(
         "doctor",
@@ -345,14 +298,14 @@ def build_parser() -> argparse.ArgumentParser:
     p_doc.add_argument(
         "--samples",
         dest="n_samples",
-        type=_positive,
+        type=positive,
         default=8,
         metavar="N",
         help="run the checks on the first N samples (default 8)",
     )
     p_doc.add_argument(
         "--max-tokens",
-        type=_non_negative,
+        type=non_negative,
         default=None,
         metavar="N",
         help="read each sample up to its first N tokens; 0: whole samples (default: as many as "
@@ -380,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_open.add_argument(
         "--web", action="store_true", help="serve the app in a browser on localhost"
     )
-    p_open.add_argument("--port", type=_port, default=8000, help="port for --web (default 8000)")
+    p_open.add_argument("--port", type=port, default=8000, help="port for --web (default 8000)")
 
     _add_capture_parser(sub)
     _add_reconcile_parser(sub)
@@ -389,7 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo_sub = p_demo.add_subparsers(dest="demo_command")
     p_build = demo_sub.add_parser("build", help="rebuild the demo (trains a target and a draft)")
     p_build.add_argument("--out", metavar="DIR", help="output folder (default assets/demo)")
-    p_build.add_argument("--seed", type=_non_negative, default=0)
+    p_build.add_argument("--seed", type=non_negative, default=0)
     return parser
 
 
@@ -427,6 +380,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from inspector.commands.eval import run_eval
 
             return run_eval(args)
+        if command == "accept" and args.sweep and args.fail_under is not None:
+            raise InputError(None, "--fail-under", "gates a replay or --live, not --sweep")
         if command == "accept" and args.sweep:
             from inspector.commands.accept_sweep import run_sweep_command
 
@@ -435,6 +390,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from inspector.commands.accept import run_accept
 
             return run_accept(args)
+        if command == "compare":
+            from inspector.commands.compare import run_compare
+
+            return run_compare(args)
         if command == "doctor":
             from inspector.commands.doctor import run_doctor
 

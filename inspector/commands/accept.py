@@ -15,6 +15,7 @@ from inspector.commands.common import (
     print_skips,
     wirings_and_names,
 )
+from inspector.commands.gates import accept_gate, gate_exit
 from inspector.commands.output import safe, stdout_console, write_json
 from inspector.formatting import fmt_float, pct
 from inspector.progress import progress_bar
@@ -50,12 +51,12 @@ def run_accept(args: argparse.Namespace) -> int:
         err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
     if args.json:
         write_json(report.to_dict())
-        return 0
-    out = stdout_console(None if sys.stdout.isatty() else 200)
-    out.print(render_accept(report))
-    if any(len(w.stats.buckets) > 1 for w in report.wirings):
-        out.print(render_by_position(report))
-    return 0
+    else:
+        out = stdout_console(None if sys.stdout.isatty() else 200)
+        out.print(render_accept(report))
+        if any(len(w.stats.buckets) > 1 for w in report.wirings):
+            out.print(render_by_position(report))
+    return gate_exit(err, accept_gate, report, args.fail_under)
 
 
 def _replay(args, spec, err, init_from_env, engine):

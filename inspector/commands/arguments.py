@@ -1,0 +1,132 @@
+"""Argument types and the argument groups more than one command shares (the engine settings a
+replay runs under), and `compare`'s parser; `inspector.cli` builds the rest."""
+
+from __future__ import annotations
+
+import argparse
+
+from inspector.commands.gates import EXIT_GATE
+
+
+def integer(text: str) -> int:
+    # ASCII digits only: int() also reads other scripts' digits, which no one means here.
+    t = text.strip()
+    if not t.lstrip("+-").isascii() or not t.lstrip("+-").isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
+    return int(t)
+
+
+def positive(text: str) -> int:
+    n = integer(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+    return n
+
+
+def non_negative(text: str) -> int:
+    n = integer(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be 0 or more")
+    return n
+
+
+def port(text: str) -> int:
+    n = integer(text)
+    if not 1 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: a TCP port is 1..65535")
+    return n
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    """The engine settings a replay runs under (accept's, and compare's for both drafts)."""
+    p.add_argument(
+        "--steps",
+        type=positive,
+        metavar="S",
+        help="draft steps per round: SGLang --speculative-num-steps, vLLM num_speculative_tokens "
+        "(default 3)",
+    )
+    p.add_argument(
+        "--topk",
+        type=positive,
+        default=1,
+        metavar="K",
+        help="branches per tree node: SGLang --speculative-eagle-topk (default 1: a chain)",
+    )
+    p.add_argument(
+        "--draft-tokens",
+        type=positive,
+        metavar="N",
+        help="tokens verified per round, the root included: SGLang "
+        "--speculative-num-draft-tokens (a chain: steps + 1)",
+    )
+    p.add_argument(
+        "--kv",
+        choices=("exact", "sglang"),
+        default="exact",
+        help="tree draft attention: exact (each node reads its ancestors, the EAGLE reference; "
+        "default) or sglang (stretch: SGLang's topk > 1 draft decode, where each beam row reads "
+        "its own row's earlier KV) to predict SGLang's logged number and what it costs",
+    )
+    p.add_argument(
+        "--engine",
+        choices=("vllm", "sglang"),
+        help="whose counting to follow (default vllm for a chain, sglang for a tree): both log "
+        "1 + accepted / rounds; SGLang's overlap scheduler runs and counts one more round after "
+        "a request's stop",
+    )
+
+
+def add_compare_parser(sub: argparse._SubParsersAction) -> None:
+    from inspector.stats.bootstrap import DEFAULT_RESAMPLES
+
+    p = sub.add_parser(
+        "compare",
+        help="two drafts' accept lengths on the same samples, B - A with a paired bootstrap "
+        "interval, by depth and context",
+        description="Replay CKPT_A and CKPT_B over the same SAMPLES under the same engine "
+        "settings (as `accept`), and report each draft's accept length (1 + accepted / rounds), "
+        "B - A with a paired bootstrap percentile interval over the requests, the difference at "
+        "each draft depth and per context bucket, and the round starts where one draft accepts "
+        "more than the other.",
+    )
+    p.add_argument("checkpoint", metavar="CKPT_A", help="draft checkpoint folder A")
+    p.add_argument("checkpoint_b", metavar="CKPT_B", help="draft checkpoint folder B")
+    p.add_argument(
+        "samples", nargs="+", metavar="SAMPLES", help="sample folder(s), glob(s), file(s)"
+    )
+    p.add_argument("--target", metavar="DIR", help="target model folder (as for accept)")
+    p.add_argument(
+        "--embed", metavar="FILE", help="safetensors file holding model.embed_tokens.weight"
+    )
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
+    p.add_argument(
+        "--dtype", default="auto", help="auto (as stored) | float32 | bfloat16 | float16"
+    )
+    p.add_argument(
+        "--memory-budget", metavar="SIZE", help="memory the caches may keep (as for accept)"
+    )
+    p.add_argument(
+        "--slot-layers", metavar="IDS", help="HF hidden_states index of every slot (as for accept)"
+    )
+    p.add_argument("--wiring-a", default="train", metavar="W", help="A's wiring (default train)")
+    p.add_argument("--wiring-b", default="train", metavar="W", help="B's wiring (default train)")
+    add_engine_args(p)
+    p.add_argument("--limit", type=positive, metavar="N", help="compare on the first N samples")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.add_argument("--seed", type=non_negative, default=0, help="the bootstrap's seed (default 0)")
+    p.add_argument(
+        "--resamples",
+        type=positive,
+        default=DEFAULT_RESAMPLES,
+        metavar="R",
+        help=f"bootstrap resamples of the requests (default {DEFAULT_RESAMPLES}; 95%% interval)",
+    )
+    p.add_argument(
+        "--fail-under",
+        type=float,
+        metavar="X",
+        help=f"exit {EXIT_GATE} (one line on stderr) when B's accept length is below A's by more "
+        "than X (B - A < -X)",
+    )
+    p.set_defaults(prompts=None)

@@ -1,0 +1,1 @@
+"""Torch-free statistics the engine layers share (the paired bootstrap)."""
