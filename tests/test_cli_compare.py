@@ -1,0 +1,137 @@
+"""`eagle-inspect compare` on the demo: a draft against itself (exactly 0, [0, 0]), against a
+noisier copy of itself (A better, the interval excluding 0), the JSON against the table, and the
+`--fail-under` gates of compare and accept (exit 3)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from inspector.cli import main
+from inspector.commands.gates import EXIT_GATE
+
+LIMIT = "8"  # samples: small enough for two CPU cores, enough for a clear difference
+
+
+def _digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            h.update(p.name.encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def noisy(demo, tmp_path_factory) -> Path:
+    """A copy of the demo draft with seeded noise on fc.weight (the demo itself untouched)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    before = _digest(demo.draft)
+    out = tmp_path_factory.mktemp("noisy") / "draft"
+    shutil.copytree(demo.draft, out)
+    path = out / "model.safetensors"
+    tensors = load_file(str(path))
+    w = tensors["fc.weight"]
+    g = torch.Generator().manual_seed(0)
+    tensors["fc.weight"] = w + 0.5 * float(w.std()) * torch.randn(w.shape, generator=g)
+    save_file(tensors, str(path))
+    assert _digest(demo.draft) == before
+    return out
+
+
+def _run(capsys, args):
+    rc = main([*map(str, args), "--device", "cpu"])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def _compare(capsys, demo, b, *extra):
+    return _run(capsys, ["compare", demo.draft, b, demo.train_samples, "--limit", LIMIT, *extra])
+
+
+def test_a_draft_against_itself_is_exactly_zero(demo, capsys):
+    rc, out, _ = _compare(capsys, demo, demo.draft, "--json")
+    assert rc == 0
+    doc = json.loads(out)
+    al = doc["accept_length"]
+    assert al["diff"] == 0.0 and al["ci_low"] == 0.0 and al["ci_high"] == 0.0
+    assert al["a"] == al["b"] > 1
+    assert doc["samples"] == int(LIMIT) and doc["resamples"] == 2000
+    assert all(d["diff"] == 0.0 and d["ci_low"] == d["ci_high"] == 0.0 for d in doc["per_depth"])
+    assert doc["disagreements"]["a_more"] == doc["disagreements"]["b_more"] == 0
+
+
+def test_a_noisier_draft_is_worse_with_an_interval_excluding_zero(demo, noisy, capsys):
+    rc, out, _ = _compare(capsys, demo, noisy, "--json")
+    assert rc == 0
+    doc = json.loads(out)
+    al = doc["accept_length"]
+    assert al["a"] > al["b"]
+    assert al["ci_low"] <= al["diff"] <= al["ci_high"] < 0
+    assert al["diff"] == pytest.approx(al["b"] - al["a"])
+    dis = doc["disagreements"]
+    assert dis["a_more"] > dis["b_more"]
+    assert dis["first_a_more"] and all(
+        set(p) == {"sample", "position"} for p in dis["first_a_more"]
+    )
+    assert len(doc["per_depth"]) == 3 and doc["by_bucket"]
+    # the same accept length as `accept` reports for the demo draft alone
+    rc, out, _ = _run(
+        capsys,
+        ["accept", demo.draft, demo.train_samples, "--limit", LIMIT, "--wiring", "train"]
+        + ["--json"],
+    )
+    assert json.loads(out)["wirings"][0]["accept_length"] == al["a"]
+
+
+def test_json_numbers_equal_the_tables(demo, noisy, capsys):
+    rc, out, _ = _compare(capsys, demo, noisy, "--json", "--seed", "3", "--resamples", "500")
+    doc = json.loads(out)
+    rc2, table, _ = _compare(capsys, demo, noisy, "--seed", "3", "--resamples", "500")
+    assert rc == rc2 == 0
+    al = doc["accept_length"]
+    shown = re.findall(r"\b[AB]\s+│.*?│\s+(?:>=)?(\d+\.\d{4}) │", table)
+    assert shown == [f"{al['a']:.4f}", f"{al['b']:.4f}"]
+    assert f"{al['diff']:+.4f}" in table
+    assert f"[{al['ci_low']:+.4f}, {al['ci_high']:+.4f}]" in table
+    for d in doc["per_depth"]:
+        assert f"{d['diff']:+.4f} │ [{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]" in table
+    dis = doc["disagreements"]
+    assert f"A accepts more: {dis['a_more']:,}; where B accepts more: {dis['b_more']:,}" in table
+
+
+def test_compare_fail_under_both_ways(demo, noisy, capsys):
+    rc, _, err = _compare(capsys, demo, noisy, "--json", "--fail-under", "0")
+    assert rc == EXIT_GATE == 3
+    line = [x for x in err.splitlines() if x.startswith("fail-under:")]
+    assert len(line) == 1 and "B - A = -" in line[0] and "95% CI [" in line[0]
+    rc, _, err = _compare(capsys, demo, noisy, "--json", "--fail-under", "5")
+    assert rc == 0 and "fail-under" not in err
+    rc, _, _ = _compare(capsys, demo, demo.draft, "--json", "--fail-under", "0")
+    assert rc == 0  # no difference is not worse
+
+
+def test_accept_fail_under_both_ways(demo, capsys):
+    args = ["accept", demo.draft, demo.train_samples, "--limit", "4", "--json"]
+    rc, out, err = _run(capsys, args)
+    assert rc == 0
+    lens = {w["label"].split()[0]: w["accept_length"] for w in json.loads(out)["wirings"]}
+    assert lens["serve"] < lens["train"]
+    between = (lens["serve"] + lens["train"]) / 2
+    rc, _, err = _run(capsys, [*args, "--fail-under", f"{between:.4f}"])
+    assert rc == EXIT_GATE
+    line = [x for x in err.splitlines() if x.startswith("fail-under:")]
+    assert len(line) == 1 and "wiring serve" in line[0] and f"{lens['serve']:.4f}" in line[0]
+    rc, _, err = _run(capsys, [*args, "--fail-under", f"{lens['serve'] - 0.01:.4f}"])
+    assert rc == 0 and "fail-under" not in err
+
+
+def test_fail_under_is_refused_with_sweep(capsys):
+    rc, _, err = _run(capsys, ["accept", "--sweep", "--fail-under", "2"])
+    assert rc == 2 and "--fail-under" in err
