@@ -42,6 +42,11 @@ class MlaConfig:
     # DeepSeek rotates adjacent pairs of the rope dims (true, the default, and every MLA draft
     # trainer's); transformers' `rope_interleave: false` rotates the halves, as Llama does.
     rope_interleave: bool = True
+    # SpecForge PR 186's layout (told apart by its tensors): layer 0 projects [norm(embed) |
+    # hidden_norm(fc out)] with `input_proj` (an RMSNorm over the 2H concat, then 2H -> H) and its
+    # MLA attention reads H; its rotary table is plain theta over the rope dims (rope_scaling
+    # reaches only the softmax scale). False: the later MLA draft, whose q_a / kv_a read the 2H.
+    input_proj: bool = False
 
     @property
     def qk_head_dim(self) -> int:
@@ -142,7 +147,9 @@ class Draft:
     `layers.{i}.mlp.{gate,up,down}_proj.weight`; `layers.{i}.{input_layernorm,hidden_norm,
     post_attention_layernorm}.weight`; `norm.weight`; `lm_head.weight` [D, H];
     `embed_tokens.weight` [V, H]; optional `input_norm.weight`, `fc_norm.{i}.weight`,
-    `layers.{i}.self_attn.{q,k}_norm.weight`.
+    `layers.{i}.self_attn.{q,k}_norm.weight`; MLA's `layers.{i}.self_attn.{q_a_proj,q_a_layernorm,
+    q_b_proj,kv_a_proj_with_mqa,kv_a_layernorm,kv_b_proj}.weight` and, in SpecForge PR 186's
+    layout, `layers.0.input_proj.{input_norm,proj}.weight`.
     """
 
     config: DraftConfig

@@ -102,8 +102,18 @@ def _attention(cfg: dict, in_dim: int, rnd, norm_w) -> dict[str, torch.Tensor]:
     }
 
 
-def weights(cfg: dict, trainer: str, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Random weights of a shrunk config under the trainer's own tensor names."""
+def input_proj_layout(name: str) -> bool:
+    """Whether a config's MLA draft is SpecForge pull 186's `DeepseekV3ForCausalLMEagle3`: layer 0
+    projects [norm(embed) | hidden_norm(fc out)] with `input_proj` (RMSNorm over 2H, then 2H -> H)
+    and its MLA attention reads H. The later MLA drafts' q_a / kv_a read the 2H concat."""
+    return name.startswith("specforge-pr186")
+
+
+def weights(
+    cfg: dict, trainer: str, seed: int = 0, *, input_proj: bool = False
+) -> dict[str, torch.Tensor]:
+    """Random weights of a shrunk config under the trainer's own tensor names. input_proj (MLA
+    only): SpecForge pull 186's layer 0, `midlayer.input_proj.{input_norm,proj}` before MLA on H."""
     g = torch.Generator().manual_seed(seed)
 
     def rnd(*shape: int, scale: float = 1.0) -> torch.Tensor:
@@ -126,9 +136,12 @@ def weights(cfg: dict, trainer: str, seed: int = 0) -> dict[str, torch.Tensor]:
     for i in range(cfg.get("num_hidden_layers", 1)):
         # SpecForge's first layer is `midlayer`; extra layers follow SGLang's export names.
         p = "midlayer." if i == 0 else f"model.additional_layers.{i - 1}."
-        in_dim = 2 * h if i == 0 else h
+        in_dim = 2 * h if i == 0 and not input_proj else h
         for name, t in _attention(cfg, in_dim, rnd, norm_w).items():
             w[p + "self_attn." + name] = t
+        if i == 0 and input_proj:
+            w[p + "input_proj.input_norm.weight"] = norm_w(2 * h)
+            w[p + "input_proj.proj.weight"] = rnd(h, 2 * h, scale=1 / (2 * h) ** 0.5)
         w[p + "mlp.gate_proj.weight"] = rnd(inter, h, scale=1 / h**0.5)
         w[p + "mlp.up_proj.weight"] = rnd(inter, h, scale=1 / h**0.5)
         w[p + "mlp.down_proj.weight"] = rnd(h, inter, scale=1 / inter**0.5)
@@ -157,14 +170,24 @@ def weights(cfg: dict, trainer: str, seed: int = 0) -> dict[str, torch.Tensor]:
 
 
 def build(
-    config_file: Path, out: Path, seed: int = 0, seq_len: int = 24, *, keep_width: bool = False
+    config_file: Path,
+    out: Path,
+    seed: int = 0,
+    seq_len: int = 24,
+    *,
+    keep_width: bool = False,
+    input_proj: bool | None = None,
 ) -> FamilyCheckpoint:
     """Write the shrunk checkpoint of `config_file` (its key order and values kept), samples,
-    and, where the trainer's export drops the embedding, a target embedding file."""
+    and, where the trainer's export drops the embedding, a target embedding file. input_proj:
+    SpecForge pull 186's MLA layer-0 layout (None: as the config's trainer wrote it,
+    `input_proj_layout`)."""
     published = json.loads(config_file.read_text())
     cfg = shrink(published, keep_width=keep_width)
     trainer = trainer_of(config_file.stem)
-    w = weights(cfg, trainer, seed)
+    if input_proj is None:
+        input_proj = input_proj_layout(config_file.stem)
+    w = weights(cfg, trainer, seed, input_proj=input_proj and "kv_lora_rank" in cfg)
     embed = None
     if trainer != "angelslim":
         embed = out / "target_embed.safetensors"

@@ -33,6 +33,8 @@ _PREFIXES = (
     (re.compile(r"^model\.layers\."), "layers."),
     (re.compile(r"^model\.(?=(fc|norm|embed_tokens|lm_head|input_norm|fc_norm|d2t|t2d)\b)"), ""),
 )
+# SpecForge PR 186's MLA draft: layer 0's RMSNorm over the 2H concat and its 2H -> H linear.
+_INPUT_PROJ = ("layers.0.input_proj.proj.weight", "layers.0.input_proj.input_norm.weight")
 # SpecForge's use_aux_norm saves one RMSNorm per aux slot under these names (low, mid, high
 # layer: fc blocks 0, 1, 2); they are Eagle 3.1's fc_norm.{0,1,2}.
 _AUX_NORMS = {
@@ -161,6 +163,12 @@ def _canonical_weights(weight_file: Path, cfg: DraftConfig) -> dict[str, torch.T
             "midlayer.self_attn.kv_a_proj_with_mqa.weight",
             "MLA attention weights, but config.json has no kv_lora_rank (and the MLA sizes)",
         )
+    if cfg.mla is None and any(n in weights for n in _INPUT_PROJ):
+        raise InputError(
+            weight_file,
+            "midlayer.input_proj.proj.weight",
+            "SpecForge PR 186's MLA input_proj, but config.json has no kv_lora_rank (and the MLA sizes)",
+        )
     if cfg.mla is None and p + "q_proj.weight" not in weights:
         raise InputError(weight_file, "midlayer.self_attn.q_proj.weight", "tensor not found")
     return weights
@@ -193,8 +201,9 @@ def _settle_config(
         "norm_before_fc": cfg.norm_before_fc or "input_norm.weight" in w,
         "fc_norm": cfg.fc_norm or "fc_norm.0.weight" in w,
     }
-    if cfg.mla is not None:
-        return replace(cfg, **fixed)  # MLA: no q_proj to settle head_dim against
+    if cfg.mla is not None:  # MLA: no q_proj to settle head_dim against
+        mla = replace(cfg.mla, input_proj=_mla_reads_input_proj(cfg, w, wf))
+        return replace(cfg, mla=mla, **fixed)
     q = w["layers.0.self_attn.q_proj.weight"]
     if q.dim() != 2 or q.shape[0] % nh:
         raise InputError(wf, "q_proj.weight", f"{tuple(q.shape)}: rows not divisible by {nh} heads")
@@ -213,6 +222,38 @@ def _settle_config(
             f"is {hd}, but q_proj.weight has {q.shape[0]} = {nh} x {hd_from_q} rows",
         )
     return replace(cfg, head_dim=hd, **fixed)
+
+
+def _mla_reads_input_proj(cfg: DraftConfig, w: dict[str, torch.Tensor], wf: Path) -> bool:
+    """Which MLA layout layer 0 has, from its tensors: SpecForge PR 186's (`input_proj` 2H -> H,
+    then MLA on H) or the later one (q_a / kv_a read the 2H concat). A mix is refused."""
+    assert cfg.mla is not None
+    h = cfg.hidden_size
+    a = "layers.0.self_attn."
+    first = a + ("q_proj.weight" if cfg.mla.q_lora_rank is None else "q_a_proj.weight")
+    in_dims = {
+        n: int(w[n].shape[-1])
+        for n in (first, a + "kv_a_proj_with_mqa.weight")
+        if n in w and w[n].dim() == 2
+    }
+    if any(n in w for n in _INPUT_PROJ):
+        for n, d in in_dims.items():
+            if d != h:
+                raise InputError(
+                    wf,
+                    n,
+                    f"in-dim {d}, but input_proj is present: SpecForge PR 186's MLA draft, "
+                    f"whose attention reads hidden_size {h} (the later MLA draft has no input_proj)",
+                )
+        return True
+    if in_dims and all(d == h for d in in_dims.values()):  # one stray H is a shape fault
+        raise InputError(
+            wf,
+            _INPUT_PROJ[0],
+            f"tensor not found, but {', '.join(in_dims)} read hidden_size {h}: SpecForge PR "
+            "186's MLA draft, which needs its input_proj (2H -> H) before the attention",
+        )
+    return False
 
 
 def _tie_lm_head(
@@ -275,13 +316,32 @@ def _attention_shapes(cfg: DraftConfig, in_dim: int) -> dict[str, tuple[int, ...
     return out
 
 
+def _layout_note(cfg: DraftConfig, layer: int, name: str, t: torch.Tensor) -> str:
+    """The two MLA layouts, for a layer-0 attention tensor whose in-dim is neither H nor 2H
+    (an in-dim of H with input_proj present, or absent, is told apart before: `_mla_reads_input_proj`;
+    empty for any other shape fault)."""
+    reads_input = ("self_attn.q_proj.", "self_attn.q_a_proj.", "self_attn.kv_a_proj_with_mqa.")
+    if cfg.mla is None or cfg.mla.input_proj or layer != 0 or not name.startswith(reads_input):
+        return ""
+    if t.dim() != 2 or t.shape[1] in (cfg.hidden_size, 2 * cfg.hidden_size):
+        return ""
+    return (
+        "MLA draft without input_proj: layer 0's attention reads the 2*hidden_size concat; "
+        "SpecForge PR 186's reads hidden_size after its input_proj"
+    )
+
+
 def _validate(cfg: DraftConfig, w: dict[str, torch.Tensor], wf: Path) -> None:
     """Every tensor the forward pass reads: present, of its shape, floating, finite."""
     h, hd = cfg.hidden_size, cfg.head_dim
     for i in range(cfg.num_layers):
         p = f"layers.{i}."
-        in_dim = 2 * h if i == 0 else h
+        input_proj = i == 0 and cfg.mla is not None and cfg.mla.input_proj
+        in_dim = 2 * h if i == 0 and not input_proj else h
         expect = _attention_shapes(cfg, in_dim)
+        if input_proj:
+            expect["input_proj.input_norm.weight"] = (2 * h,)
+            expect["input_proj.proj.weight"] = (h, 2 * h)
         expect.update(
             {
                 "mlp.gate_proj.weight": (cfg.intermediate_size, h),
@@ -300,7 +360,7 @@ def _validate(cfg: DraftConfig, w: dict[str, torch.Tensor], wf: Path) -> None:
                     w[p + name] = w[p + "hidden_norm.weight"]
                     continue
                 raise InputError(wf, p + name, "tensor not found")
-            _check_shape(wf, p + name, w[p + name], shape)
+            _check_shape(wf, p + name, w[p + name], shape, _layout_note(cfg, i, name, w[p + name]))
     for name, shape in {
         "norm.weight": (h,),
         "lm_head.weight": (cfg.draft_vocab_size, h),

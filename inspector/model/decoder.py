@@ -34,12 +34,17 @@ def attention_input(
     cfg: DraftConfig, lw: LayerWeights, hidden: torch.Tensor, embeds: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(the attention input, the residual) of a layer. Layer 0 of EAGLE-3 concatenates the normed
-    token embedding and the normed fc output, embedding first."""
+    token embedding and the normed fc output, embedding first; SpecForge PR 186's MLA draft then
+    projects the concat to H (`input_proj`: RMSNorm over the 2H, then the 2H -> H linear), its
+    residual still the fc output."""
     eps = cfg.rms_norm_eps
     if lw.hidden_norm is not None:
         assert embeds is not None, "layer 0 reads the token embeddings"
         normed_hidden = rms_norm(hidden, lw.hidden_norm, eps)
         a = torch.cat([rms_norm(embeds, lw.input_norm, eps), normed_hidden], -1)
+        if lw.input_proj is not None:
+            assert lw.input_proj_norm is not None
+            a = linear(rms_norm(a, lw.input_proj_norm, eps), lw.input_proj)
         return a, normed_hidden if cfg.norm_before_residual else hidden
     return rms_norm(hidden, lw.input_norm, eps), hidden
 

@@ -87,11 +87,20 @@ def rope_inv_freq(
     return inv_freq, attn_factor
 
 
+def rotary_rope(cfg: DraftConfig) -> RopeConfig:
+    """The settings the rotary table is built from: the config's, except in SpecForge PR 186's
+    MLA draft, whose table is plain theta over the rope dims whatever rope_scaling says (the
+    scaling reaches its softmax scale only, `mla_softmax_scale`)."""
+    if cfg.mla is not None and cfg.mla.input_proj:
+        return RopeConfig(theta=cfg.rope.theta)
+    return cfg.rope
+
+
 def rope_cos_sin(
     cfg: DraftConfig, positions: torch.Tensor, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin [.., rope dims] of `positions`: over head_dim, or MLA's rope dims only."""
-    inv_freq, attn_factor = rope_inv_freq(cfg.rope, cfg.rope_head_dim)
+    inv_freq, attn_factor = rope_inv_freq(rotary_rope(cfg), cfg.rope_head_dim)
     freqs = positions.to(device=device, dtype=torch.float32)[..., None] * inv_freq.to(device)
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos() * attn_factor, emb.sin() * attn_factor
@@ -106,11 +115,14 @@ def deinterleave(x: torch.Tensor) -> torch.Tensor:
 
 def mla_softmax_scale(cfg: DraftConfig) -> float:
     """1/sqrt(qk_head_dim), times mscale(factor, mscale_all_dim)^2 under YaRN, as DeepSeek's
-    attention (and SpecForge's, TorchSpec's MLA drafts) scales its scores."""
+    attention (and SpecForge's, TorchSpec's MLA drafts) scales its scores; SpecForge PR 186's
+    draft applies it under any rope_scaling (its TTT attention; ttt_length 1 would use SDPA's
+    plain 1/sqrt)."""
     scale = 1.0 / math.sqrt(cfg.head_dim)
-    if cfg.rope.rope_type == "yarn":
+    pr186 = cfg.mla is not None and cfg.mla.input_proj and bool(cfg.rope.scaling)
+    if pr186 or cfg.rope.rope_type == "yarn":  # PR 186: any rope_scaling with mscale_all_dim
         s = cfg.rope.scaling
-        m = _yarn_get_mscale(float(s["factor"]), float(s.get("mscale_all_dim") or 0.0))
+        m = _yarn_get_mscale(float(s.get("factor", 1.0)), float(s.get("mscale_all_dim") or 0.0))
         scale *= m * m
     return scale
 

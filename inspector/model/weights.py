@@ -47,7 +47,8 @@ class MlaAttention:
 @dataclass(frozen=True)
 class LayerWeights:
     """One decoder layer. hidden_norm: layer 0's norm of the fc output (EAGLE-3's first layer
-    concatenates the normed embedding and the normed fc output); None in later layers."""
+    concatenates the normed embedding and the normed fc output); None in later layers.
+    input_proj: SpecForge PR 186's MLA layer 0 projects that concat to H before attention."""
 
     index: int
     input_norm: torch.Tensor
@@ -57,6 +58,9 @@ class LayerWeights:
     up: torch.Tensor
     down: torch.Tensor
     hidden_norm: torch.Tensor | None = None
+    # SpecForge PR 186's MLA layer 0: an RMSNorm over the 2H concat [2H], then proj [H, 2H].
+    input_proj_norm: torch.Tensor | None = None
+    input_proj: torch.Tensor | None = None
 
 
 def resolve_layer(draft: Draft, idx: int) -> LayerWeights:
@@ -65,7 +69,9 @@ def resolve_layer(draft: Draft, idx: int) -> LayerWeights:
     p = f"layers.{idx}."
     a = p + "self_attn."
     attn: LlamaAttention | MlaAttention
-    if draft.config.mla is not None:
+    mla = draft.config.mla
+    input_proj = idx == 0 and mla is not None and mla.input_proj
+    if mla is not None:
         attn = MlaAttention(
             q=w.get(a + "q_proj.weight"),
             q_a=w.get(a + "q_a_proj.weight"),
@@ -99,6 +105,8 @@ def resolve_layer(draft: Draft, idx: int) -> LayerWeights:
         up=w[p + "mlp.up_proj.weight"],
         down=w[p + "mlp.down_proj.weight"],
         hidden_norm=w[p + "hidden_norm.weight"] if idx == 0 else None,
+        input_proj_norm=w[p + "input_proj.input_norm.weight"] if input_proj else None,
+        input_proj=w[p + "input_proj.proj.weight"] if input_proj else None,
     )
 
 
