@@ -157,13 +157,18 @@ def test_the_two_mla_layouts_are_told_apart_by_their_tensors(pr186, tmp_path):
     assert later.weights["layers.0.self_attn.q_a_proj.weight"].shape[1] == 2 * h
 
 
-def test_the_layer_equals_the_pull_requests_module(pr186, monkeypatch):
+@pytest.mark.parametrize("eps", [None, 1e-2])
+def test_the_layer_equals_the_pull_requests_module(pr186, monkeypatch, tmp_path, eps):
     """Two TTT steps of the draft layer (step 1: the previous output, the next tokens, the
     positions one on, attending to step 0's keys causally and its own diagonally) against the
-    float64 reference, within float64's accumulation error."""
-    draft = load_draft(pr186.folder, embed=pr186.embed, dtype=torch.float64)
-    cfg = pr186.config
-    stored = load_file(str(pr186.folder / "model.safetensors"))
+    float64 reference, within the error of the forward's float32 steps. eps: rms_norm_eps as
+    published, or one that tells the config's eps from the q_a / kv_a norms' fixed 1e-6."""
+    folder = pr186.folder
+    if eps is not None:
+        folder = edited_copy(folder, tmp_path / "eps", config=lambda c: c.update(rms_norm_eps=eps))
+    draft = load_draft(folder, embed=pr186.embed, dtype=torch.float64)
+    cfg = {**pr186.config, **({} if eps is None else {"rms_norm_eps": eps})}
+    stored = load_file(str(folder / "model.safetensors"))
     embed = load_file(str(pr186.embed))["model.embed_tokens.weight"].double()
     g = torch.Generator().manual_seed(3)
     t, h = 12, cfg["hidden_size"]

@@ -100,7 +100,9 @@ def project_mla(
     m = cfg.mla
     assert m is not None
     b, t, _ = a.shape
-    eps, nh = cfg.rms_norm_eps, cfg.num_heads
+    nh = cfg.num_heads
+    # SpecForge PR 186's q_a / kv_a norms keep DeepseekV3RMSNorm's default eps, not the config's
+    eps = 1e-6 if m.input_proj else cfg.rms_norm_eps
     if attn.q is not None:
         q = linear(a, attn.q)
     else:
