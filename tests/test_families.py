@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from families import build, case_id
+from families import build, case_id, input_proj_layout
 from safetensors.torch import load_file
 
 from inspector.cli import main
@@ -80,6 +80,8 @@ def test_published_config_runs(config_file: Path, tmp_path: Path, capsys) -> Non
         assert torch.equal(draft.vocab.draft_to_target, torch.arange(c.draft_vocab) + stored["d2t"])
         assert torch.equal(draft.vocab.t2d, stored["t2d"])
     assert cfg.mla is not None if "kv_lora_rank" in c.config else cfg.mla is None
+    # SpecForge pull 186's MLA layout (input_proj, attention on H) is told by its tensors
+    assert (cfg.mla is not None and cfg.mla.input_proj) == input_proj_layout(config_file.stem)
     assert cfg.fc_norm == bool(c.config.get("fc_norm") or c.config.get("use_aux_norm"))
     # none of the published configs states norm_before_residual: the engines disagree on it
     assert cfg.norm_before_residual_explicit == ("norm_before_residual" in c.config)

@@ -11,13 +11,14 @@ import torch
 from families import build
 from support import edited_copy
 
+from inspector.formats import load_draft
 from inspector.serving.replay import Replayer
 from inspector.serving.spec import DraftSpec
 from inspector.session import Inputs, load_evaluator
 
 SHARED_CONFIGS = Path(__file__).resolve().parents[1].parent / "shared" / "configs"
+PR186 = "specforge-pr186-deepseek-r1-mla"  # both MLA layouts: test_replay_on_both_mla_layouts
 STEMS = [
-    "specforge-pr186-deepseek-r1-mla",
     "torchspec-kimi-k25-mla",
     "specforge-pr553-gemma3-27b",
     "specforge-qwen2.5-vl-7b",
@@ -50,6 +51,19 @@ def test_replay_on_published_families(stem, tmp_path):
     if not path.is_file():
         pytest.skip(f"{path} is absent: the published draft configs are not on this machine")
     ck = build(path, tmp_path, seq_len=20)
+    _chain_equals_one_branch_tree(Inputs(ck.folder, [str(ck.samples)], embed=ck.embed))
+
+
+@pytest.mark.parametrize("input_proj", [True, False], ids=["input-proj", "attention-on-2h"])
+def test_replay_on_both_mla_layouts(input_proj, tmp_path):
+    """SpecForge pull 186's MLA draft (input_proj 2H -> H, then MLA on H) and the later layout
+    (MLA on the 2H concat) of the same config."""
+    path = SHARED_CONFIGS / f"{PR186}.json"
+    if not path.is_file():
+        pytest.skip(f"{path} is absent: the published draft configs are not on this machine")
+    ck = build(path, tmp_path, seq_len=20, input_proj=input_proj)
+    mla = load_draft(ck.folder, embed=ck.embed).config.mla
+    assert mla is not None and mla.input_proj == input_proj
     _chain_equals_one_branch_tree(Inputs(ck.folder, [str(ck.samples)], embed=ck.embed))
 
 
