@@ -11,7 +11,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from inspector.commands.accept import spec_from_args
+from inspector.commands.accept import bound_notes, spec_from_args
 from inspector.commands.common import open_evaluator, print_skips
 from inspector.commands.gates import compare_gate, gate_exit, signed
 from inspector.commands.output import safe, stdout_console, write_json
@@ -34,6 +34,8 @@ def run_compare(args: argparse.Namespace) -> int:
         reports.append(_replay(args, ckpt, wiring, spec, engine, err, side))
     for r in reports:
         print_skips(err, r)
+    for line in bound_notes([r.wirings[0] for r in reports]):
+        err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
     cmp = compare(
         reports[0].wirings[0],
         reports[1].wirings[0],

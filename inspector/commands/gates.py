@@ -22,12 +22,8 @@ def accept_gate(report, threshold: float) -> str | None:
     for w in report.wirings:
         al = w.stats.accept_length
         if al is None or al < threshold:
-            name = w.name or w.wiring.label(report.slots)
             shown = "none (no rounds)" if al is None else fmt_float(al, 4)
-            return (
-                f"fail-under: wiring {name} ({w.label}) has accept length {shown}, below "
-                f"{threshold:g}"
-            )
+            return f"fail-under: wiring {w.label} has accept length {shown}, below {threshold:g}"
     return None
 
 
