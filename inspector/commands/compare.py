@@ -113,10 +113,11 @@ def render_compare(reports, cmp) -> Table:
     for col in ("", "checkpoint", "wiring", "accept len", "rounds"):
         table.add_column(col, no_wrap=col != "checkpoint", justify="left")
     table.columns[3].justify = table.columns[4].justify = "right"
+    rounds_of = cmp.to_dict()["rounds"]
     for side, rep, x in (("A", a, cmp.accept_length_a), ("B", b, cmp.accept_length_b)):
         w = rep.wirings[0]
         bound = ">=" if w.stats.is_bound and x is not None else ""
-        rounds = sum(len(s.starts) for s in w.per_sample if s.index in set(cmp.indices))
+        rounds = rounds_of[side.lower()]
         table.add_row(side, safe(rep.checkpoint), safe(w.label), bound + _al(x), f"{rounds:,}")
     table.add_row("B - A", "", "", _diff(al), _ci(al))
     verdict = (
