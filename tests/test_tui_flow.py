@@ -672,3 +672,24 @@ async def test_tau_on_generated_requests_is_accepts_under_both_conventions(capsy
         assert total.stats.accept_length == pytest.approx(tree["accept_length"])
         row = widget_text(app, "#accuracy").splitlines()[1]
         assert f"{tree['accept_length']:.2f}" in row and "≥" not in row
+
+
+async def test_the_fills_repaints_wait_for_a_pause_in_the_input(syn):
+    """While input keeps arriving, the fill's results reach the state but not the sample list
+    (a changed row re-renders the whole list, a frame a key press would wait for); the first
+    pause paints them."""
+    app = make_app(syn, fill=True)
+
+    def cur_cells() -> list[str]:
+        table = app.main.sample_list
+        return [table.get_cell(str(i), "cur").plain for i in range(table.n)]
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        typing = app.inputs.quiet_s
+        app.inputs.quiet_s = lambda: 0.0  # input without a pause, however slow the machine
+        await until(pilot, lambda: len(app.main.state.lengths) == 4, timeout=60)
+        await pilot.pause(0.3)
+        assert app.main.state.scored() > 0
+        assert app.main.sample_list.n == 4 and set(cur_cells()) == {"…"}
+        app.inputs.quiet_s = typing  # the last input was long ago
+        await until(pilot, lambda: "…" not in cur_cells(), timeout=5)

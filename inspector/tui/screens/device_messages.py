@@ -7,6 +7,7 @@ screen (`main.MainScreen`) defines; the base declares them so that the handlers 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from textual.screen import Screen
@@ -103,7 +104,7 @@ class DeviceMessages(Screen):
             self.say(f"sample #{data.index}: {w}", severity="warning")
         added = st.add_predictions(data, e.preds)
         if added:
-            self.sample_list.show_row(data.index, st.list_row(data.index))
+            self._batch_rows.add(data.index)  # its list row, with the fill's (paint_batch)
         shown = False
         if (e.gen == st.gen and not e.prefetch) or (st.pending and data.index == st.sample):
             # The view asked for, or a prefetch that completed what the current view needs.
@@ -112,7 +113,8 @@ class DeviceMessages(Screen):
             st.applied()
             self.refresh_header()
         elif added:
-            self.refresh_accuracy()  # set totals moved
+            self._batch_accuracy = True  # set totals moved
+        self.paint_batch()
 
     def on_view_failed(self, e: msg.ViewFailed) -> None:
         st = self.state
@@ -155,11 +157,17 @@ class DeviceMessages(Screen):
                 self._batch_timer = self.set_timer(wait, self._batch_wait_over)
             return
         rows, self._batch_rows = self._batch_rows, set()
-        for i in sorted(rows):
-            self.sample_list.show_row(i, self.state.list_row(i))
+        with self.app.batch_update():
+            for i in sorted(rows):
+                self.sample_list.show_row(i, self.state.list_row(i))
         if self._batch_accuracy:
             self._batch_accuracy = False
             self.refresh_accuracy()
+
+    def repaint_rows(self, rows: Iterable[int]) -> None:
+        """These list rows again, with the next batch."""
+        self._batch_rows.update(rows)
+        self.paint_batch()
 
     def _batch_wait_over(self) -> None:
         self._batch_timer = None

@@ -223,9 +223,9 @@ class MainScreen(DeviceMessages):
         return True
 
     def wirings_changed(self) -> None:
-        """The current wiring or the pins changed: the view, then every list row."""
+        """The current wiring or the pins changed: the view, then (at a pause) every list row."""
         self.request_view()
-        self.call_after_refresh(self.sample_list.show_rows, self.state)  # the panels paint first
+        self.repaint_rows(range(self.state.n_samples))
 
     def ready_for(self, action: str) -> bool:
         """Whether an action can run now (the palette asks; the keys stay live and say why not).

@@ -11,7 +11,7 @@ from textual.widgets import DataTable
 from inspector.formatting import pct
 
 if TYPE_CHECKING:
-    from inspector.tui.state import ListRow, ViewModel
+    from inspector.tui.state import ListRow
 
 SORTS = (
     ("#", "index"),
@@ -118,12 +118,6 @@ class SampleList(DataTable):
         """Sample i's row from the state (`ViewModel.list_row`; None: no wiring yet)."""
         if r is not None:
             self.set_values(i, length=r.length, cur=r.cur, ref=r.ref, has_ref=r.has_ref)
-
-    def show_rows(self, st: ViewModel) -> None:
-        """Every row again (the current or the reference wiring changed)."""
-        with self.app.batch_update():
-            for i in range(st.n_samples):
-                self.show_row(i, st.list_row(i))
 
     def clear_error(self, i: int) -> None:
         vals = self._vals.get(i)
