@@ -47,11 +47,12 @@ def test_named_dtypes_win_everywhere():
         ("fp32", torch.float32),
     ]:
         c = compute_dtype(name, torch.bfloat16, device="cpu", float_bytes=GIB, available=GIB)
-        assert (c.dtype, c.note) == (dt, None)
+        assert (c.dtype, c.stored, c.note) == (dt, torch.bfloat16, None)
     c = compute_dtype(torch.float16, torch.bfloat16, device="cpu", float_bytes=1, available=GIB)
-    assert (c.dtype, c.note) == (torch.float16, None)
-    with pytest.raises(InputError, match="--dtype.*unknown dtype 'int8'"):
+    assert (c.dtype, c.stored, c.note) == (torch.float16, torch.bfloat16, None)
+    with pytest.raises(InputError, match="unknown dtype 'int8'") as e:
         compute_dtype("int8", torch.bfloat16, device="cpu", float_bytes=1, available=GIB)
+    assert e.value.field == "--dtype"
 
 
 def test_the_upcast_stays_within_its_share_of_the_free_ram():

@@ -14,7 +14,7 @@ from inspector.tui.input_clock import InputClock
 
 class Clock:
     def __init__(self) -> None:
-        self.t = 100.0
+        self.t = 0.0  # differences of small multiples of QUIET_S stay exact
 
     def __call__(self) -> float:
         return self.t
@@ -48,12 +48,12 @@ def test_not_started_it_never_collects(collector, collected):
 
 
 def test_start_disables_and_stop_enables_the_automatic_collector(collector):
-    assert gc.isenabled()
+    assert gc.isenabled() and collector.running is False
     collector.start()
-    assert not gc.isenabled() and collector.running
+    assert not gc.isenabled() and collector.running is True
     collector.start()  # twice is once
     collector.stop()
-    assert gc.isenabled() and not collector.running
+    assert gc.isenabled() and collector.running is False
     collector.stop()
     assert gc.isenabled()
 
@@ -157,3 +157,18 @@ def test_a_real_collection_frees_a_cycle(collector):
         if ref() is None:
             break
     assert ref() is None
+
+
+def test_a_due_full_collection_is_forced_exactly_full_force_s_after(collector, collected, clock):
+    collector.start()
+    for _ in range(col.EVERY * col.EVERY - 1):
+        clock.t += col.FULL_QUIET_S
+        collector.tick()
+    collector.inputs.input_seen()
+    clock.t += col.QUIET_S
+    assert collector.tick() == 1  # the hundredth: the full one falls due, the input too recent
+    due = clock.t
+    clock.t = due + col.FULL_FORCE_S - col.QUIET_S
+    collector.inputs.input_seen()
+    clock.t = due + col.FULL_FORCE_S
+    assert collector.tick() == 2
