@@ -136,6 +136,7 @@ def test_report_contract(golden_ev):
         "sample_format",
         "device",
         "dtype",
+        "stored_dtype",
         "ttt_steps",
         "verifier",
         "slots",
@@ -145,6 +146,7 @@ def test_report_contract(golden_ev):
     }
     assert d["layout"] == "speculators" and d["sample_format"] == "speculators-v1"
     assert d["ttt_steps"] == 3 and d["verifier"] is None and d["skipped"] == []
+    assert d["stored_dtype"] is None  # a float32 draft is computed as stored
     assert d["warnings"] == []
     assert d["checkpoint"].endswith("checkpoint") and d["samples"] == 3
     assert [s["index"] for s in d["slots"]] == [0, 1, 2, 3]

@@ -140,6 +140,7 @@ async def test_full_flow_matches_eval_json(dataset, syn, capsys):
             first = flipped[0] if flipped[0] > 0 else flipped[min(1, len(flipped) - 1)]
             assert main.state.rows[0] == first
             assert str(first) in widget_text(app, "#accuracy")
+        await settle(pilot)  # the list repaints at a pause in the input
         # sample list: current, reference and Δ for sample 0
         cur = train_r["per_sample"][0]["steps"][0]["all_tok"]["acc"]
         lst = main.query_one("SampleList")

@@ -65,7 +65,8 @@ def make_app(inputs: Inputs, **kw: Any):
 
 
 async def settle(pilot, *, fill: bool = True, timeout: float = 30.0) -> None:
-    """Pump the app until the view is shown, nothing is pending and (optionally) fill is done."""
+    """Pump the app until the view is shown, nothing is pending (nor waiting for a pause in the
+    input to be painted) and (optionally) fill is done."""
     import time
 
     app = pilot.app
@@ -79,6 +80,7 @@ async def settle(pilot, *, fill: bool = True, timeout: float = 30.0) -> None:
         if (
             main.state.session is not None
             and not main.state.pending
+            and not main.batch_pending
             and (
                 main.state.view is not None
                 or main.state.wiring is None
@@ -89,7 +91,7 @@ async def settle(pilot, *, fill: bool = True, timeout: float = 30.0) -> None:
             and (not fill or not eng.fill_pending())
         ):
             await pilot.pause()
-            if eng.idle and (not fill or not eng.fill_pending()):
+            if eng.idle and (not fill or not eng.fill_pending()) and not main.batch_pending:
                 return
     raise AssertionError("app did not settle")
 

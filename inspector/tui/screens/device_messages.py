@@ -164,6 +164,11 @@ class DeviceMessages(Screen):
             self._batch_accuracy = False
             self.refresh_accuracy()
 
+    @property
+    def batch_pending(self) -> bool:
+        """Results in the state that the list or the bar does not show yet."""
+        return bool(self._batch_rows or self._batch_accuracy)
+
     def repaint_rows(self, rows: Iterable[int]) -> None:
         """These list rows again, with the next batch."""
         self._batch_rows.update(rows)
