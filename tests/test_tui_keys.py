@@ -60,14 +60,14 @@ async def reset(app, pilot) -> None:
     await settle(pilot)
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")  # the app's loop: timers it starts must run there
 async def opened(shared_app):
     app, pilot = shared_app
     await reset(app, pilot)
     return app, pilot
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")
 async def opened_fill(opened):
     return opened
 

@@ -11,12 +11,12 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from textual.screen import Screen
-from textual.timer import Timer
 
 from inspector.tui import messages as msg
 from inspector.tui.input_clock import InputClock
 
 BATCH_QUIET_S = 0.15  # the fill's repaints wait for this long a pause in the input
+BATCH_CHECK_S = 0.05  # ... checked this often
 
 if TYPE_CHECKING:
     from inspector.tui.state import ViewModel
@@ -37,7 +37,10 @@ class DeviceMessages(Screen):
         super().__init__()
         self._batch_rows: set[int] = set()  # the fill's rows not yet painted
         self._batch_accuracy = False  # ... and the bar
-        self._batch_timer: Timer | None = None
+
+    def on_mount(self) -> None:
+        # The screen's own timer, started in the app's event loop, for as long as it lives.
+        self.set_interval(BATCH_CHECK_S, self.paint_batch)
 
     def say(self, text: str, *, severity: str = "information", timeout: float = 5) -> None:
         raise NotImplementedError
@@ -143,7 +146,8 @@ class DeviceMessages(Screen):
             self.paint_rounds()
 
     def paint_batch(self) -> None:
-        """Repaint the rows and the bar the fill changed, once the input paused for BATCH_QUIET_S.
+        """Repaint the rows and the bar the fill changed, if the input paused for BATCH_QUIET_S
+        (else they wait: `on_mount` checks again every BATCH_CHECK_S).
 
         A changed row re-renders the whole sample list (DataTable keys every row's render cache
         by one update counter), 30 ms a frame while the fill shares the CPU; a key press that
@@ -151,10 +155,7 @@ class DeviceMessages(Screen):
         a pause, it is in no key press's way; held keys defer it until they are released."""
         if not (self._batch_rows or self._batch_accuracy):
             return
-        wait = BATCH_QUIET_S - self.inputs.quiet_s()
-        if wait > 0:
-            if self._batch_timer is None:
-                self._batch_timer = self.set_timer(wait, self._batch_wait_over)
+        if self.inputs.quiet_s() < BATCH_QUIET_S:
             return
         rows, self._batch_rows = self._batch_rows, set()
         with self.app.batch_update():
@@ -173,10 +174,6 @@ class DeviceMessages(Screen):
         """These list rows again, with the next batch."""
         self._batch_rows.update(rows)
         self.paint_batch()
-
-    def _batch_wait_over(self) -> None:
-        self._batch_timer = None
-        self.paint_batch()  # waits again if input came meanwhile
 
     def on_accepts_ready(self, e: msg.AcceptsReady) -> None:
         """The serving replay of a sample the UI asked for (it may be another one by now)."""
