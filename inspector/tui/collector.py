@@ -7,7 +7,10 @@ there cost 6-11 ms and an older one 40-52 ms (measured on 2 cores with `bench/ap
 the worst key presses of a run. After the draft is loaded, the app turns automatic collection
 off and collects here on a timer, only when no input arrived in the last QUIET_S seconds, in the
 generational rhythm CPython itself keeps (every tenth young collection reaches the next
-generation). Held input never starves it: past FORCE_AT young objects it collects anyway.
+generation, every tenth of those the oldest). A full collection is the long one (30-190 ms over
+what a 60-sample fill made), so once due it waits for a longer pause, FULL_QUIET_S, the time a
+user spends reading a screen. Held input never starves either: past FORCE_AT young objects a
+young collection runs anyway, and FULL_FORCE_S after it fell due a full one does.
 """
 
 from __future__ import annotations
