@@ -139,6 +139,12 @@ class StoredVocab:
     t2d: torch.Tensor | None
 
 
+def dtype_label(computed: str, stored: str | None) -> str:
+    """For header lines: the compute dtype, and the stored one where it differs
+    (`float32 (stored bfloat16)`)."""
+    return computed if stored is None or stored == computed else f"{computed} (stored {stored})"
+
+
 @dataclass
 class Draft:
     """Config + tensors under canonical names.
@@ -174,12 +180,15 @@ class Draft:
         return self.weights["fc.weight"].dtype
 
     @property
-    def dtype_label(self) -> str:
-        """The compute dtype, and the stored one where they differ: `float32 (stored bfloat16)`."""
-        name = str(self.dtype).removeprefix("torch.")
+    def stored_dtype_name(self) -> str | None:
+        """The weight file's dtype where the draft is computed in another one, else None."""
         if self.stored_dtype is None or self.stored_dtype == self.dtype:
-            return name
-        return f"{name} (stored {str(self.stored_dtype).removeprefix('torch.')})"
+            return None
+        return str(self.stored_dtype).removeprefix("torch.")
+
+    @property
+    def dtype_label(self) -> str:
+        return dtype_label(str(self.dtype).removeprefix("torch."), self.stored_dtype_name)
 
     def to(
         self, device: torch.device | str | None = None, dtype: torch.dtype | None = None

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from inspector.draft import dtype_label
 from inspector.formats.sample_set import SampleWarning, SkippedSample
 from inspector.metrics import StepMetrics, acceptance_length, simulated_acc_len
 from inspector.sample import SlotInfo
@@ -71,14 +72,6 @@ class WiringReport:
         return d
 
 
-def _stored_dtype(draft: Any) -> str | None:
-    """The weight file's dtype where it is not the one computed in (None where they agree)."""
-    stored = draft.stored_dtype
-    if stored is None or stored == draft.dtype:
-        return None
-    return str(stored).replace("torch.", "")
-
-
 @dataclass(kw_only=True)
 class RunReport:
     """What every report says about its run, whatever it computed: the draft, how many samples
@@ -98,11 +91,7 @@ class RunReport:
     @property
     def dtype_label(self) -> str:
         """`float32 (stored bfloat16)` where the two differ, for header lines."""
-        return (
-            self.dtype
-            if self.stored_dtype is None
-            else f"{self.dtype} (stored {self.stored_dtype})"
-        )
+        return dtype_label(self.dtype, self.stored_dtype)
 
     @staticmethod
     def fields_of(ev: Any, todo: Sequence[int], skipped: list[SkippedSample]) -> dict[str, Any]:
@@ -112,7 +101,7 @@ class RunReport:
             "samples": len(todo) - len(skipped),
             "device": str(ev.device),
             "dtype": str(ev.draft.dtype).replace("torch.", ""),
-            "stored_dtype": _stored_dtype(ev.draft),
+            "stored_dtype": ev.draft.stored_dtype_name,
             "slots": ev.slot_info,
             "skipped": skipped,
             "warnings": ev.warnings(todo),
