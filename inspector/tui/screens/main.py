@@ -60,10 +60,10 @@ class MainScreen(DeviceMessages):
     metrics = var("ours", init=False)  # the accuracy bar's view (state.METRICS)
     status = var("starting", init=False)  # loading stage, shown in the header
 
-    def __init__(self, inputs: InputClock | None = None) -> None:
+    def __init__(self, inputs: InputClock) -> None:
         super().__init__()
         self.state = ViewModel()
-        self.inputs = inputs if inputs is not None else InputClock()
+        self.inputs = inputs  # the app's: when the user last typed or clicked
         self.messages: list[str] = []  # every notification text, for tests and the log
 
     @property
