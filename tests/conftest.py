@@ -30,3 +30,15 @@ def demo():
         return demo_paths()
     except InputError:
         pytest.skip("bundled demo not built")
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny drafts: one torch thread beats several fighting over busy cores (10x here). A test
+    module takes it with `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

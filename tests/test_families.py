@@ -25,13 +25,7 @@ NO_CONFIGS = f"{SHARED_CONFIGS} is absent: the published draft configs are not o
 needs_configs = pytest.mark.skipif(not CONFIGS, reason=NO_CONFIGS)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These drafts are tiny: one thread beats several fighting over busy cores (10x here)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _config(stem: str) -> Path:

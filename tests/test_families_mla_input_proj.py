@@ -27,12 +27,7 @@ PR186 = SHARED_CONFIGS / "specforge-pr186-deepseek-r1-mla.json"
 needs_pr186 = pytest.mark.skipif(not PR186.is_file(), reason=f"{PR186} is absent")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # -- the reference: SpecForge pull 186's module, re-derived in float64 ------------------------

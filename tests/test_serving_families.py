@@ -25,12 +25,7 @@ STEMS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _chain_equals_one_branch_tree(inputs: Inputs) -> None:
