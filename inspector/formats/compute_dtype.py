@@ -25,8 +25,9 @@ DTYPES = {  # --dtype names
     "fp16": torch.float16,
 }
 HALF = (torch.bfloat16, torch.float16)
-# The float32 copy may take at most this share of the RAM available at load: the rest is the
-# samples' and the caches' (whose own budget is taken from what is left).
+# The float32 copy and the stored weights it is cast from (both alive while it is made) may take
+# at most this share of the RAM available at load. The samples' and caches' budget is a share of
+# the same RAM taken before the load (a quarter by default, inspector.memory), so the two fit.
 UPCAST_SHARE = 0.5
 
 
@@ -52,8 +53,8 @@ def compute_dtype(
     available: int,
 ) -> ComputeDtype:
     """`requested` None / "auto": the stored dtype, or float32 on a CPU for a half-precision draft
-    whose floating weights (`float_bytes` as stored) fit, upcast, in UPCAST_SHARE of `available`
-    bytes of RAM."""
+    whose floating weights (`float_bytes` as stored) and their float32 copy fit together in
+    UPCAST_SHARE of `available` bytes of RAM."""
     if isinstance(requested, torch.dtype):
         return ComputeDtype(requested, stored)
     if requested not in (None, "auto"):
@@ -67,12 +68,12 @@ def compute_dtype(
         return ComputeDtype(stored, stored)
     upcast = float_bytes * 4 // stored.itemsize
     name = dtype_name(stored)
-    if upcast > UPCAST_SHARE * available:
+    if upcast + float_bytes > UPCAST_SHARE * available:
         return ComputeDtype(
             stored,
             stored,
-            f"computing in {name}, as stored: its float32 copy ({upcast / 2**30:.1f} GiB) would "
-            f"take over half of the RAM available ({available / 2**30:.1f} GiB); a CPU runs "
+            f"computing in {name}, as stored: its float32 copy ({upcast / 2**30:.1f} GiB) and the "
+            f"stored weights would take over half of the RAM available ({available / 2**30:.1f} GiB); a CPU runs "
             f"{name} several times slower",
         )
     return ComputeDtype(
