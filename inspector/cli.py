@@ -16,6 +16,7 @@ from inspector import __version__
 from inspector.commands.arguments import (
     add_compare_parser,
     add_engine_args,
+    add_sampling_args,
     non_negative,
     port,
     positive,
@@ -196,10 +197,7 @@ def _add_accept_parser(sub: argparse._SubParsersAction) -> None:
         metavar="M",
         help="--live: tokens to generate per prompt, the prefill's included (default 128)",
     )
-    p.add_argument(
-        "--temperature", type=float, default=0.0, help="--live: 0 = greedy (default); > 0 samples"
-    )
-    p.add_argument("--seed", type=int, default=0, help="--live: seed for --temperature")
+    add_sampling_args(p)
     p.add_argument(
         "--out",
         metavar="DIR",

@@ -134,6 +134,32 @@ def test_accept_live_on_the_demo_and_its_replay_agree_round_by_round(tmp_path, c
     assert replay["wirings"][0]["accept_length"] == live["wirings"][0]["accept_length"]
 
 
+@needs_demo
+def test_accept_live_at_a_temperature_prints_the_expectation_its_json_holds(capsys):
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    args = ["--live", "--max-new", "16", "--limit", "2", "--temperature", "0.6", "--top-k", "20"]
+    args += ["--wiring", "train", "--seed", "5"]
+    try:
+        rc, text, err = _run(capsys, [*args, "--json"])
+        assert rc == 0, err
+        rc, table, err = _run(capsys, args)
+        assert rc == 0, err
+    finally:
+        torch.set_num_threads(threads)
+    w = json.loads(text)["wirings"][0]
+    e = w["expected"]
+    assert json.loads(text)["config"]["sampling"]["verification"] == {"rule": "vllm-onehot"}
+    row = next(line for line in table.splitlines() if line.startswith("│ train"))
+    cells = [c.strip() for c in row.strip("│").split("│")]
+    assert cells[2] == f"{w['accept_length']:.2f}"
+    assert cells[-2] == f"{e['accept_length']:.2f} [{e['ci_low']:.2f}, {e['ci_high']:.2f}]"
+    assert cells[-1] == f"{e['z']:+.2f}"
+    assert "temperature 0.6, top-k 20, vllm-onehot verification" in " ".join(table.split())
+
+
 def test_accept_live_needs_a_target_and_prompts(tiny_synthetic, capsys):
     draft, samples = tiny_synthetic
     rc, _, err = _run(capsys, [draft, "--live", "--prompts", "p.jsonl"])

@@ -17,8 +17,9 @@ from inspector.model import fc_project  # noqa: E402
 from inspector.serving.engines import Engine  # noqa: E402
 from inspector.serving.live import live_accept  # noqa: E402
 from inspector.serving.live_draft import LiveDraft  # noqa: E402
+from inspector.serving.sampling import sample_verify, target_probs, torch_draws  # noqa: E402
+from inspector.serving.sampling_settings import Sampling, Verification, VerifyRule  # noqa: E402
 from inspector.serving.spec import DraftSpec  # noqa: E402
-from inspector.serving.verify import verify_tree  # noqa: E402
 
 DEMO = Path(__file__).resolve().parent.parent / "assets" / "demo"
 TARGET, DRAFT, PROMPTS = DEMO / "target", DEMO / "draft", DEMO / "prompts.jsonl"
@@ -213,15 +214,18 @@ def test_sampled_live_loop_equals_its_replay_and_the_replay_of_the_targets_sampl
 
 
 def test_target_only_verification_accepts_each_child_with_its_target_probability():
-    """The q = 1 rule over siblings: P(first child) = p1, P(second) = (1 - p1) p2 / (1 - p1) =
-    p2, otherwise a bonus from p with both removed (research: the EAGLE reference's loop)."""
+    """The live loop's draws (a torch generator) through SGLang's coin rule over siblings:
+    P(first child) = p1, P(second) = p2, otherwise a token from p with both removed. The exact
+    law is `test_serving_sampling`'s enumeration; this holds the loop's generator to it."""
     # the root's distribution, and the two leaves' (read only for their bonus tokens)
     logits = torch.log(torch.tensor([[0.5, 0.2, 0.2, 0.1]])).expand(3, -1)
-    gen = torch.Generator().manual_seed(0)
+    probs = target_probs(logits, Sampling(1.0))
+    uniform, categorical = torch_draws(torch.Generator().manual_seed(0))
+    rule = Verification(VerifyRule.SGLANG_TARGET_ONLY)
     n = 20000
     counts = {"a": 0, "b": 0, 2: 0, 3: 0}
     for _ in range(n):
-        path, bonus = verify_tree(logits, [1, 0], [-1, -1], 1.0, gen)
+        path, bonus = sample_verify(probs, [1, 0], [-1, -1], rule, uniform, categorical)
         if path:
             counts["b" if path == [0] else "a"] += 1
             continue

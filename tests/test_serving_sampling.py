@@ -20,15 +20,12 @@ import torch
 from inspector.errors import InputError
 from inspector.serving.sampling import (
     RoundOdds,
-    Sampling,
-    Verification,
-    VerifyRule,
     children_odds,
     node_reach,
-    parse_rule,
     sample_verify,
     target_probs,
 )
+from inspector.serving.sampling_settings import Sampling, Verification, VerifyRule, parse_rule
 
 TOL = 1e-12
 ONEHOT = Verification(VerifyRule.VLLM_ONEHOT)

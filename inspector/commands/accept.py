@@ -141,6 +141,10 @@ def render_accept(report) -> Table:
     table.add_column("rounds", justify="right")
     table.add_column("accepted", justify="right")
     table.add_column("emitted/round", justify="right")
+    sampled = report.sampling is not None
+    if sampled:
+        table.add_column("expected (95% CI)", justify="right")
+        table.add_column("z", justify="right")
     for w in report.wirings:
         st = w.stats
         name = w.name or "custom"
@@ -150,21 +154,38 @@ def render_accept(report) -> Table:
         row += [pct(x) for x in st.per_depth]
         epr = st.emitted_per_round
         row += [f"{st.rounds:,}", f"{st.accepted:,}", "-" if epr is None else fmt_float(epr)]
+        if sampled:
+            row += _expected_cells(w.expectation)
         table.add_row(*row)
     after = (
         "; rounds include SGLang's one round after each request's stop (overlap scheduler)"
         if report.engine.overlap_round
         else ""
     )
+    sampling = ""
+    if sampled:
+        sampling = (
+            f"; sampled at {report.sampling.label()}. expected: 1 + the sum of each round's "
+            "expected accepted count under the rule, given its start, / rounds (the interval: "
+            "bootstrap over requests); z: (accepted - expected) / its standard deviation, about "
+            "N(0, 1) when verification follows the rule"
+        )
     table.caption = (
         "accept len: 1 + accepted / rounds, pooled over rounds, as the engines log it (vLLM's "
         "mean acceptance length, SGLang's avg_spec_accept_length); a last round counts every "
         "drafted token that matched the target, also past the stop. >=k: the share of rounds "
         "accepting at least k drafted tokens (vLLM's per-position acceptance rate); "
-        "emitted/round: tokens the requests received per round" + after
+        "emitted/round: tokens the requests received per round" + after + sampling
     )
     table.caption_justify = "left"
     return table
+
+
+def _expected_cells(e) -> list[str]:
+    if e is None or e.accept_length is None:
+        return ["-", "-"]
+    ci = "" if e.low is None else f" [{fmt_float(e.low)}, {fmt_float(e.high)}]"
+    return [fmt_float(e.accept_length) + ci, "-" if e.z is None else f"{e.z:+.2f}"]
 
 
 def render_by_position(report) -> Group:

@@ -54,8 +54,10 @@ def run_loop(err: Console, draft, target: Path, prompts: Path, spec, wirings, **
 
 
 def run_live(args: argparse.Namespace, spec, err: Console, engine=None):
+    from inspector.commands.arguments import verification_from_args
     from inspector.evaluate import resolve_device
     from inspector.formats import load_draft
+    from inspector.serving.engines import default_engine
 
     draft_dir, target, prompts = live_inputs(args)
     device = resolve_device(args.device)
@@ -69,6 +71,9 @@ def run_live(args: argparse.Namespace, spec, err: Console, engine=None):
         args.wiring or list(PRESETS),
         max_new=args.max_new,
         temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        verification=verification_from_args(args, engine or default_engine(spec.is_chain)),
         seed=args.seed,
         out=args.out,
         target_dtype=args.dtype,

@@ -77,6 +77,52 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    """The requests' sampling and the engine's verification rule (the live loop's, reconcile's)."""
+    from inspector.serving.sampling_settings import RULES
+
+    p.add_argument(
+        "--temperature", type=float, default=0.0, help="--live: 0 = greedy (default); > 0 samples"
+    )
+    p.add_argument(
+        "--top-k", type=non_negative, default=0, metavar="K", help="--live: top-k (default 0: off)"
+    )
+    p.add_argument(
+        "--top-p", type=float, default=1.0, metavar="P", help="--live: top-p (default 1: off)"
+    )
+    p.add_argument(
+        "--verify",
+        choices=RULES,
+        help="--live at a temperature: the engine's verification rule (default its own: "
+        "vllm-onehot for vLLM, sglang-target-only for SGLang; the -probabilistic / -rejection "
+        "rules sample the chain from the draft's q)",
+    )
+    p.add_argument(
+        "--threshold-single",
+        type=float,
+        default=1.0,
+        metavar="T",
+        help="sglang-target-only: --speculative-accept-threshold-single (default 1: lossless)",
+    )
+    p.add_argument(
+        "--threshold-acc",
+        type=float,
+        default=1.0,
+        metavar="T",
+        help="sglang-target-only: --speculative-accept-threshold-acc (default 1: lossless)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="--live: seed for --temperature")
+
+
+def verification_from_args(args: argparse.Namespace, engine):
+    """The Verification the flags ask for, under `engine` (its default rule when unnamed)."""
+    from inspector.serving.sampling_settings import Verification, parse_rule
+
+    return Verification(
+        parse_rule(args.verify, engine.value), args.threshold_single, args.threshold_acc
+    )
+
+
 def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     from inspector.stats.bootstrap import DEFAULT_RESAMPLES
 

@@ -3,12 +3,15 @@ and the tree of a round, drafted one beam level at a time with each node's ances
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from inspector.draft import Draft
 from inspector.model import (
     AttendSpec,
     LayerCache,
+    draft_logits,
     draft_step,
     next_input,
     resolve_layers,
@@ -135,3 +138,46 @@ class LiveDraft:
 
         v, ids = self._topk(z)
         return build_trees((v[0], ids[0]), expand, self.spec)
+
+    def sampled_chain(
+        self, temperature: float, categorical: Callable[[torch.Tensor], int]
+    ) -> tuple[Trees, torch.Tensor]:
+        """A chain of `spec.steps` draft ids sampled from q = softmax(draft logits /
+        temperature) (the sampled-draft rules: vLLM's probabilistic drafting, SGLang's
+        rejection sampling), each node run as `tree` runs a topk-1 beam's. Returns the chain
+        (one row, as `tree`) and the q each token was drawn from, [steps, draft vocab] float64."""
+        assert self._z is not None, "extend before drafting"
+        z, c = self._z, self.rows
+        dev = z.device
+        layers = self.draft.config.num_layers
+        kv: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(layers)]
+        ids: list[int] = []
+        qs: list[torch.Tensor] = []
+        for level in range(1, self.spec.steps + 1):
+            q = torch.softmax(draft_logits(self.draft, z)[0, -1].double() / temperature, -1)
+            ids.append(categorical(q.cpu()))
+            qs.append(q.cpu())
+            if level == self.spec.steps:
+                break
+            hidden = next_input(self.draft, z[0])
+            pos = torch.full((1,), c - 1 + level + self.offset, device=dev)
+            mask = torch.ones(1, c + level, dtype=torch.bool, device=dev)
+            extra = None
+            if level > 1:
+                extra = [
+                    (torch.cat([k for k, _ in x], dim=2), torch.cat([v for _, v in x], dim=2))
+                    for x in kv
+                ]
+            tok = self._d2t[torch.tensor([ids[-1]], device=dev)]
+            z, new = self._run(hidden, tok, pos, extra, mask)
+            for i, x in enumerate(new):
+                kv[i].append(x)
+        s = self.spec.steps
+        logq = torch.stack([q[i].log() for q, i in zip(qs, ids, strict=True)]).cumsum(0)
+        chain = Trees(
+            torch.tensor([ids], device=dev),
+            torch.arange(-1, s - 1, device=dev)[None],
+            torch.arange(1, s + 1, device=dev)[None],
+            logq.float()[None].to(dev),
+        )
+        return chain, torch.stack(qs)

@@ -24,6 +24,8 @@ from inspector.metrics import Counts
 from inspector.model import fc_wired
 from inspector.sample import Continuation
 from inspector.serving.engines import Engine, conventions, default_engine
+from inspector.serving.expectation import Expectation, SampleOdds
+from inspector.serving.sampling_settings import SamplingSettings
 from inspector.serving.spec import DraftSpec
 from inspector.serving.tree_forward import tree_accepts_many
 from inspector.serving.walk import AcceptStats, Round, Run, chain_accepts, generation_runs, walk
@@ -60,6 +62,8 @@ class SampleReplay:
     after_stop: np.ndarray | None = None  # bool per round: SGLang's round after the stop
     # SGLang's per-request figure: completion tokens (the prefill's included) / verify rounds
     completion_tokens: int = 0
+    # at a temperature (the live loop): each round's odds under the verification rule
+    odds: SampleOdds | None = None
 
     def __post_init__(self) -> None:
         if self.bounded is None:
@@ -122,6 +126,8 @@ class SampleReplay:
         if self.after_stop.any():
             d["rounds_after_stop"] = int(self.after_stop.sum())
         d["spec_accept_length"] = self.spec_accept_length
+        if self.odds is not None:
+            d.update(self.odds.to_dict())
         return d
 
     @property
@@ -181,6 +187,18 @@ class WiringAccept:
         return Counts(sum(c.hits for c in parts), sum(c.total for c in parts))
 
     @property
+    def expectation(self) -> Expectation | None:
+        """The pooled expectation under the verification rule, where every request's rounds
+        carry their odds (the live loop at a temperature); else None."""
+        if not self.per_sample or any(s.odds is None for s in self.per_sample):
+            return None
+        return Expectation.of(
+            [s.odds for s in self.per_sample if s.odds is not None],
+            [s.accepted for s in self.per_sample],
+            self.depth,
+        )
+
+    @property
     def lower_bound_requests(self) -> int:
         """Requests whose last round ran past what the sample knows of the target's
         continuation: their count, and so the pooled accept length, is a lower bound."""
@@ -210,6 +228,9 @@ class WiringAccept:
         off = self.off_target
         if off is not None:
             d["off_target"] = {"positions": off.hits, "total": off.total, "share": off.acc}
+        exp = self.expectation
+        if exp is not None:
+            d["expected"] = exp.to_dict()
         return d
 
 
@@ -221,10 +242,14 @@ class AcceptReport(RunReport):
     mode: str  # "replay" | "live"
     wirings: list[WiringAccept]
     engine: Engine = Engine.VLLM
+    sampling: SamplingSettings | None = None  # the live loop's; None: greedy replay
 
     def to_dict(self) -> dict:
+        config = {**self.spec.to_dict(), "mode": self.mode, "engine": self.engine.value}
+        if self.sampling is not None:
+            config["sampling"] = self.sampling.to_dict()
         return {
-            "config": {**self.spec.to_dict(), "mode": self.mode, "engine": self.engine.value},
+            "config": config,
             "conventions": conventions(self.engine),
             **self.run_dict(),
             "wirings": [w.to_dict() for w in self.wirings],

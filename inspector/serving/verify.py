@@ -1,5 +1,5 @@
 """The live loop's target side of a round: verifying the drafted tree against the target's
-logits (greedy, or target-only sampling), and keeping only the accepted path in its KV cache."""
+logits greedily, and keeping only the accepted path in its KV cache."""
 
 from __future__ import annotations
 
@@ -9,40 +9,21 @@ from inspector.errors import InputError
 
 
 def verify_tree(
-    logits: torch.Tensor,
-    tokens: list[int],
-    parent: list[int],
-    temperature: float,
-    gen: torch.Generator | None,
+    logits: torch.Tensor, tokens: list[int], parent: list[int]
 ) -> tuple[list[int], int]:
-    """(the accepted nodes, root to leaf; the bonus token) from the target's logits at the root
-    and at each node ([M + 1, V], row 0 the root's), the nodes' target ids and parents (-1: the
-    root). Children are tried in node order (SGLang's and the EAGLE reference's)."""
+    """Greedy verification: (the accepted nodes, root to leaf; the bonus token) from the
+    target's logits at the root and at each node ([M + 1, V], row 0 the root's), the nodes'
+    target ids and parents (-1: the root). Children are tried in node order (SGLang's and the
+    EAGLE reference's). At a temperature, `sampling.sample_verify` runs each engine's rule."""
     children: dict[int, list[int]] = {}
     for j, p in enumerate(parent):
         children.setdefault(p, []).append(j)
     cur, path = -1, []
     while True:
-        row = logits[cur + 1].float().cpu()
-        kids = children.get(cur, [])
-        nxt = None
-        if temperature == 0:
-            best = int(row.argmax())
-            nxt = next((j for j in kids if tokens[j] == best), None)
-            if nxt is None:
-                return path, best
-        else:
-            p = torch.softmax(row / temperature, -1)
-            for j in kids:
-                t = tokens[j]
-                # q = 1 for the drafted token: accept with probability p_T(t); else remove it.
-                if float(torch.rand((), generator=gen)) <= float(p[t]):
-                    nxt = j
-                    break
-                p[t] = 0.0
-                p = p / p.sum()
-            if nxt is None:
-                return path, int(torch.multinomial(p, 1, generator=gen))
+        best = int(logits[cur + 1].float().argmax())
+        nxt = next((j for j in children.get(cur, []) if tokens[j] == best), None)
+        if nxt is None:
+            return path, best
         path.append(nxt)
         cur = nxt
 
