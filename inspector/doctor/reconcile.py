@@ -20,13 +20,20 @@ log lines and Prometheus counters print accepted tokens and drafts; a request's
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from enum import Enum
 
-from inspector.doctor.serving import engine_configs, hf_indices
+from inspector.doctor.reconcile_sampled import reconcile_sampled
+from inspector.doctor.reconciliation import (
+    Gap,
+    Reconciliation,
+    Verdict,
+    WiringCheck,
+    config_for,
+    fix_text,
+    fmt_figure,
+    logged_text,
+    short_label,
+)
 from inspector.formats.engine_log import EngineLog, RequestFigures
-from inspector.formatting import fmt_float
-from inspector.sample import SlotInfo
 from inspector.serving.replay import AcceptReport, SampleReplay, WiringAccept
 from inspector.serving.walk import AcceptStats
 
@@ -55,99 +62,6 @@ ENGINE_FAULTS = (
         "with a batch",
     ),
 )
-
-
-class Verdict(str, Enum):
-    AS_IS = "as_is"  # the engine's figure is the best wiring's: the draft is what it is
-    WRONG_WIRING = "wrong_wiring"  # the engine's figure is another wiring's
-    ENGINE_FAULT = "engine_fault"  # below every wiring's replay
-    OTHER_DATA = "other_data"  # above every replay, or matching none
-
-
-@dataclass(frozen=True)
-class Gap:
-    """The first round where the engine accepted less than the replay."""
-
-    request: str  # the engine's file:line
-    sample: int
-    round: int
-    engine: int
-    replay: int
-    position: int  # the round's start in the sample
-
-    def to_dict(self) -> dict:
-        return {
-            "request": self.request,
-            "sample": self.sample,
-            "round": self.round,
-            "engine_accepted": self.engine,
-            "replay_accepted": self.replay,
-            "position": self.position,
-        }
-
-
-@dataclass
-class WiringCheck:
-    label: str
-    wiring: tuple[int, ...]
-    stats: AcceptStats
-    equal: bool  # the engine's figure equals this replay's (counts, or within rounding)
-    requests_equal: int | None = None  # requests whose every round equals the replay's
-
-    def to_dict(self) -> dict:
-        return {
-            "label": self.label,
-            "wiring": list(self.wiring),
-            "accept_length": self.stats.accept_length,
-            "accept_length_is_lower_bound": self.stats.is_bound,
-            "rounds": self.stats.rounds,
-            "accepted": self.stats.accepted,
-            "equal": self.equal,
-            "requests_equal": self.requests_equal,
-        }
-
-
-@dataclass
-class Reconciliation:
-    log: EngineLog
-    checks: list[WiringCheck]
-    verdict: Verdict
-    summary: str
-    fix: str | None = None
-    matched: str | None = None  # the label of the wiring the engine's figure equals
-    best: str | None = None
-    gap: Gap | None = None
-    faults: list[str] = field(default_factory=list)
-    requests_matched: int = 0  # engine requests paired with a sample
-    notes: list[str] = field(default_factory=list)
-    serving_config: dict | None = None
-
-    def to_dict(self) -> dict:
-        log = self.log
-        return {
-            "engine_log": {
-                "path": str(log.path),
-                "engine": log.engine,
-                "source": log.source,
-                "accept_length": log.accept_length,
-                "rounds": log.rounds,
-                "accepted": log.accepted,
-                "accepted_per_pos": log.accepted_per_pos,
-                "lines": log.lines,
-                "requests": len(log.requests),
-            },
-            "requests_matched": self.requests_matched,
-            "wirings": [c.to_dict() for c in self.checks],
-            "verdict": self.verdict.value,
-            "matched": self.matched,
-            "best": self.best,
-            "summary": self.summary,
-            "fix": self.fix,
-            "first_gap": self.gap.to_dict() if self.gap else None,
-            "engine_fault_classes": self.faults,
-            "serving_config": self.serving_config,
-            "notes": self.notes,
-        }
 
 
 def pair_requests(
@@ -253,10 +167,6 @@ def _fault_classes(short: list[int], first: Gap | None) -> list[str]:
     return out
 
 
-def _fmt(x: float | None) -> str:
-    return "-" if x is None else fmt_float(x)
-
-
 def reconcile(
     log: EngineLog,
     report: AcceptReport,
@@ -271,6 +181,8 @@ def reconcile(
       ids name none of the samples' slots; the shortfall is then measured against the best).
     pairs: sample index -> the engine's request (`pair_requests`); the per-request comparison
       and the pooled figures then cover those samples only."""
+    if report.sampling is not None:
+        return reconcile_sampled(log, report, configured=configured, notes=notes)
     pairs = pairs or {}
     notes = list(notes)
     checks: list[WiringCheck] = []
@@ -287,7 +199,7 @@ def reconcile(
             )
         checks.append(WiringCheck(wa.label, wa.wiring.slots, stats, _equal(log, stats), eq))
     engine_name = "vLLM" if log.engine == "vllm" else "SGLang"
-    figure = _logged(log)
+    figure = logged_text(log)
     scored = [c for c in checks if c.stats.accept_length is not None]
     if not scored or log.accept_length is None:
         raise ValueError("nothing to reconcile: no rounds replayed or no figure logged")
@@ -300,7 +212,7 @@ def reconcile(
     if pairs and any(c.requests_equal for c in checks):
         full = [c for c in checks if c.requests_equal == len(pairs)]
         matches = full or matches
-    label = {c.label: _short(c.label) for c in checks}
+    label = {c.label: short_label(c.label) for c in checks}
     served = None
     fix = None
     gap = None
@@ -311,7 +223,7 @@ def reconcile(
         if m is best:
             verdict = Verdict.AS_IS
             summary = (
-                f"{engine_name} logged {figure}; this draft gives {_fmt(m.stats.accept_length)} "
+                f"{engine_name} logged {figure}; this draft gives {fmt_figure(m.stats.accept_length)} "
                 f"when fed {label[m.label]}, the wiring it fits best of those tried: the draft "
                 "is what it is. More draft steps, a tree (SGLang's topk > 1) or training data "
                 "closer to the served traffic raise it"
@@ -319,14 +231,14 @@ def reconcile(
             if conf is not None and m is not conf:
                 summary += (
                     f"; note the draft's config names {label[conf.label]} "
-                    f"({_fmt(conf.stats.accept_length)}), which this engine does not feed"
+                    f"({fmt_figure(conf.stats.accept_length)}), which this engine does not feed"
                 )
         else:
             verdict = Verdict.WRONG_WIRING
             summary = (
                 f"{engine_name} logged {figure}; this draft gives "
-                f"{_fmt(m.stats.accept_length)} when fed {label[m.label]} and "
-                f"{_fmt(best.stats.accept_length)} when fed {label[best.label]}"
+                f"{fmt_figure(m.stats.accept_length)} when fed {label[m.label]} and "
+                f"{fmt_figure(best.stats.accept_length)} when fed {label[best.label]}"
                 + (", what its config names" if best is conf else "")
                 + ": your engine feeds the wrong layers"
             )
@@ -335,8 +247,8 @@ def reconcile(
         low = min(scored, key=lambda c: c.stats.accept_length or 0.0)
         summary = (
             f"{engine_name} logged {figure}, below every wiring's replay of these requests "
-            f"(lowest {_fmt(low.stats.accept_length)} fed {label[low.label]}, "
-            f"{_fmt(checks[ref].stats.accept_length)} fed {label[checks[ref].label]}): an "
+            f"(lowest {fmt_figure(low.stats.accept_length)} fed {label[low.label]}, "
+            f"{fmt_figure(checks[ref].stats.accept_length)} fed {label[checks[ref].label]}): an "
             "engine-side fault"
         )
         gap, short = _first_gap(pairs, per_request)
@@ -351,15 +263,15 @@ def reconcile(
         verdict = Verdict.OTHER_DATA
         summary = (
             f"{engine_name} logged {figure}, which matches no wiring's replay ("
-            + ", ".join(f"{_fmt(c.stats.accept_length)} fed {label[c.label]}" for c in scored)
+            + ", ".join(f"{fmt_figure(c.stats.accept_length)} fed {label[c.label]}" for c in scored)
             + "): the samples are not the requests the engine served (other prompts, sampling "
             "or max tokens), or the engine drafts otherwise than --steps/--topk say"
         )
     serving_config = None
     if verdict in (Verdict.WRONG_WIRING, Verdict.AS_IS) or best is not conf:
-        serving_config = _config_for(best.wiring, report.slots, report.spec.steps)
+        serving_config = config_for(best.wiring, report.slots, report.spec.steps)
         if verdict is Verdict.WRONG_WIRING and serving_config is not None:
-            fix = _fix_text(best, label, serving_config)
+            fix = fix_text(best, label, serving_config)
     if any(c.stats.is_bound for c in checks):
         notes.append(
             "some replayed requests end in a round drafted past what their samples hold of the "
@@ -400,43 +312,3 @@ def _pooled(wa: WiringAccept, pairs: dict[int, RequestFigures], log: EngineLog) 
             st.bounded = 0  # the tokens the request received: exact
         total.add(st)
     return total
-
-
-def _logged(log: EngineLog) -> str:
-    al = _fmt(log.accept_length)
-    if log.figure == "spec_accept_length":
-        return f"spec_accept_length {al} over {len(log.requests)} requests"
-    if log.rounds is not None and log.accepted is not None and log.source != "requests":
-        return f"{al} ({log.accepted} accepted in {log.rounds} rounds, {log.description})"
-    if log.source == "requests":
-        return f"{al} over {len(log.requests)} requests"
-    return f"{al} ({log.description})"
-
-
-def _short(label: str) -> str:
-    """'train [embed, L2, L4]' -> '[embed, L2, L4]'."""
-    return label[label.index("[") :] if "[" in label else label
-
-
-def _config_for(wiring: Sequence[int], infos: Sequence[SlotInfo], steps: int) -> dict | None:
-    hf = hf_indices(wiring, infos)
-    if any(k is None for k in hf):
-        return None
-    last = next((s.hf_index for s in infos if s.verifier and not s.post_norm), None)
-    return {
-        "hf_indices": hf,
-        **engine_configs([k for k in hf if k is not None], last_layer=last, n_tokens=steps),
-    }
-
-
-def _fix_text(best: WiringCheck, label: dict[str, str], cfg: dict) -> str:
-    vllm_ids = cfg["vllm"]["config"]["eagle_aux_hidden_state_layer_ids"]
-    sg = cfg["sglang"]
-    since = sg["layer_ids_since_pr25454"]
-    sg_txt = f"eagle_config ids {sg['layer_ids_before_pr25454']} for SGLang"
-    if since is not None and since != sg["layer_ids_before_pr25454"]:
-        sg_txt += f" (< #25454; {since} since)"
-    return (
-        f"serve it fed {label[best.label]}: eagle_aux_hidden_state_layer_ids {vllm_ids} for "
-        f"vLLM, {sg_txt}"
-    )

@@ -1,0 +1,242 @@
+"""What an engine logged at a temperature, explained: its per-position acceptance against what
+the draft is expected to accept under the engine's verification rule, per wiring.
+
+At a temperature the engine's rounds are random, so no count can equal the replay's. The live
+loop instead gives, for every round it ran, the exact probability that the rule accepts at
+least k drafted tokens given the round's start (`serving.expectation`); pooled, the expected
+share r_k of rounds accepting >= k. The engine's logged share c_k / R (vLLM's per-position
+counts over its drafts) is held against it:
+
+    z_k = (c_k / R - r_k) / sqrt(r_k (1 - r_k) (1 / R + 1 / R_loop))
+
+a binomial error on each side (the engine's R rounds, the loop's R_loop round starts, which
+estimate r_k). |z_k| <= 4 at every position: the engine's figure is consistent with the
+wiring's expectation (a false alarm about 6e-5 a position under the normal approximation).
+Where the log holds no per-position counts (SGLang's), its accept length is held against the
+expectation's bootstrap interval instead.
+
+Then, as at temperature 0: consistent with the wiring the weights fit best, the draft is what
+it is; with another wiring only, the engine feeds the wrong layers; below every wiring's
+expectation at some position, an engine-side fault in verification (its sampling path, not
+the draft); otherwise the requests or settings differ from the engine's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from inspector.doctor.reconciliation import (
+    PositionCheck,
+    Reconciliation,
+    Verdict,
+    WiringCheck,
+    config_for,
+    fix_text,
+    logged_text,
+    short_label,
+)
+from inspector.formats.engine_log import EngineLog
+from inspector.formatting import fmt_float, pct
+from inspector.serving.expectation import Expectation
+from inspector.serving.replay import AcceptReport
+
+Z_LIMIT = 4.0
+
+SAMPLING_FAULT = (
+    "the request's sampling parameters reach the engine's verification wrong, so the target's "
+    "probabilities it verifies with are not the request's (vLLM's CPU build 0.32 writes the "
+    "expanded temperatures into a copy it never reads back: NaN probabilities reject every "
+    "draft, and top_k crashes it): rerun the same requests at temperature 0, where the engine "
+    "must match the replay count for count"
+)
+
+
+def position_checks(log: EngineLog, e: Expectation) -> list[PositionCheck] | None:
+    """Per depth, the engine's logged count against the expectation (None: the log has no
+    per-position counts, or no rounds)."""
+    if log.accepted_per_pos is None or not log.rounds or not e.rounds:
+        return None
+    out = []
+    for k, (c, r) in enumerate(zip(log.accepted_per_pos, e.per_depth, strict=False)):
+        var = r * (1 - r) * (1 / log.rounds + 1 / e.rounds)
+        diff = c / log.rounds - r
+        z = (
+            diff / math.sqrt(var)
+            if var > 0
+            else (0.0 if abs(diff) < 1e-12 else math.copysign(math.inf, diff))
+        )
+        out.append(PositionCheck(k + 1, int(c), int(log.rounds), r, z))
+    return out
+
+
+def consistent(log: EngineLog, e: Expectation, checks: list[PositionCheck] | None) -> bool:
+    if checks is not None:
+        return all(abs(c.z) <= Z_LIMIT for c in checks)
+    if log.accept_length is None or e.low is None or e.high is None:
+        return False
+    return e.low - 0.005 <= log.accept_length <= e.high + 0.005
+
+
+def below(log: EngineLog, e: Expectation, checks: list[PositionCheck] | None) -> bool:
+    """The engine accepted less than this wiring is expected to, beyond the noise."""
+    if checks is not None:
+        return any(c.z < -Z_LIMIT for c in checks)
+    return log.accept_length is not None and e.low is not None and log.accept_length < e.low
+
+
+def shortfall_text(checks: list[PositionCheck], report: AcceptReport) -> str:
+    """The sentence naming where the engine fell short: past which position it accepted
+    nothing, or the first position it accepted too little at."""
+    settings = report.sampling.label() if report.sampling is not None else "the engine's rule"
+    short = [c for c in checks if c.z < -Z_LIMIT]
+    # the first depth from which the engine accepted nothing at all, where drafts were expected
+    dead = next(
+        (
+            c
+            for c in checks
+            if c.engine_accepted == 0
+            and c.z < -Z_LIMIT
+            and all(d.engine_accepted == 0 for d in checks if d.depth >= c.depth)
+        ),
+        None,
+    )
+    if dead is not None:
+        where = (
+            "accepted no draft at all"
+            if dead.depth == 1
+            else f"accepted no draft past position {dead.depth - 2}"
+        )
+        return (
+            f"the engine {where} (0 of {dead.engine_rounds:,} rounds at depth {dead.depth}) "
+            f"where this draft is expected to accept {pct(dead.expected_share)} of rounds at "
+            f"depth {dead.depth} under {settings}: an engine-side fault in verification"
+        )
+    c = short[0]
+    return (
+        f"the engine accepted {c.engine_accepted:,} of {c.engine_rounds:,} rounds at depth "
+        f"{c.depth} ({pct(c.engine_share)}) where this draft is expected to accept "
+        f"{pct(c.expected_share)} under {settings} (z {c.z:+.1f}): an engine-side fault in "
+        "verification"
+    )
+
+
+def expected_text(e: Expectation) -> str:
+    al = fmt_float(e.accept_length) if e.accept_length is not None else "-"
+    if e.low is None or e.high is None:
+        return f"expected {al}"
+    return f"expected {al} [{fmt_float(e.low)}, {fmt_float(e.high)}]"
+
+
+def reconcile_sampled(
+    log: EngineLog,
+    report: AcceptReport,
+    *,
+    configured: int | None = 0,
+    notes: Sequence[str] = (),
+) -> Reconciliation:
+    """Hold `log` against `report`'s wirings run live at a temperature (module docstring)."""
+    notes = list(notes)
+    engine_name = "vLLM" if log.engine == "vllm" else "SGLang"
+    checks: list[WiringCheck] = []
+    for wa in report.wirings:
+        e = wa.expectation
+        if e is None:
+            raise ValueError("a sampled report without expectations: run the live loop")
+        pos = position_checks(log, e)
+        wc = WiringCheck(wa.label, wa.wiring.slots, wa.stats, consistent(log, e, pos))
+        wc.expected, wc.positions = e, pos
+        checks.append(wc)
+    scored = [c for c in checks if c.expected is not None and c.expected.accept_length]
+    if not scored or log.accept_length is None:
+        raise ValueError("nothing to reconcile: no rounds run or no figure logged")
+
+    def expected_al(c: WiringCheck) -> float:
+        if c.expected is None or c.expected.accept_length is None:
+            return 0.0
+        return c.expected.accept_length
+
+    best = max(scored, key=expected_al)
+    conf = checks[configured] if configured is not None else None
+    ref = conf if conf is not None else best
+    label = {c.label: short_label(c.label) for c in checks}
+    figure = logged_text(log)
+    settings = report.sampling.label() if report.sampling is not None else ""
+    matches = [c for c in scored if c.equal]
+    served = None
+    fix = None
+    faults: list[str] = []
+    if matches:
+        m = best if best in matches else min(matches, key=_worst_z)
+        served = m.label
+        assert m.expected is not None
+        if m is best:
+            verdict = Verdict.AS_IS
+            summary = (
+                f"{engine_name} logged {figure} at {settings}; this draft is "
+                f"{expected_text(m.expected)} when fed {label[m.label]}, the wiring it fits "
+                "best of those tried, and the engine's acceptance at every position is within "
+                "the noise of it: the draft is what it is"
+            )
+        else:
+            verdict = Verdict.WRONG_WIRING
+            assert best.expected is not None
+            summary = (
+                f"{engine_name} logged {figure} at {settings}; that is what this draft is "
+                f"expected to give fed {label[m.label]} ({expected_text(m.expected)}), while "
+                f"fed {label[best.label]} it is {expected_text(best.expected)}"
+                + (", what its config names" if best is conf else "")
+                + ": your engine feeds the wrong layers"
+            )
+    elif all(below(log, c.expected, c.positions) for c in scored if c.expected is not None):
+        verdict = Verdict.ENGINE_FAULT
+        assert ref.expected is not None
+        summary = (
+            f"{engine_name} logged {figure} at {settings}, below what every wiring is expected "
+            f"to give on these requests ({expected_text(ref.expected)} fed {label[ref.label]})"
+        )
+        if ref.positions is not None:
+            summary += "; " + shortfall_text(ref.positions, report)
+        else:
+            summary += ": an engine-side fault in verification"
+        faults = [SAMPLING_FAULT]
+    else:
+        verdict = Verdict.OTHER_DATA
+        summary = (
+            f"{engine_name} logged {figure} at {settings}, which fits no wiring's expectation ("
+            + ", ".join(
+                f"{expected_text(c.expected)} fed {label[c.label]}"
+                for c in scored
+                if c.expected is not None
+            )
+            + "): the requests, the sampling settings or the verification rule are not the "
+            "engine's (--temperature, --top-k, --top-p, --verify)"
+        )
+    serving_config = None
+    if verdict in (Verdict.WRONG_WIRING, Verdict.AS_IS) or best is not conf:
+        serving_config = config_for(best.wiring, report.slots, report.spec.steps)
+        if verdict is Verdict.WRONG_WIRING and serving_config is not None:
+            fix = fix_text(best, label, serving_config)
+    notes.append(
+        f"sampled at {settings}: the engine's rounds are random, so its figure is held against "
+        "each wiring's expectation under the rule (z per position, |z| <= 4), not count for "
+        "count"
+    )
+    return Reconciliation(
+        log,
+        checks,
+        verdict,
+        summary,
+        fix,
+        served,
+        best.label,
+        None,
+        faults,
+        0,
+        notes,
+        serving_config,
+    )
+
+
+def _worst_z(c: WiringCheck) -> float:
+    return max((abs(p.z) for p in c.positions or []), default=0.0)

@@ -1,0 +1,187 @@
+"""The reconciliation's result, shared by the greedy comparison (`reconcile`) and the one at a
+temperature (`reconcile_sampled`): the verdict, each wiring's figures, and the words that name a
+wiring and its serving config."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from inspector.doctor.serving import engine_configs, hf_indices
+from inspector.formats.engine_log import EngineLog
+from inspector.formatting import fmt_float
+from inspector.sample import SlotInfo
+from inspector.serving.expectation import Expectation
+from inspector.serving.walk import AcceptStats
+
+
+class Verdict(str, Enum):
+    AS_IS = "as_is"  # the engine's figure is the best wiring's: the draft is what it is
+    WRONG_WIRING = "wrong_wiring"  # the engine's figure is another wiring's
+    ENGINE_FAULT = "engine_fault"  # below every wiring's replay
+    OTHER_DATA = "other_data"  # above every replay, or matching none
+
+
+@dataclass(frozen=True)
+class Gap:
+    """The first round where the engine accepted less than the replay."""
+
+    request: str  # the engine's file:line
+    sample: int
+    round: int
+    engine: int
+    replay: int
+    position: int  # the round's start in the sample
+
+    def to_dict(self) -> dict:
+        return {
+            "request": self.request,
+            "sample": self.sample,
+            "round": self.round,
+            "engine_accepted": self.engine,
+            "replay_accepted": self.replay,
+            "position": self.position,
+        }
+
+
+@dataclass(frozen=True)
+class PositionCheck:
+    """At a temperature: the engine's share of rounds accepting >= `depth` drafted tokens
+    against the share the rule is expected to give (`reconcile_sampled`)."""
+
+    depth: int  # 1-based
+    engine_accepted: int
+    engine_rounds: int
+    expected_share: float
+    z: float
+
+    @property
+    def engine_share(self) -> float:
+        return self.engine_accepted / self.engine_rounds if self.engine_rounds else 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "depth": self.depth,
+            "engine_accepted": self.engine_accepted,
+            "engine_share": self.engine_share,
+            "expected_share": self.expected_share,
+            "z": self.z,
+        }
+
+
+@dataclass
+class WiringCheck:
+    label: str
+    wiring: tuple[int, ...]
+    stats: AcceptStats
+    equal: bool  # the engine's figure equals this replay's (counts, or within rounding)
+    requests_equal: int | None = None  # requests whose every round equals the replay's
+    # at a temperature: the rule's expectation on the loop's rounds, and the engine's logged
+    # share per depth against it (None: the log has no per-position counts)
+    expected: Expectation | None = None
+    positions: list[PositionCheck] | None = None
+
+    def to_dict(self) -> dict:
+        d = {
+            "label": self.label,
+            "wiring": list(self.wiring),
+            "accept_length": self.stats.accept_length,
+            "accept_length_is_lower_bound": self.stats.is_bound,
+            "rounds": self.stats.rounds,
+            "accepted": self.stats.accepted,
+            "equal": self.equal,
+            "requests_equal": self.requests_equal,
+        }
+        if self.expected is not None:
+            d["expected"] = self.expected.to_dict()
+        if self.positions is not None:
+            d["positions"] = [c.to_dict() for c in self.positions]
+        return d
+
+
+@dataclass
+class Reconciliation:
+    log: EngineLog
+    checks: list[WiringCheck]
+    verdict: Verdict
+    summary: str
+    fix: str | None = None
+    matched: str | None = None  # the label of the wiring the engine's figure equals
+    best: str | None = None
+    gap: Gap | None = None
+    faults: list[str] = field(default_factory=list)
+    requests_matched: int = 0  # engine requests paired with a sample
+    notes: list[str] = field(default_factory=list)
+    serving_config: dict | None = None
+
+    def to_dict(self) -> dict:
+        log = self.log
+        return {
+            "engine_log": {
+                "path": str(log.path),
+                "engine": log.engine,
+                "source": log.source,
+                "accept_length": log.accept_length,
+                "rounds": log.rounds,
+                "accepted": log.accepted,
+                "accepted_per_pos": log.accepted_per_pos,
+                "lines": log.lines,
+                "requests": len(log.requests),
+            },
+            "requests_matched": self.requests_matched,
+            "wirings": [c.to_dict() for c in self.checks],
+            "verdict": self.verdict.value,
+            "matched": self.matched,
+            "best": self.best,
+            "summary": self.summary,
+            "fix": self.fix,
+            "first_gap": self.gap.to_dict() if self.gap else None,
+            "engine_fault_classes": self.faults,
+            "serving_config": self.serving_config,
+            "notes": self.notes,
+        }
+
+
+def fmt_figure(x: float | None) -> str:
+    return "-" if x is None else fmt_float(x)
+
+
+def logged_text(log: EngineLog) -> str:
+    al = fmt_figure(log.accept_length)
+    if log.figure == "spec_accept_length":
+        return f"spec_accept_length {al} over {len(log.requests)} requests"
+    if log.rounds is not None and log.accepted is not None and log.source != "requests":
+        return f"{al} ({log.accepted} accepted in {log.rounds} rounds, {log.description})"
+    if log.source == "requests":
+        return f"{al} over {len(log.requests)} requests"
+    return f"{al} ({log.description})"
+
+
+def short_label(label: str) -> str:
+    """'train [embed, L2, L4]' -> '[embed, L2, L4]'."""
+    return label[label.index("[") :] if "[" in label else label
+
+
+def config_for(wiring: Sequence[int], infos: Sequence[SlotInfo], steps: int) -> dict | None:
+    hf = hf_indices(wiring, infos)
+    if any(k is None for k in hf):
+        return None
+    last = next((s.hf_index for s in infos if s.verifier and not s.post_norm), None)
+    return {
+        "hf_indices": hf,
+        **engine_configs([k for k in hf if k is not None], last_layer=last, n_tokens=steps),
+    }
+
+
+def fix_text(best: WiringCheck, label: dict[str, str], cfg: dict) -> str:
+    vllm_ids = cfg["vllm"]["config"]["eagle_aux_hidden_state_layer_ids"]
+    sg = cfg["sglang"]
+    since = sg["layer_ids_since_pr25454"]
+    sg_txt = f"eagle_config ids {sg['layer_ids_before_pr25454']} for SGLang"
+    if since is not None and since != sg["layer_ids_before_pr25454"]:
+        sg_txt += f" (< #25454; {since} since)"
+    return (
+        f"serve it fed {label[best.label]}: eagle_aux_hidden_state_layer_ids {vllm_ids} for "
+        f"vLLM, {sg_txt}"
+    )

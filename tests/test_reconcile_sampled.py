@@ -1,0 +1,171 @@
+"""reconcile at a temperature (`doctor/reconcile_sampled.py`) on hand-built live reports: each
+round's odds are given, so every expected share, z and verdict is known by hand."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inspector.doctor.reconcile import reconcile
+from inspector.doctor.reconcile_sampled import (
+    SAMPLING_FAULT,
+    Z_LIMIT,
+    consistent,
+    position_checks,
+    shortfall_text,
+)
+from inspector.doctor.reconciliation import Verdict
+from inspector.formats.engine_log import EngineLog
+from inspector.formats.samples import v1_slot_info
+from inspector.serving.expectation import SampleOdds
+from inspector.serving.replay import AcceptReport, SampleReplay, WiringAccept
+from inspector.serving.sampling import RoundOdds
+from inspector.serving.sampling_settings import Sampling, SamplingSettings, Verification
+from inspector.serving.spec import DraftSpec
+from inspector.wiring import Wiring
+
+SLOTS = v1_slot_info([0, 2, 4, 6])
+SETTINGS = SamplingSettings(Sampling(0.6), Verification())
+NAMES = {(0, 1, 2): "configured [embed, L2, L4]", (1, 2, 3): "serve [L2, L4, L6]"}
+
+
+def _odds(at_least: tuple[float, float, float]) -> RoundOdds:
+    # a chain's reach is P(a >= k): RoundOdds from it at depths 1, 2, 3
+    return RoundOdds.of(np.array(at_least), [1, 2, 3], 3)
+
+
+def _wiring(slots: tuple[int, ...], at_least, rounds: int = 400) -> WiringAccept:
+    """`rounds` rounds over 4 requests, every round with the same odds; the realised counts
+    are the expectation rounded (what they are does not enter the verdict)."""
+    wa = WiringAccept(Wiring(slots), NAMES[slots], 3)
+    per = rounds // 4
+    odds = _odds(at_least)
+    for i in range(4):
+        a = np.full(per, round(odds.expected), dtype=np.int64)
+        wa.per_sample.append(
+            SampleReplay(
+                i,
+                f"p{i}",
+                np.arange(per, dtype=np.int64) * 2,
+                a,
+                a + 1,
+                np.zeros(2 * per + 8, dtype=np.int64),
+                3,
+                odds=SampleOdds.of([odds] * per, 3),
+            )
+        )
+    return wa
+
+
+def _report(*wirings: WiringAccept) -> AcceptReport:
+    return AcceptReport(
+        spec=DraftSpec(3),
+        mode="live",
+        checkpoint="draft",
+        samples=4,
+        device="cpu",
+        dtype="float32",
+        slots=SLOTS,
+        wirings=list(wirings),
+        sampling=SETTINGS,
+    )
+
+
+def _log(rounds: int, per_pos: list[int] | None, al: float | None = None) -> EngineLog:
+    accepted = sum(per_pos) if per_pos is not None else None
+    if al is None:
+        al = 1 + (accepted or 0) / rounds
+    return EngineLog(
+        Path("vllm.log"),
+        "vllm",
+        "log",
+        accept_length=al,
+        rounds=rounds if per_pos is not None else None,
+        accepted=accepted,
+        accepted_per_pos=per_pos,
+        lines=1,
+    )
+
+
+TRAIN = (0.4, 0.2, 0.1)  # E[a] = 0.7: expected accept length 1.7
+SERVE = (0.15, 0.03, 0.005)
+
+
+def test_z_per_position_is_the_two_sided_binomial_error() -> None:
+    wa = _wiring((0, 1, 2), TRAIN, rounds=400)
+    log = _log(1000, [380, 210, 20])
+    checks = position_checks(log, wa.expectation)
+    assert [c.depth for c in checks] == [1, 2, 3]
+    for c, r, n in zip(checks, TRAIN, (380, 210, 20), strict=True):
+        want = (n / 1000 - r) / math.sqrt(r * (1 - r) * (1 / 1000 + 1 / 400))
+        assert c.z == pytest.approx(want)
+        assert c.expected_share == pytest.approx(r)
+        assert c.engine_share == pytest.approx(n / 1000)
+    assert abs(checks[0].z) < Z_LIMIT and checks[2].z < -Z_LIMIT
+    assert not consistent(log, wa.expectation, checks)
+
+
+def test_an_engine_consistent_with_the_best_wiring_is_the_draft_as_it_is() -> None:
+    report = _report(_wiring((0, 1, 2), TRAIN), _wiring((1, 2, 3), SERVE))
+    r = reconcile(_log(1000, [400, 195, 105]), report)
+    assert r.verdict is Verdict.AS_IS
+    assert r.matched == "configured [embed, L2, L4]" == r.best
+    assert "expected 1.70" in r.summary and "the draft is what it is" in r.summary
+    assert "at temperature 0.6" in r.summary and not r.faults
+    d = r.to_dict()
+    assert d["wirings"][0]["expected"]["accept_length"] == pytest.approx(1.7)
+    assert [p["depth"] for p in d["wirings"][0]["positions"]] == [1, 2, 3]
+    assert any("not count for count" in n for n in r.notes)
+
+
+def test_an_engine_consistent_with_another_wiring_feeds_the_wrong_layers() -> None:
+    report = _report(_wiring((0, 1, 2), TRAIN), _wiring((1, 2, 3), SERVE))
+    r = reconcile(_log(1000, [148, 31, 5]), report)
+    assert r.verdict is Verdict.WRONG_WIRING
+    assert r.matched == "serve [L2, L4, L6]" and r.best == "configured [embed, L2, L4]"
+    assert "feeds the wrong layers" in r.summary
+    assert r.fix is not None and "eagle_aux_hidden_state_layer_ids" in r.fix
+
+
+def test_nothing_past_a_position_is_an_engine_side_fault_in_verification() -> None:
+    """The vLLM CPU build's case: acceptance at the first position, none past it."""
+    report = _report(_wiring((0, 1, 2), TRAIN), _wiring((1, 2, 3), SERVE))
+    r = reconcile(_log(1000, [58, 0, 0]), report)
+    assert r.verdict is Verdict.ENGINE_FAULT
+    assert r.faults == [SAMPLING_FAULT]
+    assert (
+        "the engine accepted no draft past position 0 (0 of 1,000 rounds at depth 2) where this "
+        "draft is expected to accept 20.0% of rounds at depth 2 under temperature 0.6, "
+        "vllm-onehot verification: an engine-side fault in verification"
+    ) in r.summary
+    none = reconcile(_log(1000, [0, 0, 0]), report)
+    assert "accepted no draft at all (0 of 1,000 rounds at depth 1)" in none.summary
+
+
+def test_a_shortfall_that_still_accepts_names_its_first_position() -> None:
+    wa = _wiring((0, 1, 2), TRAIN)
+    log = _log(1000, [250, 100, 50])
+    text = shortfall_text(position_checks(log, wa.expectation), _report(wa))
+    assert text.startswith("the engine accepted 250 of 1,000 rounds at depth 1 (25.0%)")
+    assert "expected to accept 40.0%" in text and "z -" in text
+
+
+def test_above_every_expectation_is_other_data() -> None:
+    report = _report(_wiring((0, 1, 2), TRAIN), _wiring((1, 2, 3), SERVE))
+    r = reconcile(_log(1000, [700, 500, 300]), report)
+    assert r.verdict is Verdict.OTHER_DATA
+    assert "--temperature" in r.summary and "fits no wiring's expectation" in r.summary
+
+
+def test_without_per_position_counts_the_interval_decides() -> None:
+    report = _report(_wiring((0, 1, 2), TRAIN), _wiring((1, 2, 3), SERVE))
+    e = report.wirings[0].expectation
+    # every request has the same odds: the bootstrap interval is the point itself
+    assert e.low == pytest.approx(1.7) and e.high == pytest.approx(1.7)
+    assert reconcile(_log(1000, None, al=1.70), report).verdict is Verdict.AS_IS
+    assert reconcile(_log(1000, None, al=1.05), report).verdict is Verdict.ENGINE_FAULT
+    faulty = reconcile(_log(1000, None, al=1.05), report)
+    assert faulty.summary.endswith("an engine-side fault in verification")
