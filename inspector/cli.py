@@ -336,6 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_capture_parser(sub)
     _add_reconcile_parser(sub)
+    from inspector.commands.sweep import add_sweep_parser
+
+    add_sweep_parser(sub)
 
     p_demo = sub.add_parser("demo", help="the bundled demo")
     demo_sub = p_demo.add_subparsers(dest="demo_command")
@@ -411,6 +414,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from inspector.commands.reconcile import run_reconcile
 
             return run_reconcile(args)
+        if command == "sweep":
+            from inspector.commands.sweep import run_sweep_run
+
+            return run_sweep_run(args)
         if command == "demo":
             if args.demo_command != "build":
                 parser.parse_args(["demo", "--help"])

@@ -142,11 +142,13 @@ def train_draft(
     step_weights: Sequence[float] = (1.0, 0.8, 0.64),
     time_budget_s: float | None = None,
     progress: Callable[[str], None] = lambda s: None,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> dict:
     """Teacher-forced TTT training (3 steps) on the training wiring, cross-entropy against the true
     next token mapped into the draft vocab (out-of-vocab labels are skipped, as EAGLE/SpecForge do).
 
     Trains ``draft.weights`` in place (all but the frozen target embedding); returns stats.
+    ``on_step(step, epoch)`` runs after each optimizer step (a training run's checkpoints).
     """
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
@@ -194,6 +196,8 @@ def train_draft(
             opt.step()
             losses.append(loss.item())
             step += 1
+            if on_step is not None:
+                on_step(step, epoch)
         else:
             epoch += 1
             recent = losses[-steps_per_epoch:]

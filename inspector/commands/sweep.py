@@ -1,0 +1,228 @@
+"""`eagle-inspect sweep RUN_DIR SAMPLES`: every checkpoint of a training run replayed over the same
+samples (`serving.checkpoint_sweep`): the accept length against the training step, the best, how
+far the last is from it; a table, a text chart, an SVG, or one JSON document."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from inspector.commands.arguments import add_engine_args, positive
+from inspector.commands.gates import EXIT_GATE, gate_exit
+from inspector.commands.output import safe, stdout_console, write_json
+from inspector.errors import InputError
+from inspector.formatting import fmt_float, pct
+from inspector.progress import progress_bar
+
+
+def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "sweep",
+        help="every checkpoint of a training run: accept length against the step, the best",
+        description="Find the checkpoints of a training run (SpecForge's epoch_*_step_* folders, "
+        "speculators' and the HF Trainer's numbered ones, any folder with a config.json and "
+        "*.safetensors), replay each over the same SAMPLES under the same engine settings (as "
+        "`accept`), and report the accept length, step accuracies and the trainers' metrics per "
+        "checkpoint in training order, the best by accept length and how far the last one is "
+        "from it. Finished checkpoints are kept in a state file and not re-run.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the training run's output folder")
+    p.add_argument("samples", nargs="+", metavar="SAMPLES", help="sample folders or files")
+    p.add_argument("--target", metavar="DIR", help="target model folder (the trainers' metrics)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
+    p.add_argument(
+        "--dtype", default="auto", help="auto | float32 | bfloat16 | float16 (as accept's)"
+    )
+    add_engine_args(p)
+    p.add_argument("--wiring", default="train", metavar="W", help="the wiring (default train)")
+    p.add_argument("--limit", type=positive, metavar="N", help="only the first N samples")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.add_argument("--svg", metavar="FILE", help="also draw accept length against step to FILE")
+    p.add_argument(
+        "--state",
+        metavar="FILE",
+        help="the resume file (default: one per run and settings under the user's cache folder)",
+    )
+    p.add_argument(
+        "--fresh", action="store_true", help="ignore the state file: evaluate every checkpoint"
+    )
+    p.add_argument(
+        "--fail-under",
+        type=float,
+        metavar="X",
+        help=f"exit {EXIT_GATE} (one line on stderr) when the best checkpoint's accept length is "
+        "below X",
+    )
+
+
+def default_state(run_dir: Path, settings: str) -> Path:
+    """Under XDG_CACHE_HOME (else ~/.cache)/eagle-inspect/sweeps: never inside the run."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    key = hashlib.sha256(f"{run_dir.resolve()}|{settings}".encode()).hexdigest()[:16]
+    return base / "eagle-inspect" / "sweeps" / f"{key}.jsonl"
+
+
+def sweep_gate(report, threshold: float) -> str | None:
+    best = report.best
+    if best is not None and best.accept_length is not None and best.accept_length >= threshold:
+        return None
+    shown = "none" if best is None else f"{best.name} at {fmt_float(best.accept_length, 4)}"
+    return f"fail-under: the best checkpoint's accept length is {shown}, below {threshold:g}"
+
+
+def run_sweep_run(args: argparse.Namespace) -> int:
+    from inspector.commands.accept import spec_from_args
+    from inspector.formats.run_dir import find_checkpoints
+    from inspector.serving.checkpoint_sweep import sweep_run
+    from inspector.serving.engines import parse_engine
+
+    err = Console(stderr=True)
+    spec = spec_from_args(args)
+    engine = parse_engine(args.engine, spec.is_chain)
+    run = Path(args.run_dir)
+    scan = find_checkpoints(run)
+    for path, why in scan.refused:
+        err.print(
+            f"[yellow]skipped[/] {safe(str(path))}: {safe(why)}", highlight=False, soft_wrap=True
+        )
+    if not scan.checkpoints:
+        raise InputError(run, None, "no checkpoint with weights in it")
+    state = None
+    if not args.fresh:
+        settings = f"{spec.to_dict()}|{engine.value}|{args.wiring}|{args.samples}|{args.limit}"
+        state = Path(args.state) if args.state else default_state(run, settings)
+    err.print(
+        f"note: {len(scan.checkpoints)} checkpoints in {safe(str(run))}"
+        + (f"; finished ones kept in {safe(str(state))}" if state is not None else ""),
+        highlight=False,
+        soft_wrap=True,
+    )
+    with progress_bar("checkpoints", err) as advance:
+        report = sweep_run(
+            scan.checkpoints,
+            args.samples,
+            spec,
+            engine,
+            wiring=args.wiring,
+            target=args.target,
+            device=args.device,
+            dtype=args.dtype,
+            limit=args.limit,
+            state=state,
+            progress=advance,
+            refused=scan.refused,
+        )
+    report.run_dir = str(run)
+    for path, why in report.refused[len(scan.refused) :]:
+        err.print(f"[yellow]skipped[/] {safe(path)}: {safe(why)}", highlight=False, soft_wrap=True)
+    for r in report.results:
+        if r.note:
+            err.print(f"note: {safe(r.name)}: {safe(r.note)}", highlight=False, soft_wrap=True)
+    if not report.results:
+        raise InputError(run, None, "none of its checkpoints could be evaluated")
+    resumed = sum(r.resumed for r in report.results)
+    if resumed:
+        err.print(f"note: {resumed} checkpoints read from the state file", highlight=False)
+    if args.svg:
+        _write_svg(Path(args.svg), report)
+    if args.json:
+        write_json(report.to_dict())
+    else:
+        out = stdout_console(None if sys.stdout.isatty() else 200)
+        out.print(render_sweep(report))
+    return gate_exit(err, sweep_gate, report, args.fail_under)
+
+
+def _x(report) -> list[float]:
+    """The x of each checkpoint: its step, else its place in the order."""
+    steps = [r.step for r in report.results]
+    if all(s is not None for s in steps):
+        return [float(s) for s in steps]  # type: ignore[arg-type]
+    return [float(i) for i in range(len(steps))]
+
+
+def _write_svg(path: Path, report) -> None:
+    from inspector.commands.sweep_plot import svg_chart
+
+    best = report.best
+    labels = [r.name for r in report.results]
+    text = svg_chart(
+        _x(report),
+        [r.accept_length for r in report.results],
+        labels,
+        None if best is None else report.results.index(best),
+        f"{report.run_dir}: accept length per round ({report.spec.flags()})",
+    )
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise InputError(path, "--svg", f"cannot write: {e.strerror or e}") from None
+
+
+def render_sweep(report) -> Group:
+    from inspector.commands.sweep_plot import text_chart
+
+    spec = report.spec
+    best = report.best
+    depth = spec.steps
+    table = Table(
+        title=safe(
+            f"{report.run_dir}: accept length per round as {report.engine.display} counts it "
+            f"({spec.flags()}), wiring {report.wiring}, on {report.samples} samples"
+        ),
+        title_justify="left",
+        header_style="bold",
+    )
+    table.add_column("checkpoint", no_wrap=True)
+    table.add_column("step", justify="right")
+    table.add_column("accept len", justify="right")
+    for k in range(depth):
+        table.add_column(f">={k + 1}", justify="right")
+    table.add_column("step-0 acc", justify="right")
+    table.add_column("est.", justify="right")
+    table.add_column("", no_wrap=True)
+    for r in report.results:
+        al = (
+            "-"
+            if r.accept_length is None
+            else (">=" if r.is_bound else "") + fmt_float(r.accept_length)
+        )
+        acc0 = r.step_acc[0] if r.step_acc else None
+        row = [safe(r.name), "-" if r.step is None else f"{r.step:,}", al]
+        row += [pct(x) for x in r.per_depth[:depth]]
+        row += ["-" if acc0 is None else pct(acc0), fmt_float(r.estimate)]
+        row.append("best" if r is best else "")
+        table.add_row(*row)
+    table.caption = (
+        "accept len: 1 + accepted / rounds, as the engine logs it; >=k: the share of rounds "
+        "accepting at least k drafted tokens; step-0 acc: the draft's first-token accuracy "
+        "(ours, all tokens); est.: the closed form 1 + sum_k prod cond_acc trainers log"
+    )
+    table.caption_justify = "left"
+    parts: list = [table, Text("")]
+    labels = [r.name for r in report.results]
+    chart = text_chart(
+        labels,
+        [r.accept_length for r in report.results],
+        None if best is None else report.results.index(best),
+    )
+    parts.append(Text("\n".join(chart)))
+    if best is not None and report.last is not None:
+        gap = report.last_behind_best
+        line = f"best: {best.name}, accept length {fmt_float(best.accept_length, 4)}"
+        if report.last is best:
+            line += " (the last checkpoint)"
+        elif gap is not None:
+            line += (
+                f"; the last, {report.last.name}, gives {fmt_float(report.last.accept_length, 4)}"
+                f" ({fmt_float(gap, 4)} behind)"
+            )
+        parts += [Text(""), Text(safe(line))]
+    return Group(*parts)

@@ -1,0 +1,201 @@
+"""`eagle-inspect sweep RUN_DIR SAMPLES` on a run built from a tiny synthetic draft: the trainers'
+folder layouts in training order, each checkpoint's accept length equal to `accept`'s, the best
+and the last, resuming from the state file, the gate, and the bad folders a real run leaves."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from inspector.cli import main
+from inspector.formats.run_dir import find_checkpoints, parse_step
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _copy(src: Path, dst: Path, noise: float, seed: int = 0, **tensors) -> Path:
+    dst.mkdir(parents=True)
+    shutil.copy(src / "config.json", dst / "config.json")
+    w = load_file(str(src / "model.safetensors"))
+    g = torch.Generator().manual_seed(seed)
+    fc = w["fc.weight"]
+    w["fc.weight"] = fc + noise * fc.std() * torch.randn(fc.shape, generator=g, dtype=fc.dtype)
+    w.update(tensors)
+    save_file(w, str(dst / "model.safetensors"))
+    return dst
+
+
+NOISE = [1.0, 0.0, 0.5]  # the fc's noise per checkpoint: the middle one is the draft itself
+LIMIT = 4  # held-out samples per checkpoint
+
+
+@pytest.fixture
+def run(demo, tmp_path):
+    """SpecForge-named checkpoints of the demo draft, its fc noised by NOISE: a run whose best
+    checkpoint is not its last."""
+    samples = demo.draft.parent / "samples" / "held"
+    run = tmp_path / "run"
+    for i, noise in enumerate(NOISE):
+        _copy(demo.draft, run / f"epoch_{i}_step_{(i + 1) * 50}", noise, seed=i)
+    return demo.draft, samples, run
+
+
+@pytest.fixture
+def tiny_run(tiny_synthetic, tmp_path):
+    draft, samples = tiny_synthetic
+    run = tmp_path / "tiny"
+    for i in range(3):
+        _copy(draft, run / f"epoch_{i}_step_{(i + 1) * 50}", 0.5, seed=i)
+    return draft, samples, run
+
+
+def _sweep(capsys, run, samples, *extra) -> tuple[int, str, str]:
+    argv = ["sweep", str(run), str(samples), "--device", "cpu", "--limit", str(LIMIT)]
+    rc = main([*argv, *map(str, extra)])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_step_names_of_the_trainers() -> None:
+    assert parse_step("epoch_3_step_1200") == (1200, 3)
+    assert parse_step("epoch_4") == (None, 4)
+    assert parse_step("checkpoint-500") == (500, None)
+    assert parse_step("checkpoint_7") == (7, None)
+    assert parse_step("1200") == (1200, None)
+    assert parse_step("final") == (None, None)
+
+
+def test_checkpoints_come_in_training_order(tmp_path) -> None:
+    run = tmp_path / "run"
+    for name in ["epoch_1_step_900", "epoch_0_step_100", "checkpoints/1000", "final"]:
+        (run / name).mkdir(parents=True)
+        (run / name / "config.json").write_text("{}")
+        (run / name / "model.safetensors").write_bytes(b"")
+    (run / "epoch_2_step_950").mkdir()
+    (run / "epoch_2_step_950" / "config.json").write_text("{}")
+    scan = find_checkpoints(run)
+    assert [c.name for c in scan.checkpoints] == [
+        "epoch_0_step_100",
+        "epoch_1_step_900",
+        "checkpoints/1000",
+        "final",
+    ]
+    assert [(Path(p).name, "cut short" in why) for p, why in scan.refused] == [
+        ("epoch_2_step_950", True)
+    ]
+
+
+def test_sweep_finds_the_best_and_equals_accept(capsys, run, tmp_path) -> None:
+    draft, samples, folder = run
+    state = tmp_path / "state.jsonl"
+    rc, out, err = _sweep(capsys, folder, samples, "--json", "--state", state)
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["schema_version"] == 1
+    names = [c["name"] for c in doc["checkpoints"]]
+    assert names == ["epoch_0_step_50", "epoch_1_step_100", "epoch_2_step_150"]
+    assert [c["step"] for c in doc["checkpoints"]] == [50, 100, 150]
+    als = [c["accept_length"] for c in doc["checkpoints"]]
+    assert als[1] > als[0] + 0.05  # the draft itself beats its heavily noised copy
+    assert doc["best"] == names[als.index(max(als))] != names[-1]
+    assert doc["last_behind_best"] > 0
+    assert doc["best_accept_length"] == max(als)
+    assert doc["last_behind_best"] == pytest.approx(max(als) - als[-1])
+    # each checkpoint's figure is `accept`'s on the same samples and settings
+    for c in doc["checkpoints"]:
+        argv = ["accept", c["path"], str(samples), "--wiring", "train", "--json"]
+        assert main([*argv, "--limit", str(LIMIT)]) == 0
+        acc = json.loads(capsys.readouterr().out)["wirings"][0]
+        assert c["accept_length"] == acc["accept_length"]
+        assert (c["rounds"], c["accepted"]) == (acc["rounds"], acc["accepted"])
+        assert c["per_depth"] == pytest.approx(acc["per_depth"])
+    assert len(state.read_text().splitlines()) == 3
+
+
+def test_a_rerun_reads_finished_checkpoints_and_evaluates_only_new_ones(
+    capsys, run, tmp_path
+) -> None:
+    draft, samples, folder = run
+    state = tmp_path / "state.jsonl"
+    rc, first, _ = _sweep(capsys, folder, samples, "--json", "--state", state)
+    assert rc == 0
+    _copy(draft, folder / "epoch_3_step_200", 0.5, seed=1)
+    rc, second, err = _sweep(capsys, folder, samples, "--json", "--state", state)
+    assert rc == 0
+    assert "3 checkpoints read from the state file" in err
+    a, b = json.loads(first)["checkpoints"], json.loads(second)["checkpoints"]
+    assert b[:3] == a and b[3]["name"] == "epoch_3_step_200"
+    assert len(state.read_text().splitlines()) == 4
+    # a changed checkpoint is evaluated again: its files are part of the key
+    _copy(draft, tmp_path / "other", 3.0, seed=2)
+    shutil.copy(tmp_path / "other" / "model.safetensors", folder / "epoch_0_step_50")
+    rc, third, err = _sweep(capsys, folder, samples, "--json", "--state", state)
+    assert rc == 0 and "3 checkpoints read from the state file" in err
+    assert len(state.read_text().splitlines()) == 5  # epoch_0_step_50 evaluated anew
+    assert json.loads(third)["checkpoints"][1:] == b[1:]
+
+
+def test_the_table_chart_svg_and_gate(capsys, run, tmp_path) -> None:
+    draft, samples, folder = run
+    svg = tmp_path / "curve.svg"
+    rc, out, err = _sweep(capsys, folder, samples, "--fresh", "--svg", svg)
+    assert rc == 0, err
+    rc, text, _ = _sweep(capsys, folder, samples, "--fresh", "--json")
+    doc = json.loads(text)
+    best = doc["best"]
+    row = next(line for line in out.splitlines() if line.startswith(f"│ {best}"))
+    cells = [c.strip() for c in row.strip("│").split("│")]
+    assert cells[-1] == "best"
+    assert cells[2].lstrip(">=") == f"{doc['best_accept_length']:.2f}"
+    assert f"▲ best: {best}" in out
+    body = svg.read_text()
+    assert body.startswith("<svg") and body.count("<circle") == 3
+    assert f"best {doc['best_accept_length']:.2f} ({best})" in body
+    assert "<script" not in body
+    rc, _, err = _sweep(capsys, folder, samples, "--fresh", "--fail-under", 99)
+    assert rc == 3 and f"the best checkpoint's accept length is {best}" in err
+    rc, _, _ = _sweep(capsys, folder, samples, "--fresh", "--fail-under", 1.0)
+    assert rc == 0
+
+
+def test_bad_checkpoints_are_one_line_each_and_the_rest_still_run(capsys, tiny_run) -> None:
+    draft, samples, folder = tiny_run
+    half = folder / "epoch_9_step_999"
+    half.mkdir()
+    shutil.copy(draft / "config.json", half / "config.json")
+    broken = folder / "epoch_4_step_400"
+    broken.mkdir()
+    shutil.copy(draft / "config.json", broken / "config.json")
+    (broken / "model.safetensors").write_bytes(b"\x00" * 16)
+    # another draft vocabulary, consistent in itself: the chosen target ids shifted by one
+    t2d = torch.roll(load_file(str(draft / "model.safetensors"))["t2d"], 1)
+    ids = t2d.nonzero()[:, 0]
+    d2t = ids - torch.arange(ids.numel())
+    remapped = _copy(draft, folder / "epoch_5_step_500", 0.0, t2d=t2d, d2t=d2t)
+    rc, out, err = _sweep(capsys, folder, samples, "--fresh", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert [c["name"] for c in doc["checkpoints"]][:3] == [
+        "epoch_0_step_50",
+        "epoch_1_step_100",
+        "epoch_2_step_150",
+    ]
+    refused = {Path(r["path"]).name: r["why"] for r in doc["refused"]}
+    assert set(refused) >= {"epoch_9_step_999", "epoch_4_step_400"}
+    assert "cut short" in refused["epoch_9_step_999"]
+    assert "model.safetensors" in refused["epoch_4_step_400"]
+    lines = [line for line in err.splitlines() if line.startswith("skipped")]
+    assert len(lines) == 2
+    mapped = next(c for c in doc["checkpoints"] if c["name"] == remapped.name)
+    assert "vocab map" in mapped["note"] and "vocab map" in err
+
+
+def test_a_run_without_checkpoints_is_one_line(capsys, tmp_path) -> None:
+    (tmp_path / "empty").mkdir()
+    rc, _, err = _sweep(capsys, tmp_path / "empty", tmp_path)
+    assert rc == 2 and "no checkpoint" in err
