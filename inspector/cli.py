@@ -345,6 +345,14 @@ def build_parser() -> argparse.ArgumentParser:
     p_build = demo_sub.add_parser("build", help="rebuild the demo (trains a target and a draft)")
     p_build.add_argument("--out", metavar="DIR", help="output folder (default assets/demo)")
     p_build.add_argument("--seed", type=non_negative, default=0)
+    p_run = demo_sub.add_parser(
+        "run", help="a training run of the demo draft, checkpoints for `eagle-inspect sweep`"
+    )
+    p_run.add_argument("--out", metavar="DIR", required=True, help="the run's folder (new)")
+    p_run.add_argument("--init", choices=("shipped", "scratch"), default="shipped")
+    p_run.add_argument("--epochs", type=positive, default=24)
+    p_run.add_argument("--every", type=positive, default=9, help="steps between checkpoints")
+    p_run.add_argument("--seed", type=non_negative, default=0)
     return parser
 
 
@@ -419,10 +427,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_sweep_run(args)
         if command == "demo":
-            if args.demo_command != "build":
+            if args.demo_command not in ("build", "run"):
                 parser.parse_args(["demo", "--help"])
             from inspector.demo.__main__ import main as demo_main
 
+            if args.demo_command == "run":
+                run_args = ["run", "--out", args.out, "--init", args.init, "--seed", str(args.seed)]
+                return demo_main(
+                    [*run_args, "--epochs", str(args.epochs), "--every", str(args.every)]
+                )
             build_args = ["build", "--seed", str(args.seed)]
             if args.out:
                 build_args += ["--out", args.out]

@@ -199,3 +199,26 @@ def test_a_run_without_checkpoints_is_one_line(capsys, tmp_path) -> None:
     (tmp_path / "empty").mkdir()
     rc, _, err = _sweep(capsys, tmp_path / "empty", tmp_path)
     assert rc == 2 and "no checkpoint" in err
+
+
+def test_the_demo_run_writes_checkpoints_the_sweep_reads(capsys, demo, tmp_path) -> None:
+    out = tmp_path / "demo-run"
+    assert main(["demo", "run", "--out", str(out), "--epochs", "1", "--every", "2"]) == 0
+    scan = find_checkpoints(out)
+    # the start (the shipped draft), every second step, and the last (3 steps an epoch)
+    assert [c.name for c in scan.checkpoints] == [
+        "epoch_0_step_0",
+        "epoch_0_step_2",
+        "epoch_0_step_3",
+    ] and not scan.refused
+    start = load_file(str(out / "epoch_0_step_0" / "model.safetensors"))
+    shipped = load_file(str(demo.draft / "model.safetensors"))
+    assert torch.equal(start["fc.weight"], shipped["fc.weight"].float())
+    last = load_file(str(out / "epoch_0_step_3" / "model.safetensors"))
+    assert not torch.equal(start["fc.weight"], last["fc.weight"])
+    assert torch.equal(start["embed_tokens.weight"], last["embed_tokens.weight"])  # frozen
+    held = demo.draft.parent / "samples" / "held"
+    rc, text, err = _sweep(capsys, out, held, "--fresh", "--json")
+    assert rc == 0, err
+    assert [c["step"] for c in json.loads(text)["checkpoints"]] == [0, 2, 3]
+    assert main(["demo", "run", "--out", str(out)]) == 2  # never over a run
