@@ -135,3 +135,19 @@ def test_accept_fail_under_both_ways(demo, capsys):
 def test_fail_under_is_refused_with_sweep(capsys):
     rc, _, err = _run(capsys, ["accept", "--sweep", "--fail-under", "2"])
     assert rc == 2 and "--fail-under" in err
+
+
+def test_the_report_holds_the_difference_and_its_interval(demo, noisy, capsys, tmp_path):
+    from inspector.commands.report_file import fingerprint
+
+    page = tmp_path / "cmp.html"
+    rc, out, _ = _compare(capsys, demo, noisy, "--json", "--report", page)
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["schema_version"] == 1
+    html = page.read_text()
+    al = doc["accept_length"]
+    assert f"<td>B - A</td><td></td><td></td><td>{al['diff']:+.4f}</td>" in html
+    assert f"[{al['ci_low']:+.4f}, {al['ci_high']:+.4f}]" in html
+    assert "the interval excludes 0: B is worse" in html
+    assert fingerprint(noisy) in html and "By draft depth" in html and "<script" not in html

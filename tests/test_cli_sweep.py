@@ -222,3 +222,33 @@ def test_the_demo_run_writes_checkpoints_the_sweep_reads(capsys, demo, tmp_path)
     assert rc == 0, err
     assert [c["step"] for c in json.loads(text)["checkpoints"]] == [0, 2, 3]
     assert main(["demo", "run", "--out", str(out)]) == 2  # never over a run
+
+
+def test_the_report_holds_the_table_chart_settings_and_fingerprints(capsys, run, tmp_path) -> None:
+    from inspector.commands.report_file import fingerprint
+
+    draft, samples, folder = run
+    md, page = tmp_path / "sweep.md", tmp_path / "sweep.html"
+    rc, text, _ = _sweep(capsys, folder, samples, "--fresh", "--json", "--report", md)
+    assert rc == 0
+    rc, _, _ = _sweep(capsys, folder, samples, "--report", page)
+    assert rc == 0
+    doc = json.loads(text)
+    body = md.read_text()
+    best = next(c for c in doc["checkpoints"] if c["name"] == doc["best"])
+    assert f"| {best['name']} | {best['step']} | >={best['accept_length']:.2f} |" in body
+    assert "▲ best: " + doc["best"] in body
+    assert f"`{fingerprint(samples)}`" in body and '"steps": 3' in body
+    ckpt = doc["checkpoints"][0]["path"]
+    assert f"| checkpoint | `{ckpt}` | `{fingerprint(ckpt)}` |" in body
+    html = page.read_text()
+    assert html.startswith("<!doctype html>") and html.count("<circle") == 3
+    assert "<script" not in html and "http://www.w3.org/2000/svg" in html
+    assert f"<td>{best['name']}</td>" in html
+    # a fingerprint moves when a checkpoint's weights change size
+    before = fingerprint(ckpt)
+    with open(Path(ckpt) / "model.safetensors", "ab") as f:
+        f.write(b"\0")
+    assert fingerprint(ckpt) != before
+    rc, _, err = _sweep(capsys, folder, samples, "--report", tmp_path / "r.txt")
+    assert rc == 2 and ".md or .html" in err

@@ -160,6 +160,12 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--wiring-b", default="train", metavar="W", help="B's wiring (default train)")
     add_engine_args(p)
     p.add_argument("--limit", type=positive, metavar="N", help="compare on the first N samples")
+    p.add_argument(
+        "--report",
+        metavar="FILE",
+        help="also write a self-contained report (FILE.md or FILE.html): the tables, the "
+        "settings, the inputs' fingerprints",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p.add_argument("--seed", type=non_negative, default=0, help="the bootstrap's seed (default 0)")
     p.add_argument(

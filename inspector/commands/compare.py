@@ -42,6 +42,8 @@ def run_compare(args: argparse.Namespace) -> int:
         resamples=args.resamples,
         seed=args.seed,
     )
+    if args.report:
+        write_compare_report(args, reports, cmp)
     if args.json:
         write_json(compare_dict(reports, cmp))
     else:
@@ -65,9 +67,35 @@ def _replay(args, checkpoint, wiring_text, spec, engine, err, side: str):
         )
 
 
+def write_compare_report(args, reports, cmp) -> None:
+    from inspector.commands.report_file import Report, fingerprint, from_rich, write_report
+
+    depth, ctx, lines = breakdown_tables(cmp)
+    main = render_compare(reports, cmp)
+    report = Report(
+        title=f"compare: {reports[0].checkpoint} (A) against {reports[1].checkpoint} (B)",
+        settings=compare_dict(reports, cmp)["config"]
+        | {"seed": cmp.seed, "resamples": cmp.resamples},
+        inputs=[
+            ("A", str(args.checkpoint), fingerprint(args.checkpoint)),
+            ("B", str(args.checkpoint_b), fingerprint(args.checkpoint_b)),
+            *[("samples", str(s), fingerprint(s)) for s in args.samples],
+        ],
+        tables=[
+            ("B - A", from_rich(main)),
+            ("By draft depth", from_rich(depth)),
+            ("By context position", from_rich(ctx)),
+        ],
+        notes=[x.strip() for x in lines],
+        verdict=main.caption.rsplit(". ", 1)[-1] if main.caption else None,
+    )
+    write_report(args.report, report)
+
+
 def compare_dict(reports, cmp) -> dict:
     a, b = reports
     return {
+        "schema_version": 1,
         "config": {**a.spec.to_dict(), "mode": "replay", "engine": a.engine.value},
         "a": _side(a),
         "b": _side(b),
@@ -135,6 +163,12 @@ def render_compare(reports, cmp) -> Table:
 
 
 def render_breakdown(cmp) -> Group:
+    depth, ctx, lines = breakdown_tables(cmp)
+    return Group(Text(""), depth, Text(""), ctx, Text(""), Text("\n".join(lines)))
+
+
+def breakdown_tables(cmp) -> tuple[Table, Table, list[str]]:
+    """The by-depth and by-context tables and the disagreement lines."""
     depth = Table(
         title="acceptance rate by draft depth (share of rounds accepting at least k tokens)",
         title_justify="left",
@@ -173,7 +207,7 @@ def render_breakdown(cmp) -> Group:
         "  first A > B (sample, position): " + _positions(dis.first_a_more),
         "  first B > A (sample, position): " + _positions(dis.first_b_more),
     ]
-    return Group(Text(""), depth, Text(""), ctx, Text(""), Text("\n".join(lines)))
+    return depth, ctx, lines
 
 
 def _positions(ps: list[tuple[int, int]]) -> str:

@@ -46,6 +46,12 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p.add_argument("--svg", metavar="FILE", help="also draw accept length against step to FILE")
     p.add_argument(
+        "--report",
+        metavar="FILE",
+        help="also write a self-contained report (FILE.md or FILE.html): the table, the chart, "
+        "the settings, the inputs' fingerprints",
+    )
+    p.add_argument(
         "--state",
         metavar="FILE",
         help="the resume file (default: one per run and settings under the user's cache folder)",
@@ -132,6 +138,8 @@ def run_sweep_run(args: argparse.Namespace) -> int:
         err.print(f"note: {resumed} checkpoints read from the state file", highlight=False)
     if args.svg:
         _write_svg(Path(args.svg), report)
+    if args.report:
+        _write_report(args, report)
     if args.json:
         write_json(report.to_dict())
     else:
@@ -148,18 +156,46 @@ def _x(report) -> list[float]:
     return [float(i) for i in range(len(steps))]
 
 
-def _write_svg(path: Path, report) -> None:
+def _svg(report) -> str:
     from inspector.commands.sweep_plot import svg_chart
 
     best = report.best
-    labels = [r.name for r in report.results]
-    text = svg_chart(
+    return svg_chart(
         _x(report),
         [r.accept_length for r in report.results],
-        labels,
+        [r.name for r in report.results],
         None if best is None else report.results.index(best),
         f"{report.run_dir}: accept length per round ({report.spec.flags()})",
     )
+
+
+def _write_report(args, report) -> None:
+    from inspector.commands.report_file import Report, fingerprint, from_rich, write_report
+
+    table, chart, line = sweep_parts(report)
+    doc = report.to_dict()
+    inputs = [("checkpoint", r.path, fingerprint(r.path)) for r in report.results]
+    inputs += [("samples", str(s), fingerprint(s)) for s in args.samples]
+    if args.target:
+        inputs.append(("target", str(args.target), fingerprint(args.target)))
+    write_report(
+        args.report,
+        Report(
+            title=f"sweep: {report.run_dir}",
+            settings={**doc["config"], "wiring": report.wiring, "samples": report.samples},
+            inputs=inputs,
+            tables=[("Checkpoints", from_rich(table))],
+            chart_text="\n".join(chart),
+            chart_svg=_svg(report),
+            verdict=line,
+            notes=[f"skipped {p}: {w}" for p, w in report.refused]
+            + [f"{r.name}: {r.note}" for r in report.results if r.note],
+        ),
+    )
+
+
+def _write_svg(path: Path, report) -> None:
+    text = _svg(report)
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as e:
@@ -167,6 +203,15 @@ def _write_svg(path: Path, report) -> None:
 
 
 def render_sweep(report) -> Group:
+    table, chart, line = sweep_parts(report)
+    parts: list = [table, Text(""), Text("\n".join(chart))]
+    if line:
+        parts += [Text(""), Text(safe(line))]
+    return Group(*parts)
+
+
+def sweep_parts(report) -> tuple[Table, list[str], str | None]:
+    """The table, the text chart's lines, and the line naming the best and the last."""
     from inspector.commands.sweep_plot import text_chart
 
     spec = report.spec
@@ -206,14 +251,13 @@ def render_sweep(report) -> Group:
         "(ours, all tokens); est.: the closed form 1 + sum_k prod cond_acc trainers log"
     )
     table.caption_justify = "left"
-    parts: list = [table, Text("")]
     labels = [r.name for r in report.results]
     chart = text_chart(
         labels,
         [r.accept_length for r in report.results],
         None if best is None else report.results.index(best),
     )
-    parts.append(Text("\n".join(chart)))
+    line = None
     if best is not None and report.last is not None:
         gap = report.last_behind_best
         line = f"best: {best.name}, accept length {fmt_float(best.accept_length, 4)}"
@@ -224,5 +268,4 @@ def render_sweep(report) -> Group:
                 f"; the last, {report.last.name}, gives {fmt_float(report.last.accept_length, 4)}"
                 f" ({fmt_float(gap, 4)} behind)"
             )
-        parts += [Text(""), Text(safe(line))]
-    return Group(*parts)
+    return table, chart, line
