@@ -91,7 +91,7 @@ def _log(rounds: int, per_pos: list[int] | None, al: float | None = None) -> Eng
 
 
 TRAIN = (0.4, 0.2, 0.1)  # E[a] = 0.7: expected accept length 1.7
-SERVE = (0.15, 0.03, 0.005)
+SERVE = (0.15, 0.03, 0.01)
 
 
 def test_z_per_position_is_the_two_sided_binomial_error() -> None:
@@ -169,3 +169,125 @@ def test_without_per_position_counts_the_interval_decides() -> None:
     assert reconcile(_log(1000, None, al=1.05), report).verdict is Verdict.ENGINE_FAULT
     faulty = reconcile(_log(1000, None, al=1.05), report)
     assert faulty.summary.endswith("an engine-side fault in verification")
+
+
+def test_every_verdict_in_its_whole_words() -> None:
+    report = _report(_wiring((0, 1, 2), TRAIN), _wiring((1, 2, 3), SERVE))
+    head = "vLLM logged {} at temperature 0.6, vllm-onehot verification"
+    as_is = reconcile(_log(1000, [400, 195, 105]), report)
+    assert as_is.summary == (
+        head.format("1.70 (700 accepted in 1000 rounds, vLLM 1 log line)")
+        + "; this draft is expected 1.70 [1.70, 1.70] when fed [embed, L2, L4], the wiring it "
+        "fits best of those tried, and the engine's acceptance at every position is within the "
+        "noise of it: the draft is what it is"
+    )
+    assert as_is.fix is None and as_is.serving_config["hf_indices"] == [0, 2, 4]
+    wrong = reconcile(_log(1000, [148, 31, 5]), report)
+    assert wrong.summary == (
+        head.format("1.18 (184 accepted in 1000 rounds, vLLM 1 log line)")
+        + "; that is what this draft is expected to give fed [L2, L4, L6] (expected 1.19 "
+        "[1.19, 1.19]), while fed [embed, L2, L4] it is expected 1.70 [1.70, 1.70], what its "
+        "config names: your engine feeds the wrong layers"
+    )
+    assert wrong.fix == (
+        "serve it fed [embed, L2, L4]: eagle_aux_hidden_state_layer_ids [0, 2, 4] for vLLM, "
+        "eagle_config ids [-1, 1, 3] for SGLang (< #25454; [0, 2, 4] since)"
+    )
+    fault = reconcile(_log(1000, [58, 0, 0]), report)
+    assert fault.summary == (
+        head.format("1.06 (58 accepted in 1000 rounds, vLLM 1 log line)")
+        + ", below what every wiring is expected to give on these requests (expected 1.70 "
+        "[1.70, 1.70] fed [embed, L2, L4]); the engine accepted no draft past position 0 (0 of "
+        "1,000 rounds at depth 2) where this draft is expected to accept 20.0% of rounds at "
+        "depth 2 under temperature 0.6, vllm-onehot verification: an engine-side fault in "
+        "verification"
+    )
+    other = reconcile(_log(1000, [700, 500, 300]), report)
+    assert other.summary == (
+        head.format("2.50 (1500 accepted in 1000 rounds, vLLM 1 log line)")
+        + ", which fits no wiring's expectation (expected 1.70 [1.70, 1.70] fed [embed, L2, "
+        "L4], expected 1.19 [1.19, 1.19] fed [L2, L4, L6]): the requests, the sampling "
+        "settings or the verification rule are not the engine's (--temperature, --top-k, "
+        "--top-p, --verify)"
+    )
+    assert [c.equal for c in as_is.checks] == [True, False]
+    assert [c.equal for c in wrong.checks] == [False, True]
+    assert as_is.to_dict()["verdict"] == "as_is" and as_is.best == as_is.matched
+    assert other.matched is None and fault.matched is None
+
+
+def test_the_configured_wiring_is_the_reference_of_a_fault() -> None:
+    report = _report(_wiring((0, 1, 2), SERVE), _wiring((1, 2, 3), TRAIN))
+    fault = reconcile(_log(1000, [0, 0, 0]), report, configured=0)
+    assert "(expected 1.19 [1.19, 1.19] fed [embed, L2, L4])" in fault.summary
+    assert fault.best == "serve [L2, L4, L6]"  # by expectation, not by name
+    no_conf = reconcile(_log(1000, [0, 0, 0]), report, configured=None)
+    assert "(expected 1.70 [1.70, 1.70] fed [L2, L4, L6])" in no_conf.summary
+
+
+def test_boundaries_of_consistent_and_below() -> None:
+    from inspector.doctor.reconcile_sampled import below
+
+    wa = _wiring((0, 1, 2), TRAIN, rounds=400)
+    e = wa.expectation
+    # without per-position counts: the interval [1.7, 1.7] widened by the log's rounding
+    for al, ok in ((1.705, True), (1.6951, True), (1.7051, False), (1.69, False)):
+        assert consistent(_log(1000, None, al=al), e, None) is ok, al
+    assert below(_log(1000, None, al=1.6949), e, None)
+    assert not below(_log(1000, None, al=1.6951), e, None)
+    silent = EngineLog(Path("v.log"), "vllm", "log", accept_length=None)
+    assert not below(silent, e, None) and not consistent(silent, e, None)
+    # per position: |z| <= 4 is consistent, a z below -4 is below
+    edge = [PositionCheckLike(4.0), PositionCheckLike(-4.0)]
+    assert consistent(_log(1000, [1, 1, 1]), e, edge)
+    assert not below(_log(1000, [1, 1, 1]), e, edge)
+    assert below(_log(1000, [1, 1, 1]), e, [PositionCheckLike(-4.01)])
+    assert not consistent(_log(1000, [1, 1, 1]), e, [PositionCheckLike(4.01)])
+
+
+class PositionCheckLike:
+    def __init__(self, z: float) -> None:
+        self.z = z
+
+
+def test_position_checks_without_variance_and_without_counts() -> None:
+    certain = _wiring((0, 1, 2), (1.0, 0.0, 0.0))  # every round accepts exactly one token
+    e = certain.expectation
+    exact = position_checks(_log(500, [500, 0, 0]), e)
+    assert [c.z for c in exact] == [0.0, 0.0, 0.0]
+    off = position_checks(_log(500, [499, 1, 0]), e)
+    assert off[0].z == -math.inf and off[1].z == math.inf and off[2].z == 0.0
+    assert position_checks(_log(500, None, al=1.5), e) is None
+    no_rounds = EngineLog(
+        Path("v.log"), "vllm", "log", accept_length=1.0, rounds=0, accepted_per_pos=[0]
+    )
+    assert position_checks(no_rounds, e) is None
+
+
+def test_the_expectations_json() -> None:
+    wa = _wiring((0, 1, 2), TRAIN, rounds=400)
+    d = wa.expectation.to_dict()
+    assert set(d) == {
+        "accept_length",
+        "ci_low",
+        "ci_high",
+        "level",
+        "expected_accepted",
+        "realised_accepted",
+        "realised_accept_length",
+        "z",
+        "expected_accepted_per_pos",
+        "per_depth",
+        "meaning",
+    }
+    assert d["accept_length"] == pytest.approx(1.7)
+    assert d["ci_low"] == pytest.approx(1.7) and d["ci_high"] == pytest.approx(1.7)
+    assert d["level"] == 0.95
+    assert d["expected_accepted"] == pytest.approx(0.7 * 400)
+    assert d["realised_accepted"] == 400  # each round realised round(0.7) = 1
+    assert d["realised_accept_length"] == pytest.approx(2.0)
+    var = 400 * ((0.4 + 3 * 0.2 + 5 * 0.1) - 0.7**2)
+    assert d["z"] == pytest.approx((400 - 280) / math.sqrt(var))
+    assert d["expected_accepted_per_pos"] == pytest.approx([160, 80, 40])
+    assert d["per_depth"] == pytest.approx(list(TRAIN))
+    assert d["meaning"].startswith("accept_length: 1 + the sum over rounds")

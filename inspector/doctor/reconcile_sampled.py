@@ -42,6 +42,8 @@ from inspector.serving.expectation import Expectation
 from inspector.serving.replay import AcceptReport
 
 Z_LIMIT = 4.0
+# a mean printed with two decimals is within half a unit of its last digit
+ROUNDING = 0.005
 
 SAMPLING_FAULT = (
     "the request's sampling parameters reach the engine's verification wrong, so the target's "
@@ -75,14 +77,16 @@ def consistent(log: EngineLog, e: Expectation, checks: list[PositionCheck] | Non
         return all(abs(c.z) <= Z_LIMIT for c in checks)
     if log.accept_length is None or e.low is None or e.high is None:
         return False
-    return e.low - 0.005 <= log.accept_length <= e.high + 0.005
+    return e.low - ROUNDING <= log.accept_length <= e.high + ROUNDING
 
 
 def below(log: EngineLog, e: Expectation, checks: list[PositionCheck] | None) -> bool:
     """The engine accepted less than this wiring is expected to, beyond the noise."""
     if checks is not None:
         return any(c.z < -Z_LIMIT for c in checks)
-    return log.accept_length is not None and e.low is not None and log.accept_length < e.low
+    if log.accept_length is None or e.low is None:
+        return False
+    return log.accept_length < e.low - ROUNDING
 
 
 def shortfall_text(checks: list[PositionCheck], report: AcceptReport) -> str:
