@@ -258,10 +258,12 @@ CAPTURE_ENGINE = "eagle-inspect capture TARGET PROMPTS --out DIR --draft CKPT --
 
 
 def _accept_versus(served: WiringRef, best: WiringRef) -> str:
-    """' and logs accept len 1.30 instead of 2.73 at 3 steps' (the replayed chain), or ''."""
+    """' and logs accept len 1.30 instead of 2.73 at 3 steps, greedy' (the replayed chain), or ''."""
     if served.accept_length is None or best.accept_length is None:
         return ""
-    return f" and logs accept len {_al(served)} instead of {_al(best)} at {ACCEPT_STEPS} steps"
+    return (
+        f" and logs accept len {_al(served)} instead of {_al(best)} at {ACCEPT_STEPS} steps, greedy"
+    )
 
 
 def _al(ref: WiringRef) -> str:
@@ -359,7 +361,9 @@ def wiring_text(facts: WiringFacts) -> Text:
             serve_txt = f"; an engine feeding {serve.label} gets {serve.all_tok.fmt()}"
             serve_txt += _accept_versus(serve, best)
     if not serve_txt and best.accept_length is not None:
-        serve_txt = f"; served so, an engine logs accept len {_al(best)} at {ACCEPT_STEPS} steps"
+        serve_txt = (
+            f"; served so, an engine logs accept len {_al(best)} at {ACCEPT_STEPS} steps, greedy"
+        )
     cfg_line = ""
     if facts.engine_ids is not None:
         vllm, sg = facts.engine_ids
