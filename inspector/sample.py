@@ -61,6 +61,7 @@ class Sample:
     format: str = "unknown"  # "speculators-v1", "specforge", ...
     warnings: list[str] = field(default_factory=list)
     continuation: Continuation | None = None  # the target's tokens past the request's stop
+    category: str | None = None  # the request's category (SPEED-Bench style), where it has one
 
     @property
     def length(self) -> int:
@@ -105,3 +106,15 @@ def with_layer_ids(infos: list[SlotInfo], layer_ids: Sequence[int]) -> list[Slot
         label = s.label if s.hf_index == k else ("embed" if k == 0 else f"L{k}")
         out.append(replace(s, hf_index=k, label=label))
     return out
+
+
+MAX_CATEGORY = 100
+
+
+def check_category(v: object, where: object, field: str) -> str:
+    """A sample's category: a short one-line string (it names a table row)."""
+    if not isinstance(v, str) or not v.strip():
+        raise InputError(where, field, f"expected a non-empty string, got {type(v).__name__}")
+    if len(v) > MAX_CATEGORY or not v.isprintable():
+        raise InputError(where, field, f"at most {MAX_CATEGORY} printable characters on one line")
+    return v.strip()

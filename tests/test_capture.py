@@ -291,6 +291,21 @@ def test_messages_form_masks_assistant_turns(tmp_path, chat_target) -> None:
     assert "+" not in unmasked and "-" not in unmasked
 
 
+def test_an_input_lines_category_is_written_into_its_sample(tmp_path) -> None:
+    rows = [
+        {"input_ids": [1, 5, 9, 12], "category": "coding"},
+        {"input_ids": [2, 6, 10, 11]},
+        {"text": "def f():\n", "category": " math "},
+    ]
+    out = tmp_path / "out"
+    capture(
+        TARGET, _jsonl(tmp_path / "in.jsonl", rows), out, CaptureSettings(layers="2", device="cpu")
+    )
+    assert _one(out, 0)["category"] == "coding" and "category" not in _one(out, 1)
+    ss = SampleSet(out)
+    assert [ss[i].category for i in range(3)] == ["coding", None, "math"]
+
+
 def test_txt_is_cut_into_max_length_samples(tmp_path) -> None:
     text = (Path(__file__).resolve().parent / "conftest.py").read_text() * 3
     inp = tmp_path / "code.txt"
@@ -470,6 +485,8 @@ def test_open_with_prompts_alone_uses_the_demo_draft_and_target(tmp_path, monkey
         ('{"input_ids": [1, 2]}\n', ".jsonl", "at least 3"),
         ('{"messages": [{"role": "user", "content": "hi"}]}\n', ".jsonl", "chat_template"),
         ("", ".jsonl", "no samples"),
+        ('{"input_ids": [1, 2, 3], "category": 7}\n', ".jsonl", "category"),
+        ('{"input_ids": [1, 2, 3], "category": "a\\tb"}\n', ".jsonl", "printable"),
     ],
 )
 def test_bad_inputs_are_one_line_errors(tmp_path, capsys, content, suffix, needle) -> None:

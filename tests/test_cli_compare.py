@@ -151,3 +151,63 @@ def test_the_report_holds_the_difference_and_its_interval(demo, noisy, capsys, t
     assert f"[{al['ci_low']:+.4f}, {al['ci_high']:+.4f}]" in html
     assert "the interval excludes 0: B is worse" in html
     assert fingerprint(noisy) in html and "By draft depth" in html and "<script" not in html
+
+
+def _with_categories(src: Path, out: Path, names: list[str], n: int) -> Path:
+    """The first n samples of `src` with a "category" key each (capture's key), names cycled."""
+    import torch
+
+    out.mkdir()
+    for i in range(n):
+        d = torch.load(src / f"data_{i}.pt", weights_only=True)
+        d["category"] = names[i % len(names)]
+        torch.save(d, out / f"data_{i}.pt")
+    shutil.copy(src / "data_config.json", out / "data_config.json")
+    cfg = json.loads((out / "data_config.json").read_text())
+    cfg.setdefault("format", {})["num_samples"] = n
+    (out / "data_config.json").write_text(json.dumps(cfg))
+    return out
+
+
+def test_by_category_where_the_samples_name_one(demo, noisy, capsys, tmp_path):
+    n = int(LIMIT)
+    both = _with_categories(demo.train_samples, tmp_path / "cat", ["code", "prose"], n)
+    rc, out, err = _run(capsys, ["compare", demo.draft, noisy, both, "--json"])
+    assert rc == 0, err
+    doc = json.loads(out)
+    cats = {c["category"]: c for c in doc["by_category"]}
+    assert sorted(cats) == ["code", "prose"] and cats["code"]["requests"] == n // 2
+    # a category's figures are those of a comparison over its requests alone
+    only = tmp_path / "code"
+    only.mkdir()
+    for i in range(0, n, 2):
+        shutil.copy(both / f"data_{i}.pt", only / f"data_{i // 2}.pt")
+    cfg = json.loads((both / "data_config.json").read_text())
+    cfg["format"]["num_samples"] = n // 2
+    (only / "data_config.json").write_text(json.dumps(cfg))
+    rc, out2, _ = _run(capsys, ["compare", demo.draft, noisy, only, "--json"])
+    alone = json.loads(out2)["accept_length"]
+    assert cats["code"]["a"] == pytest.approx(alone["a"])
+    assert cats["code"]["b"] == pytest.approx(alone["b"])
+    assert cats["code"]["diff"] == pytest.approx(alone["diff"])
+    assert cats["code"]["ci_low"] <= cats["code"]["diff"] <= cats["code"]["ci_high"]
+    rc, table, _ = _run(capsys, ["compare", demo.draft, noisy, both])
+    assert "accept length by category" in table
+    row = next(line for line in table.splitlines() if line.startswith("│ code"))
+    assert f"{cats['code']['diff']:+.4f}" in row
+    # samples without categories: no such table, an empty list
+    rc, out3, _ = _run(
+        capsys, ["compare", demo.draft, noisy, demo.train_samples, "--limit", "2", "--json"]
+    )
+    assert json.loads(out3)["by_category"] == []
+
+
+def test_a_bad_category_is_one_line_naming_the_file(demo, noisy, capsys, tmp_path):
+    import torch
+
+    bad = _with_categories(demo.train_samples, tmp_path / "bad", ["x"], 2)
+    d = torch.load(bad / "data_1.pt", weights_only=True)
+    d["category"] = "two\nlines"
+    torch.save(d, bad / "data_1.pt")
+    rc, _, err = _run(capsys, ["compare", demo.draft, noisy, bad])
+    assert "data_1.pt" in err and "category" in err

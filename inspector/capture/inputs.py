@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from inspector.errors import InputError
+from inspector.sample import check_category
 
 MIN_TOKENS = 3  # the sample readers need a token, its successor and one to predict
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -35,6 +36,8 @@ class Record:
     mask: list[int]
     prompt: list[int]
     where: str  # "FILE:LINE" for messages
+    # the line's "category" (SPEED-Bench's field: coding, math, ...), written into the sample
+    category: str | None = None
 
 
 def has_tokenizer(target: Path) -> bool:
@@ -92,6 +95,12 @@ class _Reader:
     def line(self, obj: Any, where: str) -> Record:
         if not isinstance(obj, dict):
             raise InputError(where, None, f"expected a JSON object, got {type(obj).__name__}")
+        rec = self._line(obj, where)
+        if "category" in obj:
+            rec.category = check_category(obj["category"], where, "category")
+        return rec
+
+    def _line(self, obj: dict, where: str) -> Record:
         if "input_ids" in obj:
             return self._ids(obj, where)
         if "messages" in obj:

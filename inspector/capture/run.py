@@ -260,7 +260,9 @@ def capture(
                     [x[len(ids) :].clone() for x in both],
                     finish,
                 )
-            store.write_sample(out, i, torch.tensor(ids), slots, torch.tensor(mask), cont)
+            store.write_sample(
+                out, i, torch.tensor(ids), slots, torch.tensor(mask), cont, category=r.category
+            )
             tokens += len(ids)
             done += 1
             if progress:

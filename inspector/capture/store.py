@@ -84,8 +84,10 @@ def write_sample(
     slots: list[torch.Tensor],
     mask: torch.Tensor,
     continuation: tuple[torch.Tensor, list[torch.Tensor], str] | None = None,
+    category: str | None = None,
 ) -> None:
-    """``data_{i}.pt`` as speculators v1 writes it, atomically.
+    """``data_{i}.pt`` as speculators v1 writes it, atomically; ``category``: the input line's,
+    under a key of its own (trainers read their three keys only).
 
     ``continuation``: (ids, slots, finish reason) of the target's tokens past the request's stop,
     under keys of their own (`formats.samples.CONTINUATION_KEYS`): trainers read the request's
@@ -101,6 +103,8 @@ def write_sample(
         data["continuation_ids"] = c_ids.to(torch.int64).contiguous()
         data["continuation_hidden_states"] = [s.contiguous() for s in c_slots]
         data["finish_reason"] = finish
+    if category is not None:
+        data["category"] = category
     torch.save(data, tmp)
     os.replace(tmp, sample_path(out, i))
 

@@ -70,7 +70,7 @@ def _replay(args, checkpoint, wiring_text, spec, engine, err, side: str):
 def write_compare_report(args, reports, cmp) -> None:
     from inspector.commands.report_file import Report, fingerprint, from_rich, write_report
 
-    depth, ctx, lines = breakdown_tables(cmp)
+    depth, ctx, cat, lines = breakdown_tables(cmp)
     main = render_compare(reports, cmp)
     report = Report(
         title=f"compare: {reports[0].checkpoint} (A) against {reports[1].checkpoint} (B)",
@@ -85,6 +85,7 @@ def write_compare_report(args, reports, cmp) -> None:
             ("B - A", from_rich(main)),
             ("By draft depth", from_rich(depth)),
             ("By context position", from_rich(ctx)),
+            *([("By category", from_rich(cat))] if cat is not None else []),
         ],
         notes=[x.strip() for x in lines],
         verdict=main.caption.rsplit(". ", 1)[-1] if main.caption else None,
@@ -163,12 +164,16 @@ def render_compare(reports, cmp) -> Table:
 
 
 def render_breakdown(cmp) -> Group:
-    depth, ctx, lines = breakdown_tables(cmp)
-    return Group(Text(""), depth, Text(""), ctx, Text(""), Text("\n".join(lines)))
+    depth, ctx, cat, lines = breakdown_tables(cmp)
+    parts = [Text(""), depth, Text(""), ctx]
+    if cat is not None:
+        parts += [Text(""), cat]
+    return Group(*parts, Text(""), Text("\n".join(lines)))
 
 
-def breakdown_tables(cmp) -> tuple[Table, Table, list[str]]:
-    """The by-depth and by-context tables and the disagreement lines."""
+def breakdown_tables(cmp) -> tuple[Table, Table, Table | None, list[str]]:
+    """The by-depth, by-context and by-category (None: no categories) tables and the
+    disagreement lines."""
     depth = Table(
         title="acceptance rate by draft depth (share of rounds accepting at least k tokens)",
         title_justify="left",
@@ -201,13 +206,27 @@ def breakdown_tables(cmp) -> tuple[Table, Table, list[str]]:
             _diff(d),
             _ci(d),
         )
+    cat = None
+    if cmp.by_category:
+        cat = Table(title="accept length by category", title_justify="left", header_style="bold")
+        for col in ("category", "requests", "A", "B", "B - A", "interval"):
+            cat.add_column(col, justify="left" if col == "category" else "right", no_wrap=True)
+        for name, n, d in cmp.by_category:
+            cat.add_row(
+                safe(name),
+                f"{n:,}",
+                _al(None if d.a is None else 1 + d.a),
+                _al(None if d.b is None else 1 + d.b),
+                _diff(d),
+                _ci(d),
+            )
     dis = cmp.disagreements
     lines = [
         f"round starts where A accepts more: {dis.a_more:,}; where B accepts more: {dis.b_more:,}",
         "  first A > B (sample, position): " + _positions(dis.first_a_more),
         "  first B > A (sample, position): " + _positions(dis.first_b_more),
     ]
-    return depth, ctx, lines
+    return depth, ctx, cat, lines
 
 
 def _positions(ps: list[tuple[int, int]]) -> str:

@@ -28,7 +28,7 @@ from inspector.errors import InputError
 from inspector.formats.files import check_regular, file_kind, one_line
 from inspector.formats.layer_convention import read_layer_ids
 from inspector.formats.tensorfiles import load_torch_file, read_json, read_safetensors
-from inspector.sample import FINISH_REASONS, Continuation, Sample, SlotInfo
+from inspector.sample import FINISH_REASONS, Continuation, Sample, SlotInfo, check_category
 
 SAMPLE_SUFFIXES = (".pt", ".ckpt", ".safetensors")
 FLOAT16_MAX = 65504.0  # the largest finite float16: a capture in fp16 saturates to inf past it
@@ -338,12 +338,20 @@ def _continuation(
     return Continuation(ids, slots, finish)
 
 
+def _category(path: Path, data: dict) -> str | None:
+    """The optional "category" key capture writes from an input line's own."""
+    if "category" not in data:
+        return None
+    return check_category(data["category"], path, "category")
+
+
 def _load_torch_sample(
     path: Path, vocab_size: int | None
-) -> tuple[str, torch.Tensor, list[torch.Tensor], torch.Tensor, Continuation | None]:
+) -> tuple[str, torch.Tensor, list[torch.Tensor], torch.Tensor, Continuation | None, str | None]:
     data = load_torch_file(path)
     fmt = detect_format(path, data)
     assert isinstance(data, dict)
+    category = _category(path, data)
     ids = _ids(path, _tensor(path, data, "input_ids"), "input_ids", vocab_size)
     t = ids.numel()
     mask = _mask(path, _tensor(path, data, "loss_mask"), t)
@@ -357,7 +365,7 @@ def _load_torch_sample(
             raise InputError(
                 path, "continuation_hidden_states", "widths differ from the sample's slots"
             )
-        return fmt, ids, slots, mask, cont
+        return fmt, ids, slots, mask, cont, category
     # specforge: aux [T, N*H] + final [T, H]; speculators-v0: hidden_state [T, N*H] + target [T, H]
     cat_key, final_key = (
         ("aux_hidden_state", "hidden_state") if fmt == "specforge" else ("hidden_state", "target")
@@ -367,7 +375,7 @@ def _load_torch_sample(
     width = final.shape[1]
     if width == 0 or cat.shape[1] % width or cat.shape[1] == 0:
         raise InputError(path, cat_key, f"width {cat.shape[1]} not a multiple of {width}")
-    return fmt, ids, [*cat.split(width, dim=1), final], mask, None
+    return fmt, ids, [*cat.split(width, dim=1), final], mask, None, category
 
 
 def slot_warnings(slots: Sequence[torch.Tensor]) -> list[str]:
@@ -407,8 +415,9 @@ def load_sample(
     if path.suffix == ".safetensors":
         fmt = "speculators-v2"
         ids, slots, mask = _load_v2(path, v2_rows, vocab_size, warnings)
+        category = None
     else:
-        fmt, ids, slots, mask, cont = _load_torch_sample(path, vocab_size)
+        fmt, ids, slots, mask, cont, category = _load_torch_sample(path, vocab_size)
     widths = {s.shape[1] for s in slots}
     if len(widths) != 1:
         raise InputError(path, "hidden_states", f"slots have different widths {sorted(widths)}")
@@ -423,4 +432,5 @@ def load_sample(
         format=fmt,
         warnings=warnings,
         continuation=cont,
+        category=category,
     )

@@ -1,7 +1,8 @@
 """Two drafts' replays over the same samples, paired by sample: the accept length of each (1 +
 accepted / rounds, pooled as the engines log it), B - A with a paired bootstrap interval over the
-requests, the difference by draft depth and by context bucket, and the round starts where one
-draft accepts more than the other.
+requests, the difference by draft depth, by context bucket and by the samples' category (where
+they name one: SPEED-Bench's coding, math, ...), and the round starts where one draft accepts
+more than the other.
 
 Torch-free: it reads two `WiringAccept`s (each one `Replayer.run` over its own evaluator), so a
 comparison costs two replays and the bootstrap.
@@ -52,6 +53,8 @@ class Comparison:
     disagreements: Disagreements = field(default_factory=lambda: Disagreements(0, 0, [], []))
     resamples: int = DEFAULT_RESAMPLES
     seed: int = 0
+    # (category, its requests, B - A over them), where the samples name categories
+    by_category: list[tuple[str, int, PairedDiff]] = field(default_factory=list)
 
     @property
     def accept_length_a(self) -> float | None:
@@ -86,6 +89,9 @@ class Comparison:
                     **_shifted(d),
                 }
                 for s, d in self.by_bucket
+            ],
+            "by_category": [
+                {"category": c, "requests": n, **_shifted(d)} for c, n, d in self.by_category
             ],
             "disagreements": self.disagreements.to_dict(),
         }
@@ -184,6 +190,16 @@ def compare(
         )
         for j, bk in enumerate(buckets)
     ]
+    # a category's requests only: the same draw, the others' counts zeroed, so a resample
+    # without any of its requests is left out (its denominator is 0)
+    cats = [r.category if r.category is not None else rb[i].category for i, r in enumerate(ra)]
+    by_category = []
+    for c in sorted({x for x in cats if x is not None}):
+        m = np.array([x == c for x in cats], dtype=np.float64)
+        d = rs.ratio_diff(
+            sa["accepted"] * m, sa["rounds"] * m, sb["accepted"] * m, sb["rounds"] * m
+        )
+        by_category.append((c, int(m.sum()), d))
     return Comparison(
         a,
         b,
@@ -194,4 +210,5 @@ def compare(
         disagreements(ra, rb, first),
         resamples,
         seed,
+        by_category,
     )

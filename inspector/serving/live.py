@@ -256,7 +256,13 @@ def live_accept(
                 mask = [0] * seq.prompt_len + [1] * (len(seq.ids) - seq.prompt_len)
                 cont = (torch.tensor(seq.tail, dtype=torch.long), seq.tail_slots, seq.finish)
                 store.write_sample(
-                    fold, i, torch.tensor(seq.ids), seq.slots, torch.tensor(mask), cont
+                    fold,
+                    i,
+                    torch.tensor(seq.ids),
+                    seq.slots,
+                    torch.tensor(mask),
+                    cont,
+                    category=r.category,
                 )
                 lengths[i] = len(seq.ids)
                 path = str(store.sample_path(fold, i))
@@ -274,6 +280,7 @@ def live_accept(
                     after_stop=np.array(seq.after_stop, dtype=bool),
                     completion_tokens=len(seq.ids) - seq.prompt_len,
                     odds=None if sampling.greedy else SampleOdds.of(seq.odds, spec.steps),
+                    category=r.category,
                 )
             )
             done += 1

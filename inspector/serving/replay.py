@@ -64,6 +64,7 @@ class SampleReplay:
     completion_tokens: int = 0
     # at a temperature (the live loop): each round's odds under the verification rule
     odds: SampleOdds | None = None
+    category: str | None = None  # the request's category, where its sample names one
 
     def __post_init__(self) -> None:
         if self.bounded is None:
@@ -83,6 +84,7 @@ class SampleReplay:
         *,
         continuation: Continuation | None = None,
         engine: Engine = Engine.VLLM,
+        category: str | None = None,
     ) -> SampleReplay:
         runs = sample_runs(loss_mask, continuation)
         rounds = walk(a_by_start, runs, depth=depth, engine=engine)
@@ -103,6 +105,7 @@ class SampleReplay:
             arr[:, 3].astype(bool),
             arr[:, 4].astype(bool),
             completion,
+            category=category,
         )
 
     @property
@@ -128,6 +131,8 @@ class SampleReplay:
         d["spec_accept_length"] = self.spec_accept_length
         if self.odds is not None:
             d.update(self.odds.to_dict())
+        if self.category is not None:
+            d["category"] = self.category
         return d
 
     @property
@@ -418,6 +423,7 @@ class Replayer:
             off,
             continuation=sample.continuation,
             engine=engine,
+            category=sample.category,
         )
 
     def run(
