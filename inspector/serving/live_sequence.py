@@ -89,7 +89,7 @@ class LiveSequence:
     tail: list[int]
     tail_slots: list[torch.Tensor]
     finish: str  # "stop" (EOS) or "length"
-    odds: list[RoundOdds]  # each round's acceptance odds under the rule, given its start
+    odds: list[RoundOdds]  # at a temperature: each round's odds under the rule, given its start
 
 
 def run_sequence(
@@ -164,17 +164,17 @@ def run_sequence(
         logits, f, cache = target.forward_cached(
             torch.tensor([full[n], *tokens]), plan_slots, cache=cache, positions=pos, mask=mask
         )
-        probs = target_probs(logits.cpu(), sampling)
-        q = None
-        if q_draft is not None:  # over the target's vocabulary: the draft's ids mapped by d2t
-            q = torch.zeros(q_draft.shape[0], probs.shape[-1], dtype=torch.float64)
-            q[:, d2t.cpu()] = q_draft
-        q_at = None if q is None else q[torch.arange(m), torch.tensor(tokens)].tolist()
-        reach = node_reach(probs, tokens, parent, verification, q_at)
-        odds.append(RoundOdds.of(reach, tr.depth[0].tolist(), spec.steps))
-        if sampling.greedy:
+        if sampling.greedy:  # nothing random: the odds are the count (the report keeps none)
             path, bonus = verify_tree(logits, tokens, parent)
         else:
+            probs = target_probs(logits.cpu(), sampling)
+            q = None
+            if q_draft is not None:  # over the target's vocabulary: the draft's ids by d2t
+                q = torch.zeros(q_draft.shape[0], probs.shape[-1], dtype=torch.float64)
+                q[:, d2t.cpu()] = q_draft
+            q_at = None if q is None else q[torch.arange(m), torch.tensor(tokens)].tolist()
+            reach = node_reach(probs, tokens, parent, verification, q_at)
+            odds.append(RoundOdds.of(reach, tr.depth[0].tolist(), spec.steps))
             path, bonus = sample_verify(
                 probs, tokens, parent, verification, uniform, categorical, q
             )
