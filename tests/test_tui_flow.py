@@ -495,6 +495,38 @@ async def test_accept_length_matches_accept_json(capsys):
 
 
 @pytest.mark.skipif(not demo_available(), reason="assets/demo not built")
+async def test_the_serving_dialogs_sweep_is_accept_sweeps_and_applies_a_row(capsys):
+    """Ctrl+S in the serving dialog: `accept --sweep`'s default grid on the first 8 samples
+    under the current wiring, ranked by speedup as its JSON ranks it; Enter applies a row."""
+    from inspector.tui.screens.sweep import N_SAMPLES
+
+    inputs = demo_inputs()
+    extra = ("--sweep", "--limit", str(N_SAMPLES))
+    ref = eval_json(capsys, inputs, "train", command="accept", extra=extra)["settings"]
+    by_rank = sorted(ref, key=lambda r: r["rank_speedup"])
+    app = make_app(inputs)
+    async with app.run_test(size=(140, 44)) as pilot:
+        await settle(pilot)
+        st = app.main.state
+        await pilot.press("a")
+        await until(pilot, lambda: type(app.screen).__name__ == "ServingScreen")
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: type(app.screen).__name__ == "SweepScreen")
+        screen = app.screen
+        await until(pilot, lambda: bool(screen.lines), timeout=240)
+        assert len(screen.lines) == len(ref)
+        for line, r in zip(screen.lines, by_rank, strict=True):
+            assert line.spec.to_dict() == r["setting"]
+            assert line.accept_length == pytest.approx(r["accept_length"])
+            assert line.speedup == pytest.approx(r["speedup"])
+            assert line.rank_accept == r["rank_accept_length"]
+        await pilot.press("down", "enter")  # the second-ranked setting
+        await until(pilot, lambda: type(app.screen).__name__ == "MainScreen")
+        await settle(pilot)
+        assert st.spec.to_dict() == by_rank[1]["setting"]
+
+
+@pytest.mark.skipif(not demo_available(), reason="assets/demo not built")
 async def test_serving_dialog_replays_a_tree_as_accept_json(capsys):
     """`a` sets a tree (SGLang's flags): the device thread replays the sample, then the fill the
     set; τ is `accept --steps 3 --topk 4 --draft-tokens 8`'s; `-` then drops a step."""

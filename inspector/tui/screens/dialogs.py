@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen, ScreenResultType
+from textual.screen import ModalScreen, Screen, ScreenResultType
 from textual.widgets import Input, Label
 
 from inspector.formatting import printable
@@ -61,11 +62,15 @@ class ServingScreen(Dialog["DraftSpec | None"]):
     """The engine settings τ replays: steps, topk and draft tokens, as SGLang names them.
     Enter (in any field) applies them, Escape cancels; a bad combination says why and stays."""
 
-    BINDINGS = [Binding("escape", "cancel", "cancel")]
+    BINDINGS = [
+        Binding("escape", "cancel", "cancel"),
+        Binding("ctrl+s", "sweep", "sweep the settings"),
+    ]
 
-    def __init__(self, spec: DraftSpec) -> None:
+    def __init__(self, spec: DraftSpec, sweep: Callable[[], Screen] | None = None) -> None:
         super().__init__()
         self.spec = spec
+        self._sweep = sweep  # the sweep screen's factory (None: no device to run it on)
 
     def compose(self) -> ComposeResult:
         s = self.spec
@@ -82,7 +87,10 @@ class ServingScreen(Dialog["DraftSpec | None"]):
                     yield Input(value, type="integer", id=f"serving-{name}")
                     yield Label(hint, classes="serving-hint")
             yield Label("", id="serving-error")
-            yield Label("Enter applies · Esc cancels", classes="serving-hint")
+            keys = "Enter applies · Esc cancels"
+            if self._sweep is not None:
+                keys += " · Ctrl+S sweeps the settings (ranked, Enter applies one)"
+            yield Label(keys, classes="serving-hint")
 
     def read(self) -> DraftSpec:
         """The settings typed (InputError when they do not make an engine's settings)."""
@@ -114,3 +122,13 @@ class ServingScreen(Dialog["DraftSpec | None"]):
 
     def action_cancel(self) -> None:
         self.close(None)
+
+    def action_sweep(self) -> None:
+        if self._sweep is None:
+            return
+
+        def chosen(spec: DraftSpec | None) -> None:
+            if spec is not None:
+                self.close(spec)
+
+        self.app.push_screen(self._sweep(), chosen)

@@ -340,8 +340,19 @@ class MainScreen(DeviceMessages):
     def action_serving(self) -> None:
         from inspector.tui.screens.dialogs import ServingScreen
 
-        if self.state.spec is not None:
-            self.app.push_screen(ServingScreen(self.state.spec), if_given(self.set_spec))
+        if self.state.spec is None:
+            return
+        st = self.state
+        sweep = None
+        if st.wiring is not None and st.session is not None and self.engine is not None:
+            from inspector.tui.screens.sweep import SweepScreen
+
+            wiring, engine, label = st.wiring, self.engine, st.session.wiring_label(st.wiring)
+
+            def sweep() -> SweepScreen:
+                return SweepScreen(engine, wiring, label)
+
+        self.app.push_screen(ServingScreen(st.spec, sweep), if_given(self.set_spec))
 
     def action_serving_steps(self, delta: int) -> None:
         spec = self.state.stepped_spec(delta)
