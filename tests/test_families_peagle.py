@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -187,33 +186,27 @@ def test_refuses_bad_config(root, tmp_path, edit, line):
     assert line in _err(ckpt)
 
 
-def test_specforge_layout(root, tmp_path, draft):
-    """SpecForge's PEagleDraftModel: a flat Llama config and the same tensor names; it saves no
-    mask token, so the loader asks for one, and vLLM's ptd_token_id serves as one."""
-    src = json.loads((root / "checkpoint" / "config.json").read_text())
-    flat = {
-        **src["transformer_layer_config"],
-        "architectures": ["PEagleDraftModel"],
-        "draft_vocab_size": src["draft_vocab_size"],
-    }
-    flat.pop("rope_parameters")
-    flat["rope_theta"] = 10000.0
-
-    def as_flat(c: dict) -> None:
-        c.clear()
-        c.update(flat)
-
-    ckpt = edited_copy(root / "checkpoint", tmp_path / "sf", config=as_flat)
-    assert "config.json: mask_token_id: missing" in _err(ckpt)
-    cfg = json.loads((ckpt / "config.json").read_text())
-    cfg["ptd_token_id"] = 127
-    (ckpt / "config.json").write_text(json.dumps(cfg))
+def test_specforge_checkpoint(root, tmp_path, draft):
+    """SpecForge's PEagleDraftModel as its own save_pretrained wrote it (golden/specforge-peagle):
+    a flat Llama config and the same tensor names, and no mask token, which the loader asks for;
+    given one (here vLLM's ptd_token_id), our logits match SpecForge's own forward per depth."""
+    sf_root = root.parent / "specforge-peagle"
+    assert "config.json: mask_token_id: missing" in _err(sf_root / "checkpoint")
+    ckpt = edited_copy(
+        sf_root / "checkpoint", tmp_path / "sf", config=lambda c: c.update(ptd_token_id=127)
+    )
     sf = load_draft(ckpt)
     assert sf.layout == "specforge"
     assert sf.config.parallel is not None and sf.config.parallel.mask_token_id == 127
-    assert sf.config.parallel.num_depths == 8  # the trainers' default K
+    assert sf.config.parallel.num_depths == 8  # the trainers' default K: SpecForge saves none
     for name, t in draft.weights.items():
         assert torch.equal(sf.weights[name], t), name
+    expected = load_file(str(sf_root / "expected.safetensors"))
+    for i, sample in enumerate(SampleSet(root / "samples")):  # the same samples
+        logits = _depth_logits(sf, sample)
+        for k in range(DEPTHS):
+            exp = expected[f"sample{i}.depth{k}.logits"]
+            assert (logits[k] - exp).abs().max().item() <= _tol(exp, sf), (i, k)
 
 
 def test_eval_per_depth(draft, root, expected):
