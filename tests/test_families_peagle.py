@@ -240,7 +240,9 @@ def test_eval_per_depth(draft, root, expected):
 
 def test_sequential_serving_paths_refuse_it(draft, root):
     """The tree replay and the live drafter feed a draft its own tokens step after step, which
-    is not how P-EAGLE is served: they say so in one line instead of replaying something else."""
+    is not how P-EAGLE is served: they say so in one line instead of replaying something else.
+    (accept's chain replay reads the evaluator's per-depth hits, exact for P-EAGLE: no depth
+    reads another's draft.)"""
     from inspector.serving.live_draft import LiveDraft
     from inspector.serving.spec import DraftSpec
     from inspector.serving.tree_forward import RowTrees
@@ -249,5 +251,18 @@ def test_sequential_serving_paths_refuse_it(draft, root):
         LiveDraft(draft, DraftSpec(steps=3))
     sample = SampleSet(root / "samples")[0]
     h = fc_project(draft, fc_input(draft, [sample.slots[j] for j in (0, 1, 2)]))[:-1]
-    with pytest.raises(InputError, match="P-EAGLE .*the serving replay drafts sequentially"):
+    with pytest.raises(
+        InputError, match=r"P-EAGLE .*the tree replay \(--topk > 1\) drafts sequentially"
+    ):
         RowTrees(draft, h, sample.input_ids[1:], DraftSpec(steps=3))
+
+
+def test_cli_eval_and_accept_chain_run_it(root, capsys):
+    """The commands a user runs first: eval (step k = depth k) and accept's chain replay."""
+    from inspector.cli import main
+
+    ckpt, samples = str(root / "checkpoint"), str(root / "samples")
+    assert main(["eval", ckpt, samples, "--ttt-steps", "4", "--device", "cpu"]) == 0
+    assert main(["accept", ckpt, samples, "--steps", "4", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "all-tok s3" in out and "accept len" in out

@@ -54,5 +54,5 @@ def refuse_parallel(draft: Draft, what: str) -> None:
             draft.path or draft.name,
             None,
             f"a P-EAGLE (parallel drafting) draft: {what} drafts sequentially, not supported for "
-            "it yet (eval and its per-depth accuracy are)",
+            "it yet (eval per depth and accept's chain replay, --topk 1, are)",
         )

@@ -60,7 +60,7 @@ class RowTrees:
         chunking: Chunking = DEFAULT_CHUNKING,
         rows: torch.Tensor | None = None,
     ) -> None:
-        refuse_parallel(draft, "the serving replay")
+        refuse_parallel(draft, "the tree replay (--topk > 1)")
         self.draft = draft
         self.spec = spec
         self.chunking = chunking
