@@ -266,3 +266,23 @@ def test_cli_eval_and_accept_chain_run_it(root, capsys):
     assert main(["accept", ckpt, samples, "--steps", "4", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "all-tok s3" in out and "accept len" in out
+
+
+def test_full_attention_layer_types_are_fine_windows_refused(root, tmp_path):
+    """transformers 5 configs list layer_types even when nothing slides: only a window is
+    refused (speculators windows only P-EAGLE's depth-0 keys, which ours would not match)."""
+
+    def full(c: dict) -> None:
+        c["transformer_layer_config"]["layer_types"] = ["full_attention"] * 2
+
+    assert load_draft(edited_copy(root / "checkpoint", tmp_path / "a", config=full)).config.parallel
+
+    def sliding(c: dict) -> None:
+        c["transformer_layer_config"].update(
+            layer_types=["sliding_attention", "full_attention"], sliding_window=8
+        )
+
+    assert _err(edited_copy(root / "checkpoint", tmp_path / "b", config=sliding)) == (
+        "config.json: transformer_layer_config.layer_types: sliding-window layers in a P-EAGLE "
+        "draft: not supported"
+    )

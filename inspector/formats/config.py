@@ -276,8 +276,10 @@ def parse_draft_config(path: str | Path, config: dict) -> ParsedConfig:
         )
     aux_ids, aux_conv = aux_layer_ids(top)
     parallel = read_parallel(top, vocab)
-    if parallel is not None and layer.has("layer_types"):
-        # both trainers' P-EAGLE mask windows only the depth-0 keys: not what ours would do
+    windows = sliding_windows(layer, num_layers)
+    if parallel is not None and any(w is not None for w in windows):
+        # speculators' P-EAGLE mask windows only the depth-0 keys (attention.py l.59-63), which
+        # is not what our TTT-step window does
         raise layer.error("layer_types", "sliding-window layers in a P-EAGLE draft: not supported")
     cfg = DraftConfig(
         hidden_size=h,
@@ -304,7 +306,7 @@ def parse_draft_config(path: str | Path, config: dict) -> ParsedConfig:
         head_dim_explicit=head_dim_explicit,
         norm_before_residual_explicit=top.has("norm_before_residual"),
         mla=mla,
-        sliding_windows=sliding_windows(layer, num_layers),
+        sliding_windows=windows,
         tie_word_embeddings=layer.flag("tie_word_embeddings"),
         parallel=parallel,
     )
