@@ -286,3 +286,28 @@ def test_full_attention_layer_types_are_fine_windows_refused(root, tmp_path):
         "config.json: transformer_layer_config.layer_types: sliding-window layers in a P-EAGLE "
         "draft: not supported"
     )
+
+
+def test_trainer_counts_per_depth():
+    """P-EAGLE's position_k_acc: speculators counts each depth on its own (no chain), SpecForge
+    drops rows whose teacher argmax is outside the draft vocab (docs/peagle.md section 4)."""
+    import numpy as np
+
+    from inspector.metrics import specforge_counts, speculators_counts
+
+    # T = 5: rows 0..3 at depth 0, 0..2 at depth 1; v[p] the teacher's argmax at p
+    mask = np.array([0, 1, 1, 1, 1])
+    v_in = np.array([9, 10, 11, 12, 13])
+    v_full = np.array([9, 10, 99, 12, 13])  # position 2's full-vocab argmax is out of vocab
+    preds = [np.array([10, 0, 12, 13]), np.array([11, 12, 13])]
+    chained = speculators_counts(preds, v_in, mask)
+    par = speculators_counts(preds, v_in, mask, chained=False)
+    # depth 1: every row matches; the chain would drop row 1, which missed at depth 0
+    assert (chained[1][0].hits, chained[1][0].total) == (2, 3)
+    assert (par[1][0].hits, par[1][0].total) == (3, 3)
+    assert par[1][0] == par[1][1]  # no separate conditional count
+    sf = specforge_counts(preds, v_full, mask, teacher_in_vocab=v_full == v_in)
+    sf_e3 = specforge_counts(preds, v_full, mask)
+    # depth 1 row 0 targets position 2 (out of vocab): a miss for EAGLE-3, left out for P-EAGLE
+    assert (sf_e3[1].hits, sf_e3[1].total) == (2, 3)
+    assert (sf[1].hits, sf[1].total) == (2, 2)
