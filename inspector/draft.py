@@ -54,6 +54,17 @@ class MlaConfig:
 
 
 @dataclass(frozen=True)
+class ParallelConfig:
+    """P-EAGLE's parallel drafting (docs/peagle.md): one forward drafts `num_depths` tokens; the
+    slot at depth k >= 1 is fed `mask_token_id` and the learned `mask_hidden` (canonical tensor
+    `mask_hidden` [N*Ht], in fc's input space) at position + k, attending to the context and to
+    its own chain's earlier depths: TTT's mask, with no slot reading another slot's output."""
+
+    mask_token_id: int
+    num_depths: int = 8  # K, speculators' default (proposal_methods[0].speculative_tokens)
+
+
+@dataclass(frozen=True)
 class DraftConfig:
     hidden_size: int
     target_hidden_size: int
@@ -87,6 +98,8 @@ class DraftConfig:
     sliding_windows: tuple[int | None, ...] = ()
     # tie_word_embeddings: a draft without lm_head.weight reads its head from the embedding rows.
     tie_word_embeddings: bool = False
+    # P-EAGLE (parallel drafting); None: EAGLE-3's sequential TTT steps.
+    parallel: ParallelConfig | None = None
 
     @property
     def rope_head_dim(self) -> int:
@@ -155,7 +168,7 @@ class Draft:
     `embed_tokens.weight` [V, H]; optional `input_norm.weight`, `fc_norm.{i}.weight`,
     `layers.{i}.self_attn.{q,k}_norm.weight`; MLA's `layers.{i}.self_attn.{q_a_proj,q_a_layernorm,
     q_b_proj,kv_a_proj_with_mqa,kv_a_layernorm,kv_b_proj}.weight` and, in SpecForge PR 186's
-    layout, `layers.0.input_proj.{input_norm,proj}.weight`.
+    layout, `layers.0.input_proj.{input_norm,proj}.weight`; P-EAGLE's `mask_hidden` [N*Ht].
     """
 
     config: DraftConfig

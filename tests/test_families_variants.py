@@ -39,9 +39,9 @@ def _layer_cfg(edit):
     "edit,line",
     [
         (
+            # P-EAGLE is run (tests/test_families_peagle.py), given its mask token
             lambda c: c.update(speculators_model_type="peagle"),
-            "config.json: speculators_model_type: 'peagle': a P-EAGLE (parallel drafting) draft, "
-            "not an EAGLE-3 draft, which is all this tool runs",
+            "config.json: mask_token_id: missing: a P-EAGLE draft's depth >= 1 slots are fed",
         ),
         (
             lambda c: c.update(speculators_model_type="dspark"),
@@ -65,7 +65,8 @@ def _layer_cfg(edit):
         ),
         (
             lambda c: c.update(mask_token_id=7),
-            "config.json: mask_token_id: marks a P-EAGLE (parallel drafting) draft",
+            "config.json: mask_token_id: marks a P-EAGLE (parallel drafting) draft, but neither "
+            "speculators_model_type ('peagle') nor architectures (PEagleDraftModel) says so",
         ),
         (
             lambda c: c.update(eagle_config={"parallel_draft_step": 4}),

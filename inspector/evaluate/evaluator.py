@@ -320,7 +320,8 @@ class Evaluator:
             step_preds.append(self._step_predictions(k, z, ids, mask, verifier, chunk_rows))
         del h
         mask_np = sample.loss_mask.numpy().astype(bool)
-        metrics = step_metrics(step_preds, mask_np, verifier)
+        parallel = self.draft.config.parallel is not None
+        metrics = step_metrics(step_preds, mask_np, verifier, parallel=parallel)
         accept = chain_accept_stats(step_preds, mask_np, self.ttt_steps)
         return SamplePredictions(index, sample.path, wiring, step_preds, metrics, accept)
 

@@ -137,9 +137,12 @@ def step_metrics(
     steps: list[StepPredictions],
     loss_mask: np.ndarray,
     verifier: tuple[np.ndarray, np.ndarray] | None,
+    *,
+    parallel: bool = False,
 ) -> list[StepMetrics]:
     """Our counts per step (the chain feeding `cond`), plus the trainers' own counts when the
-    verifier's argmax is known (full-vocab, within-draft-vocab, one per position)."""
+    verifier's argmax is known (full-vocab, within-draft-vocab, one per position); `parallel`:
+    a P-EAGLE draft, whose trainers count each depth on its own (inspector.metrics.trainers)."""
     out: list[StepMetrics] = []
     chain: np.ndarray | None = None
     for sp in steps:
@@ -151,8 +154,11 @@ def step_metrics(
     v_full, v_in = verifier
     for sm, (full, cond), sf in zip(
         out,
-        speculators_counts(preds, v_in, loss_mask),
-        specforge_counts(preds, v_full, loss_mask),
+        speculators_counts(preds, v_in, loss_mask, chained=not parallel),
+        # the full-vocab argmax is in the draft vocab exactly where it equals the in-vocab one
+        specforge_counts(
+            preds, v_full, loss_mask, teacher_in_vocab=(v_full == v_in) if parallel else None
+        ),
         strict=True,
     ):
         sm.spec_full, sm.spec_cond, sm.specforge = full, cond, sf

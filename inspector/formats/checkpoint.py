@@ -117,6 +117,7 @@ def load_draft(
         notes=notes,
     )
     _tie_lm_head(weights, cfg, vocab.draft_to_target, notes)
+    _settle_mask_hidden(cfg, weights, weight_file, notes)
     _validate(cfg, weights, weight_file)
     chosen = compute_dtype(
         dtype,
@@ -329,6 +330,27 @@ def _layout_note(cfg: DraftConfig, layer: int, name: str, t: torch.Tensor) -> st
         "MLA draft without input_proj: layer 0's attention reads the 2*hidden_size concat; "
         "SpecForge PR 186's reads hidden_size after its input_proj"
     )
+
+
+def _settle_mask_hidden(
+    cfg: DraftConfig, w: dict[str, torch.Tensor], wf: Path, notes: list[str]
+) -> None:
+    """P-EAGLE's `mask_hidden` as one fc-input vector [N*Ht] (both trainers save [1, 1, N*Ht]).
+    Required: speculators' own loader would fill a missing one with noise, silently."""
+    t = w.get("mask_hidden")
+    if cfg.parallel is None:
+        if t is not None:
+            notes.append("mask_hidden is stored but config.json is not P-EAGLE: it is ignored")
+            del w["mask_hidden"]
+        return
+    width = cfg.num_fc_blocks * cfg.target_hidden_size
+    if t is None:
+        raise InputError(wf, "mask_hidden", "tensor not found (a P-EAGLE draft needs it)")
+    if t.numel() != width or any(d != 1 for d in t.shape[:-1]):
+        raise InputError(wf, "mask_hidden", f"shape {tuple(t.shape)}, expected (1, 1, {width})")
+    if not t.is_floating_point():
+        raise InputError(wf, "mask_hidden", f"dtype {t.dtype}, expected a floating type")
+    w["mask_hidden"] = t.reshape(width)
 
 
 def _validate(cfg: DraftConfig, w: dict[str, torch.Tensor], wf: Path) -> None:

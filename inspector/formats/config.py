@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from inspector.draft import DraftConfig, MlaConfig, RopeConfig
+from inspector.draft import DraftConfig, MlaConfig, ParallelConfig, RopeConfig
 from inspector.errors import InputError
 
 # The RoPE types the forward pass implements (inspector.model.rope_inv_freq).
@@ -152,14 +152,11 @@ class ParsedConfig:
 # Draft families that are not EAGLE-3 (their layers, masks or heads differ), by the value of
 # speculators_model_type, by an `architectures` entry, or by a key only they write.
 OTHER_FAMILIES_BY_KIND = {
-    "peagle": "P-EAGLE (parallel drafting)",
     "dflash": "DFlash (block diffusion drafting)",
     "dspark": "DSpark",
     "mtp": "MTP heads",
 }
 OTHER_FAMILIES_BY_ARCH = {
-    "PEagleSpeculator": "P-EAGLE (parallel drafting)",
-    "PEagleDraftModel": "P-EAGLE (parallel drafting)",
     "DFlashDraftModel": "DFlash (block diffusion drafting)",
     "DFlash2DraftModel": "DFlash (block diffusion drafting)",
     "DSparkDraftModel": "DSpark",
@@ -173,12 +170,26 @@ OTHER_FAMILIES_BY_KEY = {
     "ptd_token_id": "P-EAGLE (parallel drafting)",
 }
 NOT_EAGLE3 = "not an EAGLE-3 draft, which is all this tool runs"
+# P-EAGLE (docs/peagle.md) is run: speculators marks it by speculators_model_type "peagle" (and
+# saves architectures ["PEagleDraftModel"], its class), SpecForge by its class name alone.
+PEAGLE_ARCHS = ("PEagleSpeculator", "PEagleDraftModel")
+# Where a P-EAGLE config names the token its depth >= 1 slots are fed: speculators writes
+# mask_token_id; vLLM reads ptd_token_id (or PARD's pard_token) instead.
+PEAGLE_MASK_KEYS = ("mask_token_id", "ptd_token_id", "pard_token")
+DEFAULT_PEAGLE_DEPTHS = 8  # both trainers' num_depths default
+
+
+def is_peagle(top: ConfigReader) -> bool:
+    archs = top.get("architectures")
+    named = isinstance(archs, list) and any(a in PEAGLE_ARCHS for a in archs)
+    return top.get("speculators_model_type") == "peagle" or named
 
 
 def check_family(top: ConfigReader) -> None:
-    """Refuse, in one line naming the field, a draft of another family than EAGLE-3."""
+    """Refuse, in one line naming the field, a draft of another family than EAGLE-3 / P-EAGLE."""
     kind = top.get("speculators_model_type")
-    if kind is not None and kind != "eagle3":
+    peagle = is_peagle(top)
+    if kind is not None and kind not in ("eagle3", "peagle"):
         family = OTHER_FAMILIES_BY_KIND.get(kind) if isinstance(kind, str) else None
         if family is None:
             raise top.error("speculators_model_type", f"{kind!r} is not an EAGLE-3 draft")
@@ -192,6 +203,8 @@ def check_family(top: ConfigReader) -> None:
             if family is not None:
                 raise top.error("architectures", f"{arch!r}: a {family} draft, {NOT_EAGLE3}")
     for key, family in OTHER_FAMILIES_BY_KEY.items():
+        if peagle and key in PEAGLE_MASK_KEYS:
+            continue  # read as the mask token by read_parallel
         if top.has(key):
             if key == "dflash_config":
                 sub = top.sub(key)
@@ -199,6 +212,12 @@ def check_family(top: ConfigReader) -> None:
                 if projector in ("dspark", "domino"):
                     family = "DSpark" if projector == "dspark" else "Domino"
                     key = "dflash_config.projector_type"
+            if key in PEAGLE_MASK_KEYS and family.startswith("P-EAGLE"):
+                raise top.error(
+                    key,
+                    f"marks a {family} draft, but neither speculators_model_type ('peagle') "
+                    "nor architectures (PEagleDraftModel) says so",
+                )
             raise top.error(key, f"marks a {family} draft, {NOT_EAGLE3}")
     eagle = top.sub("eagle_config")
     if eagle is not None:
@@ -256,6 +275,12 @@ def parse_draft_config(path: str | Path, config: dict) -> ParsedConfig:
             "draft_vocab_size", f"{draft_vocab} exceeds vocab_size {vocab}"
         )
     aux_ids, aux_conv = aux_layer_ids(top)
+    parallel = read_parallel(top, vocab)
+    windows = sliding_windows(layer, num_layers)
+    if parallel is not None and any(w is not None for w in windows):
+        # speculators' P-EAGLE mask windows only the depth-0 keys (attention.py l.59-63), which
+        # is not what our TTT-step window does
+        raise layer.error("layer_types", "sliding-window layers in a P-EAGLE draft: not supported")
     cfg = DraftConfig(
         hidden_size=h,
         target_hidden_size=_top_or_layer(top, layer, "target_hidden_size", h),
@@ -281,10 +306,35 @@ def parse_draft_config(path: str | Path, config: dict) -> ParsedConfig:
         head_dim_explicit=head_dim_explicit,
         norm_before_residual_explicit=top.has("norm_before_residual"),
         mla=mla,
-        sliding_windows=sliding_windows(layer, num_layers),
+        sliding_windows=windows,
         tie_word_embeddings=layer.flag("tie_word_embeddings"),
+        parallel=parallel,
     )
     return ParsedConfig(cfg, layout, layer.prefix)
+
+
+def read_parallel(top: ConfigReader, vocab: int) -> ParallelConfig | None:
+    """P-EAGLE's mask token and K, or None for an EAGLE-3 config. SpecForge writes no mask
+    token (it resolves one at training time), so its configs need one added by hand."""
+    if not is_peagle(top):
+        return None
+    key = next((k for k in PEAGLE_MASK_KEYS if top.has(k)), None)
+    if key is None:
+        raise top.error(
+            "mask_token_id",
+            "missing: a P-EAGLE draft's depth >= 1 slots are fed this token (SpecForge does "
+            "not save it: add the id it trained with)",
+        )
+    mask = top.get(key)
+    if not _is_number(mask) or int(mask) != mask or not 0 <= mask < vocab:  # type: ignore[operator]
+        raise top.error(key, f"expected a token id in [0, {vocab}), got {_short(mask)}")
+    depths = DEFAULT_PEAGLE_DEPTHS
+    spec = top.sub("speculators_config")
+    methods = spec.get("proposal_methods") if spec is not None else None
+    if isinstance(methods, list) and methods and isinstance(methods[0], dict):
+        first = ConfigReader(top.path, methods[0], "speculators_config.proposal_methods[0].")
+        depths = first.positive_int("speculative_tokens", DEFAULT_PEAGLE_DEPTHS)
+    return ParallelConfig(mask_token_id=int(mask), num_depths=depths)  # type: ignore[arg-type]
 
 
 def read_mla(layer: ConfigReader) -> MlaConfig | None:

@@ -25,6 +25,13 @@ SpecForge (`acc_k`, offline and online):
   whose last entry is forced to 0: the mask is not shifted, so the row after the last token counts
   and the first response row does not; total = the sum of that mask;
 - `simulated_acc_len = sum_k prod_{m<=k} acc_m` (no +1).
+
+P-EAGLE (docs/peagle.md section 4; step k is parallel depth k): both trainers log
+`position_{k}_acc` over their COD-sampled slots, of which every row is the expectation:
+- speculators: as above, but **not cumulative** (no chain): hits_k = rows whose match holds and
+  l_{j+1+k}; `cond` is then the same count;
+- SpecForge: as above, but rows whose teacher full-vocab argmax lies outside the draft vocab
+  are dropped from the total (peagle/model.py l.168-175), not counted as misses.
 - real SpecForge runs apply the teacher's lm_head in bf16; a bf16 teacher can flip near-ties, so
   a bf16 log may differ from our float32 teacher at a handful of rows.
 """
@@ -45,13 +52,17 @@ def _check(pred_target: Sequence[np.ndarray], t: int) -> None:
 
 
 def speculators_counts(
-    pred_target: Sequence[np.ndarray], verifier_in_vocab: np.ndarray, loss_mask: np.ndarray
+    pred_target: Sequence[np.ndarray],
+    verifier_in_vocab: np.ndarray,
+    loss_mask: np.ndarray,
+    *,
+    chained: bool = True,
 ) -> list[tuple[Counts, Counts]]:
     """(full_acc, cond_acc) counts per step for one sample, as speculators computes them.
 
     pred_target[k]: predicted target id of rows j = 0..T-2-k of step k (the last row included);
     verifier_in_vocab: [T] the verifier's argmax within the draft vocab, as target ids;
-    loss_mask: [T].
+    loss_mask: [T]. chained=False: P-EAGLE's per-depth `position_k_acc` (no chain).
     """
     mask = np.asarray(loss_mask).astype(bool)
     t = mask.size
@@ -61,20 +72,30 @@ def speculators_counts(
     for k, pred in enumerate(pred_target):
         n = t - 1 - k
         match = np.asarray(pred) == verifier_in_vocab[1 + k : 1 + k + n]
+        counted = mask[1 + k : 1 + k + n]
+        if not chained:
+            hits = int((match & counted).sum())
+            out.append((Counts(hits, int(counted.sum())), Counts(hits, int(counted.sum()))))
+            continue
         cond_total = int(chain[:n].sum())
         chain[:n] &= match
-        counted = mask[1 + k : 1 + k + n]
         hits = int((chain[:n] & counted).sum())
         out.append((Counts(hits, int(counted.sum())), Counts(hits, cond_total)))
     return out
 
 
 def specforge_counts(
-    pred_target: Sequence[np.ndarray], verifier_full: np.ndarray, loss_mask: np.ndarray
+    pred_target: Sequence[np.ndarray],
+    verifier_full: np.ndarray,
+    loss_mask: np.ndarray,
+    *,
+    teacher_in_vocab: np.ndarray | None = None,
 ) -> list[Counts]:
     """acc counts per step for one sample, as SpecForge computes them (see the module docstring).
 
     pred_target[k]: as for `speculators_counts`; verifier_full: [T] the teacher's full-vocab argmax.
+    teacher_in_vocab: [T] whether that argmax is in the draft vocab; given (P-EAGLE), the rows
+    where it is not leave the total.
     """
     mask = np.asarray(loss_mask).astype(bool).copy()
     t = mask.size
@@ -85,6 +106,8 @@ def specforge_counts(
     for k, pred in enumerate(pred_target):
         n = t - 1 - k
         counted = mask[k : k + n]
+        if teacher_in_vocab is not None:
+            counted = counted & teacher_in_vocab[1 + k : 1 + k + n]
         hit = np.asarray(pred) == verifier_full[1 + k : 1 + k + n]
         out.append(Counts(int((hit & counted).sum()), int(counted.sum())))
     return out

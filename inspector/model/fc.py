@@ -69,3 +69,14 @@ def fc_wired(draft: Draft, slots: list[torch.Tensor]) -> torch.Tensor:
     return fc_combine(
         draft, [fc_block_project(draft, s, b, blocks[b]) for b, s in enumerate(slots)]
     )
+
+
+def mask_feature(draft: Draft) -> torch.Tensor:
+    """P-EAGLE's fc output for its depth >= 1 slots, [H]: the trainers put `mask_hidden` through
+    the optional input/fc norms and fc like any target feature (docs/peagle.md section 2)."""
+    cfg = draft.config
+    ht = cfg.target_hidden_size
+    m = draft.weights["mask_hidden"]
+    return fc_project(
+        draft, fc_input(draft, [m[b * ht : (b + 1) * ht] for b in range(cfg.num_fc_blocks)])
+    )

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from inspector.draft import Draft
 from inspector.model.attention import DEFAULT_CHUNKING, AttendSpec, Chunking, LayerCache
 from inspector.model.decoder import layer
+from inspector.model.fc import mask_feature
 from inspector.model.heads import draft_logits
 from inspector.model.rope import rms_norm, rope_cos_sin
 from inspector.model.weights import LayerWeights, resolve_layers
@@ -62,14 +63,21 @@ def _steps(
     base_pos = torch.arange(r, device=h.device) + position_offset
     caches = [LayerCache(cfg.sliding_window(i)) for i in range(cfg.num_layers)]
     hidden = h
+    par = cfg.parallel
     for k in range(steps):
-        # Step k reads x_{j+1+k}; rows past the end get the padding id 0, as the peers do.
-        # Under causal + diagonal attention they cannot reach the kept rows.
-        tok_k = torch.zeros_like(tokens)
-        tok_k[:, : r - k] = tokens[:, k:]
+        if par is not None and k > 0:
+            # P-EAGLE depth k: the mask token and fc(mask_hidden) in every row, under the same
+            # mask (docs/peagle.md): the trainers' parallel slots, all rows at once.
+            tok_k = torch.full_like(tokens, par.mask_token_id)
+            hidden = mask_feature(draft).to(h.dtype).expand_as(h)
+        else:
+            # Step k reads x_{j+1+k}; rows past the end get the padding id 0, as the peers do.
+            # Under causal + diagonal attention they cannot reach the kept rows.
+            tok_k = torch.zeros_like(tokens)
+            tok_k[:, : r - k] = tokens[:, k:]
         x = draft_step(draft, layers, hidden, tok_k, base_pos + k, caches, chunking=chunking)
         yield k, x
-        if k + 1 < steps:
+        if k + 1 < steps and par is None:
             hidden = next_input(draft, x)
 
 

@@ -17,6 +17,7 @@ from inspector.model import (
     resolve_layers,
     topk_logprobs,
 )
+from inspector.model.parallel import refuse_parallel
 from inspector.serving.beam import Trees, build_trees
 from inspector.serving.spec import DraftSpec
 
@@ -26,6 +27,7 @@ class LiveDraft:
     target's features), and the tree of a round drafted from the last committed row."""
 
     def __init__(self, draft: Draft, spec: DraftSpec, position_offset: int = 1) -> None:
+        refuse_parallel(draft, "the live drafter")
         self.draft = draft
         self.spec = spec
         self.offset = position_offset

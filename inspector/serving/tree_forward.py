@@ -33,6 +33,7 @@ from inspector.model import (
     step0_at_rows,
     topk_logprobs,
 )
+from inspector.model.parallel import refuse_parallel
 from inspector.serving.beam import Candidates, Trees, accepted_path, beam_candidates, build_trees
 from inspector.serving.spec import DraftSpec
 
@@ -59,6 +60,7 @@ class RowTrees:
         chunking: Chunking = DEFAULT_CHUNKING,
         rows: torch.Tensor | None = None,
     ) -> None:
+        refuse_parallel(draft, "the tree replay (--topk > 1)")
         self.draft = draft
         self.spec = spec
         self.chunking = chunking
