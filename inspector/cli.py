@@ -197,7 +197,7 @@ def _add_accept_parser(sub: argparse._SubParsersAction) -> None:
         metavar="M",
         help="--live: tokens to generate per prompt, the prefill's included (default 128)",
     )
-    add_sampling_args(p)
+    add_sampling_args(p, when="--live, or SAMPLES with --target")
     p.add_argument(
         "--out",
         metavar="DIR",

@@ -17,6 +17,7 @@ from inspector.commands.common import (
 )
 from inspector.commands.gates import accept_gate, gate_exit
 from inspector.commands.output import safe, stdout_console, write_json
+from inspector.errors import InputError
 from inspector.formatting import fmt_float, pct
 from inspector.progress import progress_bar
 
@@ -43,9 +44,11 @@ def run_accept(args: argparse.Namespace) -> int:
 
         report = run_live(args, spec, err, engine)
     else:
-        report = _replay(args, spec, err, init_from_env, engine)
+        report, ev = _replay(args, spec, err, init_from_env, engine)
         if report is None:
             return 0
+        if args.temperature > 0:
+            _expect_at_temperature(args, report, ev, err)
     print_skips(err, report)
     for line in honesty_notes(report):
         err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
@@ -79,8 +82,46 @@ def _replay(args, spec, err, init_from_env, engine):
             progress=advance,
         )
     if dist_ctx is not None:
-        return gather_accept(dist_ctx, report)
-    return report
+        return gather_accept(dist_ctx, report), ev
+    return report, ev
+
+
+def _expect_at_temperature(args, report, ev, err) -> None:
+    """Each replayed round's odds under the engine's rule at --temperature, from the target's
+    verification of the draft's trees (`serving.expected_replay`)."""
+    from inspector.commands.arguments import verification_from_args
+    from inspector.serving.expected_replay import sample_odds
+    from inspector.serving.sampling_settings import Sampling, SamplingSettings
+
+    if not args.target:
+        raise InputError(
+            None,
+            "--temperature",
+            "on samples the expectation needs the target's distributions: pass --target DIR "
+            "(or run the engine's rounds with --live)",
+        )
+    sampling = Sampling(args.temperature, args.top_k, args.top_p)
+    verification = verification_from_args(args, report.engine)
+    if verification.rule.samples_drafts:
+        raise InputError(
+            None,
+            "--verify",
+            f"{verification.rule.value} samples its drafts: on saved samples only the "
+            "target-only rules apply (accept --live runs it)",
+        )
+    verification.check_tree(report.spec.is_chain)
+    from inspector.capture.target import TargetModel
+
+    target = TargetModel(args.target, dtype=args.dtype, device=str(ev.device))
+    n = sum(len(w.per_sample) for w in report.wirings)
+    with progress_bar("verifying at the temperature", err) as advance:
+        done = 0
+        for w in report.wirings:
+            for s in w.per_sample:
+                s.odds = sample_odds(ev, target, s, w.wiring, report.spec, sampling, verification)
+                done += 1
+                advance(done, n)
+    report.sampling = SamplingSettings(sampling, verification)
 
 
 def honesty_notes(report) -> list[str]:

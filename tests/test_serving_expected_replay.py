@@ -1,0 +1,91 @@
+"""The expectation at a temperature on saved samples (`serving/expected_replay.py`): each replayed
+round's odds from the target's batched verification of the draft's trees.
+
+Held three ways on the demo:
+- against the live loop: on the sequences `accept --live --temperature --out` wrote, every round
+  the replay takes is the loop's round, and its odds are the loop's (the loop verified the same
+  tree against the same target, with a KV cache instead of one batched forward: float32
+  rounding apart, 1e-4 on a probability);
+- on the demo's held-out samples, which are the target's own continuations sampled at
+  temperature 0.7: the realised walk is consistent with the expectation at 0.7 (|z| < 4, the
+  stated interval), and not at 0.3 (the data is not what the target samples there);
+- on the samples the draft was trained on: the draft has learnt their sampled tokens, so it
+  accepts far more than the target's sampling would give (z > 4).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from inspector.cli import main  # noqa: E402
+
+DEMO = Path(__file__).resolve().parent.parent / "assets" / "demo"
+TARGET, DRAFT = DEMO / "target", DEMO / "draft"
+pytestmark = [
+    pytest.mark.skipif(not (DRAFT / "config.json").is_file(), reason="assets/demo not built"),
+    pytest.mark.usefixtures("one_thread"),
+]
+
+
+def _accept(capsys, samples, *extra) -> dict:
+    capsys.readouterr()
+    argv = ["accept", str(DRAFT), str(samples), "--target", str(TARGET), "--device", "cpu"]
+    assert main([*argv, "--json", *map(str, extra)]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_replays_odds_are_the_live_loops(capsys, tmp_path):
+    from inspector.formats import load_draft
+    from inspector.serving.live import live_accept
+    from inspector.serving.spec import DraftSpec
+
+    draft = load_draft(DRAFT, target=TARGET, dtype=torch.float32, device="cpu")
+    out = tmp_path / "live"
+    live = live_accept(
+        draft, TARGET, DEMO / "prompts.jsonl", DraftSpec(3), ["train"], max_new=40,
+        temperature=0.7, top_k=20, seed=4, out=out, limit=3,
+    ).wirings[0]  # fmt: skip
+    rep = _accept(capsys, out / "train", "--wiring", "train", "--temperature", "0.7", "--top-k", 20)
+    w = rep["wirings"][0]
+    assert rep["config"]["sampling"]["temperature"] == 0.7
+    for s_live, s_rep in zip(live.per_sample, w["per_sample"], strict=True):
+        assert s_rep["accepted"] == s_live.accepted.tolist()
+        got, want = s_rep["expected"], s_live.odds.expected.tolist()
+        # rounds past the sample's tokens take their realised count (none here but the last)
+        inside = len(want) - 1
+        assert got[:inside] == pytest.approx(want[:inside], abs=1e-4)
+    assert w["expected"]["expected_accepted"] == pytest.approx(
+        live.expectation.expected, abs=1e-3 * len(w["per_sample"]) * 40
+    )
+
+
+def test_on_the_targets_own_samples_the_walk_realises_the_expectation(capsys):
+    held = DEMO / "samples" / "held"
+    at = _accept(capsys, held, "--wiring", "train", "--temperature", "0.7", "--limit", 16)
+    e = at["wirings"][0]["expected"]
+    assert abs(e["z"]) < 4, e
+    assert e["ci_low"] <= e["accept_length"] <= e["ci_high"]
+    colder = _accept(capsys, held, "--wiring", "train", "--temperature", "0.3", "--limit", 16)
+    assert colder["wirings"][0]["expected"]["z"] < -4  # not the data the target samples at 0.3
+
+
+def test_on_its_own_training_samples_the_draft_beats_the_targets_sampling(capsys):
+    train = DEMO / "samples" / "train"
+    e = _accept(capsys, train, "--wiring", "train", "--temperature", "0.7", "--limit", 8)
+    assert e["wirings"][0]["expected"]["z"] > 4
+
+
+def test_what_the_samples_path_refuses(capsys):
+    held = DEMO / "samples" / "held"
+    capsys.readouterr()
+    rc = main(["accept", str(DRAFT), str(held), "--temperature", "0.7", "--limit", "1"])
+    assert rc == 2 and "--target" in capsys.readouterr().err
+    argv = ["accept", str(DRAFT), str(held), "--target", str(TARGET), "--temperature", "0.7"]
+    rc = main([*argv, "--verify", "vllm-probabilistic", "--limit", "1"])
+    assert rc == 2 and "samples its drafts" in capsys.readouterr().err
