@@ -676,8 +676,7 @@ async def test_tau_on_generated_requests_is_accepts_under_both_conventions(capsy
 
 async def test_the_fills_repaints_wait_for_a_pause_in_the_input(syn):
     """While input keeps arriving, the fill's results reach the state but not the sample list
-    (a changed row re-renders the whole list, a frame a key press would wait for); the first
-    pause paints them."""
+    (nor the accuracy bar: frames a key press would wait for); the first pause paints them."""
     app = make_app(syn, fill=True)
 
     def cur_cells() -> list[str]:
