@@ -322,18 +322,20 @@ class SampleList(ScrollView, can_focus=True):
         offset = event.get_content_offset(self)
         if offset is None:
             return None, 0
+        x = offset.x + round(self.scroll_x)
         if offset.y == 0:
-            return -1, offset.x
+            return -1, x
         line = offset.y - 1 + round(self.scroll_y)
-        return (line if 0 <= line < self.n else None), offset.x + round(self.scroll_x)
+        return (line if 0 <= line < self.n else None), x
 
     def on_mouse_move(self, event: events.MouseMove) -> None:
         line, _ = self._line_at(event)
         old, self._hover = self._hover, line
         shown, self._hover_shown = self._hover_shown, True
         if old != line or not shown:
-            for y in {old, line} - {None}:
-                self._refresh_line(y)  # type: ignore[arg-type]
+            for y in (old, line):
+                if y is not None:
+                    self._refresh_line(y)
 
     def on_leave(self) -> None:
         self._show_hover(False)
