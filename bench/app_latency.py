@@ -235,7 +235,7 @@ async def key_latencies(inputs: Inputs, moves: int, switches: int) -> dict[str, 
         for s in far:
             await wait_idle(pilot)
             lst.focus()
-            lst.move_cursor(row=lst.get_row_index(str(s)))
+            lst.show_sample(s)
             await pilot.pause()
             out["sample switch uncached"].append(
                 await timed_key(

@@ -144,8 +144,7 @@ async def test_full_flow_matches_eval_json(dataset, syn, capsys):
         # sample list: current, reference and Δ for sample 0
         cur = train_r["per_sample"][0]["steps"][0]["all_tok"]["acc"]
         lst = main.query_one("SampleList")
-        row = lst.get_row("0")
-        assert row[3].plain == f"{100 * cur:.1f}"
+        assert lst.row_cells(0)[3] == f"{100 * cur:.1f}"
 
 
 async def test_ui_repaints_while_a_forward_runs(syn):
@@ -251,7 +250,7 @@ async def test_bad_sample_is_marked_and_the_app_keeps_working(tmp_path, capsys):
         main = app.main
         assert set(main.state.errors) >= {1}  # sample 1 is marked
         lst = main.query_one("SampleList")
-        assert lst.get_row("1")[0].plain == "✗" and lst.get_row("1")[3].plain == "error"
+        assert lst.row_cells(1)[0] == "✗" and lst.row_cells(1)[3] == "error"
         assert any("sample #1 skipped" in m for m in main.messages)
         assert app._notifications  # shown as a notification
         # Totals skip the bad sample, as eval does.
@@ -295,7 +294,7 @@ async def test_out_of_memory_is_reported_and_retried(syn):
         await settle(pilot, fill=False)
         main = app.main
         assert any("out of device memory" in m for m in main.messages)
-        assert main.query_one("SampleList").get_row("1")[0].plain == "✗"
+        assert main.query_one("SampleList").row_cells(1)[0] == "✗"
         fail["on"] = False
         await pilot.press("left_square_bracket", "right_square_bracket")
         await settle(pilot, fill=False)
@@ -709,13 +708,12 @@ async def test_tau_on_generated_requests_is_accepts_under_both_conventions(capsy
 
 async def test_the_fills_repaints_wait_for_a_pause_in_the_input(syn):
     """While input keeps arriving, the fill's results reach the state but not the sample list
-    (a changed row re-renders the whole list, a frame a key press would wait for); the first
-    pause paints them."""
+    (nor the accuracy bar: frames a key press would wait for); the first pause paints them."""
     app = make_app(syn, fill=True)
 
     def cur_cells() -> list[str]:
-        table = app.main.sample_list
-        return [table.get_cell(str(i), "cur").plain for i in range(table.n)]
+        lst = app.main.sample_list
+        return [lst.row_cells(i)[3] for i in range(lst.n)]
 
     async with app.run_test(size=(120, 40)) as pilot:
         typing = app.inputs.quiet_s

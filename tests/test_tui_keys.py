@@ -294,7 +294,7 @@ async def test_sort_cycle(opened_fill):
         seen.append(lst.sort_mode)
     assert seen == [1, 2, 3, 4, 0]
     await pilot.press("o", "o")  # by cur accuracy, lowest first
-    order = [int(lst.get_row_at(r)[1].plain) for r in range(lst.row_count)]
+    order = [int(lst.cells_at(r)[1]) for r in range(lst.row_count)]
     accs = [app.main.state.stats[(i, app.main.state.wiring)][0].all_tok.acc for i in order]
     assert accs == sorted(accs)
 

@@ -46,8 +46,8 @@ async def test_a_corrupt_first_sample_is_an_error_row_and_the_rest_shows(tmp_pat
         assert st.session is not None and st.session.first_sample == 1
         assert st.sample == 1 and st.view is not None and st.view.sample == 1
         assert set(st.errors) == {0}
-        row0 = app.main.query_one("SampleList").get_row("0")
-        assert row0[0].plain == "✗" and row0[3].plain == "error"
+        row0 = app.main.query_one("SampleList").row_cells(0)
+        assert row0[0] == "✗" and row0[3] == "error"
         assert sum("sample #0 skipped" in m and "data_0.pt" in m for m in app.main.messages) == 1
         assert "sample #1 of 3" in screen_text(app)
         assert st.totals[st.wiring].n_samples == 2  # the fill counts the two good ones

@@ -52,8 +52,9 @@ class Jobs:
     """The jobs over one loaded backend (see the module docstring)."""
 
     STATS_BATCH = 32
-    # Every batch repaints the sample list (DataTable re-renders all its visible rows): at 0.15 s
-    # that rendering was 40% of the UI thread's time during the fill and delayed key presses.
+    # Every batch repaints the accuracy bar and the changed lines of the sample list. At 0.15 s,
+    # when the list was a DataTable (every visible row re-rendered on any change), that rendering
+    # was 40% of the UI thread's time during the fill and delayed key presses.
     STATS_INTERVAL = 0.5
 
     def __init__(self, backend: Backend, reports: Reports, session: Summary) -> None:

@@ -149,10 +149,11 @@ class DeviceMessages(Screen):
         """Repaint the rows and the bar the fill changed, if the input paused for BATCH_QUIET_S
         (else they wait: `on_mount` checks again every BATCH_CHECK_S).
 
-        A changed row re-renders the whole sample list (DataTable keys every row's render cache
-        by one update counter), 30 ms a frame while the fill shares the CPU; a key press that
-        arrived during that frame waited for it (its p99 went from 41 to 94-124 ms). Painted in
-        a pause, it is in no key press's way; held keys defer it until they are released."""
+        A changed row repaints its own line of the sample list only (`widgets/samples.py`); the
+        bar re-renders whole. Painted in a pause, neither is in a key press's way; held keys
+        defer them until they are released. (When the list was a DataTable, any changed row
+        re-rendered every visible one, 30 ms a frame while the fill shared the CPU, and a key
+        press that arrived during that frame waited for it: p99 41 -> 94-124 ms.)"""
         if not (self._batch_rows or self._batch_accuracy):
             return
         if self.inputs.quiet_s() < BATCH_QUIET_S:

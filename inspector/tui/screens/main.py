@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.reactive import var
-from textual.widgets import DataTable, Footer
+from textual.widgets import Footer
 
 from inspector.formatting import printable
 from inspector.tui.input_clock import InputClock
@@ -24,8 +24,9 @@ from inspector.tui.screens.device_messages import DeviceMessages
 from inspector.tui.state import ViewModel, next_metrics
 from inspector.tui.widgets.accuracy import AccuracyBar
 from inspector.tui.widgets.header import HeaderBar
+from inspector.tui.widgets.sample_rows import COLUMN_SORTS
 from inspector.tui.widgets.sample_view import SampleView
-from inspector.tui.widgets.samples import COLUMN_SORTS, SampleList
+from inspector.tui.widgets.samples import SampleList
 from inspector.tui.widgets.strip import TokenStrip
 
 if TYPE_CHECKING:
@@ -239,15 +240,14 @@ class MainScreen(DeviceMessages):
         if self.state.view is not None and m.token >= 2:
             self.set_row(m.token - 2)
 
-    def on_data_table_header_selected(self, m: DataTable.HeaderSelected) -> None:
+    def on_sample_list_header_clicked(self, m: SampleList.HeaderClicked) -> None:
         """A click on a column header sorts by it."""
-        mode = COLUMN_SORTS.get(str(m.column_key.value))
+        mode = COLUMN_SORTS.get(m.column)
         if mode is not None:
             self.action_cycle_sort(mode)
 
-    def on_data_table_row_selected(self, m: DataTable.RowSelected) -> None:
-        if m.row_key.value is not None:
-            self.set_sample(int(m.row_key.value))
+    def on_sample_list_selected(self, m: SampleList.Selected) -> None:
+        self.set_sample(m.sample)
 
     # --- actions (the bindings in keys.py) ---------------------------------------------------------
     def action_step(self, delta: int) -> None:
