@@ -382,3 +382,92 @@ def test_enumeration_itself_is_exact() -> None:
     assert both == pytest.approx(
         {(0, True): 0.125, (0, False): 0.125, (2, True): 0.375, (2, False): 0.375}
     )
+
+
+# --- shapes, boundaries and refusals (what the mutation run showed untested) -------------------
+
+
+def test_target_probs_rowwise_on_any_batch_shape() -> None:
+    """One row ([V], the live loop's prefill), a batch of rows, and a [B, R, V] stack each give
+    every row its own distribution: the rule works along the last axis only."""
+    rng = np.random.default_rng(5)
+    logits = torch.tensor(rng.standard_normal((2, 3, 9)) * 2, dtype=torch.float64)
+    for s in (Sampling(0.0), Sampling(0.7, top_k=4, top_p=0.6), Sampling(1.0, top_p=0.9)):
+        whole = target_probs(logits, s)
+        assert whole.shape == logits.shape
+        for b in range(2):
+            for r in range(3):
+                one = target_probs(logits[b, r], s)
+                assert torch.allclose(whole[b, r], one, atol=1e-12)
+                assert one.tolist() == pytest.approx(
+                    _reference_probs(logits[b, r].tolist(), s)
+                    if not s.greedy
+                    else np.eye(9)[int(logits[b, r].argmax())].tolist(),
+                    abs=1e-12,
+                )
+        assert torch.allclose(whole.sum(-1), torch.ones(2, 3, dtype=whole.dtype))
+
+
+def test_top_p_ties_keep_the_lower_id() -> None:
+    # 0.4 first, then the two 0.3s: only the first of them fits under top-p 0.5
+    p = target_probs(
+        torch.tensor([[0.3, 0.3, 0.4]], dtype=torch.float64).log(), Sampling(1.0, top_p=0.5)
+    )
+    assert (p > 0).tolist() == [[True, False, True]]
+
+
+def test_threshold_single_reached_exactly_accepts_whatever_the_coin() -> None:
+    single = Verification(VerifyRule.SGLANG_TARGET_ONLY, threshold_single=0.25)
+    assert children_odds([0.25, 0.5], single) == pytest.approx([1.0, 0.0])
+
+
+def test_round_odds_clamp_what_float_rounding_pushes_past_one() -> None:
+    odds = RoundOdds.of(np.array([0.7, 0.6, 0.2]), [1, 1, 2], 2)
+    assert odds.at_least == (1.0, 0.2)
+    assert odds.expected == pytest.approx(1.2)
+
+
+def test_a_draft_token_q_could_not_have_drawn_is_rejected() -> None:
+    probs = torch.tensor([[0.5, 0.5], [0.5, 0.5], [0.5, 0.5]], dtype=torch.float64)
+    q = torch.tensor([[0.0, 1.0], [1.0, 0.0]], dtype=torch.float64)
+    reach = node_reach(probs, [0, 0], [-1, 0], PROBABILISTIC, q_drafted=[0.0, 1.0])
+    assert reach.tolist() == [0.0, 0.0]
+    dist = enumerate_process(
+        lambda u, c: _pair(sample_verify(probs, [0, 0], [-1, 0], PROBABILISTIC, u, c, q))
+    )
+    assert sum(w for (path, _), w in dist.items() if path) == 0.0
+    # the residual relu(p - q) then puts all the mass on token 0
+    assert dist == pytest.approx({((), 0): 1.0})
+
+
+def test_the_sampled_rules_refuse_what_they_cannot_verify() -> None:
+    probs = torch.full((3, 2), 0.5, dtype=torch.float64)
+    need_q = "^the sampled-draft rules need q\\(d\\) at every drafted node$"
+    with pytest.raises(ValueError, match=need_q):
+        node_reach(probs, [0, 1], [-1, 0], PROBABILISTIC)
+    with pytest.raises(ValueError, match=need_q):
+        node_reach(probs, [0, 1], [-1, 0], PROBABILISTIC, q_drafted=[0.5])
+    with pytest.raises(
+        ValueError, match="^sglang-rejection verifies chains: node 1 is not a chain's$"
+    ):
+        node_reach(probs, [0, 1], [-1, -1], REJECTION, q_drafted=[0.5, 0.5])
+    with pytest.raises(
+        ValueError, match="^the sampled-draft rules need the draft's distributions q$"
+    ):
+        sample_verify(probs, [0, 1], [-1, 0], PROBABILISTIC, lambda: 0.5, lambda p: 0)
+
+
+def test_top_p_drops_a_token_whose_mass_above_is_exactly_p() -> None:
+    # exactly [0.5, 0.25, 0.25] in float64: the third token has 0.75 above it, not below 0.75
+    logits = torch.tensor([[math.log(2), 0.0, 0.0]], dtype=torch.float64)
+    assert target_probs(logits, Sampling(1.0)).tolist() == [[0.5, 0.25, 0.25]]
+    assert (target_probs(logits, Sampling(1.0, top_p=0.75)) > 0).tolist() == [[True, True, False]]
+
+
+def test_the_process_takes_a_child_at_exactly_threshold_single() -> None:
+    probs = torch.tensor([[0.25, 0.5, 0.25], [1 / 3] * 3, [1 / 3] * 3], dtype=torch.float64)
+    single = Verification(VerifyRule.SGLANG_TARGET_ONLY, threshold_single=0.25)
+    dist = enumerate_process(
+        lambda u, c: _pair(sample_verify(probs, [0, 1], [-1, -1], single, u, c))
+    )
+    assert _paths(dist) == pytest.approx({(0,): 1.0})
