@@ -27,10 +27,9 @@ from inspector.doctor.reconciliation import (
     Reconciliation,
     Verdict,
     WiringCheck,
-    config_for,
-    fix_text,
     fmt_figure,
     logged_text,
+    serving_fix,
     short_label,
 )
 from inspector.formats.engine_log import EngineLog, RequestFigures
@@ -214,7 +213,6 @@ def reconcile(
         matches = full or matches
     label = {c.label: short_label(c.label) for c in checks}
     served = None
-    fix = None
     gap = None
     faults: list[str] = []
     if matches:
@@ -267,11 +265,7 @@ def reconcile(
             + "): the samples are not the requests the engine served (other prompts, sampling "
             "or max tokens), or the engine drafts otherwise than --steps/--topk say"
         )
-    serving_config = None
-    if verdict in (Verdict.WRONG_WIRING, Verdict.AS_IS) or best is not conf:
-        serving_config = config_for(best.wiring, report.slots, report.spec.steps)
-        if verdict is Verdict.WRONG_WIRING and serving_config is not None:
-            fix = fix_text(best, label, serving_config)
+    serving_config, fix = serving_fix(verdict, best, conf, report, label)
     if any(c.stats.is_bound for c in checks):
         notes.append(
             "some replayed requests end in a round drafted past what their samples hold of the "

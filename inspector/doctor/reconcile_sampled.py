@@ -31,9 +31,8 @@ from inspector.doctor.reconciliation import (
     Reconciliation,
     Verdict,
     WiringCheck,
-    config_for,
-    fix_text,
     logged_text,
+    serving_fix,
     short_label,
 )
 from inspector.formats.engine_log import EngineLog
@@ -168,7 +167,6 @@ def reconcile_sampled(
     settings = report.sampling.label() if report.sampling is not None else ""
     matches = [c for c in scored if c.equal]
     served = None
-    fix = None
     faults: list[str] = []
     if matches:
         m = best if best in matches else min(matches, key=_worst_z)
@@ -216,11 +214,7 @@ def reconcile_sampled(
             + "): the requests, the sampling settings or the verification rule are not the "
             "engine's (--temperature, --top-k, --top-p, --verify)"
         )
-    serving_config = None
-    if verdict in (Verdict.WRONG_WIRING, Verdict.AS_IS) or best is not conf:
-        serving_config = config_for(best.wiring, report.slots, report.spec.steps)
-        if verdict is Verdict.WRONG_WIRING and serving_config is not None:
-            fix = fix_text(best, label, serving_config)
+    serving_config, fix = serving_fix(verdict, best, conf, report, label)
     notes.append(
         f"sampled at {settings}: the engine's rounds are random, so its figure is held against "
         "each wiring's expectation under the rule (z per position, |z| <= 4), not count for "

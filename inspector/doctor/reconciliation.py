@@ -185,3 +185,17 @@ def fix_text(best: WiringCheck, label: dict[str, str], cfg: dict) -> str:
         f"serve it fed {label[best.label]}: eagle_aux_hidden_state_layer_ids {vllm_ids} for "
         f"vLLM, {sg_txt}"
     )
+
+
+def serving_fix(
+    verdict, best, conf, report, label: dict[str, str]
+) -> tuple[dict | None, str | None]:
+    """The best wiring's serving config (where the verdict names a wiring, or the best is not
+    the configured one) and, for the wrong wiring, the fix's words."""
+    if not (verdict in (Verdict.WRONG_WIRING, Verdict.AS_IS) or best is not conf):
+        return None, None
+    cfg = config_for(best.wiring, report.slots, report.spec.steps)
+    fix = (
+        fix_text(best, label, cfg) if verdict is Verdict.WRONG_WIRING and cfg is not None else None
+    )
+    return cfg, fix

@@ -126,41 +126,37 @@ class SampleList(ScrollView, can_focus=True):
     }
     """
 
-    class Selected(Message):
+    class _FromList(Message):
+        """A message of this list (`control` is the list, as Textual's own widgets' are)."""
+
+        def __init__(self, sample_list: SampleList) -> None:
+            super().__init__()
+            self.sample_list = sample_list
+
+        @property
+        def control(self) -> SampleList:
+            return self.sample_list
+
+    class Selected(_FromList):
         """A sample chosen (Enter, or a click on the cursor's line): show it."""
 
         def __init__(self, sample_list: SampleList, sample: int) -> None:
-            super().__init__()
-            self.sample_list = sample_list
+            super().__init__(sample_list)
             self.sample = sample
 
-        @property
-        def control(self) -> SampleList:
-            return self.sample_list
-
-    class Highlighted(Message):
+    class Highlighted(_FromList):
         """The cursor moved onto another sample (not selected)."""
 
         def __init__(self, sample_list: SampleList, sample: int) -> None:
-            super().__init__()
-            self.sample_list = sample_list
+            super().__init__(sample_list)
             self.sample = sample
 
-        @property
-        def control(self) -> SampleList:
-            return self.sample_list
-
-    class HeaderClicked(Message):
+    class HeaderClicked(_FromList):
         """A click on a column title; `column` is its key (COLUMNS, COLUMN_SORTS)."""
 
         def __init__(self, sample_list: SampleList, column: str) -> None:
-            super().__init__()
-            self.sample_list = sample_list
+            super().__init__(sample_list)
             self.column = column
-
-        @property
-        def control(self) -> SampleList:
-            return self.sample_list
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
