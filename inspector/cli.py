@@ -392,6 +392,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_eval(args)
         if command == "accept" and args.sweep and args.fail_under is not None:
             raise InputError(None, "--fail-under", "gates a replay or --live, not --sweep")
+        if command == "accept" and args.sweep and args.temperature > 0:
+            raise InputError(
+                None, "--temperature", "the sweep ranks greedy settings; not with --sweep"
+            )
         if command == "accept" and args.sweep:
             from inspector.commands.accept_sweep import run_sweep_command
 

@@ -343,3 +343,8 @@ def test_accept_sweep_lists_are_positive_integers(capsys):
     with pytest.raises(SystemExit):
         main(["accept", "--sweep", "--sweep-steps", "1,0"])
     assert "comma-separated integers" in capsys.readouterr().err
+
+
+def test_the_sweep_refuses_a_temperature(capsys):
+    rc = main(["accept", "--sweep", "--temperature", "0.6"])
+    assert rc == 2 and "not with --sweep" in capsys.readouterr().err
