@@ -252,3 +252,28 @@ def test_the_report_holds_the_table_chart_settings_and_fingerprints(capsys, run,
     assert fingerprint(ckpt) != before
     rc, _, err = _sweep(capsys, folder, samples, "--report", tmp_path / "r.txt")
     assert rc == 2 and ".md or .html" in err
+
+
+def test_mixed_layouts_in_one_run_each_read_by_its_own_adapter(capsys, tmp_path) -> None:
+    """The same P-EAGLE weights as speculators and as SpecForge saved them (the golden fixtures):
+    both evaluated, the second with a note naming the layouts, their figures equal; a SpecForge
+    save without its mask token is refused in one line and the run goes on."""
+    golden = Path(__file__).resolve().parent / "fixtures" / "golden"
+    spec_dir, sf_dir = golden / "speculators-peagle", golden / "specforge-peagle"
+    run = tmp_path / "run"
+    shutil.copytree(spec_dir / "checkpoint", run / "epoch_0_step_10")
+    shutil.copytree(sf_dir / "checkpoint", run / "epoch_1_step_20")
+    cfg = json.loads((run / "epoch_1_step_20" / "config.json").read_text())
+    (run / "epoch_1_step_20" / "config.json").write_text(json.dumps({**cfg, "ptd_token_id": 127}))
+    shutil.copytree(sf_dir / "checkpoint", run / "epoch_2_step_30")
+    rc, out, err = _sweep(capsys, run, spec_dir / "samples", "--fresh", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    a, b = doc["checkpoints"]
+    assert (a["name"], b["name"]) == ("epoch_0_step_10", "epoch_1_step_20")
+    assert a["note"] is None
+    assert "its layout is specforge, epoch_0_step_10's speculators" in b["note"]
+    assert a["accept_length"] == b["accept_length"] and a["per_depth"] == b["per_depth"]
+    (refused,) = doc["refused"]
+    assert Path(refused["path"]).name == "epoch_2_step_30" and "mask_token_id" in refused["why"]
+    assert sum(line.startswith("skipped") for line in err.splitlines()) == 1
