@@ -724,3 +724,21 @@ async def test_the_fills_repaints_wait_for_a_pause_in_the_input(syn):
         assert app.main.sample_list.n == 4 and set(cur_cells()) == {"…"}
         app.inputs.quiet_s = typing  # the last input was long ago
         await until(pilot, lambda: "…" not in cur_cells(), timeout=5)
+
+
+async def test_a_p_eagle_draft_in_the_app_replays_its_depths_as_accept_does(capsys):
+    """P-EAGLE: the app runs every depth as a TTT step (its one forward) and replays τ's chain from
+    them, as `accept --steps K` does; no sample is marked failed."""
+    from inspector.session import Inputs
+
+    golden = Path(__file__).resolve().parent / "fixtures" / "golden" / "speculators-peagle"
+    inputs = Inputs(golden / "checkpoint", [str(golden / "samples")], None, None, None, False)
+    ref = eval_json(capsys, inputs, "train", command="accept", extra=("--steps", "4"))
+    app = make_app(inputs)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
+        st = app.main.state
+        assert st.spec == DraftSpec(4) and not any(st.errors.values())
+        total = st.set_accept(st.wiring)
+        w = ref["wirings"][0]
+        assert total.stats.rounds == w["rounds"] and total.stats.accepted == w["accepted"]

@@ -65,6 +65,11 @@ def default_loader(
         ev = load_evaluator(
             inputs, device=device, dtype=dtype, ttt_steps=ttt_steps, memory_budget=memory_budget
         )
+        parallel = ev.draft.config.parallel
+        if parallel is not None and ev.ttt_steps < parallel.num_depths:
+            # P-EAGLE: every depth is one TTT step of the one forward, and τ's chain is read
+            # from them (the sequential tree path refuses a parallel draft)
+            ev.ttt_steps = parallel.num_depths
         stage(f"reading the first of {len(ev.samples)} samples")
         first, skipped = first_loadable(ev.samples)
         decoder, notes = load_decoder(inputs)
