@@ -45,11 +45,14 @@ def _layer_cfg(edit):
         ),
         (
             lambda c: c.update(speculators_model_type="dspark"),
-            "config.json: speculators_model_type: 'dspark': a DSpark draft, not an EAGLE-3 draft",
+            "config.json: speculators_model_type: 'dspark': a DSpark draft, not an EAGLE-3 or "
+            "P-EAGLE draft",
         ),
         (
             lambda c: c.update(architectures=["DFlashDraftModel"]),
-            "config.json: architectures: 'DFlashDraftModel': a DFlash (block diffusion drafting) draft",
+            "config.json: architectures: 'DFlashDraftModel': a DFlash (block diffusion drafting) "
+            "draft, it is not run yet: its forward drafts a block [anchor, mask x (B-1)] at once "
+            "with bidirectional attention inside the block",
         ),
         (
             lambda c: c.update(architectures=["DeepSeekMTPModel"]),

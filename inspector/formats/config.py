@@ -169,7 +169,13 @@ OTHER_FAMILIES_BY_KEY = {
     "pard_token": "PARD (parallel drafting)",
     "ptd_token_id": "P-EAGLE (parallel drafting)",
 }
-NOT_EAGLE3 = "not an EAGLE-3 draft, which is all this tool runs"
+NOT_EAGLE3 = "not an EAGLE-3 or P-EAGLE draft, which is what this tool runs"
+# What running a DFlash draft would need that the tool does not have yet (its refusal says so).
+DFLASH_MISSING = (
+    "it is not run yet: its forward drafts a block [anchor, mask x (B-1)] at once with "
+    "bidirectional attention inside the block, its fused target features are injected into "
+    "every layer's keys and values, and its mask token is a row of the target's embedding"
+)
 # P-EAGLE (docs/peagle.md) is run: speculators marks it by speculators_model_type "peagle" (and
 # saves architectures ["PEagleDraftModel"], its class), SpecForge by its class name alone.
 PEAGLE_ARCHS = ("PEagleSpeculator", "PEagleDraftModel")
@@ -177,6 +183,10 @@ PEAGLE_ARCHS = ("PEagleSpeculator", "PEagleDraftModel")
 # mask_token_id; vLLM reads ptd_token_id (or PARD's pard_token) instead.
 PEAGLE_MASK_KEYS = ("mask_token_id", "ptd_token_id", "pard_token")
 DEFAULT_PEAGLE_DEPTHS = 8  # both trainers' num_depths default
+
+
+def _why(family: str) -> str:
+    return DFLASH_MISSING if family.startswith("DFlash") else NOT_EAGLE3
 
 
 def is_peagle(top: ConfigReader) -> bool:
@@ -193,7 +203,7 @@ def check_family(top: ConfigReader) -> None:
         family = OTHER_FAMILIES_BY_KIND.get(kind) if isinstance(kind, str) else None
         if family is None:
             raise top.error("speculators_model_type", f"{kind!r} is not an EAGLE-3 draft")
-        raise top.error("speculators_model_type", f"{kind!r}: a {family} draft, {NOT_EAGLE3}")
+        raise top.error("speculators_model_type", f"{kind!r}: a {family} draft, {_why(family)}")
     archs = top.get("architectures")
     if isinstance(archs, list):
         for arch in archs:
@@ -201,7 +211,7 @@ def check_family(top: ConfigReader) -> None:
             if family is None and isinstance(arch, str) and "MTP" in arch:
                 family = "MTP heads"
             if family is not None:
-                raise top.error("architectures", f"{arch!r}: a {family} draft, {NOT_EAGLE3}")
+                raise top.error("architectures", f"{arch!r}: a {family} draft, {_why(family)}")
     for key, family in OTHER_FAMILIES_BY_KEY.items():
         if peagle and key in PEAGLE_MASK_KEYS:
             continue  # read as the mask token by read_parallel
@@ -218,7 +228,7 @@ def check_family(top: ConfigReader) -> None:
                     f"marks a {family} draft, but neither speculators_model_type ('peagle') "
                     "nor architectures (PEagleDraftModel) says so",
                 )
-            raise top.error(key, f"marks a {family} draft, {NOT_EAGLE3}")
+            raise top.error(key, f"marks a {family} draft, {_why(family)}")
     eagle = top.sub("eagle_config")
     if eagle is not None:
         # ModelOpt's EAGLE-3 variants: only the standard layer arrangement is implemented.
