@@ -311,3 +311,18 @@ def test_trainer_counts_per_depth():
     # depth 1 row 0 targets position 2 (out of vocab): a miss for EAGLE-3, left out for P-EAGLE
     assert (sf_e3[1].hits, sf_e3[1].total) == (2, 3)
     assert (sf[1].hits, sf[1].total) == (2, 2)
+
+
+def test_the_doctor_runs_on_a_p_eagle_draft(root, capsys):
+    """The doctor's pipeline (step-0 scoring: depth 0 is EAGLE-3's step 0) runs on P-EAGLE and
+    reports its findings, the best wiring among them, as for any draft."""
+    import json
+
+    from inspector.cli import main
+
+    capsys.readouterr()
+    argv = ["doctor", str(root / "checkpoint"), str(root / "samples"), "--json", "--device", "cpu"]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["findings"] and doc["best_wiring"] is not None
+    assert {"wiring"} <= {f["kind"] for f in doc["findings"]}
