@@ -1,7 +1,8 @@
 """The real vLLM at a temperature: its CPU build's verification fault, named by `reconcile`.
 
 `bash .ci/vllm` also serves the demo draft (as shipped, k = 3, the eight prompts in one batch) at
-temperature 0.6 with seed 0 (`.ci/run_vllm.py --temperature 0.6`, folder train-k3-t0.6-batch).
+temperature 0.6 with seed 0 (`.ci/run_vllm.py --temperature 0.6`, folder
+t0.6/train-k3-t0.6-batch: a folder of its own, so the greedy runs' runs.json stays whole).
 That build expands the requests' temperatures into a copy it never reads back, so its target
 probabilities are garbage and nearly every draft is rejected (docs/vllm-cpu.md). Here: the
 engine's log says a mean acceptance length near 1 with next to nothing past position 0, the live
@@ -36,7 +37,7 @@ FOLDER = "train-k3-t0.6-batch"
 def test_reconcile_names_the_engines_fault_in_verification_at_a_temperature(capsys):
     from inspector.cli import main
 
-    folder = Path(RUNS or "") / FOLDER
+    folder = Path(RUNS or "") / "t0.6" / FOLDER
     if not (folder / "figures.json").is_file():
         pytest.fail(f"{folder}: no figures.json (the vLLM stage did not run at temperature 0.6)")
     vllm = json.loads((folder / "figures.json").read_text())
