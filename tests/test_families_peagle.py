@@ -326,3 +326,49 @@ def test_the_doctor_runs_on_a_p_eagle_draft(root, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["findings"] and doc["best_wiring"] is not None
     assert {"wiring"} <= {f["kind"] for f in doc["findings"]}
+
+
+def test_replay_past_the_stop_is_the_chain_over_the_continuation(draft, root):
+    """A sample captured with `--generate` carries the target's tokens past its stop, and the
+    engine counts its last rounds' drafts against them: the replay drafts those rounds over the
+    continuation. For P-EAGLE that used the sequential tree pass, which refuses a parallel draft,
+    so `accept` on such a capture skipped every sample. The chain over request + continuation is
+    teacher-forced TTT (no depth reads another's draft): cut a sample's tail into its
+    continuation and the rounds at the cut sample's starts accept what they accept in the whole."""
+    from inspector.sample import Continuation
+    from inspector.serving.replay import Replayer, round_starts
+    from inspector.serving.spec import DraftSpec
+    from inspector.serving.walk import chain_accepts
+
+    samples = SampleSet(root / "samples")
+    whole = samples[0]
+    t, c = whole.length, 5
+    # the fixture's random draft hits nothing: make its tokens the draft's own depth-0 argmax
+    # (row j predicts x_{j+2} from x_{..j+1}, so one token at a time), that rounds accept
+    ids = whole.input_ids.clone()
+    h = fc_project(draft, fc_input(draft, [whole.slots[j] for j in (0, 1, 2)]))[:-1]
+    d2t = draft.vocab.draft_to_target
+    with torch.inference_mode():
+        for j in range(t - 2):
+            z = forward_steps(draft, h[: j + 1], ids[1 : j + 2], steps=1)[0]
+            ids[j + 2] = d2t[z[j].argmax()]
+    whole = replace(whole, input_ids=ids)
+    samples = [whole]
+    cut = replace(
+        whole,
+        input_ids=whole.input_ids[: t - c],
+        slots=[s[: t - c] for s in whole.slots],
+        loss_mask=whole.loss_mask[: t - c],
+        continuation=Continuation(whole.input_ids[t - c :], [s[t - c :] for s in whole.slots]),
+    )
+    ev_whole = Evaluator(draft, SampleSet(root / "samples"), ttt_steps=3)
+    w = ev_whole.wiring("train")
+    ev_whole.samples = samples
+    full = chain_accepts([sp.hit for sp in ev_whole.predict(0, w).steps], t)
+    ev_cut = Evaluator(draft, SampleSet(root / "samples"), ttt_steps=3)
+    ev_cut.samples = [cut]
+    got = Replayer(ev_cut, DraftSpec(3)).a_by_start(0, w)
+    starts = round_starts(cut.loss_mask.numpy())
+    assert got.shape == (t,)
+    assert got[starts].tolist() == full[starts].tolist()
+    assert got[starts].sum() > 0

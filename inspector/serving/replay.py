@@ -27,7 +27,7 @@ from inspector.serving.engines import Engine, conventions, default_engine
 from inspector.serving.expectation import Expectation, SampleOdds
 from inspector.serving.sampling_settings import SamplingSettings
 from inspector.serving.spec import DraftSpec
-from inspector.serving.tree_forward import tree_accepts_many
+from inspector.serving.tree_forward import chain_accepts_forward, tree_accepts_many
 from inspector.serving.walk import AcceptStats, Round, Run, chain_accepts, generation_runs, walk
 from inspector.wiring import Wiring, named_label
 
@@ -378,6 +378,28 @@ class Replayer:
         on the CPU."""
         ev = self.ev
         dev = ev.device
+        if ev.draft.config.parallel is not None and all(s.is_chain for s in specs):
+            # A P-EAGLE chain over the rows past the stop: its depths read no other depth's
+            # draft, so teacher-forced TTT over the request and its continuation is the round
+            # (the tree forward drafts sequentially and refuses a parallel draft).
+            outs = retry_oom(
+                lambda chunking: chain_accepts_forward(
+                    ev.draft,
+                    h,
+                    ids.to(dev),
+                    specs,
+                    position_offset=ev.position_offset,
+                    chunking=chunking,
+                ),
+                ev.chunking,
+                dev,
+            )
+            kept = []
+            for o in outs:
+                a = np.zeros(o.shape[0], dtype=np.int64)
+                a[starts] = o.cpu().numpy()[starts]  # like the tree pass: the wanted starts only
+                kept.append(a)
+            return kept
         outs = retry_oom(
             lambda chunking: tree_accepts_many(
                 ev.draft,

@@ -243,3 +243,49 @@ def tree_accepts_many(
             out[rows + 1] = a
             outs.append(out)
     return outs
+
+
+def chain_accepts_forward(
+    draft: Draft,
+    h: torch.Tensor,
+    ids: torch.Tensor,
+    specs: Sequence[DraftSpec],
+    *,
+    position_offset: int = 1,
+    chunking: Chunking = DEFAULT_CHUNKING,
+) -> list[torch.Tensor]:
+    """a_by_start [T] of each chain setting in `specs` from teacher-forced TTT over `h` (fc
+    output, row j from position j) and `ids` (x_0..x_T-1): round after x_n drafts from row n-1
+    and accepts the leading steps whose argmax is the true token. For a draft whose steps read
+    no other step's draft (P-EAGLE's depths) this is the served chain exactly; the tree pass
+    (`RowTrees`) refuses such a draft."""
+    from inspector.model import iter_steps
+    from inspector.model.heads import draft_logits
+    from inspector.serving.walk import chain_accepts
+
+    t = ids.shape[0]
+    steps = max(s.steps for s in specs)
+    steps = min(steps, max(t - 2, 0))
+    d2t = draft.vocab.draft_to_target.to(ids.device)
+    hits = []
+    with torch.inference_mode():
+        if steps > 0:
+            for k, z in iter_steps(
+                draft, h[: t - 1], ids[1:t], steps, position_offset, chunking=chunking
+            ):
+                n = t - 2 - k  # rows 0..n-1 have a true token x_{j+2+k}
+                pred = (
+                    torch.cat(
+                        [
+                            draft_logits(draft, z[a : min(n, a + 256)]).argmax(-1)
+                            for a in range(0, n, 256)
+                        ]
+                    )
+                    if n > 0
+                    else torch.zeros(0, dtype=torch.long, device=ids.device)
+                )
+                hits.append((d2t[pred] == ids[2 + k : 2 + k + n]).cpu().numpy())
+    outs = []
+    for spec in specs:
+        outs.append(torch.from_numpy(chain_accepts(hits[: spec.steps], t)))
+    return outs
