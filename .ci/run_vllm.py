@@ -70,6 +70,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="a draft folder and its name (repeatable); a bare DIR is named after the folder",
     )
     ap.add_argument(
+        "--parallel",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a P-EAGLE variant: its speculative_config gets parallel_drafting True (vLLM does "
+        "not read it from the draft folder when the target is model=)",
+    )
+    ap.add_argument(
         "--aux-ids",
         action="append",
         default=[],
@@ -259,6 +267,7 @@ def run_one_llm(a, variant: str, draft: Path, k: int, prompts: list[list[int]], 
                 "method": "eagle3",
                 "model": str(draft),
                 "num_speculative_tokens": k,
+                **({"parallel_drafting": True} if variant in a.parallel else {}),
             },
             dtype=a.dtype,
             max_model_len=a.max_model_len,

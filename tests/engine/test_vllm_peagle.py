@@ -7,18 +7,19 @@ from the demo's EAGLE-3 draft (deterministic: mask token 511, mask_hidden = the 
 wiring's slots over assets/demo/samples/train). Measured on it: 666 drafts, 356 accepted
 ([356, 0, 0] per position), every request's per_step_accepted equal, one at a time and batched.
 
-What `.ci/vllm` would add to run this (not there yet):
+`.ci/vllm` runs it (step 3d):
 
-    python tests/engine/test_vllm_peagle.py --build "$out/peagle-draft"
+    python tests/engine/test_vllm_peagle.py --build "$work/peagle-draft"
     "$venv/bin/python" .ci/run_vllm.py --target assets/demo/target \
-        --draft peagle="$out/peagle-draft" --parallel peagle --prompts "$out/prompts.json" \
-        --k 3 --max-tokens 128 --dtype float32 --out "$out"
+        --draft peagle="$work/peagle-draft" --parallel peagle --prompts "$out/prompts.json" \
+        --k 3 --max-tokens 128 --dtype float32 --out "$out/peagle"
 
-with `.ci/run_vllm.py` given a `--parallel NAME` option that adds `"parallel_drafting": True`
-to that variant's speculative_config (vLLM does not read it from the draft: its speculators
-override applies to `model=`, the target, only). The folders are then peagle-k3-{one,batch}.
+`--parallel NAME` adds `"parallel_drafting": True` to that variant's speculative_config (vLLM does
+not read it from the draft: its speculators override applies to `model=`, the target, only). The
+folders are peagle/peagle-k3-{one,batch}, beside the greedy runs, not in their folder (each
+run_vllm.py call writes its own runs.json).
 
-Without EAGLE_VLLM_RUNS these tests skip; without the peagle-k3-* folders they skip too.
+Without EAGLE_VLLM_RUNS these tests skip; with it, a missing peagle run fails.
 """
 
 from __future__ import annotations
@@ -75,9 +76,9 @@ if __name__ != "__main__":
 
 
 def _run(mode: str) -> dict:
-    folder = Path(RUNS or "") / f"peagle-k{K}-{mode}"
+    folder = Path(RUNS or "") / "peagle" / f"peagle-k{K}-{mode}"
     if not (folder / "figures.json").is_file():
-        pytest.skip(f"{folder}: no figures.json (the vLLM stage did not serve the P-EAGLE draft)")
+        pytest.fail(f"{folder}: no figures.json (the vLLM stage did not serve the P-EAGLE draft)")
     return json.loads((folder / "figures.json").read_text())
 
 
@@ -111,7 +112,7 @@ def ours(tmp_path_factory) -> dict:
 def test_the_replay_gives_vllms_peagle_counts_exactly(mode, ours):
     vllm = _run(mode)
     served = json.loads(
-        (Path(RUNS or "") / f"peagle-k{K}-{mode}" / "draft_config.json").read_text()
+        (Path(RUNS or "") / "peagle" / f"peagle-k{K}-{mode}" / "draft_config.json").read_text()
     )
     assert served["speculators_model_type"] == "peagle"
     assert served["mask_token_id"] == MASK_TOKEN_ID
