@@ -154,7 +154,10 @@ async def test_ten_to_the_five_samples_stay_bounded():
         curs = [float(lst.cells_at(r)[3]) for r in range(0, n, 1000)]
         assert curs == sorted(curs)
         y = lst.cursor_row - round(lst.scroll_y) + 1  # the cursor's line is in view
-        assert 1 <= y <= VISIBLE and lst.render_line(y) is lst.render_line(y)
+        assert 1 <= y <= VISIBLE
+        first = lst.render_line(y)
+        built = lst.strips_built
+        assert lst.render_line(y) is first and lst.strips_built == built  # served from the cache
 
 
 async def test_keys_and_mouse():
