@@ -36,6 +36,51 @@ def test_vllm_log_lines_are_pooled_by_their_counts(tmp_path):
     assert not log.rounded
 
 
+# vLLM's start-up line (v1/engine/core.py), as its 0.32.0 CPU build writes it, shortened
+START = (
+    "(EngineCore pid=2656) INFO 12-03 07:08:49 [core.py:133] Initializing a V1 LLM engine "
+    "(v{version}) with config: model='/m/target', speculative_config=SpeculativeConfig("
+    "method='eagle3', model='/m/draft', num_spec_tokens=3), tokenizer='/m/target', "
+    "dtype=torch.float32, max_seq_len=512, device_config={device}, seed=0"
+)
+
+
+def test_vllm_start_up_names_the_build_and_its_speculative_config(tmp_path):
+    f = tmp_path / "vllm.log"
+    line = VLLM.format(mean="1.03", acc=34, drafted=2949, rates="0.028, 0.004, 0.002")
+    f.write_text("INFO starting\n" + START.format(version="0.32.0", device="cpu") + "\n" + line)
+    log = read_engine_log(f)
+    assert log.start is not None
+    assert (log.start.version, log.start.device, log.start.method) == ("0.32.0", "cpu", "eagle3")
+    assert (log.start.draft, log.start.spec_tokens) == ("/m/draft", 3)
+    assert log.start.where == "vllm.log:2" and log.start.label == "vLLM 0.32.0 on cpu"
+    assert (log.rounds, log.accepted, log.lines) == (983, 34, 1)
+    # a local version suffix is dropped; a config without a speculative part leaves it unknown
+    f.write_text(
+        START.format(version="0.32.0+cpu", device="cuda").split(", speculative_config")[0]
+        + ", device_config=cuda\n"
+        + line
+    )
+    start = read_engine_log(f).start
+    assert start is not None and (start.version, start.device) == ("0.32.0", "cuda")
+    assert (start.method, start.draft, start.spec_tokens) == (None, None, None)
+    # a start-up line of another form is not a fault: no build is known
+    f.write_text("Initializing a V1 LLM engine with config: model='x'\n" + line)
+    assert read_engine_log(f).start is None and read_engine_log(f).starts == []
+    # two builds in one log: which logged the figures is not known
+    f.write_text(
+        START.format(version="0.32.0", device="cpu")
+        + "\n"
+        + line
+        + "\n"
+        + START.format(version="0.32.0", device="cuda")
+        + "\n"
+        + line
+    )
+    two = read_engine_log(f)
+    assert len(two.starts) == 2 and two.start is None and two.lines == 2
+
+
 def test_vllm_log_faults_name_the_line(tmp_path):
     f = tmp_path / "cut.log"
     good = VLLM.format(mean="2.10", acc=220, drafted=600, rates="0.600, 0.350, 0.150")

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from inspector.doctor.known_faults import VLLM_CPU_EXPAND, known_faults
 from inspector.doctor.reconcile import reconcile
 from inspector.doctor.reconcile_sampled import (
     SAMPLING_FAULT,
@@ -18,7 +19,7 @@ from inspector.doctor.reconcile_sampled import (
     shortfall_text,
 )
 from inspector.doctor.reconciliation import Verdict
-from inspector.formats.engine_log import EngineLog
+from inspector.formats.engine_log import EngineLog, EngineStart
 from inspector.formats.samples import v1_slot_info
 from inspector.serving.expectation import SampleOdds
 from inspector.serving.replay import AcceptReport, SampleReplay, WiringAccept
@@ -216,6 +217,92 @@ def test_every_verdict_in_its_whole_words() -> None:
     assert other.matched is None and fault.matched is None
 
 
+CPU_0320 = EngineStart("vllm.log:16", "0.32.0", "cpu", "eagle3", "draft", 3)
+
+
+def _started(log: EngineLog, *starts: EngineStart) -> EngineLog:
+    log.starts = list(starts)
+    return log
+
+
+def test_a_build_known_to_verify_wrong_is_the_engines_fault_whatever_its_figure() -> None:
+    """vLLM's CPU build 0.32.0 at a temperature: its acceptance is random, and one CI run's
+    figure (86 accepted in 932 rounds) lay within the noise of the serve wiring, which the
+    statistics alone read as the wrong layers fed. Named from its start-up line, the build's
+    fault decides; the statistics are said as what they are."""
+    report = _report(_wiring((0, 1, 2), TRAIN), _wiring((1, 2, 3), SERVE))
+    counts = [148, 31, 5]  # within the noise of SERVE
+    assert reconcile(_log(1000, counts), report).verdict is Verdict.WRONG_WIRING
+    r = reconcile(_started(_log(1000, counts), CPU_0320), report)
+    assert r.verdict is Verdict.ENGINE_FAULT and r.matched is None and r.fix is None
+    assert r.faults == [VLLM_CPU_EXPAND.detail]
+    assert "expanded temperatures" in r.faults[0]
+    assert r.summary == (
+        "vLLM 0.32.0 on cpu (vllm.log:16) logged 1.18 (184 accepted in 1000 rounds, vLLM 1 "
+        "log line) at temperature 0.6, vllm-onehot verification: this build is known to "
+        f"verify wrong at a temperature, as {VLLM_CPU_EXPAND.what}, so the figure says "
+        "nothing about the draft; by chance it lies within the noise of what this draft is "
+        "expected to give fed [L2, L4, L6] (expected 1.19 [1.19, 1.19]), which alone would "
+        "read as the wrong layers fed (fed [embed, L2, L4] it is expected 1.70 [1.70, 1.70])"
+    )
+    assert r.to_dict()["engine_log"]["build"] == {
+        "version": "0.32.0",
+        "device": "cpu",
+        "method": "eagle3",
+        "draft": "draft",
+        "spec_tokens": 3,
+        "where": "vllm.log:16",
+    }
+    # the statistics agree: the shortfall's sentence follows the build's fault
+    short = reconcile(_started(_log(1000, [58, 0, 0]), CPU_0320), report)
+    assert short.verdict is Verdict.ENGINE_FAULT
+    assert short.summary.endswith(
+        "so the figure says nothing about the draft; it is below what every wiring is "
+        "expected to give on these requests (expected 1.70 [1.70, 1.70] fed [embed, L2, L4]); "
+        "the engine accepted no draft past position 0 (0 of 1,000 rounds at depth 2) where "
+        "this draft is expected to accept 20.0% of rounds at depth 2 under temperature 0.6, "
+        "vllm-onehot verification: an engine-side fault in verification"
+    )
+    best = reconcile(_started(_log(1000, [400, 195, 105]), CPU_0320), report)
+    assert best.verdict is Verdict.ENGINE_FAULT
+    assert best.summary.endswith(
+        "by chance it lies within the noise of what this draft is expected to give fed "
+        "[embed, L2, L4] (expected 1.70 [1.70, 1.70])"
+    )
+    above = reconcile(_started(_log(1000, [700, 500, 300]), CPU_0320), report)
+    assert above.verdict is Verdict.ENGINE_FAULT
+    assert above.summary.endswith(
+        "so the figure says nothing about the draft; it fits no wiring's expectation (expected "
+        "1.70 [1.70, 1.70] fed [embed, L2, L4], expected 1.19 [1.19, 1.19] fed [L2, L4, L6])"
+    )
+
+
+def test_only_the_builds_measured_to_verify_wrong_are_named() -> None:
+    report = _report(_wiring((0, 1, 2), TRAIN), _wiring((1, 2, 3), SERVE))
+    counts = [148, 31, 5]
+    others = [
+        EngineStart("vllm.log:3", "0.32.0", "cuda", "eagle3", "draft", 3),
+        EngineStart("vllm.log:3", "0.33.0", "cpu", "eagle3", "draft", 3),
+        EngineStart("vllm.log:3", "0.31.1", "cpu", "eagle3", "draft", 3),
+    ]
+    for start in others:
+        r = reconcile(_started(_log(1000, counts), start), report)
+        assert r.verdict is Verdict.WRONG_WIRING, start
+    # two start-ups of different builds: which logged the figures is not known
+    mixed = _started(_log(1000, counts), CPU_0320, others[0])
+    assert mixed.start is None
+    assert reconcile(mixed, report).verdict is Verdict.WRONG_WIRING
+    # a restart of the same build is still that build
+    again = _started(_log(1000, counts), CPU_0320, CPU_0320)
+    assert again.start == CPU_0320
+    assert reconcile(again, report).verdict is Verdict.ENGINE_FAULT
+    # the truth table of the rule itself: engine, device, version, temperature
+    assert known_faults("vllm", CPU_0320, 0.6) == [VLLM_CPU_EXPAND]
+    assert known_faults("vllm", CPU_0320, 0.0) == []
+    assert known_faults("sglang", CPU_0320, 0.6) == []
+    assert known_faults("vllm", None, 0.6) == []
+
+
 def test_the_configured_wiring_is_the_reference_of_a_fault() -> None:
     report = _report(_wiring((0, 1, 2), SERVE), _wiring((1, 2, 3), TRAIN))
     fault = reconcile(_log(1000, [0, 0, 0]), report, configured=0)
@@ -291,3 +378,22 @@ def test_the_expectations_json() -> None:
     assert d["expected_accepted_per_pos"] == pytest.approx([160, 80, 40])
     assert d["per_depth"] == pytest.approx(list(TRAIN))
     assert d["meaning"].startswith("accept_length: 1 + the sum over rounds")
+
+
+def test_the_table_marks_a_wiring_consistent_at_a_temperature_not_equal() -> None:
+    from rich.console import Console
+
+    from inspector.commands.reconcile import render
+
+    report = _report(_wiring((0, 1, 2), TRAIN), _wiring((1, 2, 3), SERVE))
+    r = reconcile(_started(_log(1000, [148, 31, 5]), CPU_0320), report)
+    console = Console(record=True, width=200)
+    console.print(render(r, report))
+    text = console.export_text()
+    serve = next(ln for ln in text.splitlines() if "serve [L2, L4, L6]" in ln)
+    assert serve.rstrip(" │").endswith("consistent")
+    conf = next(ln for ln in text.splitlines() if "configured [embed" in ln)
+    assert conf.rstrip(" │").endswith("best") and " equal " not in text.replace(
+        "requests equal", ""
+    )
+    assert "vLLM's CPU build 0.32.0 verifies sampled requests" in text

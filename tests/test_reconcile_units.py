@@ -294,6 +294,7 @@ def test_the_json_holds_every_figure():
         "accepted_per_pos": [1, 1, 0],
         "lines": 1,
         "requests": 2,
+        "build": None,  # per-request JSON lines name no build
     }
     assert d["requests_matched"] == 2 and d["verdict"] == "engine_fault"
     assert d["matched"] is None and d["best"] == "configured [embed, L2, L4]"

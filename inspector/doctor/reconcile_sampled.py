@@ -19,6 +19,10 @@ Then, as at temperature 0: consistent with the wiring the weights fit best, the 
 it is; with another wiring only, the engine feeds the wrong layers; below every wiring's
 expectation at some position, an engine-side fault in verification (its sampling path, not
 the draft); otherwise the requests or settings differ from the engine's.
+
+A build known to verify wrong at a temperature (`known_faults`, named by the log's start-up
+line) is an engine fault whatever its figure: its acceptance is random, and now and then lands
+within the noise of a wiring it was not fed. The statistics are still said, as what they are.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from inspector.doctor.known_faults import known_faults
 from inspector.doctor.reconciliation import (
     PositionCheck,
     Reconciliation,
@@ -166,54 +171,78 @@ def reconcile_sampled(
     figure = logged_text(log)
     settings = report.sampling.label() if report.sampling is not None else ""
     matches = [c for c in scored if c.equal]
+    m: WiringCheck | None = None
     served = None
     faults: list[str] = []
+    # what the statistics say: the verdict and its finding, the words after the logged figure
     if matches:
         m = best if best in matches else min(matches, key=_worst_z)
         served = m.label
         assert m.expected is not None
         if m is best:
             verdict = Verdict.AS_IS
-            summary = (
-                f"{engine_name} logged {figure} at {settings}; this draft is "
-                f"{expected_text(m.expected)} when fed {label[m.label]}, the wiring it fits "
-                "best of those tried, and the engine's acceptance at every position is within "
-                "the noise of it: the draft is what it is"
+            finding = (
+                f"; this draft is {expected_text(m.expected)} when fed {label[m.label]}, the "
+                "wiring it fits best of those tried, and the engine's acceptance at every "
+                "position is within the noise of it"
             )
+            conclusion = ": the draft is what it is"
         else:
             verdict = Verdict.WRONG_WIRING
             assert best.expected is not None
-            summary = (
-                f"{engine_name} logged {figure} at {settings}; that is what this draft is "
-                f"expected to give fed {label[m.label]} ({expected_text(m.expected)}), while "
-                f"fed {label[best.label]} it is {expected_text(best.expected)}"
+            finding = (
+                f"; that is what this draft is expected to give fed {label[m.label]} "
+                f"({expected_text(m.expected)}), while fed {label[best.label]} it is "
+                f"{expected_text(best.expected)}"
                 + (", what its config names" if best is conf else "")
-                + ": your engine feeds the wrong layers"
             )
+            conclusion = ": your engine feeds the wrong layers"
     elif all(below(log, c.expected, c.positions) for c in scored if c.expected is not None):
         verdict = Verdict.ENGINE_FAULT
         assert ref.expected is not None
-        summary = (
-            f"{engine_name} logged {figure} at {settings}, below what every wiring is expected "
-            f"to give on these requests ({expected_text(ref.expected)} fed {label[ref.label]})"
+        finding = (
+            f", below what every wiring is expected to give on these requests "
+            f"({expected_text(ref.expected)} fed {label[ref.label]})"
         )
         if ref.positions is not None:
-            summary += "; " + shortfall_text(ref.positions, report)
+            conclusion = "; " + shortfall_text(ref.positions, report)
         else:
-            summary += ": an engine-side fault in verification"
+            conclusion = ": an engine-side fault in verification"
         faults = [SAMPLING_FAULT]
     else:
         verdict = Verdict.OTHER_DATA
-        summary = (
-            f"{engine_name} logged {figure} at {settings}, which fits no wiring's expectation ("
-            + ", ".join(
-                f"{expected_text(c.expected)} fed {label[c.label]}"
-                for c in scored
-                if c.expected is not None
-            )
-            + "): the requests, the sampling settings or the verification rule are not the "
+        finding = f", which {_fits_none(scored, label)}"
+        conclusion = (
+            ": the requests, the sampling settings or the verification rule are not the "
             "engine's (--temperature, --top-k, --top-p, --verify)"
         )
+    summary = f"{engine_name} logged {figure} at {settings}{finding}{conclusion}"
+    temperature = report.sampling.sampling.temperature if report.sampling is not None else 0.0
+    build_faults = known_faults(log.engine, log.start, temperature)
+    if build_faults and log.start is not None:
+        # the build's fault decides; what the statistics alone say follows, as what it is
+        if verdict in (Verdict.AS_IS, Verdict.WRONG_WIRING):
+            assert m is not None and m.expected is not None and best.expected is not None
+            stats = (
+                f"by chance it lies within the noise of what this draft is expected to give "
+                f"fed {label[m.label]} ({expected_text(m.expected)})"
+            )
+            if verdict is Verdict.WRONG_WIRING:
+                stats += (
+                    f", which alone would read as the wrong layers fed (fed {label[best.label]} "
+                    f"it is {expected_text(best.expected)})"
+                )
+        elif verdict is Verdict.ENGINE_FAULT:
+            stats = "it is" + finding.removeprefix(",") + conclusion
+        else:
+            stats = f"it {_fits_none(scored, label)}"
+        summary = (
+            f"{log.start.label} ({log.start.where}) logged {figure} at {settings}: this build "
+            f"is known to verify wrong at a temperature, as {build_faults[0].what}, so the "
+            f"figure says nothing about the draft; {stats}"
+        )
+        verdict, served = Verdict.ENGINE_FAULT, None
+        faults = [f.detail for f in build_faults]
     serving_config, fix = serving_fix(verdict, best, conf, report, label)
     notes.append(
         f"sampled at {settings}: the engine's rounds are random, so its figure is held against "
@@ -234,6 +263,15 @@ def reconcile_sampled(
         notes,
         serving_config,
     )
+
+
+def _fits_none(scored: list[WiringCheck], label: dict[str, str]) -> str:
+    every = ", ".join(
+        f"{expected_text(c.expected)} fed {label[c.label]}"
+        for c in scored
+        if c.expected is not None
+    )
+    return f"fits no wiring's expectation ({every})"
 
 
 def _worst_z(c: WiringCheck) -> float:

@@ -128,6 +128,7 @@ class Reconciliation:
                 "accepted_per_pos": log.accepted_per_pos,
                 "lines": log.lines,
                 "requests": len(log.requests),
+                "build": log.start.to_dict() if log.start is not None else None,
             },
             "requests_matched": self.requests_matched,
             "wirings": [c.to_dict() for c in self.checks],

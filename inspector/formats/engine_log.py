@@ -5,7 +5,10 @@
   rate: 0.600, 0.300, 0.162, Avg Draft acceptance rate: 35.4%" once per stats interval (the counts
   reset after each line). Several lines are pooled by their counts; drafts = drafted tokens / k
   (k: the number of per-position rates; vLLM drafts k tokens a round unless a token budget trims
-  them).
+  them). Where the log holds the engine's start-up ("Initializing a V1 LLM engine (v0.32.0) with
+  config: model=..., speculative_config=SpeculativeConfig(method='eagle3', model=...,
+  num_spec_tokens=3), ..., device_config=cpu, ..."), the build and its speculative config are
+  read too: some builds are known to verify wrong (`doctor.known_faults`).
 - vLLM's Prometheus text (`/metrics`): the cumulative counters `vllm:spec_decode_num_drafts`,
   `vllm:spec_decode_num_draft_tokens`, `vllm:spec_decode_num_accepted_tokens` (`_total` suffix
   as prometheus_client writes counters) and `..._num_accepted_tokens_per_pos{position="i"}`,
@@ -44,6 +47,12 @@ VLLM_LINE = re.compile(
     r"Avg Draft acceptance rate: (?P<avg>[0-9.]+|nan)%"
 )
 SGLANG_LINE = re.compile(r"accept len: (?P<len>[0-9.]+|nan)")
+VLLM_START = re.compile(r"Initializing a V1 LLM engine \(v(?P<version>[^)\s]+)\) with config: ")
+VLLM_SPEC = re.compile(
+    r"speculative_config=SpeculativeConfig\(method='(?P<method>[^']*)', model='(?P<model>[^']*)', "
+    r"num_spec_tokens=(?P<k>\d+)"
+)
+VLLM_DEVICE = re.compile(r"device_config=(?P<device>[A-Za-z_]+)")
 PROM_LINE = re.compile(
     r"^(?P<name>vllm:spec_decode_num_(?:drafts|draft_tokens|accepted_tokens|"
     r"accepted_tokens_per_pos))(?:_total)?(?P<labels>\{[^}]*\})?\s+(?P<value>\S+)"
@@ -68,6 +77,32 @@ class RequestFigures:
     per_request_figure: bool = False
 
 
+@dataclass(frozen=True)
+class EngineStart:
+    """The engine's build and speculative config, as its start-up line states them."""
+
+    where: str  # "file:line"
+    version: str  # "0.32.0" (a local suffix such as "+cpu" dropped)
+    device: str | None = None  # "cpu", "cuda", ...
+    method: str | None = None  # "eagle3", ...
+    draft: str | None = None  # the draft model's path or name
+    spec_tokens: int | None = None  # num_speculative_tokens
+
+    @property
+    def label(self) -> str:
+        return f"vLLM {self.version}" + (f" on {self.device}" if self.device else "")
+
+    def to_dict(self) -> dict:
+        return {
+            "version": self.version,
+            "device": self.device,
+            "method": self.method,
+            "draft": self.draft,
+            "spec_tokens": self.spec_tokens,
+            "where": self.where,
+        }
+
+
 @dataclass
 class EngineLog:
     """The figures one file holds. Counts are None where the source gives none (a log line's
@@ -88,6 +123,22 @@ class EngineLog:
     # drafts, "spec_accept_length" (completion tokens / verify rounds, pooled)
     figure: str = "accept_length"
     requests: list[RequestFigures] = field(default_factory=list)
+    # the engine's start-up lines, where the log holds them (several: it was restarted)
+    starts: list[EngineStart] = field(default_factory=list)
+
+    @property
+    def start(self) -> EngineStart | None:
+        """The build that logged the figures: one start-up, or several of the same build and
+        speculative config (None where none is logged, or the log mixes builds)."""
+        if not self.starts:
+            return None
+        first = self.starts[0]
+        same = all(
+            (s.version, s.device, s.method, s.spec_tokens)
+            == (first.version, first.device, first.method, first.spec_tokens)
+            for s in self.starts
+        )
+        return first if same else None
 
     @property
     def description(self) -> str:
@@ -145,6 +196,11 @@ def _vllm_log(path: Path, lines: list[str]) -> EngineLog:
     acc = drafted = drafts = 0
     per_pos: list[float] | None = None
     for no, ln in enumerate(lines, start=1):
+        if "Initializing a V1 LLM engine" in ln:
+            start = _vllm_start(path, no, ln)
+            if start is not None:
+                out.starts.append(start)
+            continue
         if "SpecDecoding metrics:" not in ln:
             continue
         m = VLLM_LINE.search(ln)
@@ -176,6 +232,24 @@ def _vllm_log(path: Path, lines: list[str]) -> EngineLog:
     # the pooled counts are exact (the lines print them); only the per-position ones are rounded
     out.rounded = False
     return out
+
+
+def _vllm_start(path: Path, no: int, ln: str) -> EngineStart | None:
+    """The build and speculative config of a start-up line (None: not the line's known form,
+    which says nothing wrong about the figures)."""
+    m = VLLM_START.search(ln)
+    if m is None:
+        return None
+    config = ln[m.end() :]
+    spec, device = VLLM_SPEC.search(config), VLLM_DEVICE.search(config)
+    return EngineStart(
+        f"{path.name}:{no}",
+        m["version"].split("+")[0],
+        device=device["device"] if device else None,
+        method=spec["method"] if spec else None,
+        draft=spec["model"] if spec else None,
+        spec_tokens=int(spec["k"]) if spec else None,
+    )
 
 
 def _prometheus(path: Path, lines: list[str]) -> EngineLog:

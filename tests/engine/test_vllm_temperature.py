@@ -6,8 +6,10 @@ t0.6/train-k3-t0.6-batch: a folder of its own, so the greedy runs' runs.json sta
 That build expands the requests' temperatures into a copy it never reads back, so its target
 probabilities are garbage and nearly every draft is rejected (docs/vllm-cpu.md). Here: the
 engine's log says a mean acceptance length near 1 with next to nothing past position 0, the live
-loop at the same settings expects far more under vLLM's own rule, and reconcile says so in the
-words of an engine-side fault in verification.
+loop at the same settings expects far more under vLLM's own rule, and reconcile names the build's
+fault from the log's start-up line. The figure itself is random (1.01 to 1.09 seen in CI): now
+and then it lies within the noise of the serve wiring's expectation, so the verdict rests on the
+build, and only the configured wiring's shortfall is asserted of the statistics.
 
 Without EAGLE_VLLM_RUNS these tests skip: the main suite does not install the engine.
 """
@@ -65,13 +67,17 @@ def test_reconcile_names_the_engines_fault_in_verification_at_a_temperature(caps
     doc = json.loads(out.out)
     assert doc["engine_log"]["accepted_per_pos"] == vllm["accepted_per_pos"]
     assert doc["verdict"] == "engine_fault", doc["summary"]
+    build = doc["engine_log"]["build"]
+    assert (build["version"], build["device"], build["method"]) == ("0.32.0", "cpu", "eagle3")
+    assert build["spec_tokens"] == 3
+    assert "vLLM 0.32.0 on cpu" in doc["summary"]
+    assert "this build is known to verify wrong at a temperature" in doc["summary"]
     conf = doc["wirings"][0]
     assert conf["label"].startswith("configured")
     # the draft is expected to accept well past position 0 under vLLM's one-hot rule
     assert conf["expected"]["per_depth"][1] > 0.05
     assert min(p["z"] for p in conf["positions"]) < -4
-    assert "an engine-side fault in verification" in doc["summary"]
-    assert "under temperature 0.6, vllm-onehot verification" in doc["summary"]
+    assert "at temperature 0.6, vllm-onehot verification" in doc["summary"]
     assert any("expands" in f or "expanded temperatures" in f for f in doc["engine_fault_classes"])
     with capsys.disabled():
         print(
