@@ -8,7 +8,6 @@ its typed `DoctorOutcome` straight back to the screen, so nothing else routes th
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,19 +22,17 @@ from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from inspector.formatting import SEVERITY_STYLE, printable
-from inspector.tui.screens.dialogs import Dialog
+from inspector.tui.screens.job_dialog import JobDialog, check_cancel, run_guarded
 from inspector.wiring import WiringKey
 
 if TYPE_CHECKING:
+    import threading
+
     from inspector.doctor import DoctorReport, Finding
     from inspector.tui.engine import Engine
     from inspector.tui.summary import Summary
 
 N_SAMPLES = 4
-
-
-class DoctorCancelled(Exception):
-    """Raised from the doctor's progress callback once the screen is closed: stops the run."""
 
 
 @dataclass(frozen=True)
@@ -68,36 +65,34 @@ def doctor_job(
     also handles it (an out-of-memory error frees the device cache)."""
 
     def progress(stage: str, done: int, total: int) -> None:
-        if cancel.is_set():
-            raise DoctorCancelled()
+        check_cancel(cancel)
         post(DoctorProgress(f"doctor: {stage} {done}/{total}"))
 
-    def job(ev: Any) -> None:
-        from inspector.errors import InputError
+    def finished(**outcome: Any) -> DoctorFinished:
+        return DoctorFinished(DoctorOutcome(**outcome))
 
+    def job(ev: Any) -> None:
         try:
             from inspector.doctor import run_loaded
         except ImportError as e:
-            post(DoctorFinished(DoctorOutcome(error=f"not available in this build ({e})")))
+            post(finished(error=f"not available in this build ({e})"))
             return
-        try:
+
+        def body() -> None:
             # The CLI's pipeline, preflight included; the target head's folder is its --target.
-            report = run_loaded(ev, n_samples=n_samples, progress=progress)
-        except DoctorCancelled:
-            post(DoctorFinished(DoctorOutcome(cancelled=True)))
-            return
-        except InputError as e:
-            post(DoctorFinished(DoctorOutcome(error=str(e))))
-            return
-        except Exception as e:
-            post(DoctorFinished(DoctorOutcome(error=f"{type(e).__name__}: {e}")))
-            raise
-        post(DoctorFinished(DoctorOutcome(report=report)))
+            post(finished(report=run_loaded(ev, n_samples=n_samples, progress=progress)))
+
+        run_guarded(
+            body,
+            post,
+            failed=lambda text: finished(error=text),
+            cancelled=lambda: finished(cancelled=True),
+        )
 
     return job
 
 
-class DoctorScreen(Dialog[WiringKey | None]):
+class DoctorScreen(JobDialog[WiringKey | None]):
     BINDINGS = [
         Binding("escape,q", "close", "close"),
         Binding("a", "apply_best", "apply best wiring"),
@@ -110,7 +105,6 @@ class DoctorScreen(Dialog[WiringKey | None]):
         self.n_samples = n_samples
         self.report: DoctorReport | None = None
         self.findings: list[Finding] = []
-        self._cancel = threading.Event()
 
     def compose(self) -> ComposeResult:
         with Vertical(id="doctor-box", classes="dialog"):
@@ -167,12 +161,7 @@ class DoctorScreen(Dialog[WiringKey | None]):
             if f.wiring is not None:
                 t.append("  ⏎ apply", style="italic")
             options.append(Option(t))
-        ol = self.query_one(OptionList)
-        ol.clear_options()
-        ol.add_options(options)
-        if options:
-            ol.highlighted = 0
-            ol.focus()
+        if self.fill_options(options):
             self._show_detail(0)
 
     def _show_detail(self, index: int | None) -> None:
@@ -210,10 +199,3 @@ class DoctorScreen(Dialog[WiringKey | None]):
             self.notify("no result yet", markup=False)
             return
         self.close(tuple(int(x) for x in self.report.best_wiring))
-
-    def action_close(self) -> None:
-        self._cancel.set()
-        self.close(None)
-
-    def on_unmount(self) -> None:
-        self._cancel.set()

@@ -8,7 +8,6 @@ the screen, as the doctor screen's job does, so no torch object reaches the app.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,20 +21,18 @@ from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from inspector.formatting import fmt_float, printable
-from inspector.tui.screens.dialogs import Dialog
+from inspector.tui.screens.job_dialog import JobDialog, check_cancel, run_guarded
 from inspector.wiring import WiringKey
 
 if TYPE_CHECKING:
+    import threading
+
     from inspector.serving.spec import DraftSpec
     from inspector.tui.engine import Engine
 
 N_SAMPLES = 8
 # accept --sweep's default grid
 STEPS, TOPKS, TOKENS = (1, 2, 3, 4), (1, 2, 4), (4, 8, 16)
-
-
-class SweepCancelled(Exception):
-    """Raised from the sweep's progress callback once the screen is closed: stops the run."""
 
 
 @dataclass(frozen=True)
@@ -69,17 +66,15 @@ def sweep_job(
     `wiring`, each setting counted as `accept` counts it alone."""
 
     def progress(done: int, total: int) -> None:
-        if cancel.is_set():
-            raise SweepCancelled()
+        check_cancel(cancel)
         post(SweepProgress(done, total))
 
     def job(ev: Any) -> None:
-        from inspector.errors import InputError
-        from inspector.serving.cost import CostModel, sweep_grid
-        from inspector.serving.sweep import run_sweep
-        from inspector.wiring import Wiring
+        def body() -> None:
+            from inspector.serving.cost import CostModel, sweep_grid
+            from inspector.serving.sweep import run_sweep
+            from inspector.wiring import Wiring
 
-        try:
             specs, _ = sweep_grid(STEPS, TOPKS, TOKENS)
             report = run_sweep(
                 ev,
@@ -89,31 +84,25 @@ def sweep_job(
                 limit=n_samples,
                 progress=progress,
             )
-        except SweepCancelled:
-            return
-        except InputError as e:
-            post(SweepFinished(None, str(e)))
-            return
-        except Exception as e:
-            post(SweepFinished(None, f"{type(e).__name__}: {e}"))
-            raise
-        lines = [
-            SweepLine(
-                r.spec,
-                r.accept_length,
-                r.stats.is_bound,
-                r.speedup,
-                r.rank_speedup,
-                r.rank_accept,
-            )
-            for r in report.rows
-        ]
-        post(SweepFinished(sorted(lines, key=lambda x: x.rank_speedup)))
+            lines = [
+                SweepLine(
+                    r.spec,
+                    r.accept_length,
+                    r.stats.is_bound,
+                    r.speedup,
+                    r.rank_speedup,
+                    r.rank_accept,
+                )
+                for r in report.rows
+            ]
+            post(SweepFinished(sorted(lines, key=lambda x: x.rank_speedup)))
+
+        run_guarded(body, post, failed=lambda text: SweepFinished(None, text))
 
     return job
 
 
-class SweepScreen(Dialog["DraftSpec | None"]):
+class SweepScreen(JobDialog["DraftSpec | None"]):
     BINDINGS = [Binding("escape,q", "close", "close")]
 
     def __init__(self, engine: Engine, wiring: WiringKey, wiring_label: str) -> None:
@@ -122,7 +111,6 @@ class SweepScreen(Dialog["DraftSpec | None"]):
         self.wiring = wiring
         self.wiring_label = wiring_label
         self.lines: list[SweepLine] = []
-        self._cancel = threading.Event()
 
     def compose(self) -> ComposeResult:
         with Vertical(id="sweep-box", classes="dialog"):
@@ -163,13 +151,7 @@ class SweepScreen(Dialog["DraftSpec | None"]):
                 f"   {len(m.lines)} settings fed {printable(self.wiring_label)}",
             )
         )
-        options = [Option(self._line(x)) for x in m.lines]
-        ol = self.query_one(OptionList)
-        ol.clear_options()
-        ol.add_options(options)
-        if options:
-            ol.highlighted = 0
-            ol.focus()
+        self.fill_options([Option(self._line(x)) for x in m.lines])
 
     @staticmethod
     def _line(x: SweepLine) -> Text:
@@ -194,12 +176,4 @@ class SweepScreen(Dialog["DraftSpec | None"]):
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         i = event.option_index
         if 0 <= i < len(self.lines):
-            self._cancel.set()
             self.close(self.lines[i].spec)
-
-    def action_close(self) -> None:
-        self._cancel.set()
-        self.close(None)
-
-    def on_unmount(self) -> None:
-        self._cancel.set()
