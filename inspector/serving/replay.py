@@ -378,42 +378,34 @@ class Replayer:
         on the CPU."""
         ev = self.ev
         dev = ev.device
-        if ev.draft.config.parallel is not None and all(s.is_chain for s in specs):
-            # A P-EAGLE chain over the rows past the stop: its depths read no other depth's
-            # draft, so teacher-forced TTT over the request and its continuation is the round
-            # (the tree forward drafts sequentially and refuses a parallel draft).
-            outs = retry_oom(
-                lambda chunking: chain_accepts_forward(
-                    ev.draft,
-                    h,
-                    ids.to(dev),
-                    specs,
-                    position_offset=ev.position_offset,
-                    chunking=chunking,
-                ),
-                ev.chunking,
-                dev,
-            )
-            kept = []
-            for o in outs:
-                a = np.zeros(o.shape[0], dtype=np.int64)
-                a[starts] = o.cpu().numpy()[starts]  # like the tree pass: the wanted starts only
-                kept.append(a)
-            return kept
+        parallel_chain = ev.draft.config.parallel is not None and all(s.is_chain for s in specs)
+        # A P-EAGLE chain over the rows past the stop: its depths read no other depth's draft, so
+        # teacher-forced TTT over the request and its continuation is the round (the tree
+        # forward drafts sequentially and refuses a parallel draft). It scores every row; only
+        # the wanted starts are kept, as the tree pass computes them alone.
+        forward = chain_accepts_forward if parallel_chain else tree_accepts_many
+        rows = {} if parallel_chain else {"starts": torch.from_numpy(starts).to(dev)}
         outs = retry_oom(
-            lambda chunking: tree_accepts_many(
+            lambda chunking: forward(
                 ev.draft,
                 h,
                 ids.to(dev),
                 specs,
                 position_offset=ev.position_offset,
                 chunking=chunking,
-                starts=torch.from_numpy(starts).to(dev),
+                **rows,
             ),
             ev.chunking,
             dev,
         )
-        return [o.cpu().numpy() for o in outs]
+        if not parallel_chain:
+            return [o.cpu().numpy() for o in outs]
+        kept = []
+        for o in outs:
+            a = np.zeros(o.shape[0], dtype=np.int64)
+            a[starts] = o.cpu().numpy()[starts]
+            kept.append(a)
+        return kept
 
     def replay(self, index: int, wiring: Wiring, *, keep: bool = True) -> SampleReplay:
         key = (index, wiring.slots, self.spec, self.engine)
