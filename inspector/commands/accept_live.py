@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -11,6 +12,10 @@ from inspector.commands.output import safe
 from inspector.errors import InputError
 from inspector.progress import progress_bar
 from inspector.wiring import PRESETS
+
+if TYPE_CHECKING:
+    from inspector.model import Draft
+    from inspector.serving.engines import Engine
 
 
 def live_inputs(args: argparse.Namespace) -> tuple[Path, Path, Path]:
@@ -37,6 +42,33 @@ def live_inputs(args: argparse.Namespace) -> tuple[Path, Path, Path]:
     return Path(args.checkpoint), target, Path(args.prompts)
 
 
+def load_live_draft(args: argparse.Namespace) -> tuple[Path, Path, Path, Draft]:
+    """(draft folder, target, prompts, the loaded draft) of a live run: `live_inputs`, then the
+    draft on --device in --dtype with the target's head and embedding where it lacks them."""
+    from inspector.evaluate import resolve_device
+    from inspector.formats import load_draft
+
+    draft_dir, target, prompts = live_inputs(args)
+    draft = load_draft(
+        draft_dir, target=target, dtype=args.dtype, device=resolve_device(args.device)
+    )
+    return draft_dir, target, prompts, draft
+
+
+def sampling_options(args: argparse.Namespace, engine: Engine | None) -> dict[str, Any]:
+    """The live loop's sampling keywords from --temperature/--top-k/--top-p/--seed and the
+    verification rule of `engine`'s (or the flags')."""
+    from inspector.commands.arguments import verification_from_args
+
+    return dict(
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        verification=verification_from_args(args, engine),
+        seed=args.seed,
+    )
+
+
 def run_loop(err: Console, draft, target: Path, prompts: Path, spec, wirings, **kw):
     """`serving.live.live_accept` under a progress bar on stderr (`kw`: its keyword options)."""
     from inspector.serving.live import live_accept
@@ -54,14 +86,9 @@ def run_loop(err: Console, draft, target: Path, prompts: Path, spec, wirings, **
 
 
 def run_live(args: argparse.Namespace, spec, err: Console, engine=None):
-    from inspector.commands.arguments import verification_from_args
-    from inspector.evaluate import resolve_device
-    from inspector.formats import load_draft
     from inspector.serving.engines import default_engine
 
-    draft_dir, target, prompts = live_inputs(args)
-    device = resolve_device(args.device)
-    draft = load_draft(draft_dir, target=target, dtype=args.dtype, device=device)
+    draft_dir, target, prompts, draft = load_live_draft(args)
     report = run_loop(
         err,
         draft,
@@ -70,15 +97,11 @@ def run_live(args: argparse.Namespace, spec, err: Console, engine=None):
         spec,
         args.wiring or list(PRESETS),
         max_new=args.max_new,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        verification=verification_from_args(args, engine or default_engine(spec.is_chain)),
-        seed=args.seed,
         out=args.out,
         target_dtype=args.dtype,
         limit=args.limit,
         engine=engine,
+        **sampling_options(args, engine or default_engine(spec.is_chain)),
     )
     if args.out:
         err.print(

@@ -146,20 +146,14 @@ def _live(args, spec, engine, err, log):
     """The live loop over the prompts (the engine's requests): real speculative decoding against
     --target, the same rounds the engine runs at temperature 0, and at a temperature each
     round's odds under the engine's rule."""
-    from inspector.commands.accept_live import live_inputs, run_loop
-    from inspector.commands.arguments import verification_from_args
-    from inspector.evaluate import resolve_device
-    from inspector.formats import load_draft
+    from inspector.commands.accept_live import load_live_draft, run_loop, sampling_options
     from inspector.formats.samples import v1_slot_info
     from inspector.serving.live import draft_ids
 
     if args.samples:
         raise InputError(None, "--prompts", "replaces SAMPLES: pass one or the other")
     ns = argparse.Namespace(**{**vars(args), "samples": []})
-    draft_dir, target, prompts = live_inputs(ns)
-    draft = load_draft(
-        draft_dir, target=target, dtype=args.dtype, device=resolve_device(args.device)
-    )
+    _, target, prompts, draft = load_live_draft(ns)
     max_new = args.max_new
     if max_new is None:
         lengths = [len(r.output_ids) for r in log.requests if r.output_ids is not None]
@@ -184,11 +178,7 @@ def _live(args, spec, engine, err, log):
         names=names,
         limit=args.limit,
         engine=engine,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        verification=verification_from_args(args, engine),
-        seed=args.seed,
+        **sampling_options(args, engine),
     )
     from inspector.capture.inputs import read_input
 
