@@ -16,7 +16,7 @@ from inspector.commands.common import (
     wirings_and_names,
 )
 from inspector.commands.gates import accept_gate, gate_exit
-from inspector.commands.output import safe, stdout_console, write_json
+from inspector.commands.output import report_table, safe, stdout_console, write_json
 from inspector.errors import InputError
 from inspector.formatting import fmt_float, pct
 from inspector.progress import progress_bar
@@ -173,7 +173,7 @@ def render_accept(report) -> Table:
         + ("; SGLang's topk > 1 draft KV approximation" if spec.kv == "sglang" else "")
         + f") on {report.samples} samples, {report.device} {report.dtype_label}"
     )
-    table = Table(title=title, title_justify="left", header_style="bold")
+    table = report_table(title)
     table.add_column("wiring", no_wrap=True)
     table.add_column("fc <- slots", no_wrap=True)
     table.add_column("accept len", justify="right")
@@ -230,11 +230,7 @@ def _expected_cells(e) -> list[str]:
 
 
 def render_by_position(report) -> Group:
-    table = Table(
-        title="accept length by context position (round start)",
-        title_justify="left",
-        header_style="bold",
-    )
+    table = report_table("accept length by context position (round start)")
     table.add_column("tokens", no_wrap=True)
     buckets = sorted({b["start"] for w in report.wirings for b in w.stats.by_position()})
     per = [{b["start"]: b for b in w.stats.by_position()} for w in report.wirings]

@@ -7,10 +7,9 @@ import argparse
 import sys
 
 from rich.console import Console, Group
-from rich.table import Table
 from rich.text import Text
 
-from inspector.commands.output import safe, stdout_console, write_json
+from inspector.commands.output import report_table, safe, stdout_console, write_json
 from inspector.errors import InputError
 from inspector.formatting import fmt_float
 
@@ -126,7 +125,7 @@ def render_sweep(report) -> Group:
         f"{report.checkpoint}: {len(report.rows)} settings x wirings replayed on "
         f"{report.samples} samples, {report.device} {report.dtype_label}, best speedup first"
     )
-    table = Table(title=title, title_justify="left", header_style="bold")
+    table = report_table(title)
     for name, just in (
         ("wiring", "left"),
         ("counted as", "left"),

@@ -14,7 +14,7 @@ from rich.text import Text
 from inspector.commands.accept import bound_notes, spec_from_args
 from inspector.commands.common import open_evaluator, print_skips
 from inspector.commands.gates import compare_gate, gate_exit, signed
-from inspector.commands.output import safe, stdout_console, write_json
+from inspector.commands.output import report_table, safe, stdout_console, write_json
 from inspector.formatting import fmt_float, pct
 from inspector.progress import progress_bar
 
@@ -138,7 +138,7 @@ def render_compare(reports, cmp) -> Table:
         f"{spec.flags()}) on {len(cmp.indices)} samples; {al.level:.0%} paired bootstrap over "
         f"requests, {cmp.resamples} resamples, seed {cmp.seed}"
     )
-    table = Table(title=title, title_justify="left", header_style="bold")
+    table = report_table(title)
     for col in ("", "checkpoint", "wiring", "accept len", "rounds"):
         table.add_column(col, no_wrap=col != "checkpoint", justify="left")
     table.columns[3].justify = table.columns[4].justify = "right"
@@ -174,10 +174,8 @@ def render_breakdown(cmp) -> Group:
 def breakdown_tables(cmp) -> tuple[Table, Table, Table | None, list[str]]:
     """The by-depth, by-context and by-category (None: no categories) tables and the
     disagreement lines."""
-    depth = Table(
-        title="acceptance rate by draft depth (share of rounds accepting at least k tokens)",
-        title_justify="left",
-        header_style="bold",
+    depth = report_table(
+        "acceptance rate by draft depth (share of rounds accepting at least k tokens)"
     )
     for col in ("depth", "A", "B", "B - A", "interval"):
         depth.add_column(col, justify="right")
@@ -189,11 +187,7 @@ def breakdown_tables(cmp) -> tuple[Table, Table, Table | None, list[str]]:
             _diff(d),
             _ci(d),
         )
-    ctx = Table(
-        title="accept length by context position (round start)",
-        title_justify="left",
-        header_style="bold",
-    )
+    ctx = report_table("accept length by context position (round start)")
     for col in ("tokens", "A", "B", "B - A", "interval"):
         ctx.add_column(col, justify="right", no_wrap=True)
     from inspector.serving.walk import BUCKET_TOKENS
@@ -208,7 +202,7 @@ def breakdown_tables(cmp) -> tuple[Table, Table, Table | None, list[str]]:
         )
     cat = None
     if cmp.by_category:
-        cat = Table(title="accept length by category", title_justify="left", header_style="bold")
+        cat = report_table("accept length by category")
         for col in ("category", "requests", "A", "B", "B - A", "interval"):
             cat.add_column(col, justify="left" if col == "category" else "right", no_wrap=True)
         for name, n, d in cmp.by_category:

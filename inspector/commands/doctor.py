@@ -23,7 +23,7 @@ from inspector.commands.common import (
     print_sample_notes,
     resolve_inputs,
 )
-from inspector.commands.output import safe, stdout_console, visible, write_json
+from inspector.commands.output import report_table, safe, stdout_console, visible, write_json
 from inspector.formatting import SEVERITY_STYLE
 from inspector.progress import stage_progress_bar
 
@@ -125,10 +125,8 @@ def render(report: DoctorReport) -> list:
 
 
 def _wiring_table(report: DoctorReport, top: int = 8) -> Table:
-    table = Table(
-        title="wirings by step-0 all-tok accuracy (fc block 0, 1, ... <- slot; log p: mean log-prob of the true token)",
-        title_justify="left",
-        header_style="bold",
+    table = report_table(
+        "wirings by step-0 all-tok accuracy (fc block 0, 1, ... <- slot; log p: mean log-prob of the true token)"
     )
     table.add_column("#", justify="right")
     table.add_column("wiring", no_wrap=True)

@@ -17,7 +17,13 @@ from inspector.commands.common import (
     print_skips,
     wirings_and_names,
 )
-from inspector.commands.output import safe, stdout_console, write_json, write_json_spooled
+from inspector.commands.output import (
+    report_table,
+    safe,
+    stdout_console,
+    write_json,
+    write_json_spooled,
+)
 from inspector.evaluate import Report
 from inspector.evaluate.positions import PositionSpool
 from inspector.formatting import pct
@@ -113,7 +119,7 @@ def render_report(report: Report) -> Table:
         f"{report.checkpoint} ({report.layout}) on {report.samples} samples "
         f"({report.sample_format}), {report.device} {report.dtype_label}"
     )
-    table = Table(title=title, title_justify="left", header_style="bold")
+    table = report_table(title)
     table.add_column("wiring", no_wrap=True)
     table.add_column("fc <- slots", no_wrap=True)
     k_max = max((len(w.steps) for w in report.wirings), default=0)
@@ -208,7 +214,7 @@ def render_per_sample(report: Report) -> Table:
     # Files relative to the folder they share, so nested sets (a/x.pt, b/x.pt) stay apart.
     root = os.path.commonpath([os.path.dirname(p) for p in paths]) if paths else ""
     title = "per sample, step 0 all-tok" + (f" (files under {safe(root)})" if root else "")
-    table = Table(title=title, title_justify="left", header_style="bold")
+    table = report_table(title)
     table.add_column("#", justify="right")
     table.add_column("file")
     for w in report.wirings:

@@ -8,6 +8,7 @@ import sys
 from typing import IO, Any
 
 from rich.markup import escape
+from rich.table import Table
 
 from inspector.formatting import printable
 from inspector.strict_json import json_safe
@@ -71,3 +72,8 @@ def write_json_spooled(doc: dict, spool: Any, stream: IO[str] | None = None) -> 
     out.write(text + "\n")
     out.flush()
     return count + spool.nonfinite
+
+
+def report_table(title: str, *columns: str) -> Table:
+    """A report's table as every command prints one: its title left, its header bold."""
+    return Table(*columns, title=title, title_justify="left", header_style="bold")

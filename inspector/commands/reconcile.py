@@ -9,11 +9,10 @@ import sys
 
 from rich.console import Console, Group
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from inspector.commands.common import open_evaluator
-from inspector.commands.output import safe, stdout_console, write_json
+from inspector.commands.output import report_table, safe, stdout_console, write_json
 from inspector.errors import InputError
 from inspector.formatting import fmt_float, pct
 from inspector.progress import progress_bar
@@ -223,13 +222,11 @@ def render(result, report) -> Group:
         border_style=COLOURS[verdict],
     )
     log = result.log
-    table = Table(
-        title=safe(
+    table = report_table(
+        safe(
             f"the engine's figure against each wiring's {report.mode} of the same requests "
             f"({report.spec.flags()})"
-        ),
-        title_justify="left",
-        header_style="bold",
+        )
     )
     table.add_column("", no_wrap=True)
     table.add_column("accept len", justify="right")

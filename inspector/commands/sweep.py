@@ -16,7 +16,7 @@ from rich.text import Text
 
 from inspector.commands.arguments import add_engine_args, positive
 from inspector.commands.gates import EXIT_GATE, gate_exit
-from inspector.commands.output import safe, stdout_console, write_json
+from inspector.commands.output import report_table, safe, stdout_console, write_json
 from inspector.errors import InputError
 from inspector.formatting import fmt_float, pct
 from inspector.progress import progress_bar
@@ -217,13 +217,11 @@ def sweep_parts(report) -> tuple[Table, list[str], str | None]:
     spec = report.spec
     best = report.best
     depth = spec.steps
-    table = Table(
-        title=safe(
+    table = report_table(
+        safe(
             f"{report.run_dir}: accept length per round as {report.engine.display} counts it "
             f"({spec.flags()}), wiring {report.wiring}, on {report.samples} samples"
-        ),
-        title_justify="left",
-        header_style="bold",
+        )
     )
     table.add_column("checkpoint", no_wrap=True)
     table.add_column("step", justify="right")
