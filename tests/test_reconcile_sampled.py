@@ -12,16 +12,20 @@ import pytest
 from inspector.doctor.known_faults import VLLM_CPU_EXPAND, known_faults
 from inspector.doctor.reconcile import reconcile
 from inspector.doctor.reconcile_sampled import (
+    ROUNDING,
     SAMPLING_FAULT,
     Z_LIMIT,
+    below,
     consistent,
+    expected_text,
     position_checks,
+    reconcile_sampled,
     shortfall_text,
 )
-from inspector.doctor.reconciliation import Verdict
+from inspector.doctor.reconciliation import PositionCheck, Verdict
 from inspector.formats.engine_log import EngineLog, EngineStart
 from inspector.formats.samples import v1_slot_info
-from inspector.serving.expectation import SampleOdds
+from inspector.serving.expectation import Expectation, SampleOdds
 from inspector.serving.replay import AcceptReport, SampleReplay, WiringAccept
 from inspector.serving.sampling import RoundOdds
 from inspector.serving.sampling_settings import Sampling, SamplingSettings, Verification
@@ -30,7 +34,11 @@ from inspector.wiring import Wiring
 
 SLOTS = v1_slot_info([0, 2, 4, 6])
 SETTINGS = SamplingSettings(Sampling(0.6), Verification())
-NAMES = {(0, 1, 2): "configured [embed, L2, L4]", (1, 2, 3): "serve [L2, L4, L6]"}
+NAMES = {
+    (0, 1, 2): "configured [embed, L2, L4]",
+    (1, 2, 3): "serve [L2, L4, L6]",
+    (0, 2, 3): "mix [embed, L4, L6]",
+}
 
 
 def _odds(at_least: tuple[float, float, float]) -> RoundOdds:
@@ -149,7 +157,7 @@ def test_nothing_past_a_position_is_an_engine_side_fault_in_verification() -> No
 def test_a_shortfall_that_still_accepts_names_its_first_position() -> None:
     wa = _wiring((0, 1, 2), TRAIN)
     log = _log(1000, [250, 100, 50])
-    text = shortfall_text(position_checks(log, wa.expectation), _report(wa))
+    text = shortfall_text(position_checks(log, wa.expectation), SETTINGS.label())
     assert text.startswith("the engine accepted 250 of 1,000 rounds at depth 1 (25.0%)")
     assert "expected to accept 40.0%" in text and "z -" in text
 
@@ -397,3 +405,149 @@ def test_the_table_marks_a_wiring_consistent_at_a_temperature_not_equal() -> Non
         "requests equal", ""
     )
     assert "vLLM's CPU build 0.32.0 verifies sampled requests" in text
+
+
+SERVE_2 = (0.16, 0.02, 0.01)  # the same expected accept length as SERVE, 1.19
+
+
+def test_an_engine_logging_more_positions_than_the_draft_ran_is_held_at_the_shared_ones():
+    wa = _wiring((0, 1, 2), TRAIN, rounds=400)
+    checks = position_checks(_log(1000, [400, 200, 100, 50]), wa.expectation)
+    assert [c.depth for c in checks] == [1, 2, 3]
+    assert [c.z for c in checks] == pytest.approx([0.0, 0.0, 0.0])
+
+
+def test_the_interval_bounds_are_closed_to_the_rounding():
+    e = _wiring((0, 1, 2), TRAIN).expectation
+    edge = e.low - ROUNDING  # the same float the rule computes
+    assert consistent(_log(1000, None, al=edge), e, None)
+    assert not below(_log(1000, None, al=edge), e, None)
+    top = e.high + ROUNDING
+    assert consistent(_log(1000, None, al=top), e, None)
+
+
+def _pc(depth: int, accepted: int, z: float, share: float = 0.2) -> PositionCheck:
+    return PositionCheck(depth, accepted, 1000, share, z)
+
+
+def test_the_shortfall_names_the_first_position_past_the_noise():
+    settings = SETTINGS.label()
+    tail = " under temperature 0.6, vllm-onehot verification"
+    # depth 1 is within the noise, depth 2 is short: depth 2 is named, in whole words
+    text = shortfall_text([_pc(1, 300, -1.0), _pc(2, 50, -6.0, 0.2)], settings)
+    assert text == (
+        "the engine accepted 50 of 1,000 rounds at depth 2 (5.0%) where this draft is expected "
+        f"to accept 20.0%{tail} (z -6.0): an engine-side fault in verification"
+    )
+    # a z of exactly -4 is the noise's edge, not past it
+    assert "at depth 2" in shortfall_text([_pc(1, 300, -4.0), _pc(2, 50, -6.0)], settings)
+
+
+def test_nothing_accepted_is_dead_only_where_it_is_also_short():
+    settings = SETTINGS.label()
+    # depth 1 short but accepting; nothing past it, yet within the noise there: not dead
+    within = [_pc(1, 100, -6.0, 0.4), _pc(2, 0, -1.0, 0.01), _pc(3, 0, -0.5, 0.005)]
+    assert shortfall_text(within, settings).startswith(
+        "the engine accepted 100 of 1,000 rounds at depth 1 (10.0%)"
+    )
+    edge = [_pc(1, 100, -6.0, 0.4), _pc(2, 0, -4.0, 0.05), _pc(3, 0, -0.5, 0.005)]
+    assert shortfall_text(edge, settings).startswith("the engine accepted 100 of 1,000")
+    dead = [_pc(1, 100, -6.0, 0.4), _pc(2, 0, -4.5, 0.05), _pc(3, 0, -0.5, 0.005)]
+    assert shortfall_text(dead, settings).startswith(
+        "the engine accepted no draft past position 0 (0 of 1,000 rounds at depth 2)"
+    )
+
+
+def test_an_expectation_without_rounds_or_interval_reads_as_such():
+    empty = Expectation(0, 0, 0.0, 0.0, (0.0, 0.0, 0.0), None, None, 0.95)
+    assert expected_text(empty) == "expected -"
+    point = Expectation(10, 7, 7.0, 1.0, (5.0, 2.0, 0.0), None, None, 0.95)
+    assert expected_text(point) == "expected 1.70"
+
+
+def test_sglangs_figure_is_named_sglang():
+    report = _report(_wiring((0, 1, 2), TRAIN), _wiring((1, 2, 3), SERVE))
+    log = EngineLog(Path("sglang.log"), "sglang", "log", accept_length=1.7, lines=3)
+    r = reconcile(log, report)
+    assert r.verdict is Verdict.AS_IS and r.summary.startswith("SGLang logged 1.70")
+
+
+def test_what_cannot_be_reconciled_is_refused_in_words():
+    report = _report(_wiring((0, 1, 2), TRAIN))
+    silent = EngineLog(Path("vllm.log"), "vllm", "log", accept_length=None)
+    with pytest.raises(
+        ValueError, match="^nothing to reconcile: no rounds run or no figure logged$"
+    ):
+        reconcile(silent, report)
+    greedy = _report(_wiring((0, 1, 2), TRAIN))
+    greedy.sampling = None
+    with pytest.raises(ValueError, match="^a greedy report: reconcile counts it round for"):
+        reconcile_sampled(_log(1000, [400, 200, 100]), greedy, configured=0)
+
+
+def test_a_report_without_expectations_or_rounds_is_refused_in_words(monkeypatch):
+    bare = _report(_wiring((0, 1, 2), TRAIN))
+    bare.wirings[0].per_sample.clear()  # not run live: no expectation
+    with pytest.raises(
+        ValueError, match="^a sampled report without expectations: run the live loop$"
+    ):
+        reconcile(_log(1000, [400, 200, 100]), bare)
+    no_rounds = Expectation(0, 0, 0.0, 0.0, (0.0, 0.0, 0.0), None, None, 0.95)
+    monkeypatch.setattr(WiringAccept, "expectation", property(lambda self: no_rounds))
+    with pytest.raises(ValueError, match="^nothing to reconcile: no rounds run"):
+        reconcile(_log(1000, [400, 200, 100]), _report(_wiring((0, 1, 2), TRAIN)))
+
+
+def test_a_verdict_without_a_fault_lists_none_and_pairs_no_requests():
+    report = _report(_wiring((0, 1, 2), TRAIN), _wiring((1, 2, 3), SERVE))
+    other = reconcile(_log(1000, [700, 500, 300]), report)
+    assert other.faults == [] and other.to_dict()["engine_fault_classes"] == []
+    assert other.requests_matched == 0 and other.to_dict()["requests_matched"] == 0
+    assert other.gap is None
+
+
+def test_of_several_consistent_wirings_the_best_is_named_else_the_closest():
+    # TRAIN and a near copy both fit the figure: the best by expectation is the one named
+    near = (0.39, 0.2, 0.1)
+    report = _report(_wiring((0, 2, 3), near), _wiring((0, 1, 2), TRAIN))
+    r = reconcile(_log(1000, [390, 200, 100]), report, configured=0)
+    assert [c.equal for c in r.checks] == [True, True]
+    assert r.verdict is Verdict.AS_IS and r.matched == "configured [embed, L2, L4]"
+    # two wirings other than the best fit: the one of smaller worst |z| is named
+    report = _report(
+        _wiring((0, 1, 2), TRAIN), _wiring((1, 2, 3), SERVE), _wiring((0, 2, 3), SERVE_2)
+    )
+    r = reconcile(_log(1000, [160, 20, 10]), report)
+    assert [c.equal for c in r.checks] == [False, True, True]
+    assert r.verdict is Verdict.WRONG_WIRING and r.matched == "mix [embed, L4, L6]"
+    r = reconcile(_log(1000, [150, 30, 10]), report)
+    assert r.matched == "serve [L2, L4, L6]"
+    # without per-position counts both read the same: the first is named
+    r = reconcile(_log(1000, None, al=1.19), report)
+    assert [c.equal for c in r.checks] == [False, True, True]
+    assert r.matched == "serve [L2, L4, L6]"
+
+
+def test_a_best_wiring_the_config_does_not_name_is_not_called_configured():
+    report = _report(_wiring((0, 1, 2), TRAIN), _wiring((1, 2, 3), SERVE))
+    r = reconcile(_log(1000, [148, 31, 5]), report, configured=1)
+    assert r.verdict is Verdict.WRONG_WIRING
+    assert "what its config names" not in r.summary
+    assert r.summary.endswith(
+        "it is expected 1.70 [1.70, 1.70]: your engine feeds the wrong layers"
+    )
+    assert r.serving_config is not None and r.serving_config["hf_indices"] == [0, 2, 4]
+    # a fault against a configured wiring that is not the best still gives the best's config
+    fault = reconcile(_log(1000, [0, 0, 0]), report, configured=1)
+    assert fault.verdict is Verdict.ENGINE_FAULT
+    assert fault.serving_config is not None and fault.serving_config["hf_indices"] == [0, 2, 4]
+    same = reconcile(_log(1000, [0, 0, 0]), report, configured=0)
+    assert same.serving_config is None
+
+
+def test_one_position_short_is_a_fault_even_where_the_mean_fits():
+    # the engine's mean equals the expectation, but it accepted nothing past position 0
+    report = _report(_wiring((0, 1, 2), TRAIN))
+    r = reconcile(_log(1000, [700, 0, 0]), report)
+    assert r.log.accept_length == pytest.approx(1.7)
+    assert r.verdict is Verdict.ENGINE_FAULT

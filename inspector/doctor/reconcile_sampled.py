@@ -93,10 +93,9 @@ def below(log: EngineLog, e: Expectation, checks: list[PositionCheck] | None) ->
     return log.accept_length < e.low - ROUNDING
 
 
-def shortfall_text(checks: list[PositionCheck], report: AcceptReport) -> str:
-    """The sentence naming where the engine fell short: past which position it accepted
-    nothing, or the first position it accepted too little at."""
-    settings = report.sampling.label() if report.sampling is not None else "the engine's rule"
+def shortfall_text(checks: list[PositionCheck], settings: str) -> str:
+    """The sentence naming where the engine fell short under `settings` (the sampling label):
+    past which position it accepted nothing, or the first position it accepted too little at."""
     short = [c for c in checks if c.z < -Z_LIMIT]
     # the first depth from which the engine accepted nothing at all, where drafts were expected
     dead = next(
@@ -140,10 +139,14 @@ def reconcile_sampled(
     log: EngineLog,
     report: AcceptReport,
     *,
-    configured: int | None = 0,
+    configured: int | None,
     notes: Sequence[str] = (),
 ) -> Reconciliation:
-    """Hold `log` against `report`'s wirings run live at a temperature (module docstring)."""
+    """Hold `log` against `report`'s wirings run live at a temperature (module docstring).
+    configured: the index of the wiring the draft's config names (None: it names none)."""
+    if report.sampling is None:
+        raise ValueError("a greedy report: reconcile counts it round for round, not by odds")
+    settings = report.sampling.label()
     notes = list(notes)
     engine_name = "vLLM" if log.engine == "vllm" else "SGLang"
     checks: list[WiringCheck] = []
@@ -155,60 +158,59 @@ def reconcile_sampled(
         wc = WiringCheck(wa.label, wa.wiring.slots, wa.stats, consistent(log, e, pos))
         wc.expected, wc.positions = e, pos
         checks.append(wc)
-    scored = [c for c in checks if c.expected is not None and c.expected.accept_length]
+    scored = [c for c in checks if _expected(c).accept_length is not None]
     if not scored or log.accept_length is None:
         raise ValueError("nothing to reconcile: no rounds run or no figure logged")
-
-    def expected_al(c: WiringCheck) -> float:
-        if c.expected is None or c.expected.accept_length is None:
-            return 0.0
-        return c.expected.accept_length
-
-    best = max(scored, key=expected_al)
+    best = max(scored, key=_expected_length)
     conf = checks[configured] if configured is not None else None
     ref = conf if conf is not None else best
     label = {c.label: short_label(c.label) for c in checks}
     figure = logged_text(log)
-    settings = report.sampling.label() if report.sampling is not None else ""
     matches = [c for c in scored if c.equal]
-    m: WiringCheck | None = None
     served = None
     faults: list[str] = []
-    # what the statistics say: the verdict and its finding, the words after the logged figure
+    # what the statistics say: the verdict, its finding (the words after the logged figure),
+    # its conclusion, and `stats`, how the same reads after a build known to verify wrong
     if matches:
         m = best if best in matches else min(matches, key=_worst_z)
         served = m.label
-        assert m.expected is not None
+        stats = (
+            "by chance it lies within the noise of what this draft is expected to give fed "
+            f"{label[m.label]} ({expected_text(_expected(m))})"
+        )
         if m is best:
             verdict = Verdict.AS_IS
             finding = (
-                f"; this draft is {expected_text(m.expected)} when fed {label[m.label]}, the "
+                f"; this draft is {expected_text(_expected(m))} when fed {label[m.label]}, the "
                 "wiring it fits best of those tried, and the engine's acceptance at every "
                 "position is within the noise of it"
             )
             conclusion = ": the draft is what it is"
         else:
             verdict = Verdict.WRONG_WIRING
-            assert best.expected is not None
             finding = (
                 f"; that is what this draft is expected to give fed {label[m.label]} "
-                f"({expected_text(m.expected)}), while fed {label[best.label]} it is "
-                f"{expected_text(best.expected)}"
+                f"({expected_text(_expected(m))}), while fed {label[best.label]} it is "
+                f"{expected_text(_expected(best))}"
                 + (", what its config names" if best is conf else "")
             )
             conclusion = ": your engine feeds the wrong layers"
-    elif all(below(log, c.expected, c.positions) for c in scored if c.expected is not None):
+            stats += (
+                f", which alone would read as the wrong layers fed (fed {label[best.label]} "
+                f"it is {expected_text(_expected(best))})"
+            )
+    elif all(below(log, _expected(c), c.positions) for c in scored):
         verdict = Verdict.ENGINE_FAULT
-        assert ref.expected is not None
         finding = (
             f", below what every wiring is expected to give on these requests "
-            f"({expected_text(ref.expected)} fed {label[ref.label]})"
+            f"({expected_text(_expected(ref))} fed {label[ref.label]})"
         )
         if ref.positions is not None:
-            conclusion = "; " + shortfall_text(ref.positions, report)
+            conclusion = "; " + shortfall_text(ref.positions, settings)
         else:
             conclusion = ": an engine-side fault in verification"
         faults = [SAMPLING_FAULT]
+        stats = "it is" + finding.removeprefix(",") + conclusion
     else:
         verdict = Verdict.OTHER_DATA
         finding = f", which {_fits_none(scored, label)}"
@@ -216,26 +218,11 @@ def reconcile_sampled(
             ": the requests, the sampling settings or the verification rule are not the "
             "engine's (--temperature, --top-k, --top-p, --verify)"
         )
+        stats = f"it {_fits_none(scored, label)}"
     summary = f"{engine_name} logged {figure} at {settings}{finding}{conclusion}"
-    temperature = report.sampling.sampling.temperature if report.sampling is not None else 0.0
-    build_faults = known_faults(log.engine, log.start, temperature)
+    build_faults = known_faults(log.engine, log.start, report.sampling.sampling.temperature)
     if build_faults and log.start is not None:
         # the build's fault decides; what the statistics alone say follows, as what it is
-        if verdict in (Verdict.AS_IS, Verdict.WRONG_WIRING):
-            assert m is not None and m.expected is not None and best.expected is not None
-            stats = (
-                f"by chance it lies within the noise of what this draft is expected to give "
-                f"fed {label[m.label]} ({expected_text(m.expected)})"
-            )
-            if verdict is Verdict.WRONG_WIRING:
-                stats += (
-                    f", which alone would read as the wrong layers fed (fed {label[best.label]} "
-                    f"it is {expected_text(best.expected)})"
-                )
-        elif verdict is Verdict.ENGINE_FAULT:
-            stats = "it is" + finding.removeprefix(",") + conclusion
-        else:
-            stats = f"it {_fits_none(scored, label)}"
         summary = (
             f"{log.start.label} ({log.start.where}) logged {figure} at {settings}: this build "
             f"is known to verify wrong at a temperature, as {build_faults[0].what}, so the "
@@ -254,23 +241,30 @@ def reconcile_sampled(
         checks,
         verdict,
         summary,
-        fix,
-        served,
-        best.label,
-        None,
-        faults,
-        0,
-        notes,
-        serving_config,
+        fix=fix,
+        matched=served,
+        best=best.label,
+        faults=faults,
+        notes=notes,
+        serving_config=serving_config,
     )
+
+
+def _expected(c: WiringCheck) -> Expectation:
+    # every check of a sampled reconciliation carries its wiring's expectation
+    assert c.expected is not None
+    return c.expected
+
+
+def _expected_length(c: WiringCheck) -> float:
+    # a scored check's expectation has an accept length (it ran rounds)
+    al = _expected(c).accept_length
+    assert al is not None
+    return al
 
 
 def _fits_none(scored: list[WiringCheck], label: dict[str, str]) -> str:
-    every = ", ".join(
-        f"{expected_text(c.expected)} fed {label[c.label]}"
-        for c in scored
-        if c.expected is not None
-    )
+    every = ", ".join(f"{expected_text(_expected(c))} fed {label[c.label]}" for c in scored)
     return f"fits no wiring's expectation ({every})"
 
 
