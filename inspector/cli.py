@@ -311,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
         "a compute budget of about a minute on two CPU cores allows; small drafts read whole "
         "samples)",
     )
+    add_sampling_args(p_doc, "the wiring finding's accept length (with --target)", seed=False)
     p_doc.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p_doc.add_argument(
         "--write-fixed",

@@ -202,10 +202,9 @@ def test_doctor_quotes_the_accept_length_accept_replays(capsys):
 def test_doctor_replays_the_first_samples_up_to_its_token_budget(
     tiny_synthetic, capsys, monkeypatch
 ):
-    import importlib
+    import inspector.doctor.accept_lengths as accept_lengths
 
-    diagnose = importlib.import_module("inspector.doctor.diagnose")  # the module, not the function
-    monkeypatch.setattr(diagnose, "ACCEPT_TOKENS", 50)  # 40-token samples: the first two
+    monkeypatch.setattr(accept_lengths, "ACCEPT_TOKENS", 50)  # 40-token samples: the first two
     draft, samples = tiny_synthetic
     assert main(["doctor", str(draft), str(samples), "--json", "--device", "cpu"]) in (0, 1)
     doc = json.loads(capsys.readouterr().out)

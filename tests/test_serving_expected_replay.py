@@ -89,3 +89,40 @@ def test_what_the_samples_path_refuses(capsys):
     argv = ["accept", str(DRAFT), str(held), "--target", str(TARGET), "--temperature", "0.7"]
     rc = main([*argv, "--verify", "vllm-probabilistic", "--limit", "1"])
     assert rc == 2 and "samples its drafts" in capsys.readouterr().err
+
+
+def test_the_doctors_accept_length_at_a_temperature_is_accepts_expectation(capsys):
+    """`doctor --temperature` quotes, in the wiring finding, what `accept --temperature` gives
+    on the same samples (a chain of 3 under vLLM's rule), and says it is expected there."""
+    held = DEMO / "samples" / "held"
+    capsys.readouterr()
+    argv = ["doctor", str(DRAFT), str(held), "--target", str(TARGET), "--device", "cpu"]
+    assert main([*argv, "--samples", "4", "--temperature", "0.7", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (wiring,) = [f for f in doc["findings"] if f["kind"] == "wiring"]
+    ev = wiring["evidence"]
+    assert ev["accept_settings"] == "temperature 0.7, vllm-onehot verification, expected"
+    assert "at 3 steps, temperature 0.7, vllm-onehot verification, expected" in wiring["summary"]
+    n = len(ev["accept_samples"])
+    assert ev["accept_samples"] == list(range(n))
+    rep = _accept(capsys, held, "--temperature", "0.7", "--limit", n, "--steps", 3)
+    by_slots = {tuple(w["wiring"]): w["expected"]["accept_length"] for w in rep["wirings"]}
+    counted = {tuple(w["wiring"]): w["accept_length"] for w in rep["wirings"]}
+    assert ev["best"]["wiring"] == [0, 1, 2] and ev["named"]["serve"]["wiring"] == [1, 2, 3]
+    assert ev["best"]["accept_length"] == pytest.approx(by_slots[(0, 1, 2)], abs=1e-4)
+    assert ev["named"]["serve"]["accept_length"] == pytest.approx(by_slots[(1, 2, 3)], abs=1e-4)
+    # greedy, the same finding quotes the replay's count, and says so
+    assert main([*argv, "--samples", "4", "--json"]) == 0
+    greedy = json.loads(capsys.readouterr().out)
+    (g,) = [f for f in greedy["findings"] if f["kind"] == "wiring"]
+    assert g["evidence"]["accept_settings"] == "greedy" and g["summary"].endswith("greedy")
+    assert g["evidence"]["best"]["accept_length"] == pytest.approx(counted[(0, 1, 2)], abs=1e-4)
+    assert g["evidence"]["best"]["accept_length"] != pytest.approx(ev["best"]["accept_length"])
+
+
+def test_the_doctor_at_a_temperature_needs_the_target(capsys):
+    held = DEMO / "samples" / "held"
+    capsys.readouterr()
+    rc = main(["doctor", str(DRAFT), str(held), "--device", "cpu", "--temperature", "0.7"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--temperature" in err and "pass --target DIR" in err

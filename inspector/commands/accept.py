@@ -89,9 +89,8 @@ def _replay(args, spec, err, init_from_env, engine):
 def _expect_at_temperature(args, report, ev, err) -> None:
     """Each replayed round's odds under the engine's rule at --temperature, from the target's
     verification of the draft's trees (`serving.expected_replay`)."""
-    from inspector.commands.arguments import verification_from_args
+    from inspector.commands.arguments import expectation_settings
     from inspector.serving.expected_replay import sample_odds
-    from inspector.serving.sampling_settings import Sampling, SamplingSettings
 
     if not args.target:
         raise InputError(
@@ -100,16 +99,7 @@ def _expect_at_temperature(args, report, ev, err) -> None:
             "on samples the expectation needs the target's distributions: pass --target DIR "
             "(or run the engine's rounds with --live)",
         )
-    sampling = Sampling(args.temperature, args.top_k, args.top_p)
-    verification = verification_from_args(args, report.engine)
-    if verification.rule.samples_drafts:
-        raise InputError(
-            None,
-            "--verify",
-            f"{verification.rule.value} samples its drafts: on saved samples only the "
-            "target-only rules apply (accept --live runs it)",
-        )
-    verification.check_tree(report.spec.is_chain)
+    settings = expectation_settings(args, report.engine, report.spec.is_chain)
     from inspector.capture.target import TargetModel
 
     target = TargetModel(args.target, dtype=args.dtype, device=str(ev.device))
@@ -118,10 +108,18 @@ def _expect_at_temperature(args, report, ev, err) -> None:
         done = 0
         for w in report.wirings:
             for s in w.per_sample:
-                s.odds = sample_odds(ev, target, s, w.wiring, report.spec, sampling, verification)
+                s.odds = sample_odds(
+                    ev,
+                    target,
+                    s,
+                    w.wiring,
+                    report.spec,
+                    settings.sampling,
+                    settings.verification,
+                )
                 done += 1
                 advance(done, n)
-    report.sampling = SamplingSettings(sampling, verification)
+    report.sampling = settings
 
 
 def honesty_notes(report) -> list[str]:

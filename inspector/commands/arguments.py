@@ -77,9 +77,11 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_sampling_args(p: argparse.ArgumentParser, when: str = "--live") -> None:
+def add_sampling_args(
+    p: argparse.ArgumentParser, when: str = "--live", *, seed: bool = True
+) -> None:
     """The requests' sampling and the engine's verification rule (the live loop's: `when` names
-    the flag that runs it, accept's --live or reconcile's --prompts)."""
+    the flag that runs it, accept's --live or reconcile's --prompts; seed: whether it draws)."""
     from inspector.serving.sampling_settings import RULES
 
     p.add_argument(
@@ -112,7 +114,28 @@ def add_sampling_args(p: argparse.ArgumentParser, when: str = "--live") -> None:
         metavar="T",
         help="sglang-target-only: --speculative-accept-threshold-acc (default 1: lossless)",
     )
-    p.add_argument("--seed", type=int, default=0, help=f"{when}: seed for --temperature")
+    if seed:
+        p.add_argument("--seed", type=int, default=0, help=f"{when}: seed for --temperature")
+
+
+def expectation_settings(args: argparse.Namespace, engine, chain: bool):
+    """The SamplingSettings an expectation on saved samples runs under (--temperature, --top-k,
+    --top-p, --verify and the thresholds): only the target-only rules, whose odds the target's
+    distributions at the drafted nodes give, apply there."""
+    from inspector.errors import InputError
+    from inspector.serving.sampling_settings import Sampling, SamplingSettings
+
+    sampling = Sampling(args.temperature, args.top_k, args.top_p)
+    verification = verification_from_args(args, engine)
+    if verification.rule.samples_drafts:
+        raise InputError(
+            None,
+            "--verify",
+            f"{verification.rule.value} samples its drafts: on saved samples only the "
+            "target-only rules apply (accept --live runs it)",
+        )
+    verification.check_tree(chain)
+    return SamplingSettings(sampling, verification)
 
 
 def verification_from_args(args: argparse.Namespace, engine):

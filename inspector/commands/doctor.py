@@ -34,10 +34,18 @@ if TYPE_CHECKING:
 
 def run_doctor(args: argparse.Namespace) -> int:
     """Parse, run the doctor's pipeline (the app's doctor screen runs the same), print."""
+    from inspector.commands.arguments import expectation_settings
     from inspector.doctor import DoctorRequest, run
+    from inspector.serving.engines import default_engine
 
     inputs = resolve_inputs(args)
     err = Console(stderr=True)
+    # the wiring finding quotes a chain's accept length, as vLLM's default (a chain) verifies it
+    sampling = (
+        expectation_settings(args, default_engine(True), chain=True)
+        if args.temperature > 0
+        else None
+    )
     request = DoctorRequest(
         inputs.checkpoint,
         target=inputs.target,
@@ -46,6 +54,8 @@ def run_doctor(args: argparse.Namespace) -> int:
         write_fixed=args.write_fixed,
         embed=inputs.embed,
         read=tuple(inputs.paths()),
+        sampling=sampling,
+        target_dtype=args.dtype,
     )
 
     def load(checkpoint: Path) -> Evaluator:

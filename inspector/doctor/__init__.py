@@ -16,7 +16,8 @@ fixed checkpoint. `finding` and `phrasing` are leaves every check imports; nothi
 check's words back. The engine modules here never import textual.
 """
 
-from inspector.doctor.diagnose import DEFAULT_SAMPLES, DoctorContext, diagnose
+from inspector.doctor.context import DoctorContext
+from inspector.doctor.diagnose import DEFAULT_SAMPLES, diagnose
 from inspector.doctor.finding import Kind, Severity
 from inspector.doctor.fix import plan_fix, verify_fixed, write_fixed
 from inspector.doctor.pipeline import DoctorRequest, run, run_loaded

@@ -14,27 +14,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from inspector.doctor.accept_lengths import accept_lengths
 from inspector.doctor.alignment import alignment_check
-from inspector.doctor.budget import ACCEPT_STEPS, ACCEPT_TOKENS, DoctorPlan, SampleShape, plan
+from inspector.doctor.budget import ACCEPT_STEPS, SampleShape, plan
 from inspector.doctor.config_alternatives import ConfigCheckResult, config_checks
+from inspector.doctor.context import DoctorContext, Searched
 from inspector.doctor.final_state import final_state_finding, measure_final_state
 from inspector.doctor.finding import Finding, Severity, sort_findings
 from inspector.doctor.fingerprint import fc_fingerprint
 from inspector.doctor.lm_head import compare_heads
 from inspector.doctor.long_context import long_context_finding
 from inspector.doctor.named_wirings import (
-    ENGINE_DEFAULT,
-    NamedWirings,
     named_wirings,
     recommend,
     wiring_results,
 )
 from inspector.doctor.norm_flags import norm_flag_checks
-from inspector.doctor.report import DoctorReport, WiringResult
-from inspector.doctor.search import WiringSearch, search_wirings
+from inspector.doctor.report import DoctorReport
+from inspector.doctor.search import search_wirings
 from inspector.doctor.serving import ServingConfig, serving_config, serving_finding
 from inspector.doctor.skipped_samples import skipped_finding
 from inspector.doctor.slot_identity import SlotIdentity, decide, identity_finding, relabel
@@ -49,50 +49,9 @@ from inspector.formats.layer_convention import read_layer_ids, target_layer_coun
 from inspector.formats.tensorfiles import read_json
 from inspector.progress import StageProgress
 from inspector.sample import SlotInfo, with_layer_ids
-from inspector.serving.walk import AcceptStats
+from inspector.serving.sampling_settings import SamplingSettings
 
 DEFAULT_SAMPLES = 8
-
-
-@dataclass(frozen=True)
-class DoctorContext:
-    """What the checks read, built once by `build_context` (and narrowed once, with `scored`,
-    to the samples the search could score).
-
-    ev: the evaluator over the samples as read (cut to the compute budget, `plan`).
-    samples: the sample indices every check runs on.
-    infos: the slots, labelled as `identity` decided.
-    names: the wirings the report quotes by name (configured, train, serve, engine default).
-    """
-
-    ev: Evaluator
-    samples: tuple[int, ...]
-    infos: list[SlotInfo]
-    identity: SlotIdentity
-    names: NamedWirings
-    plan: DoctorPlan
-    prune: bool = True
-    progress: StageProgress | None = None
-
-    def scored(self, skipped: dict[int, str]) -> DoctorContext:
-        """This context without the samples the search could not score."""
-        return replace(self, samples=tuple(i for i in self.samples if i not in skipped))
-
-
-@dataclass(frozen=True)
-class Searched:
-    """One wiring search under one pairing (`shift`) and draft (None: the evaluator's), and its
-    ranked results."""
-
-    ws: WiringSearch
-    results: list[WiringResult]
-    shift: int = 0
-    draft: Draft | None = None
-
-    @property
-    def corrected(self) -> bool:
-        """Scored with a config correction (the engine would run the draft as configured)."""
-        return self.draft is not None
 
 
 def search(ctx: DoctorContext, *, shift: int = 0, draft: Draft | None = None) -> Searched:
@@ -190,6 +149,8 @@ def build_context(
     prune: bool = True,
     max_tokens: int | None = None,
     progress: StageProgress | None = None,
+    sampling: SamplingSettings | None = None,
+    target_dtype: str = "auto",
 ) -> DoctorContext:
     """The samples within the compute budget, the slots' identity (running the target when
     given) and the named wirings."""
@@ -204,7 +165,19 @@ def build_context(
     identity = _identity(ev, infos, samples, slot_layers, target, progress)
     infos = relabel(infos, identity.hf)
     names = named_wirings(ev, infos, override=slot_layers, identity=identity)
-    return DoctorContext(ev, tuple(samples), infos, identity, names, reading, prune, progress)
+    return DoctorContext(
+        ev,
+        tuple(samples),
+        infos,
+        identity,
+        names,
+        reading,
+        prune,
+        progress,
+        target=target,
+        target_dtype=target_dtype,
+        sampling=sampling,
+    )
 
 
 def _data_findings(ctx: DoctorContext) -> list[Finding]:
@@ -253,66 +226,6 @@ def _config_stage(
     )
 
 
-@dataclass(frozen=True)
-class AcceptLengths:
-    """The replayed accept length per wiring (`by_wiring`), the recommended wiring's stats, the
-    samples replayed, and the wirings whose figure is a lower bound."""
-
-    by_wiring: dict[tuple[int, ...], float] = field(default_factory=dict)
-    rec_stats: AcceptStats | None = None
-    samples: tuple[int, ...] = ()
-    bounded: frozenset[tuple[int, ...]] = frozenset()
-
-
-def accept_lengths(ctx: DoctorContext, run: Searched, rec: tuple[int, ...]) -> AcceptLengths:
-    """The accept length an engine logs (a greedy chain of ACCEPT_STEPS drafts, replayed over the
-    doctor's samples) for the recommended wiring and the ones engines feed (serve, the engine
-    default, the configured one). Not quoted when the samples are read one position off or the
-    config needed a correction: the engine would run neither. The first samples up to
-    ACCEPT_TOKENS tokens are replayed (their indices in the wiring finding's evidence)."""
-    if run.shift or run.corrected:
-        return AcceptLengths()
-    from inspector.serving.replay import Replayer
-    from inspector.serving.spec import DraftSpec
-    from inspector.wiring import Wiring
-
-    ev, allowed = ctx.ev, ctx.plan.accept_samples
-    # A token budget, not every sample: each replayed wiring costs ACCEPT_STEPS draft forwards
-    # over its rows (on a 4096-wide draft, 8 x 2K-token samples took minutes per wiring).
-    used, budget = [], ACCEPT_TOKENS
-    for i in ctx.samples:
-        if allowed is not None and i not in allowed:
-            continue  # over the doctor's compute budget (budget.plan)
-        if used and budget <= 0:
-            break
-        used.append(i)
-        budget -= ev.samples[i].length
-    if not used:
-        return AcceptLengths()
-    named = ctx.names.named
-    wanted = [rec] + [
-        named[n] for n in ("serve", ENGINE_DEFAULT, "configured") if n in named and named[n] != rec
-    ]
-    replayer = Replayer(ev, DraftSpec(ACCEPT_STEPS))
-    out: dict[tuple[int, ...], float] = {}
-    bounded: set[tuple[int, ...]] = set()
-    rec_stats = None
-    for w in dict.fromkeys(wanted):
-        total = AcceptStats(ACCEPT_STEPS)
-        for i in used:
-            try:
-                total.add(replayer.replay(i, Wiring(w), keep=False).stats)
-            except InputError:
-                continue  # a sample the search could not use either
-        if total.accept_length is not None:
-            out[w] = round(total.accept_length, 4)
-            if total.is_bound:
-                bounded.add(w)
-        if w == rec:
-            rec_stats = total
-    return AcceptLengths(out, rec_stats, tuple(used), frozenset(bounded))
-
-
 def _final_findings(
     ctx: DoctorContext,
     run: Searched,
@@ -336,6 +249,7 @@ def _final_findings(
         accept=accept.by_wiring,
         accept_samples=accept.samples,
         accept_bounded=accept.bounded,
+        accept_settings=accept.settings,
     )
     fingerprint = fc_fingerprint(
         ctx.ev,
@@ -364,6 +278,8 @@ def diagnose(
     prune: bool = True,
     max_tokens: int | None = None,
     progress: StageProgress | None = None,
+    sampling: SamplingSettings | None = None,
+    target_dtype: str = "auto",
 ) -> DoctorReport:
     """Find the wiring the draft was trained for and every train/serve mismatch.
 
@@ -385,6 +301,15 @@ def diagnose(
       there aborts the run.
     """
     clock = Stopwatch()
+    if sampling is not None and sampling.sampling.greedy:
+        sampling = None
+    if sampling is not None and target is None:
+        raise InputError(
+            None,
+            "--temperature",
+            "the accept length at a temperature is the target's verification of the drafts: "
+            "pass --target DIR",
+        )
     if sample_indices is None:
         sample_indices = range(min(max(1, n_samples), len(ev.samples)))
     ctx = build_context(
@@ -395,6 +320,8 @@ def diagnose(
         prune=prune,
         max_tokens=max_tokens,
         progress=progress,
+        sampling=sampling,
+        target_dtype=target_dtype,
     )
     findings = _data_findings(ctx)
     clock.lap("identity")

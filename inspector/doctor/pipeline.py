@@ -29,6 +29,7 @@ from inspector.doctor.report import DoctorReport
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.progress import StageProgress
+from inspector.serving.sampling_settings import SamplingSettings
 
 # The evaluator over the draft in this folder and the session's samples, loaded leniently
 # (`strict=False`): the folder is the draft's own, or a temporary copy with a borrowed head.
@@ -45,6 +46,8 @@ class DoctorRequest:
     n_samples: the first N samples every check runs on. max_tokens: see `diagnose`.
     write_fixed: write the fixed checkpoint there. embed / read: the --embed file and every path
       read, which OUT may not lie in.
+    sampling / target_dtype: the sampling the wiring finding's accept length is quoted at (None:
+      greedy; at a temperature the target, run in target_dtype, verifies the drafts).
     """
 
     checkpoint: Path
@@ -54,6 +57,8 @@ class DoctorRequest:
     write_fixed: str | Path | None = None  # as given: an empty OUT is refused by name
     embed: Path | None = None
     read: tuple[str, ...] = ()
+    sampling: SamplingSettings | None = None
+    target_dtype: str = "auto"
 
 
 def headless_report(status: HeadStatus) -> DoctorReport:
@@ -129,6 +134,8 @@ def run(
             head_borrowed=borrowed,
             max_tokens=request.max_tokens,
             progress=progress,
+            sampling=request.sampling,
+            target_dtype=request.target_dtype,
         )
         if request.write_fixed is not None:
             write_fixed(

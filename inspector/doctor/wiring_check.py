@@ -55,8 +55,8 @@ class WiringRef:
     all_tok: Counts
     margin: float | None = None
     z: float | None = None
-    # Tokens per round an engine logs serving this wiring (a greedy chain of ACCEPT_STEPS drafts,
-    # replayed over the doctor's samples); None where not replayed.
+    # Tokens per round an engine logs serving this wiring (a chain of ACCEPT_STEPS drafts over
+    # the doctor's samples: replayed greedy, or expected at a temperature); None where not run.
     accept_length: float | None = None
     # the accept length is a lower bound: the samples hold no continuation past their stops
     accept_bound: bool = False
@@ -95,6 +95,8 @@ class WiringFacts:
     num_layers: int | None = None
     default_clearly_worse: bool = False  # the engine-default wiring scores clearly worse
     accept_samples: tuple[int, ...] = ()  # the samples the accept lengths were replayed on
+    # what the accept lengths are: 'greedy' (replayed), or the sampling they are expected at
+    accept_settings: str = "greedy"
 
     def to_dict(self) -> dict:
         out: dict = {
@@ -115,6 +117,7 @@ class WiringFacts:
             out["assumes_config_fixes"] = True
         if self.accept_samples:
             out["accept_samples"] = list(self.accept_samples)
+            out["accept_settings"] = self.accept_settings
         if self.case == WiringCase.UNCONFIGURED:
             out["engine_defaults"] = [f.to_dict() for f in self.engine_defaults]
             out["num_layers"] = self.num_layers
@@ -195,9 +198,11 @@ def wiring_finding(
     accept: dict[tuple[int, ...], float] | None = None,
     accept_samples: tuple[int, ...] = (),
     accept_bounded: frozenset[tuple[int, ...]] = frozenset(),
+    accept_settings: str = "greedy",
 ) -> Finding:
     """The wiring finding for the recommended wiring (see `WiringCase` for the cases); accept:
-    the replayed accept length of some wirings (the recommended and the served ones)."""
+    the accept length of some wirings (the recommended and the served ones), replayed greedy or
+    expected at the sampling `accept_settings` names."""
     top = results[0]
     best = next(r for r in results if r.wiring == recommended)
     others = [r for r in results if r is not best]
@@ -230,6 +235,7 @@ def wiring_finding(
         engine_defaults=names.engine_defaults,
         num_layers=names.num_layers,
         accept_samples=accept_samples if accept else (),
+        accept_settings=accept_settings,
         default_clearly_worse=ENGINE_DEFAULT in names.named
         and bool(clearly_better(bh, ws.hits(names.named[ENGINE_DEFAULT]))),
     )
@@ -257,12 +263,14 @@ def _unmatched(facts: WiringFacts) -> str:
 CAPTURE_ENGINE = "eagle-inspect capture TARGET PROMPTS --out DIR --draft CKPT --engine {}"
 
 
-def _accept_versus(served: WiringRef, best: WiringRef) -> str:
-    """' and logs accept len 1.30 instead of 2.73 at 3 steps, greedy' (the replayed chain), or ''."""
+def _accept_versus(served: WiringRef, best: WiringRef, settings: str) -> str:
+    """' and logs accept len 1.30 instead of 2.73 at 3 steps, greedy' (the replayed chain; at a
+    temperature the settings and 'expected'), or ''."""
     if served.accept_length is None or best.accept_length is None:
         return ""
     return (
-        f" and logs accept len {_al(served)} instead of {_al(best)} at {ACCEPT_STEPS} steps, greedy"
+        f" and logs accept len {_al(served)} instead of {_al(best)} at {ACCEPT_STEPS} steps, "
+        f"{settings}"
     )
 
 
@@ -302,7 +310,7 @@ def _engine_defaults(facts: WiringFacts) -> str:
                 text += (
                     f": {default.label}, which scores {default.all_tok.fmt()} "
                     f"({-100 * (default.margin or 0.0):+.1f} points)"
-                ) + _accept_versus(default, facts.best)
+                ) + _accept_versus(default, facts.best, facts.accept_settings)
         elif feed.missing:
             engine = feed.engine_keys[0]
             text += (
@@ -359,10 +367,11 @@ def wiring_text(facts: WiringFacts) -> Text:
             case == WiringCase.NOT_ASCENDING and asc is not None and serve.wiring == asc.wiring
         ):
             serve_txt = f"; an engine feeding {serve.label} gets {serve.all_tok.fmt()}"
-            serve_txt += _accept_versus(serve, best)
+            serve_txt += _accept_versus(serve, best, facts.accept_settings)
     if not serve_txt and best.accept_length is not None:
         serve_txt = (
-            f"; served so, an engine logs accept len {_al(best)} at {ACCEPT_STEPS} steps, greedy"
+            f"; served so, an engine logs accept len {_al(best)} at {ACCEPT_STEPS} steps, "
+            f"{facts.accept_settings}"
         )
     cfg_line = ""
     if facts.engine_ids is not None:

@@ -1,0 +1,67 @@
+"""What the doctor's checks read (`DoctorContext`, built once by `diagnose.build_context`) and
+one wiring search's result (`Searched`): the values the stages pass along, in a module of their
+own so that a stage in its own module reads them without importing `diagnose` back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from inspector.doctor.budget import DoctorPlan
+from inspector.doctor.named_wirings import NamedWirings
+from inspector.doctor.report import WiringResult
+from inspector.doctor.search import WiringSearch
+from inspector.doctor.slot_identity import SlotIdentity
+from inspector.draft import Draft
+from inspector.evaluate import Evaluator
+from inspector.progress import StageProgress
+from inspector.sample import SlotInfo
+from inspector.serving.sampling_settings import SamplingSettings
+
+
+@dataclass(frozen=True)
+class DoctorContext:
+    """What the checks read, built once by `build_context` (and narrowed once, with `scored`,
+    to the samples the search could score).
+
+    ev: the evaluator over the samples as read (cut to the compute budget, `plan`).
+    samples: the sample indices every check runs on.
+    infos: the slots, labelled as `identity` decided.
+    names: the wirings the report quotes by name (configured, train, serve, engine default).
+    target / target_dtype: the target model's folder and the dtype it is run in.
+    sampling: the requests' sampling and the engine's rule the accept length is quoted at
+      (None: greedy, replayed; else expected, from the target's verification of the drafts).
+    """
+
+    ev: Evaluator
+    samples: tuple[int, ...]
+    infos: list[SlotInfo]
+    identity: SlotIdentity
+    names: NamedWirings
+    plan: DoctorPlan
+    prune: bool = True
+    progress: StageProgress | None = None
+    target: str | Path | None = None
+    target_dtype: str = "auto"
+    sampling: SamplingSettings | None = None
+
+    def scored(self, skipped: dict[int, str]) -> DoctorContext:
+        """This context without the samples the search could not score."""
+        return replace(self, samples=tuple(i for i in self.samples if i not in skipped))
+
+
+@dataclass(frozen=True)
+class Searched:
+    """One wiring search under one pairing (`shift`) and draft (None: the evaluator's), and its
+    ranked results."""
+
+    ws: WiringSearch
+    results: list[WiringResult]
+    shift: int = 0
+    draft: Draft | None = None
+
+    @property
+    def corrected(self) -> bool:
+        """Scored with a config correction (the engine would run the draft as configured)."""
+        return self.draft is not None
