@@ -41,8 +41,9 @@ class AcceptLengths:
 
 
 def accept_lengths(ctx: DoctorContext, run: Searched, rec: tuple[int, ...]) -> AcceptLengths:
-    """The accept length an engine logs (a greedy chain of ACCEPT_STEPS drafts, replayed over the
-    doctor's samples) for the recommended wiring and the ones engines feed (serve, the engine
+    """The accept length an engine logs (a chain of ACCEPT_STEPS drafts over the doctor's
+    samples: replayed greedy, or at the context's sampling the expectation under its rule, the
+    target loaded once more for it) for the recommended wiring and the ones engines feed (serve, the engine
     default, the configured one). Not quoted when the samples are read one position off or the
     config needed a correction: the engine would run neither. The first samples up to
     ACCEPT_TOKENS tokens are replayed (their indices in the wiring finding's evidence)."""
