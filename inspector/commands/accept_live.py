@@ -55,9 +55,9 @@ def load_live_draft(args: argparse.Namespace) -> tuple[Path, Path, Path, Draft]:
     return draft_dir, target, prompts, draft
 
 
-def sampling_options(args: argparse.Namespace, engine: Engine | None) -> dict[str, Any]:
+def sampling_options(args: argparse.Namespace, engine: Engine) -> dict[str, Any]:
     """The live loop's sampling keywords from --temperature/--top-k/--top-p/--seed and the
-    verification rule of `engine`'s (or the flags')."""
+    verification rule (the flags', else `engine`'s default)."""
     from inspector.commands.arguments import verification_from_args
 
     return dict(
