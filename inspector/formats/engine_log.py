@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from inspector.errors import InputError
@@ -93,14 +93,7 @@ class EngineStart:
         return f"vLLM {self.version}" + (f" on {self.device}" if self.device else "")
 
     def to_dict(self) -> dict:
-        return {
-            "version": self.version,
-            "device": self.device,
-            "method": self.method,
-            "draft": self.draft,
-            "spec_tokens": self.spec_tokens,
-            "where": self.where,
-        }
+        return asdict(self)
 
 
 @dataclass
