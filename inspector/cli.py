@@ -330,6 +330,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="what an engine logged (reconcile's formats): its accept length shows beside τ, "
         "and τ starts under its draft steps",
     )
+    add_sampling_args(
+        p_open,
+        "τ's expected accept length under the engine's rule (needs --target; `a` changes it)",
+        seed=False,
+        verification=False,
+    )
     p_open.add_argument(
         "--web", action="store_true", help="serve the app in a browser on localhost"
     )

@@ -462,7 +462,7 @@ async def test_ttt_steps_and_acceptance_length(syn, capsys):
         assert "accept len of a chain of 3 steps" in app.main.query_one("#accuracy").border_title
         total = st.set_accept(st.wiring)
         assert total.n_samples == len(ref3["per_sample"])
-        assert total.stats.accept_length == pytest.approx(ref3["acceptance_length"])
+        assert total.figure.stats.accept_length == pytest.approx(ref3["acceptance_length"])
         assert f"{ref3['acceptance_length']:.2f}" in bar.splitlines()[1]
         by_step = " ".join(f"{100 * s['all_tok']['acc']:.1f}" for s in ref3["steps"])
         assert by_step in bar
@@ -484,11 +484,11 @@ async def test_accept_length_matches_accept_json(capsys):
         assert st.spec == DraftSpec(3)
         total = st.set_accept(st.wiring)
         assert total.n_samples == ref["samples"]
-        assert total.stats.rounds == w_ref["rounds"]
-        assert total.stats.accept_length == pytest.approx(w_ref["accept_length"])
+        assert total.figure.stats.rounds == w_ref["rounds"]
+        assert total.figure.stats.accept_length == pytest.approx(w_ref["accept_length"])
         mine = st.sample_accept(st.wiring)
         accepted = w_ref["per_sample"][st.sample]["accepted"]
-        assert mine.rounds == len(accepted) and mine.accepted == sum(accepted)
+        assert mine.stats.rounds == len(accepted) and mine.stats.accepted == sum(accepted)
         row = widget_text(app, "#accuracy").splitlines()[1]
         assert f"{mine.accept_length:.2f}" in row and f"{w_ref['accept_length']:.2f}" in row
 
@@ -536,7 +536,7 @@ async def test_serving_dialog_replays_a_tree_as_accept_json(capsys):
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         st = app.main.state
-        chain = st.set_accept(st.wiring).stats.accept_length
+        chain = st.set_accept(st.wiring).figure.stats.accept_length
         await pilot.press("a")
         await until(pilot, lambda: type(app.screen).__name__ == "ServingScreen")
         await pilot.press("tab", "4", "tab", "8", "enter")
@@ -545,17 +545,17 @@ async def test_serving_dialog_replays_a_tree_as_accept_json(capsys):
         title = app.main.query_one("#accuracy").border_title
         assert "tree of 3 steps, topk 4, 8 tokens" in title
         total = st.set_accept(st.wiring)
-        assert total.n_samples == 48 and total.stats.rounds == ref["rounds"]
-        assert total.stats.accept_length == pytest.approx(ref["accept_length"])
+        assert total.n_samples == 48 and total.figure.stats.rounds == ref["rounds"]
+        assert total.figure.stats.accept_length == pytest.approx(ref["accept_length"])
         row = widget_text(app, "#accuracy").splitlines()[1]
         assert f"{ref['accept_length']:.2f}" in row
         accepted = ref["per_sample"][st.sample]["accepted"]
-        assert st.sample_accept(st.wiring).accepted == sum(accepted)
+        assert st.sample_accept(st.wiring).stats.accepted == sum(accepted)
         # The tree panel at the cursor: the same trees, the path the sample takes.
         await pilot.press("T")
         await settle(pilot, fill=False)
         trees = st.trees.get(st.trees_key())
-        acc = st.accepts.get((st.sample, st.wiring, st.spec))
+        acc = st.current_accept()
         assert trees is not None and acc is not None
         n = len(trees.accepted)
         assert n == st.view.n_rows
@@ -589,7 +589,7 @@ async def test_serving_dialog_replays_a_tree_as_accept_json(capsys):
         await pilot.press("plus")
         await pilot.pause()
         assert st.spec == DraftSpec(3)
-        assert st.set_accept(st.wiring).stats.accept_length == chain
+        assert st.set_accept(st.wiring).figure.stats.accept_length == chain
 
 
 @pytest.mark.skipif(not demo_available(), reason="assets/demo not built")
@@ -693,15 +693,15 @@ async def test_tau_on_generated_requests_is_accepts_under_both_conventions(capsy
         await settle(pilot)
         st = app.main.state
         total = st.set_accept(st.wiring)
-        assert total.stats.rounds == chain["rounds"] and not total.stats.is_bound
-        assert total.stats.accept_length == pytest.approx(chain["accept_length"])
+        assert total.figure.stats.rounds == chain["rounds"] and not total.figure.stats.is_bound
+        assert total.figure.stats.accept_length == pytest.approx(chain["accept_length"])
         await pilot.press("a")
         await until(pilot, lambda: type(app.screen).__name__ == "ServingScreen")
         await pilot.press("tab", "4", "tab", "8", "enter")
         await settle(pilot)
         total = st.set_accept(st.wiring)
-        assert total.stats.rounds == tree["rounds"] and total.stats.after_stop > 0
-        assert total.stats.accept_length == pytest.approx(tree["accept_length"])
+        assert total.figure.stats.rounds == tree["rounds"] and total.figure.stats.after_stop > 0
+        assert total.figure.stats.accept_length == pytest.approx(tree["accept_length"])
         row = widget_text(app, "#accuracy").splitlines()[1]
         assert f"{tree['accept_length']:.2f}" in row and "≥" not in row
 
@@ -741,4 +741,4 @@ async def test_a_p_eagle_draft_in_the_app_replays_its_depths_as_accept_does(caps
         assert st.spec == DraftSpec(4) and not any(st.errors.values())
         total = st.set_accept(st.wiring)
         w = ref["wirings"][0]
-        assert total.stats.rounds == w["rounds"] and total.stats.accepted == w["accepted"]
+        assert total.figure.stats.rounds == w["rounds"] and total.figure.stats.accepted == w["accepted"]

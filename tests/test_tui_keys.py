@@ -50,7 +50,7 @@ async def reset(app, pilot) -> None:
     lst.apply_sort()
     main.state.rows.clear()
     main.set_wiring(main.state.session.presets["train"])
-    main.set_spec(main.state.session.serving_default())
+    main.set_serving(main.state.session.serving_default())
     main.set_sample(0)
     main.state.gen += 1
     main.state.view = None
@@ -534,7 +534,7 @@ async def test_rounds_line_under_the_tokens(opened):
     app, pilot = opened
     st = app.main.state
     strip = app.main.query_one(TokenStrip)
-    acc = st.accepts.get((st.sample, st.wiring, st.spec))
+    acc = st.current_accept()
     assert acc is not None and strip._a == acc.a_at.tolist()
     first = int(acc.starts[0]) + 1  # the first round's first drafted token
     assert strip._round[first] == ROUND_START

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from inspector.serving.spec import DraftSpec
 from inspector.tui import messages as msg
 from inspector.tui.events import Reports
+from inspector.tui.serving import Serving
 
 TRAIN, SERVE = (0, 1, 2), (1, 2, 3)
 
@@ -25,7 +26,8 @@ def test_every_report_posts_its_own_message():
     reports.view_ready(1, SimpleNamespace(index=0), {}, False)
     reports.view_failed(1, 0, "bad", "sample")
     reports.scored([], [(2, "bad")], [])
-    reports.accepts_ready(0, DraftSpec(3), [])
+    reports.accepts_ready(0, Serving(DraftSpec(3)), [])
+    reports.serving_failed(Serving(DraftSpec(3)), "no target")
     reports.trees_ready(trees)
     reports.trees_failed("oom")
     reports.task_done("export", result="x.json")
@@ -33,10 +35,11 @@ def test_every_report_posts_its_own_message():
     names = [type(m).__name__ for m in posted]
     assert names == [
         "LoadProgress", "Loaded", "LoadFailed", "ViewReady", "ViewFailed", "ScoredBatch",
-        "AcceptsReady", "TreesReady", "TreesFailed", "TaskDone", "JobCrashed",
+        "AcceptsReady", "ServingFailed", "TreesReady", "TreesFailed", "TaskDone", "JobCrashed",
     ]  # fmt: skip
     assert len({m.handler_name for m in posted}) == len(posted)  # one handler each
-    assert posted[5].errors == [(2, "bad")] and posted[9].result == "x.json"
+    assert posted[5].errors == [(2, "bad")] and posted[10].result == "x.json"
+    assert posted[7].error == "no target"
 
 
 def test_a_closing_app_does_not_break_the_device_thread():
@@ -55,11 +58,13 @@ def test_only_a_message_carrying_everything_an_older_one_does_replaces_it():
     assert not view(3, 0, [TRAIN, SERVE]).can_replace(view(4, 0, [TRAIN]))  # a wiring short
     assert not view(3, 0, [TRAIN]).can_replace(view(4, 1, [TRAIN]))  # another sample
     spec = DraftSpec(3)
+    sv = Serving(spec)
     a = [SimpleNamespace(wiring=TRAIN)]
     ab = [SimpleNamespace(wiring=TRAIN), SimpleNamespace(wiring=SERVE)]
-    assert msg.AcceptsReady(0, spec, a).can_replace(msg.AcceptsReady(0, spec, ab))
-    assert not msg.AcceptsReady(0, spec, ab).can_replace(msg.AcceptsReady(0, spec, a))
-    assert not msg.AcceptsReady(0, spec, a).can_replace(msg.AcceptsReady(0, DraftSpec(2), a))
+    assert msg.AcceptsReady(0, sv, a).can_replace(msg.AcceptsReady(0, sv, ab))
+    assert not msg.AcceptsReady(0, sv, ab).can_replace(msg.AcceptsReady(0, sv, a))
+    other = Serving(DraftSpec(2))
+    assert not msg.AcceptsReady(0, sv, a).can_replace(msg.AcceptsReady(0, other, a))
     t0 = SimpleNamespace(index=0, wiring=TRAIN, spec=spec)
     t1 = SimpleNamespace(index=1, wiring=TRAIN, spec=spec)
     assert msg.TreesReady(t0).can_replace(msg.TreesReady(t0))

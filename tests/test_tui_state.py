@@ -102,13 +102,15 @@ def accept(i: int, w, rounds: list[tuple[int, int, int]], spec=None):
     from inspector.serving.spec import DraftSpec
     from inspector.serving.walk import AcceptStats, Round
     from inspector.tui.events import SampleAccept
+    from inspector.tui.serving import Serving
 
     spec = spec or DraftSpec(3)
     arr = np.array(rounds, dtype=np.int64).reshape(-1, 3)
     stats = AcceptStats.of([Round(*r) for r in rounds], spec.steps)
     a = np.zeros(12, dtype=np.int64)
     a[arr[:, 0]] = arr[:, 1]
-    return SampleAccept(i, w, spec, a, arr[:, 0], arr[:, 1], arr[:, 2], stats, np.roll(a, 1))
+    serving = Serving(spec)
+    return SampleAccept(i, w, serving, a, arr[:, 0], arr[:, 1], arr[:, 2], stats, np.roll(a, 1))
 
 
 def test_accept_totals_pool_rounds_per_wiring_and_settings():
@@ -121,15 +123,15 @@ def test_accept_totals_pool_rounds_per_wiring_and_settings():
     assert not st.add_accept(accept(1, TRAIN, [(2, 1, 2)]))  # counted once
     assert st.add_accept(accept(1, TRAIN, [(2, 1, 2)], spec=DraftSpec(2)))  # other settings
     tot = st.set_accept(TRAIN)
-    assert tot.n_samples == 2 and (tot.stats.rounds, tot.stats.emitted) == (3, 7)
-    assert tot.stats.accept_length == pytest.approx(7 / 3)  # pooled: not a mean of means
+    assert tot.n_samples == 2 and (tot.figure.stats.rounds, tot.figure.stats.emitted) == (3, 7)
+    assert tot.figure.stats.accept_length == pytest.approx(7 / 3)  # pooled: not a mean of means
     assert st.sample_accept(TRAIN).accept_length == 2.5
     assert st.missing_accepts() == [] and st.set_accept(SERVE) is None
     st.pins.append(SERVE)
     assert st.missing_accepts() == [SERVE]
     st.mark_error(0, "data_0.pt: bad")  # a failed sample leaves the totals
     tot = st.set_accept(TRAIN)
-    assert tot.n_samples == 1 and tot.stats.accept_length == 2.0
+    assert tot.n_samples == 1 and tot.figure.stats.accept_length == 2.0
     assert st.missing_accepts() == [] and not st.add_accept(accept(0, TRAIN, [(2, 3, 4)]))
     assert st.clear_error(0)  # a retry worked: its replays are asked for again, then counted
     st.sample = 0
@@ -155,12 +157,14 @@ def test_the_bar_shows_tau_for_the_sample_and_the_set():
     head = narrow.splitlines()[0].split()
     assert head.count("in-vocab") == 1 and head.index("in-vocab") > head.index("all-tok", 4)
     assert "2.33" in narrow and "2.00" in narrow
-    assert accuracy_title("ours", st.spec).startswith(
+    assert accuracy_title("ours", st.serving).startswith(
         "accuracy · τ: accept len of a chain of 2 steps"
     )
     from inspector.serving.spec import DraftSpec
+    from inspector.tui.serving import Serving
 
-    assert "tree of 5 steps, topk 4, 8 tokens" in accuracy_title("ours", DraftSpec(5, 4, 8))
+    title = accuracy_title("ours", Serving(DraftSpec(5, 4, 8)))
+    assert "τ: accept len of a tree of 5 steps, topk 4, 8 tokens" in title
 
 
 def test_the_rounds_line_is_what_the_walk_accepts():
@@ -237,15 +241,16 @@ def test_tree_panel_shows_the_path_and_where_it_falls_off():
 
 def test_steps_keys_keep_the_settings_valid():
     from inspector.serving.spec import DraftSpec
+    from inspector.tui.serving import Serving
 
     st = loaded(ttt=2)
-    assert st.spec == DraftSpec(2) and st.stepped_spec(1) == DraftSpec(3)
-    assert st.set_spec(DraftSpec(1)) and not st.set_spec(DraftSpec(1))
-    assert st.stepped_spec(-1) is None  # a round drafts at least one step
-    st.set_spec(DraftSpec(3, 4, 20))
-    assert st.stepped_spec(1) == DraftSpec(4, 4, 20)
-    assert st.stepped_spec(-1) == DraftSpec(2, 4, 20)  # 4 + 16 candidates: 21 tokens at most
-    assert st.stepped_spec(-2) == DraftSpec(1, 4, 5)  # one level: 4 nodes, the root
+    assert st.spec == DraftSpec(2) and st.stepped_serving(1) == Serving(DraftSpec(3))
+    assert st.set_serving(Serving(DraftSpec(1))) and not st.set_serving(Serving(DraftSpec(1)))
+    assert st.stepped_serving(-1) is None  # a round drafts at least one step
+    st.set_serving(Serving(DraftSpec(3, 4, 20)))
+    assert st.stepped_serving(1).spec == DraftSpec(4, 4, 20)
+    assert st.stepped_serving(-1).spec == DraftSpec(2, 4, 20)  # 4 + 16 candidates: 21 at most
+    assert st.stepped_serving(-2).spec == DraftSpec(1, 4, 5)  # one level: 4 nodes, the root
 
 
 def test_load_marks_the_samples_skipped_before_the_first_usable_one():

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from inspector.metrics import Counts, StepMetrics
 from inspector.serving.spec import DraftSpec
 from inspector.serving.walk import AcceptStats, Round
-from inspector.tui.totals import Totals, pool_accepts, pool_steps
+from inspector.tui.totals import AcceptFigure, Totals, pool_accepts, pool_steps
 
 A, B = (0, 1, 2), (1, 2, 3)
 
@@ -38,13 +41,47 @@ def test_accepts_pool_rounds_and_an_emptied_group_keeps_its_depth():
     g = (A, DraftSpec(3))
     s0 = AcceptStats.of([Round(2, 3, 4), Round(6, 0, 1)], 3)
     s1 = AcceptStats.of([Round(2, 1, 2)], 3)
-    assert t.add(0, g, s0) and t.add(1, g, s1)
+    assert t.add(0, g, AcceptFigure(s0)) and t.add(1, g, AcceptFigure(s1))
     pooled = t.total(g).value
+    assert pooled.odds is None and pooled.accept_length == 1 + 4 / 3
+    pooled = pooled.stats
     assert (pooled.rounds, pooled.accepted, pooled.emitted) == (3, 4, 7)
     assert s0.rounds == 2  # pooling never adds into a sample's own figure
     t.drop(0)
-    pooled = t.total(g).value
+    pooled = t.total(g).value.stats
     assert (pooled.rounds, pooled.emitted) == (1, 2) and t.total(g).n_samples == 1
     t.drop(1)
-    empty = t.total(g).value
+    empty = t.total(g).value.stats
     assert empty.rounds == 0 and empty.depth == 3 and len(empty.at_least) == 3
+
+
+def test_odds_pool_beside_the_counts_and_give_the_expected_accept_length():
+    """At a temperature τ is 1 + sum E[a] / rounds over the pooled rounds, not the walk's
+    count; the walk's bound still marks it."""
+    from inspector.serving.expectation import OddsTotals, SampleOdds
+    from inspector.serving.sampling import RoundOdds
+
+    def odds(*expected):
+        rounds = [RoundOdds(e, e * (1 - e / 3), (min(1.0, e), 0.0, 0.0)) for e in expected]
+        return SampleOdds.of(rounds, 3)
+
+    s0 = AcceptStats.of([Round(2, 3, 4), Round(6, 0, 1)], 3)
+    s1 = AcceptStats.of([Round(2, 1, 2, True)], 3)
+    o0 = OddsTotals.of(odds(0.5, 0.25), np.array([3, 0]), 3)
+    o1 = OddsTotals.of(odds(1.5), np.array([1]), 3)
+    t: Totals = Totals(pool_accepts)
+    g = (A, "at T")
+    t.add(0, g, AcceptFigure(s0, o0))
+    t.add(1, g, AcceptFigure(s1, o1))
+    pooled = t.total(g).value
+    assert pooled.stats.accepted == 4 and pooled.odds.rounds == 3
+    assert pooled.odds.expected == pytest.approx(2.25) and pooled.odds.realised == 4
+    assert pooled.accept_length == pytest.approx(1 + 2.25 / 3)
+    assert pooled.odds.at_least == pytest.approx([1.75, 0.0, 0.0])
+    assert pooled.is_bound  # sample 1's round ran past what it knows
+    assert AcceptFigure(s0, o0).accept_length == pytest.approx(1 + 0.75 / 2)
+    assert not AcceptFigure(s0, o0).is_bound
+    t.drop(1)
+    pooled = t.total(g).value
+    assert pooled.accept_length == pytest.approx(1.375) and not pooled.is_bound
+    assert o0.expected == pytest.approx(0.75)  # pooling never adds into a sample's own odds

@@ -78,10 +78,15 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_sampling_args(
-    p: argparse.ArgumentParser, when: str = "--live", *, seed: bool = True
+    p: argparse.ArgumentParser,
+    when: str = "--live",
+    *,
+    seed: bool = True,
+    verification: bool = True,
 ) -> None:
     """The requests' sampling and the engine's verification rule (the live loop's: `when` names
-    the flag that runs it, accept's --live or reconcile's --prompts; seed: whether it draws)."""
+    the flag that runs it, accept's --live or reconcile's --prompts; seed: whether it draws;
+    verification: whether the rule and its thresholds are asked, or follow the engine)."""
     from inspector.serving.sampling_settings import RULES
 
     p.add_argument(
@@ -93,6 +98,10 @@ def add_sampling_args(
     p.add_argument(
         "--top-p", type=float, default=1.0, metavar="P", help=f"{when}: top-p (default 1: off)"
     )
+    if seed:
+        p.add_argument("--seed", type=int, default=0, help=f"{when}: seed for --temperature")
+    if not verification:
+        return
     p.add_argument(
         "--verify",
         choices=RULES,
@@ -114,28 +123,15 @@ def add_sampling_args(
         metavar="T",
         help="sglang-target-only: --speculative-accept-threshold-acc (default 1: lossless)",
     )
-    if seed:
-        p.add_argument("--seed", type=int, default=0, help=f"{when}: seed for --temperature")
 
 
 def expectation_settings(args: argparse.Namespace, engine, chain: bool):
     """The SamplingSettings an expectation on saved samples runs under (--temperature, --top-k,
-    --top-p, --verify and the thresholds): only the target-only rules, whose odds the target's
-    distributions at the drafted nodes give, apply there."""
-    from inspector.errors import InputError
+    --top-p, --verify and the thresholds; `SamplingSettings.on_samples` says which rules)."""
     from inspector.serving.sampling_settings import Sampling, SamplingSettings
 
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
-    verification = verification_from_args(args, engine)
-    if verification.rule.samples_drafts:
-        raise InputError(
-            None,
-            "--verify",
-            f"{verification.rule.value} samples its drafts: on saved samples only the "
-            "target-only rules apply (accept --live runs it)",
-        )
-    verification.check_tree(chain)
-    return SamplingSettings(sampling, verification)
+    return SamplingSettings.on_samples(sampling, verification_from_args(args, engine), chain=chain)
 
 
 def verification_from_args(args: argparse.Namespace, engine):

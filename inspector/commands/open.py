@@ -24,7 +24,31 @@ def build_app(args: argparse.Namespace):
         memory_budget=args.memory_budget,
         wiring=args.wiring,
         engine_log=args.engine_log,
+        sampling=initial_sampling(args, inputs.target is not None),
     )
+
+
+def initial_sampling(args: argparse.Namespace, has_target: bool):
+    """The sampling τ starts at (--temperature, --top-k, --top-p; None: greedy). τ starts on a
+    chain, which vLLM verifies with its one-hot rule; the app's dialog (`a`) changes both."""
+    from inspector.errors import InputError
+    from inspector.serving.sampling_settings import (
+        Sampling,
+        SamplingSettings,
+        Verification,
+        VerifyRule,
+    )
+
+    sampling = Sampling(args.temperature, args.top_k, args.top_p)
+    if sampling.greedy:
+        return None
+    if not has_target:
+        raise InputError(
+            None,
+            "--temperature",
+            "τ at a temperature needs the target's distributions: pass --target DIR",
+        )
+    return SamplingSettings.on_samples(sampling, Verification(VerifyRule.VLLM_ONEHOT), chain=True)
 
 
 def web_command(args: argparse.Namespace) -> str:
@@ -41,7 +65,7 @@ def web_command(args: argparse.Namespace) -> str:
         ("--engine-log", args.engine_log),
     ):
         if value:
-            argv += [flag, str(Path(value).absolute())]
+            argv += [flag, value if value == "auto" else str(Path(value).absolute())]
     argv += ["--device", args.device, "--dtype", args.dtype, "--ttt-steps", str(args.ttt_steps)]
     if args.wiring:
         argv += ["--wiring", args.wiring]
@@ -49,6 +73,9 @@ def web_command(args: argparse.Namespace) -> str:
         argv += ["--slot-layers", args.slot_layers]
     if args.memory_budget:
         argv += ["--memory-budget", args.memory_budget]
+    if args.temperature > 0:
+        argv += ["--temperature", f"{args.temperature:g}", "--top-k", str(args.top_k)]
+        argv += ["--top-p", f"{args.top_p:g}"]
     return shlex.join(argv)
 
 

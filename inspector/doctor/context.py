@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from inspector.doctor.budget import DoctorPlan
 from inspector.doctor.named_wirings import NamedWirings
@@ -18,6 +19,9 @@ from inspector.evaluate import Evaluator
 from inspector.progress import StageProgress
 from inspector.sample import SlotInfo
 from inspector.serving.sampling_settings import SamplingSettings
+
+if TYPE_CHECKING:
+    from inspector.capture.target import TargetModel
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,8 @@ class DoctorContext:
     target / target_dtype: the target model's folder and the dtype it is run in.
     sampling: the requests' sampling and the engine's rule the accept length is quoted at
       (None: greedy, replayed; else expected, from the target's verification of the drafts).
+    target_model: the target, loaded once on the evaluator's device at a temperature (the
+      slots' identity ran it too); None when greedy.
     """
 
     ev: Evaluator
@@ -45,6 +51,7 @@ class DoctorContext:
     target: str | Path | None = None
     target_dtype: str = "auto"
     sampling: SamplingSettings | None = None
+    target_model: TargetModel | None = None
 
     def scored(self, skipped: dict[int, str]) -> DoctorContext:
         """This context without the samples the search could not score."""

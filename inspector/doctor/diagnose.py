@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from inspector.doctor.accept_lengths import accept_lengths
 from inspector.doctor.alignment import alignment_check
@@ -50,6 +51,9 @@ from inspector.formats.tensorfiles import read_json
 from inspector.progress import StageProgress
 from inspector.sample import SlotInfo, with_layer_ids
 from inspector.serving.sampling_settings import SamplingSettings
+
+if TYPE_CHECKING:
+    from inspector.capture.target import TargetModel
 
 DEFAULT_SAMPLES = 8
 
@@ -115,16 +119,18 @@ def _identity(
     slot_layers: Sequence[int] | None,
     target: str | Path | None,
     progress: StageProgress | None,
+    model: TargetModel | None = None,
 ) -> SlotIdentity:
-    """The slots' identity from the target (when given), --slot-layers, and data_config.json
-    read with the target's layer count when the file has none."""
+    """The slots' identity from the target (when given; `model`: loaded already),
+    --slot-layers, and data_config.json read with the target's layer count when the file has
+    none."""
     override = slot_layers if slot_layers is not None else ev.slot_layers
     measured = None
     n_layers = None
     if target is not None:
         if progress is not None:
             progress("slot identity", 0, 1)
-        measured = measure_slots(ev, target, samples)
+        measured = measure_slots(ev, target, samples, model=model)
         n_layers = measured.num_layers or target_layer_count(target)
         if progress is not None:
             progress("slot identity", 1, 1)
@@ -151,9 +157,10 @@ def build_context(
     progress: StageProgress | None = None,
     sampling: SamplingSettings | None = None,
     target_dtype: str = "auto",
+    target_model: TargetModel | None = None,
 ) -> DoctorContext:
     """The samples within the compute budget, the slots' identity (running the target when
-    given) and the named wirings."""
+    given; `target_model`: loaded once, for both stages that run it) and the named wirings."""
     reading = plan(ev.draft.config, _shapes(ev, sample_indices), max_tokens=max_tokens)
     if reading.cuts:
         ev = ev.with_samples(ev.samples.cut(reading.cuts))
@@ -162,7 +169,7 @@ def build_context(
     over = set(reading.dropped_samples)
     samples = [i for i in sample_indices if i not in over]
     infos = _infos(ev, slot_layers)
-    identity = _identity(ev, infos, samples, slot_layers, target, progress)
+    identity = _identity(ev, infos, samples, slot_layers, target, progress, target_model)
     infos = relabel(infos, identity.hf)
     names = named_wirings(ev, infos, override=slot_layers, identity=identity)
     return DoctorContext(
@@ -177,6 +184,7 @@ def build_context(
         target=target,
         target_dtype=target_dtype,
         sampling=sampling,
+        target_model=target_model,
     )
 
 
@@ -280,6 +288,7 @@ def diagnose(
     progress: StageProgress | None = None,
     sampling: SamplingSettings | None = None,
     target_dtype: str = "auto",
+    target_model: TargetModel | None = None,
 ) -> DoctorReport:
     """Find the wiring the draft was trained for and every train/serve mismatch.
 
@@ -299,6 +308,10 @@ def diagnose(
       allows (`budget.plan`: whole samples for small drafts), 0: whole samples.
     progress: called as progress(stage, done, total) per step of each stage; an exception raised
       there aborts the run.
+    sampling / target_dtype: the wiring finding's accept length is the expectation at this
+      temperature, the target (run in target_dtype; `target_model`: loaded already, on the
+      evaluator's device) verifying the drafts; the target is then loaded once for both stages
+      that run it (the slots' identity and the expectation).
     """
     clock = Stopwatch()
     if sampling is not None and sampling.sampling.greedy:
@@ -310,6 +323,11 @@ def diagnose(
             "the accept length at a temperature is the target's verification of the drafts: "
             "pass --target DIR",
         )
+    if sampling is not None and target_model is None:
+        from inspector.capture.target import TargetModel
+
+        assert target is not None
+        target_model = TargetModel(target, dtype=target_dtype, device=str(ev.device))
     if sample_indices is None:
         sample_indices = range(min(max(1, n_samples), len(ev.samples)))
     ctx = build_context(
@@ -322,6 +340,7 @@ def diagnose(
         progress=progress,
         sampling=sampling,
         target_dtype=target_dtype,
+        target_model=target_model,
     )
     findings = _data_findings(ctx)
     clock.lap("identity")

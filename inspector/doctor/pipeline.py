@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from inspector.doctor.diagnose import DEFAULT_SAMPLES, diagnose
 from inspector.doctor.finding import Finding, Severity, sort_findings
@@ -30,6 +31,9 @@ from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.progress import StageProgress
 from inspector.serving.sampling_settings import SamplingSettings
+
+if TYPE_CHECKING:
+    from inspector.capture.target import TargetModel
 
 # The evaluator over the draft in this folder and the session's samples, loaded leniently
 # (`strict=False`): the folder is the draft's own, or a temporary copy with a borrowed head.
@@ -101,10 +105,16 @@ def _preflight(request: DoctorRequest) -> DoctorReport | None:
 
 
 def run(
-    request: DoctorRequest, load: Load, *, progress: StageProgress | None = None
+    request: DoctorRequest,
+    load: Load,
+    *,
+    progress: StageProgress | None = None,
+    target_model: TargetModel | None = None,
 ) -> DoctorReport:
     """The preflight, then every check on the evaluator `load` gives, then (with write_fixed)
-    the fixed checkpoint, written and verified (in `report.fixed`)."""
+    the fixed checkpoint, written and verified (in `report.fixed`). `target_model`: the
+    request's target loaded already on the evaluator's device (the app's), reused at a
+    temperature."""
     early = _preflight(request)
     if early is not None:
         return early
@@ -136,6 +146,7 @@ def run(
             progress=progress,
             sampling=request.sampling,
             target_dtype=request.target_dtype,
+            target_model=target_model,
         )
         if request.write_fixed is not None:
             write_fixed(
@@ -189,10 +200,15 @@ def run_loaded(
     n_samples: int = DEFAULT_SAMPLES,
     max_tokens: int | None = None,
     progress: StageProgress | None = None,
+    sampling: SamplingSettings | None = None,
+    target: Path | None = None,
+    target_model: TargetModel | None = None,
 ) -> DoctorReport:
     """`run` for a session that holds an evaluator (the app): the request is read off it (its
-    draft's folder, its target head's folder as --target)."""
+    draft's folder; `target`, else its target head's folder, as --target), at `sampling` (the
+    app's τ settings; `target_model`: the app's loaded target, not loaded again)."""
     checkpoint = Path(ev.draft.path)
-    target = Path(ev.target_head.path) if ev.target_head is not None else None
-    request = DoctorRequest(checkpoint, target, n_samples, max_tokens)
-    return run(request, reuse(ev, checkpoint), progress=progress)
+    if target is None and ev.target_head is not None:
+        target = Path(ev.target_head.path)
+    request = DoctorRequest(checkpoint, target, n_samples, max_tokens, sampling=sampling)
+    return run(request, reuse(ev, checkpoint), progress=progress, target_model=target_model)

@@ -19,11 +19,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
+
+if TYPE_CHECKING:
+    from inspector.capture.target import TargetModel
 
 POST = "post-norm"
 MIN_TOLERANCE = 1e-3
@@ -130,22 +134,29 @@ def match_slot(
 
 
 def measure_slots(
-    ev: Evaluator, target: str | Path, samples: Sequence[int], n: int = N_SAMPLES
+    ev: Evaluator,
+    target: str | Path,
+    samples: Sequence[int],
+    n: int = N_SAMPLES,
+    *,
+    model: TargetModel | None = None,
 ) -> TargetSlots:
-    """Run the target over the first `n` readable samples of `samples` and match every slot.
+    """Run the target over the first `n` readable samples of `samples` and match every slot
+    (`model`: the target already loaded, for a doctor that runs it again later).
 
     Never raises for an unusable target: the reason is in `skipped` (the doctor says it)."""
-    why = too_big(Path(target), ev.device)
-    if why is not None:
-        return TargetSlots(str(target), None, (), skipped=why)
-    try:
-        from inspector.capture.target import TargetModel
+    if model is None:
+        why = too_big(Path(target), ev.device)
+        if why is not None:
+            return TargetSlots(str(target), None, (), skipped=why)
+        try:
+            from inspector.capture.target import TargetModel
 
-        model = TargetModel(target, device="cpu" if ev.device.type == "cpu" else "auto")
-    except ImportError:
-        return TargetSlots(str(target), None, (), skipped="transformers is not installed")
-    except InputError as e:
-        return TargetSlots(str(target), None, (), skipped=str(e))
+            model = TargetModel(target, device="cpu" if ev.device.type == "cpu" else "auto")
+        except ImportError:
+            return TargetSlots(str(target), None, (), skipped="transformers is not installed")
+        except InputError as e:
+            return TargetSlots(str(target), None, (), skipped=str(e))
     L = model.info.num_layers
     every: list[int | str] = [*range(L + 1), POST]
     stored: list[list[torch.Tensor]] = []

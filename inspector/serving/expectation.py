@@ -17,7 +17,7 @@ Two figures, and what each means:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -45,6 +45,59 @@ class SampleOdds:
         return {"expected": [round(float(x), 6) for x in self.expected]}
 
 
+@dataclass
+class OddsTotals:
+    """Rounds' odds summed (one request's, or pooled over many): the sums `Expectation` takes
+    its figures from, without its interval (the app pools these as samples arrive)."""
+
+    depth: int
+    rounds: int = 0
+    expected: float = 0.0  # sum of E[a | start]
+    variance: float = 0.0  # sum of Var[a | start]
+    realised: int = 0  # sum of the a the run took
+    at_least: list[float] = field(default_factory=list)  # [k]: expected rounds with a >= k + 1
+
+    def __post_init__(self) -> None:
+        if not self.at_least:
+            self.at_least = [0.0] * self.depth
+
+    @classmethod
+    def of(cls, odds: SampleOdds, accepted: np.ndarray, depth: int) -> OddsTotals:
+        at = odds.at_least.sum(axis=0) if odds.at_least.size else np.zeros(depth)
+        return cls(
+            depth,
+            int(odds.expected.size),
+            float(odds.expected.sum()),
+            float(odds.variance.sum()),
+            int(np.asarray(accepted).sum()),
+            [float(x) for x in at],
+        )
+
+    def add(self, other: OddsTotals) -> None:
+        self.rounds += other.rounds
+        self.expected += other.expected
+        self.variance += other.variance
+        self.realised += other.realised
+        self.at_least = [a + b for a, b in zip(self.at_least, other.at_least, strict=True)]
+
+    @property
+    def accept_length(self) -> float | None:
+        """1 + sum E[a] / rounds: the engine's pooled figure in expectation."""
+        return 1 + self.expected / self.rounds if self.rounds else None
+
+    @property
+    def per_depth(self) -> list[float | None]:
+        """[k]: the expected share of rounds accepting at least k + 1 drafted tokens."""
+        return [x / self.rounds if self.rounds else None for x in self.at_least]
+
+    @property
+    def z(self) -> float | None:
+        """(realised - expected) / its standard deviation under the rule (None: no variance)."""
+        if self.variance <= 0:
+            return None
+        return (self.realised - self.expected) / math.sqrt(self.variance)
+
+
 @dataclass(frozen=True)
 class Expectation:
     """A wiring's pooled expectation over its requests (module docstring)."""
@@ -69,13 +122,12 @@ class Expectation:
         resamples: int = DEFAULT_RESAMPLES,
         level: float = DEFAULT_LEVEL,
     ) -> Expectation:
-        rounds = np.array([o.expected.size for o in odds], dtype=np.float64)
-        exp = np.array([o.expected.sum() for o in odds], dtype=np.float64)
-        var = float(sum(o.variance.sum() for o in odds))
-        at = np.zeros(depth)
-        for o in odds:
-            at += o.at_least.sum(axis=0) if o.at_least.size else 0.0
-        realised = int(sum(int(a.sum()) for a in accepted))
+        per = [OddsTotals.of(o, a, depth) for o, a in zip(odds, accepted, strict=True)]
+        tot = OddsTotals(depth)
+        for t in per:
+            tot.add(t)
+        rounds = np.array([t.rounds for t in per], dtype=np.float64)
+        exp = np.array([t.expected for t in per], dtype=np.float64)
         low = high = None
         if len(odds) and rounds.sum() > 0:
             rows = np.random.default_rng(seed).integers(0, len(odds), size=(resamples, len(odds)))
@@ -86,11 +138,11 @@ class Expectation:
             tail = (1 - level) / 2
             low, high = (float(x) for x in np.nanquantile(al, [tail, 1 - tail]))
         return cls(
-            int(rounds.sum()),
-            realised,
-            float(exp.sum()),
-            var,
-            tuple(float(x) for x in at),
+            tot.rounds,
+            tot.realised,
+            tot.expected,
+            tot.variance,
+            tuple(tot.at_least),
             low,
             high,
             level,

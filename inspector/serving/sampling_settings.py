@@ -127,6 +127,23 @@ class SamplingSettings:
     sampling: Sampling
     verification: Verification
 
+    @classmethod
+    def on_samples(
+        cls, sampling: Sampling, verification: Verification, *, chain: bool
+    ) -> SamplingSettings:
+        """Settings an expectation on saved samples can run under: only the target-only rules,
+        whose odds the target's distributions at the drafted nodes give, apply there (InputError
+        naming the flag otherwise)."""
+        if verification.rule.samples_drafts:
+            raise InputError(
+                None,
+                "--verify",
+                f"{verification.rule.value} samples its drafts: on saved samples only the "
+                "target-only rules apply (accept --live runs it)",
+            )
+        verification.check_tree(chain)
+        return cls(sampling, verification)
+
     def label(self) -> str:
         if self.sampling.greedy:
             return self.sampling.label()

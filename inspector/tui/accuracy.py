@@ -13,7 +13,8 @@ verifier's norm + lm_head (`--target`), and the bar says so when it is absent.
 
 Ours also shows τ, the accept length an engine would log (1 + accepted / rounds, as vLLM counts it,
 its bonus token included, pooled over rounds) under the current engine settings (`a`): the
-serving replay (`inspector.serving`) of this sample and of the set's samples replayed so far.
+serving replay (`inspector.serving`) of this sample and of the set's samples replayed so far; at
+a temperature, its expectation under the engine's verification rule (`tui.serving`).
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from inspector.tui.view import cell, wiring_name
 
 if TYPE_CHECKING:
     from inspector.metrics import Counts, StepMetrics
-    from inspector.serving.spec import DraftSpec
-    from inspector.serving.walk import AcceptStats
+    from inspector.tui.serving import Serving
     from inspector.tui.state import AcceptTotals, SetTotals, ViewModel
     from inspector.tui.summary import Summary
+    from inspector.tui.totals import AcceptFigure
     from inspector.tui.view import ViewState
     from inspector.wiring import WiringKey
 
@@ -55,23 +56,18 @@ NEEDS_TARGET = {
 }
 
 
-def serving_label(spec: DraftSpec) -> str:
-    """'chain of 3 steps' or 'tree of 5 steps, topk 4, 8 tokens' (the engine flags' values)."""
-    if spec.is_chain:
-        return f"chain of {spec.steps} step{'s' if spec.steps > 1 else ''}"
-    return f"tree of {spec.steps} steps, topk {spec.topk}, {spec.draft_tokens} tokens"
-
-
-def accuracy_title(metrics: str, spec: DraftSpec | None) -> str:
+def accuracy_title(metrics: str, serving: Serving | None) -> str:
     """The bar's border title: the view, and in ours what τ replays."""
-    if metrics != "ours" or spec is None:
+    if metrics != "ours" or serving is None:
         return TITLES[metrics]
-    return f"{TITLES[metrics]} · τ: accept len of a {serving_label(spec)} (a to change)"
+    what = "accept len" if serving.greedy else "expected accept len"
+    return f"{TITLES[metrics]} · τ: {what} of a {serving.label()} (a to change)"
 
 
-def _tau(a: AcceptStats | None) -> str:
-    """τ as the engine logs it (1 + accepted / rounds); ≥ where a request's last round drafted
-    past what its sample knows of the target's continuation."""
+def _tau(a: AcceptFigure | None) -> str:
+    """τ as the engine logs it (1 + accepted / rounds; at a temperature, its expectation); ≥
+    where a request's last round drafted past what its sample knows of the target's
+    continuation."""
     al = a.accept_length if a is not None else None
     if al is None or a is None:
         return "…"
@@ -152,7 +148,7 @@ def accuracy_renderable(
     n_good: int,
     row: int | None,
     *,
-    accepts: dict[WiringKey, tuple[AcceptStats | None, AcceptTotals | None]] | None = None,
+    accepts: dict[WiringKey, tuple[AcceptFigure | None, AcceptTotals | None]] | None = None,
     metrics: str = "ours",
     narrow: bool = False,
     width: int = 200,
@@ -197,7 +193,7 @@ def accuracy_renderable(
                 cells.append(dim)
             else:
                 style = "dim" if a_set.n_samples < n_good else "bold"
-                cells.append((_tau(a_set.stats), style))
+                cells.append((_tau(a_set.figure), style))
         if k_steps > 1:
             src = tot.steps if tot is not None and tot.steps else (sm or [])
             cells.append((by_step(metrics, src), "") if src else dim)

@@ -25,6 +25,7 @@ from inspector.tui.messages import PostReports
 from inspector.tui.screens.main import MainScreen
 
 if TYPE_CHECKING:
+    from inspector.serving.sampling_settings import SamplingSettings
     from inspector.session import Inputs
 
 
@@ -47,6 +48,7 @@ class InspectorApp(App):
         memory_budget: str | None = None,
         wiring: str | None = None,
         engine_log: str | None = None,
+        sampling: SamplingSettings | None = None,
         loader: Loader | None = None,
         fill: bool = True,
         input_paths: Sequence[str] | None = None,
@@ -62,6 +64,7 @@ class InspectorApp(App):
                 ttt_steps=ttt_steps,
                 memory_budget=memory_budget,
                 engine_log=engine_log,
+                sampling=sampling,
             )
         if input_paths is None:
             input_paths = inputs.paths() if inputs is not None else []

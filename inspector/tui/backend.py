@@ -19,10 +19,17 @@ if TYPE_CHECKING:
     from inspector.evaluate import Evaluator, SamplePredictions
     from inspector.formats.tokenizer import TokenDecoder
     from inspector.memory import MemoryBudget
+    from inspector.serving.sampling_settings import SamplingSettings
     from inspector.serving.spec import DraftSpec
     from inspector.tui.events import SampleAccept, SampleTrees
+    from inspector.tui.serving import Serving
     from inspector.tui.summary import LoggedFigure, SampleData, Summary
     from inspector.wiring import WiringKey
+
+
+class ServingError(Exception):
+    """Settings τ cannot be replayed under on this session (the target a temperature needs does
+    not load): the settings' fault, not any sample's, so no sample is marked failed."""
 
 
 class Backend(Protocol):
@@ -50,17 +57,19 @@ class Backend(Protocol):
         first_sample: int,
         skipped: Sequence[tuple[int, str]],
         logged: LoggedFigure | None,
+        sampling: SamplingSettings | None = None,
     ) -> Summary:
         """What the UI needs to know of the draft and the set; the presets and `--wiring`
-        resolved (or why not)."""
+        resolved (or why not); τ's first settings (`sampling`: at a temperature)."""
 
     def sample_data(self, i: int, decoder: TokenDecoder | None) -> SampleData:
         """Sample i's wiring-independent arrays: token texts, loss mask, slot norms."""
 
     def predict(self, i: int, wiring: WiringKey) -> SamplePredictions: ...
 
-    def replay(self, i: int, wiring: WiringKey, spec: DraftSpec) -> SampleAccept:
-        """Sample i's serving replay under the engine settings `spec`."""
+    def replay(self, i: int, wiring: WiringKey, serving: Serving) -> SampleAccept:
+        """Sample i's serving replay under `serving` (at a temperature, with each round's odds
+        under its rule; ServingError when the target it needs does not load)."""
 
     def trees(self, i: int, wiring: WiringKey, spec: DraftSpec) -> SampleTrees:
         """The draft tree an engine builds at every row of sample i."""

@@ -14,7 +14,7 @@ Requests are not a plain queue:
 - tasks (doctor, export) run next, in order;
 - then the prefetch of the neighbouring samples;
 - then, while idle, the set-wide fill: per-sample metrics and serving replays (under the current
-  engine settings, `set_spec`) of the current and pinned wirings for the sample list and the
+  engine settings, `set_serving`) of the current and pinned wirings for the sample list and the
   whole-set totals, sent back in batches.
 torch is imported by this thread, never by the UI thread, so the first paint does not wait for it.
 """
@@ -30,12 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from inspector.tui.jobs import Jobs, ReplayRequest, ViewRequest
 from inspector.tui.loader import Loader
-from inspector.tui.summary import default_serving, error_text
+from inspector.tui.summary import error_text
 
 if TYPE_CHECKING:
     from inspector.evaluate import Evaluator
     from inspector.serving.spec import DraftSpec
     from inspector.tui.events import Reports
+    from inspector.tui.serving import Serving
     from inspector.tui.summary import Summary
     from inspector.wiring import WiringKey
 
@@ -84,7 +85,7 @@ class Engine:
         # The fill: its wirings in order, how far each got, the settings it replays under.
         self._fill_wirings: list[WiringKey] = []
         self._fill_pos: dict[WiringKey, int] = {}
-        self._spec: DraftSpec | None = None
+        self._serving: Serving | None = None
         self.jobs: Jobs | None = None  # once loaded
         self.session: Summary | None = None
         self.loaded = False  # the session is up and its objects frozen (read by the UI thread)
@@ -133,25 +134,27 @@ class Engine:
                 self._fill_pos.setdefault(w, 0)
             self._cond.notify_all()
 
-    def request_accept(self, sample: int, wirings: Sequence[WiringKey], spec: DraftSpec) -> None:
-        """Replay a sample under wirings and engine settings (`Reports.accepts_ready`);
-        replaces any accept request not yet started."""
+    def request_accept(self, sample: int, wirings: Sequence[WiringKey], serving: Serving) -> None:
+        """Replay a sample under wirings and settings (`Reports.accepts_ready`); replaces any
+        accept request not yet started."""
         with self._cond:
-            self._accept = ReplayRequest(sample, tuple(wirings), spec)
+            self._accept = ReplayRequest(sample, tuple(wirings), serving)
             self._cond.notify_all()
 
     def request_trees(self, sample: int, wiring: WiringKey, spec: DraftSpec) -> None:
         """The draft tree of every row of a sample (`Reports.trees_ready`, or `trees_failed`);
         replaces any trees request not yet started."""
+        from inspector.tui.serving import Serving
+
         with self._cond:
-            self._trees = ReplayRequest(sample, (tuple(wiring),), spec)
+            self._trees = ReplayRequest(sample, (tuple(wiring),), Serving(spec))
             self._cond.notify_all()
 
-    def set_spec(self, spec: DraftSpec) -> None:
-        """The engine settings the fill replays the set under (samples it already did stay)."""
+    def set_serving(self, serving: Serving) -> None:
+        """The settings the fill replays the set under (samples it already did stay)."""
         with self._cond:
-            if spec != self._spec:
-                self._spec = spec
+            if serving != self._serving:
+                self._serving = serving
                 self._fill_pos = {w: 0 for w in self._fill_pos}
             self._cond.notify_all()
 
@@ -197,9 +200,10 @@ class Engine:
                 first_sample=res.first_sample,
                 skipped=res.skipped,
                 logged=res.logged,
+                sampling=res.sampling,
             )
-            if self._spec is None:
-                self._spec = default_serving(session.ttt_steps)
+            if self._serving is None:
+                self._serving = session.serving_default()
             jobs = Jobs(backend, self._reports, session)
         except BaseException as e:  # noqa: BLE001 - reported in the app, which stays up
             self._reports.load_failed(error_text(e))
@@ -246,8 +250,8 @@ class Engine:
                     return lambda: jobs.prefetch(sample, wirings)
                 item = self._next_fill() if self._fill_enabled else None
                 if item is not None:
-                    spec = self._spec
-                    return lambda: jobs.fill(*item, spec)
+                    serving = self._serving
+                    return lambda: jobs.fill(*item, serving)
                 if jobs.unsent():
                     return jobs.flush
                 self._cond.wait()
@@ -265,10 +269,10 @@ class Engine:
         if jobs is None:
             return None
         n = jobs.backend.n_samples
-        spec = self._spec
+        serving = self._serving
         for w in self._fill_wirings:
             pos = self._fill_pos.get(w, 0)
-            while pos < n and (pos in jobs.bad or jobs.filled(pos, w, spec)):
+            while pos < n and (pos in jobs.bad or jobs.filled(pos, w, serving)):
                 pos += 1
             self._fill_pos[w] = pos
             if pos < n:

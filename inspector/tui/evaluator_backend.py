@@ -22,20 +22,31 @@ from inspector.tui.summary import (
 from inspector.wiring import PRESETS
 
 if TYPE_CHECKING:
+    from inspector.capture.target import TargetModel
     from inspector.evaluate import Evaluator, SamplePredictions
     from inspector.formats.tokenizer import TokenDecoder
     from inspector.memory import MemoryBudget
     from inspector.serving.replay import Replayer
+    from inspector.serving.sampling_settings import SamplingSettings
     from inspector.serving.spec import DraftSpec
+    from inspector.tui.serving import Serving
     from inspector.wiring import WiringKey
 
 
 class EvaluatorBackend:
     """`backend.Backend` over an `Evaluator` (see there for what each method promises)."""
 
-    def __init__(self, ev: Evaluator) -> None:
+    def __init__(
+        self, ev: Evaluator, target: str | None = None, target_dtype: str = "auto"
+    ) -> None:
         self._ev = ev
         self._replayer: Replayer | None = None  # made on first use, under the first settings
+        # The target a temperature's τ verifies with: loaded on the first such replay (a large
+        # model; greedy τ never needs it), or why it did not load.
+        self._target_dir = target
+        self._target_dtype = target_dtype
+        self._target: TargetModel | None = None
+        self._target_error: str | None = None
 
     @property
     def evaluator(self) -> Evaluator:
@@ -61,8 +72,10 @@ class EvaluatorBackend:
         first_sample: int = 0,
         skipped: Sequence[tuple[int, str]] = (),
         logged: LoggedFigure | None = None,
+        sampling: SamplingSettings | None = None,
     ) -> Summary:
         from inspector.serving.spec import DraftSpec
+        from inspector.tui.serving import Serving
 
         ev = self._ev
         draft = ev.draft
@@ -108,10 +121,14 @@ class EvaluatorBackend:
             first_sample=first_sample,
             skipped=list(skipped),
             # τ starts under the engine's settings where its log shows them (a chain of k)
-            serving=default_serving(int(ev.ttt_steps))
-            if logged is None or not logged.steps
-            else DraftSpec(logged.steps),
+            serving=Serving(
+                default_serving(int(ev.ttt_steps))
+                if logged is None or not logged.steps
+                else DraftSpec(logged.steps),
+                sampling,
+            ),
             logged=logged,
+            target=self._target_dir,
         )
 
     def sample_data(self, i: int, decoder: TokenDecoder | None) -> SampleData:
@@ -153,21 +170,67 @@ class EvaluatorBackend:
 
         return self._ev.predict(i, Wiring(tuple(wiring)))
 
-    def replay(self, i: int, wiring: WiringKey, spec: DraftSpec) -> SampleAccept:
-        """Cached by the Replayer's ByteLRU under the budget's `replays` share, keyed by (sample,
-        wiring, settings)."""
+    def replay(self, i: int, wiring: WiringKey, serving: Serving) -> SampleAccept:
+        """The walk is cached by the Replayer's ByteLRU under the budget's `replays` share, keyed
+        by (sample, wiring, drafting settings); at a temperature each round's odds come from the
+        target's verification of the draft's trees (`serving.expected_replay`)."""
         from inspector.serving.replay import Replayer
         from inspector.wiring import Wiring
 
+        spec = serving.spec
         if self._replayer is None:
             self._replayer = Replayer(self._ev, spec)
         self._replayer.spec = spec  # the cache key holds the settings (and so the convention)
-        r = self._replayer.replay(i, Wiring(tuple(wiring)))
+        w = Wiring(tuple(wiring))
+        r = self._replayer.replay(i, w)
         mask = self._ev.samples[i].loss_mask.numpy()
         a_at = accept_at(r.a_by_start, mask)
+        expected = odds = None
+        if serving.sampling is not None:
+            from inspector.serving.expectation import OddsTotals
+            from inspector.serving.expected_replay import sample_odds
+
+            s = serving.sampling
+            so = sample_odds(self._ev, self.target(), r, w, spec, s.sampling, s.verification)
+            expected, odds = so.expected, OddsTotals.of(so, r.accepted, spec.steps)
         return SampleAccept(
-            i, tuple(wiring), spec, r.a_by_start, r.starts, r.accepted, r.emitted, r.stats, a_at
+            i,
+            tuple(wiring),
+            serving,
+            r.a_by_start,
+            r.starts,
+            r.accepted,
+            r.emitted,
+            r.stats,
+            a_at,
+            expected,
+            odds,
         )
+
+    def target(self) -> TargetModel:
+        """The target model, loaded once onto the draft's device (ServingError, the same each
+        time, when there is none or it does not load)."""
+        from inspector.tui.backend import ServingError
+
+        if self._target is not None:
+            return self._target
+        if self._target_error is None and self._target_dir is None:
+            self._target_error = (
+                "τ at a temperature needs the target's distributions: open with --target DIR"
+            )
+        if self._target_error is None:
+            from inspector.capture.target import TargetModel
+
+            try:
+                self._target = TargetModel(
+                    self._target_dir, dtype=self._target_dtype, device=str(self._ev.device)
+                )
+            except Exception as e:  # noqa: BLE001 - the settings' fault, said in the app
+                self.free_after_oom(e)
+                self._target_error = f"the target did not load: {error_text(e)}"
+            else:
+                return self._target
+        raise ServingError(self._target_error)
 
     def trees(self, i: int, wiring: WiringKey, spec: DraftSpec) -> SampleTrees:
         from inspector.tui.trees import sample_trees

@@ -18,9 +18,12 @@ if TYPE_CHECKING:
 
     from inspector.evaluate import SamplePredictions
     from inspector.metrics import StepMetrics
+    from inspector.serving.expectation import OddsTotals
     from inspector.serving.spec import DraftSpec
     from inspector.serving.walk import AcceptStats
+    from inspector.tui.serving import Serving
     from inspector.tui.summary import SampleData, Summary
+    from inspector.tui.totals import AcceptFigure
     from inspector.wiring import WiringKey
 
 
@@ -32,13 +35,23 @@ class SampleAccept:
 
     index: int
     wiring: WiringKey
-    spec: DraftSpec
+    serving: Serving
     a_by_start: np.ndarray  # int64 [T], uncapped by the runs
     starts: np.ndarray  # int64 [rounds]: n, the round drafts after committed x_0..x_n
     accepted: np.ndarray  # int64 [rounds]
     emitted: np.ndarray  # int64 [rounds]
     stats: AcceptStats
     a_at: np.ndarray  # int64 [T]: a of the round whose first drafted token is t, -1 if none
+    # At a temperature: each round's expected accepted count under the rule, and their sums.
+    expected: np.ndarray | None = None  # float64 [rounds]
+    odds: OddsTotals | None = None
+
+    @property
+    def figure(self) -> AcceptFigure:
+        """What τ pools of this replay (`totals.AcceptFigure`)."""
+        from inspector.tui.totals import AcceptFigure
+
+        return AcceptFigure(self.stats, self.odds)
 
 
 @dataclass(frozen=True)
@@ -95,8 +108,11 @@ class Reports(Protocol):
     ) -> None:
         """A batch of the fill: per-sample metrics, failed samples (i, error), replays."""
 
-    def accepts_ready(self, sample: int, spec: DraftSpec, accepts: list[SampleAccept]) -> None:
+    def accepts_ready(self, sample: int, serving: Serving, accepts: list[SampleAccept]) -> None:
         """The replays the UI asked for (`Engine.request_accept`): one sample, some wirings."""
+
+    def serving_failed(self, serving: Serving, error: str) -> None:
+        """τ cannot be replayed under these settings here (`backend.ServingError`)."""
 
     def trees_ready(self, trees: SampleTrees) -> None: ...
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from inspector.cache import ByteLRU
+from inspector.tui.backend import ServingError
 from inspector.tui.events import Scored
 from inspector.tui.summary import error_text
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from inspector.serving.spec import DraftSpec
     from inspector.tui.backend import Backend
     from inspector.tui.events import Reports, SampleAccept, SampleTrees
+    from inspector.tui.serving import Serving
     from inspector.tui.summary import SampleData, Summary
     from inspector.wiring import WiringKey
 
@@ -41,11 +43,11 @@ class ViewRequest:
 @dataclass(frozen=True)
 class ReplayRequest:
     """A sample's serving replays under some wirings (the accept line, the fill), or its draft
-    trees under one (the tree panel)."""
+    trees under one (the tree panel: its drafting settings only)."""
 
     sample: int
     wirings: tuple[WiringKey, ...]
-    spec: DraftSpec
+    serving: Serving
 
 
 class Jobs:
@@ -69,10 +71,11 @@ class Jobs:
             budget.host_share("replays") if budget is not None else FALLBACK_TREE_BYTES
         )
         # The ledger: metrics noted per (sample, wiring), replays per (sample, wiring,
-        # settings), samples not to try again.
+        # settings), samples not to try again, settings that cannot be replayed (and why).
         self.done: set[tuple[int, WiringKey]] = set()
-        self.accepted: set[tuple[int, WiringKey, DraftSpec]] = set()
+        self.accepted: set[tuple[int, WiringKey, Serving]] = set()
         self.bad: set[int] = {i for i, _ in session.skipped}
+        self.unservable: dict[Serving, str] = {}
         self._scored: list[Scored] = []
         self._errors: list[tuple[int, str]] = []
         self._accepts: list[SampleAccept] = []
@@ -85,9 +88,11 @@ class Jobs:
     def usable(self, i: int) -> bool:
         return 0 <= i < self.backend.n_samples and i not in self.bad
 
-    def filled(self, i: int, w: WiringKey, spec: DraftSpec | None) -> bool:
-        """Sample i has its metrics under w and (with settings) its replay under them."""
-        return (i, w) in self.done and (spec is None or (i, w, spec) in self.accepted)
+    def filled(self, i: int, w: WiringKey, serving: Serving | None) -> bool:
+        """Sample i has its metrics under w and (with settings it can replay) its replay."""
+        return (i, w) in self.done and (
+            serving is None or serving in self.unservable or (i, w, serving) in self.accepted
+        )
 
     def unsent(self) -> bool:
         return bool(self._scored or self._errors or self._accepts)
@@ -120,23 +125,26 @@ class Jobs:
         self._keep_warm()
 
     def accept(self, req: ReplayRequest) -> None:
-        if not self.usable(req.sample):
+        if not self.usable(req.sample) or req.serving in self.unservable:
             return
         out: list[SampleAccept] = []
         try:
             for w in dict.fromkeys(req.wirings):
-                a = self.backend.replay(req.sample, w, req.spec)
-                self.accepted.add((a.index, a.wiring, a.spec))
+                a = self.backend.replay(req.sample, w, req.serving)
+                self.accepted.add((a.index, a.wiring, a.serving))
                 out.append(a)
+        except ServingError as e:
+            self._unservable(req.serving, e)
+            return
         except Exception as e:  # noqa: BLE001 - the sample's row gets marked
             _, text = self._failed(req.sample, e)
             self._errors.append((req.sample, text))
             self.flush()
             return
-        self.reports.accepts_ready(req.sample, req.spec, out)
+        self.reports.accepts_ready(req.sample, req.serving, out)
 
     def trees(self, req: ReplayRequest) -> None:
-        key = (req.sample, req.wirings[0], req.spec)
+        key = (req.sample, req.wirings[0], req.serving.spec)
         trees = self._trees.get(key)
         if trees is None:
             try:
@@ -148,15 +156,22 @@ class Jobs:
             self._trees.put(key, trees)
         self.reports.trees_ready(trees)
 
-    def fill(self, i: int, w: WiringKey, spec: DraftSpec | None) -> None:
-        """One step of the fill: sample i's metrics under w, and its replay under `spec`."""
+    def fill(self, i: int, w: WiringKey, serving: Serving | None) -> None:
+        """One step of the fill: sample i's metrics under w, and its replay under `serving`."""
         try:
             if (i, w) not in self.done:
                 self._note(i, w, self.backend.predict(i, w))
-            if spec is not None and (i, w, spec) not in self.accepted:
-                a = self.backend.replay(i, w, spec)
-                self.accepted.add((a.index, a.wiring, a.spec))
+            if (
+                serving is not None
+                and serving not in self.unservable
+                and (i, w, serving) not in self.accepted
+            ):
+                a = self.backend.replay(i, w, serving)
+                self.accepted.add((a.index, a.wiring, a.serving))
                 self._accepts.append(a)
+        except ServingError as e:
+            assert serving is not None  # only a replay raises it
+            self._unservable(serving, e)
         except Exception as e:  # noqa: BLE001
             kind, text = self._failed(i, e)
             if kind != "sample":  # not the sample's fault: do not retry it in a loop
@@ -213,6 +228,12 @@ class Jobs:
         self.done.add((i, w))
         length = int(pred.steps[0].pos.size + 2) if pred.steps else 0
         self._scored.append(Scored(i, w, list(pred.metrics), length))
+
+    def _unservable(self, serving: Serving, e: ServingError) -> None:
+        """These settings cannot be replayed here: said once, and the fill skips them."""
+        if serving not in self.unservable:
+            self.unservable[serving] = str(e)
+            self.reports.serving_failed(serving, str(e))
 
     def _failed(self, i: int, e: BaseException) -> tuple[str, str]:
         """(kind, text) of a failed job on sample i; a bad sample is not tried again."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from inspector.evaluate import Evaluator
     from inspector.formats.tokenizer import TokenDecoder
+    from inspector.serving.sampling_settings import SamplingSettings
     from inspector.session import Inputs
     from inspector.tui.backend import Backend
     from inspector.tui.summary import LoggedFigure
@@ -20,7 +21,8 @@ if TYPE_CHECKING:
 @dataclass
 class LoadResult:
     """What a loader returns: the evaluator, the token decoder, notes for the user, and the
-    samples that could not be loaded before the first usable one."""
+    samples that could not be loaded before the first usable one; the target folder a
+    temperature's τ loads, and the sampling τ starts at."""
 
     ev: Evaluator
     decoder: TokenDecoder
@@ -28,13 +30,16 @@ class LoadResult:
     first_sample: int = 0
     skipped: list[tuple[int, str]] = field(default_factory=list)
     logged: LoggedFigure | None = None  # what an engine logged (--engine-log)
+    target: str | None = None
+    target_dtype: str = "auto"
+    sampling: SamplingSettings | None = None
 
     def backend(self) -> Backend:
         """The app's view of the evaluator (device thread, torch loaded). Made from `ev` when
         asked, not in the loader: tests wrap `ev` after the loader returns."""
         from inspector.tui.evaluator_backend import EvaluatorBackend
 
-        return EvaluatorBackend(self.ev)
+        return EvaluatorBackend(self.ev, self.target, self.target_dtype)
 
 
 LoadStage = Callable[[str], None]  # a loader reports each stage it enters with one line of text
@@ -49,9 +54,11 @@ def default_loader(
     ttt_steps: int = 1,
     memory_budget: str | None = None,
     engine_log: str | None = None,
+    sampling: SamplingSettings | None = None,
 ) -> Loader:
     """A loader for the real inputs (`stage(text)` reports each stage); `engine_log`: a file
-    of what an engine logged (`reconcile`'s formats), shown beside τ."""
+    of what an engine logged (`reconcile`'s formats), shown beside τ; `sampling`: τ starts at
+    this temperature (its target: the inputs' --target)."""
 
     def load(stage: LoadStage) -> LoadResult:
         stage("importing torch")
@@ -79,7 +86,17 @@ def default_loader(
             from inspector.tui.summary import LoggedFigure
 
             logged = LoggedFigure.of(read_engine_log(engine_log))
-        return LoadResult(ev, decoder, [*inputs.notes, *notes], first, skipped, logged)
+        return LoadResult(
+            ev,
+            decoder,
+            [*inputs.notes, *notes],
+            first,
+            skipped,
+            logged,
+            target=None if inputs.target is None else str(inputs.target),
+            target_dtype=dtype,
+            sampling=sampling,
+        )
 
     return load
 

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from textual.message_pump import MessagePump
 
     from inspector.evaluate import SamplePredictions
-    from inspector.serving.spec import DraftSpec
     from inspector.tui.events import SampleAccept, SampleTrees, Scored
+    from inspector.tui.serving import Serving
     from inspector.tui.summary import SampleData, Summary
     from inspector.wiring import WiringKey
 
@@ -87,18 +87,26 @@ class ScoredBatch(Message, bubble=False):
 
 @report
 class AcceptsReady(Message, bubble=False):
-    """The replays the UI asked for: one sample, some wirings, one set of engine settings."""
+    """The replays the UI asked for: one sample, some wirings, one set of settings."""
 
     sample: int
-    spec: DraftSpec
+    serving: Serving
     accepts: list[SampleAccept]
 
     def can_replace(self, message: Message) -> bool:
         return (
             isinstance(message, AcceptsReady)
-            and (message.sample, message.spec) == (self.sample, self.spec)
+            and (message.sample, message.serving) == (self.sample, self.serving)
             and {a.wiring for a in message.accepts} >= {a.wiring for a in self.accepts}
         )
+
+
+@report
+class ServingFailed(Message, bubble=False):
+    """τ cannot be replayed under these settings (the target a temperature needs)."""
+
+    serving: Serving
+    error: str
 
 
 @report
@@ -173,8 +181,11 @@ class PostReports:
     ) -> None:
         self._post(ScoredBatch(items, errors, accepts))
 
-    def accepts_ready(self, sample: int, spec: DraftSpec, accepts: list[SampleAccept]) -> None:
-        self._post(AcceptsReady(sample, spec, accepts))
+    def accepts_ready(self, sample: int, serving: Serving, accepts: list[SampleAccept]) -> None:
+        self._post(AcceptsReady(sample, serving, accepts))
+
+    def serving_failed(self, serving: Serving, error: str) -> None:
+        self._post(ServingFailed(serving, error))
 
     def trees_ready(self, trees: SampleTrees) -> None:
         self._post(TreesReady(trees))

@@ -22,9 +22,10 @@ if TYPE_CHECKING:
     from inspector.evaluate import SamplePredictions
     from inspector.metrics import StepMetrics
     from inspector.serving.spec import DraftSpec
-    from inspector.serving.walk import AcceptStats
     from inspector.tui.events import SampleAccept, SampleTrees
+    from inspector.tui.serving import Serving
     from inspector.tui.summary import SampleData, Summary
+    from inspector.tui.totals import AcceptFigure
     from inspector.tui.view import ViewState
     from inspector.wiring import WiringKey
 
@@ -57,12 +58,12 @@ class SetTotals(Total["list[StepMetrics]"]):
         return self.value
 
 
-class AcceptTotals(Total["AcceptStats"]):
+class AcceptTotals(Total["AcceptFigure"]):
     """Serving replays summed over every sample replayed so far under one wiring and settings
-    (`AcceptStats.add`: rounds and emitted tokens pooled, as the engines log them)."""
+    (`totals.pool_accepts`: rounds and emitted tokens pooled, as the engines log them)."""
 
     @property
-    def stats(self) -> AcceptStats:
+    def figure(self) -> AcceptFigure:
         return self.value
 
 
@@ -93,17 +94,18 @@ class ViewModel:
         # The set totals: step metrics per (sample, wiring), replays per (sample, (wiring,
         # settings)), each pooled per group (`totals.Totals`: one add, one drop).
         self.scores: Totals[WiringKey, list[StepMetrics]] = Totals(pool_steps, SetTotals)
-        self.replays: Totals[tuple[WiringKey, DraftSpec], AcceptStats] = Totals(
+        self.replays: Totals[tuple[WiringKey, Serving], AcceptFigure] = Totals(
             pool_accepts, AcceptTotals
         )
         # Sized by the budget once loaded; what is on screen is held by `view` in any case.
         self.preds: ByteLRU[tuple[int, WiringKey], SamplePredictions] = ByteLRU(0)
         self.samples: ByteLRU[int, SampleData] = ByteLRU(0)
-        # The serving replays: the engine settings and each sample's rounds (the arrays the
-        # engine's Replayer cache holds too; their counts are pooled in `replays`).
-        self.spec: DraftSpec | None = None
-        self.accepts: ByteLRU[tuple[int, WiringKey, DraftSpec], SampleAccept] = ByteLRU(0)
-        # The draft trees of every row (the tree panel), per (sample, wiring, settings).
+        # The serving replays: the settings τ replays under (`tui.serving`) and each sample's
+        # rounds (the arrays the engine's Replayer cache holds too; pooled in `replays`).
+        self.serving: Serving | None = None
+        self.accepts: ByteLRU[tuple[int, WiringKey, Serving], SampleAccept] = ByteLRU(0)
+        # The draft trees of every row (the tree panel), per (sample, wiring, drafting settings):
+        # the same at any temperature.
         self.trees: ByteLRU[tuple[int, WiringKey, DraftSpec], SampleTrees] = ByteLRU(0)
         self.warned: set[tuple[int, str]] = set()
 
@@ -119,7 +121,7 @@ class ViewModel:
         else:
             self.preds.max_bytes = self.samples.max_bytes = FALLBACK_CACHE_BYTES
             self.accepts.max_bytes = self.trees.max_bytes = FALLBACK_CACHE_BYTES
-        self.spec = session.serving_default()
+        self.serving = session.serving_default()
         self.wiring = session.initial
         self.sample = session.first_sample
         return [(i, e) for i, e in session.skipped if self.mark_error(i, e)]
@@ -191,51 +193,65 @@ class ViewModel:
         sample); True when the totals moved."""
         if a.index in self.errors:
             return False
-        self.accepts.put((a.index, a.wiring, a.spec), a)
-        return self.replays.add(a.index, (a.wiring, a.spec), a.stats)
+        self.accepts.put((a.index, a.wiring, a.serving), a)
+        return self.replays.add(a.index, (a.wiring, a.serving), a.figure)
 
-    def sample_accept(self, w: WiringKey, i: int | None = None) -> AcceptStats | None:
+    @property
+    def spec(self) -> DraftSpec | None:
+        """The drafting settings τ replays (those of `serving`)."""
+        return None if self.serving is None else self.serving.spec
+
+    def sample_accept(self, w: WiringKey, i: int | None = None) -> AcceptFigure | None:
         """Sample i's (the current one's) replay under w and the current settings, if known."""
-        if self.spec is None:
+        if self.serving is None:
             return None
-        return self.replays.get(self.sample if i is None else i, (w, self.spec))
+        return self.replays.get(self.sample if i is None else i, (w, self.serving))
 
     def set_accept(self, w: WiringKey) -> AcceptTotals | None:
         """The set's pooled replay under w and the current settings so far."""
-        if self.spec is None:
+        if self.serving is None:
             return None
-        return self.replays.total((w, self.spec))  # type: ignore[return-value]  # AcceptTotals
+        return self.replays.total((w, self.serving))  # type: ignore[return-value]  # AcceptTotals
 
-    def set_spec(self, spec: DraftSpec) -> bool:
-        """New serving settings for τ; False when they are the current ones."""
-        if spec == self.spec:
+    def current_accept(self) -> SampleAccept | None:
+        """The shown sample's replay under the current wiring and settings (the rounds line)."""
+        v = self.view
+        if v is None or self.serving is None:
+            return None
+        return self.accepts.get((v.sample, v.wiring, self.serving))
+
+    def set_serving(self, serving: Serving) -> bool:
+        """New settings for τ; False when they are the current ones."""
+        if serving == self.serving:
             return False
-        self.spec = spec
+        self.serving = serving
         return True
 
-    def stepped_spec(self, delta: int) -> DraftSpec | None:
+    def stepped_serving(self, delta: int) -> Serving | None:
         """The settings with `delta` more draft steps (at least 1; a tree's draft tokens clamped
-        to what its beam can propose); None when nothing would change."""
+        to what its beam can propose; the sampling kept); None when nothing would change."""
         from inspector.serving.spec import DraftSpec
 
-        s = self.spec
-        if s is None or s.steps + delta < 1:
+        if self.serving is None:
+            return None
+        s = self.serving.spec
+        if s.steps + delta < 1:
             return None
         steps = s.steps + delta
         if s.is_chain:
-            return DraftSpec(steps)
+            return self.serving.with_spec(DraftSpec(steps))
         most = DraftSpec(steps, s.topk, 2).candidates + 1  # the root and every candidate
-        return DraftSpec(steps, s.topk, min(s.draft_tokens or most, most))
+        return self.serving.with_spec(DraftSpec(steps, s.topk, min(s.draft_tokens or most, most)))
 
     def missing_accepts(self) -> list[WiringKey]:
         """The shown wirings whose replay of the current sample (current settings) is not here."""
-        if self.spec is None or self.sample in self.errors:
+        if self.serving is None or self.sample in self.errors:
             return []
-        return [w for w in self.distinct() if (self.sample, w, self.spec) not in self.accepts]
+        return [w for w in self.distinct() if (self.sample, w, self.serving) not in self.accepts]
 
     def trees_key(self) -> tuple[int, WiringKey, DraftSpec] | None:
         """The key of the trees the tree panel shows: the view's sample and wiring, the
-        current settings."""
+        current drafting settings."""
         v = self.shown
         if v is None or self.spec is None:
             return None

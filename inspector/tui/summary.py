@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # numpy/torch types only; never imported at module load
     from inspector.memory import MemoryBudget
     from inspector.sample import SlotInfo
     from inspector.serving.spec import DraftSpec
+    from inspector.tui.serving import Serving
     from inspector.wiring import WiringKey
 
 
@@ -78,11 +79,16 @@ class Summary:
     has_verifier: bool = False  # the trainers' own metrics need the verifier's head (--target)
     first_sample: int = 0  # the first sample that loads (the slot layout comes from it)
     skipped: list[tuple[int, str]] = field(default_factory=list)  # samples before it: (i, error)
-    serving: DraftSpec | None = None  # the engine settings the accept length starts with
+    serving: Serving | None = None  # the settings τ starts with
     logged: LoggedFigure | None = None  # an engine's logged figure, shown beside τ
+    # The target folder τ at a temperature verifies the drafts with (None: no --target, so τ
+    # replays greedy decoding only).
+    target: str | None = None
 
-    def serving_default(self) -> DraftSpec:
-        return self.serving or default_serving(self.ttt_steps)
+    def serving_default(self) -> Serving:
+        from inspector.tui.serving import Serving
+
+        return self.serving or Serving(default_serving(self.ttt_steps))
 
     def wiring_label(self, w: Sequence[int]) -> str:
         """'[embed, L2, L4]': `Wiring.label`, the one label every view shows."""

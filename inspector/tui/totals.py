@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
     from inspector.metrics import StepMetrics
+    from inspector.serving.expectation import OddsTotals
     from inspector.serving.walk import AcceptStats
 
 G = TypeVar("G", bound=Hashable)  # a group: a wiring, or (wiring, engine settings)
@@ -83,11 +84,36 @@ def pool_steps(values: Iterable[list[StepMetrics]], like: list[StepMetrics]) -> 
     return sum_steps(values)
 
 
-def pool_accepts(values: Iterable[AcceptStats], like: AcceptStats) -> AcceptStats:
-    """Replays pooled as the engines log them (`AcceptStats.add`: rounds and emitted tokens)."""
+@dataclass
+class AcceptFigure:
+    """What τ pools of a replay: the walk's counts and, at a temperature, its rounds' odds."""
+
+    stats: AcceptStats
+    odds: OddsTotals | None = None  # None: greedy
+
+    @property
+    def accept_length(self) -> float | None:
+        """The replay's 1 + accepted / rounds; at a temperature, its expectation on the same
+        rounds (1 + sum E[a] / rounds)."""
+        return self.stats.accept_length if self.odds is None else self.odds.accept_length
+
+    @property
+    def is_bound(self) -> bool:
+        """A request's last round ran past what its sample knows (its count, and so its
+        expectation there, is a lower bound)."""
+        return self.stats.is_bound
+
+
+def pool_accepts(values: Iterable[AcceptFigure], like: AcceptFigure) -> AcceptFigure:
+    """Replays pooled as the engines log them (`AcceptStats.add`: rounds and emitted tokens),
+    and their odds summed alike (one group's replays are all greedy, or all at one temperature)."""
     from inspector.serving.walk import AcceptStats
 
-    out = AcceptStats(like.depth)
+    stats = AcceptStats(like.stats.depth)
+    # its own type: importing `serving.expectation` here would import torch on the UI thread
+    odds = None if like.odds is None else type(like.odds)(like.odds.depth)
     for v in values:
-        out.add(v)
-    return out
+        stats.add(v.stats)
+        if odds is not None and v.odds is not None:
+            odds.add(v.odds)
+    return AcceptFigure(stats, odds)

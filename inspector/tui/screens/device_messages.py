@@ -19,6 +19,7 @@ BATCH_QUIET_S = 0.15  # the fill's repaints wait for this long a pause in the in
 BATCH_CHECK_S = 0.05  # ... checked this often
 
 if TYPE_CHECKING:
+    from inspector.tui.serving import Serving
     from inspector.tui.state import ViewModel
     from inspector.tui.widgets.sample_view import SampleView
     from inspector.tui.widgets.samples import SampleList
@@ -64,6 +65,9 @@ class DeviceMessages(Screen):
         raise NotImplementedError
 
     def refresh_accuracy(self) -> None:
+        raise NotImplementedError
+
+    def set_serving(self, serving: Serving) -> None:
         raise NotImplementedError
 
     def on_load_progress(self, e: msg.LoadProgress) -> None:
@@ -183,6 +187,14 @@ class DeviceMessages(Screen):
         self.refresh_accuracy()
         if e.sample == self.state.sample:
             self.paint_rounds()
+
+    def on_serving_failed(self, e: msg.ServingFailed) -> None:
+        """τ cannot run under these settings: greedy again, and why."""
+        from inspector.tui.serving import Serving
+
+        self.say(f"τ stays greedy: {e.error}", severity="error", timeout=15)
+        if self.state.serving == e.serving:
+            self.set_serving(Serving(e.serving.spec))
 
     def on_trees_ready(self, e: msg.TreesReady) -> None:
         t = e.trees

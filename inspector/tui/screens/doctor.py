@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
@@ -29,7 +30,9 @@ if TYPE_CHECKING:
     import threading
 
     from inspector.doctor import DoctorReport, Finding
+    from inspector.serving.sampling_settings import SamplingSettings
     from inspector.tui.engine import Engine
+    from inspector.tui.serving import Serving
     from inspector.tui.summary import Summary
 
 N_SAMPLES = 4
@@ -42,6 +45,17 @@ class DoctorOutcome:
     report: DoctorReport | None = None
     error: str | None = None
     cancelled: bool = False
+
+
+def doctor_sampling(serving: Serving) -> SamplingSettings | None:
+    """The sampling the doctor quotes its accept length at for τ's settings: their temperature,
+    top-k and top-p, on the doctor's chain, which vLLM verifies with its one-hot rule (None:
+    greedy)."""
+    from inspector.serving.sampling_settings import SamplingSettings, Verification, VerifyRule
+
+    if serving.sampling is None:
+        return None
+    return SamplingSettings(serving.sampling.sampling, Verification(VerifyRule.VLLM_ONEHOT))
 
 
 class DoctorProgress(Message):
@@ -57,12 +71,21 @@ class DoctorFinished(Message):
 
 
 def doctor_job(
-    n_samples: int, cancel: threading.Event, post: Callable[[Message], Any]
+    n_samples: int,
+    cancel: threading.Event,
+    post: Callable[[Message], Any],
+    *,
+    sampling: SamplingSettings | None = None,
+    target: str | None = None,
 ) -> Callable[[Any], None]:
     """The engine task: run the doctor on the evaluator's first `n_samples` samples and post progress
     and the outcome with `post` (thread-safe). Closing the screen sets `cancel`, which stops the
     run at its next progress step. An unexpected error is posted and re-raised, so the engine
-    also handles it (an out-of-memory error frees the device cache)."""
+    also handles it (an out-of-memory error frees the device cache).
+
+    sampling / target: the app's τ temperature and its target folder: the wiring finding then
+    quotes the expected accept length there, as `doctor --target T --temperature` does (the
+    doctor runs its own copy of the target, freed when it ends)."""
 
     def progress(stage: str, done: int, total: int) -> None:
         check_cancel(cancel)
@@ -80,7 +103,14 @@ def doctor_job(
 
         def body() -> None:
             # The CLI's pipeline, preflight included; the target head's folder is its --target.
-            post(finished(report=run_loaded(ev, n_samples=n_samples, progress=progress)))
+            report = run_loaded(
+                ev,
+                n_samples=n_samples,
+                progress=progress,
+                sampling=sampling,
+                target=None if target is None else Path(target),
+            )
+            post(finished(report=report))
 
         run_guarded(
             body,
@@ -98,11 +128,19 @@ class DoctorScreen(JobDialog[WiringKey | None]):
         Binding("a", "apply_best", "apply best wiring"),
     ]
 
-    def __init__(self, engine: Engine, session: Summary, *, n_samples: int = N_SAMPLES) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        session: Summary,
+        *,
+        n_samples: int = N_SAMPLES,
+        sampling: SamplingSettings | None = None,
+    ) -> None:
         super().__init__()
         self.engine = engine
         self.session = session
         self.n_samples = n_samples
+        self.sampling = sampling  # τ's temperature, which the wiring finding quotes
         self.report: DoctorReport | None = None
         self.findings: list[Finding] = []
 
@@ -118,10 +156,18 @@ class DoctorScreen(JobDialog[WiringKey | None]):
             )
 
     def on_mount(self) -> None:
+        at = "" if self.sampling is None else f" at {self.sampling.sampling.label()}"
         self.query_one("#doctor-status", Static).update(
-            f"running the doctor on the first {self.n_samples} samples…"
+            f"running the doctor on the first {self.n_samples} samples{at}…"
         )
-        self.engine.submit("doctor", doctor_job(self.n_samples, self._cancel, self.post_message))
+        job = doctor_job(
+            self.n_samples,
+            self._cancel,
+            self.post_message,
+            sampling=self.sampling,
+            target=self.session.target if self.sampling is not None else None,
+        )
+        self.engine.submit("doctor", job)
 
     def on_doctor_progress(self, m: DoctorProgress) -> None:
         if self.report is None:

@@ -30,8 +30,8 @@ from inspector.tui.widgets.samples import SampleList
 from inspector.tui.widgets.strip import TokenStrip
 
 if TYPE_CHECKING:
-    from inspector.serving.spec import DraftSpec
     from inspector.tui.engine import Engine
+    from inspector.tui.serving import Serving
     from inspector.wiring import WiringKey
 
 T = TypeVar("T")
@@ -126,8 +126,8 @@ class MainScreen(DeviceMessages):
             return
         gen = st.request()
         wirings = st.distinct()
-        if st.spec is not None:
-            engine.set_spec(st.spec)
+        if st.serving is not None:
+            engine.set_serving(st.serving)
         engine.set_fill(wirings)
         if self.show_if_ready():
             st.applied()
@@ -152,8 +152,8 @@ class MainScreen(DeviceMessages):
         """Ask for the serving replays of the current sample the UI does not hold yet."""
         st, engine = self.state, self.engine
         missing = st.missing_accepts()
-        if missing and engine is not None and st.spec is not None:
-            engine.request_accept(st.sample, missing, st.spec)
+        if missing and engine is not None and st.serving is not None:
+            engine.request_accept(st.sample, missing, st.serving)
 
     def show_if_ready(self) -> bool:
         if not self.state.build_view(self.mask_only):
@@ -320,29 +320,27 @@ class MainScreen(DeviceMessages):
         self.say(f"pinned {label} as the reference" if pinned else f"unpinned {label}")
         self.wirings_changed()
 
-    def set_spec(self, spec: DraftSpec) -> None:
-        """Replay τ under new engine settings: this sample now, the set in the fill (the replays
+    def set_serving(self, serving: Serving) -> None:
+        """Replay τ under new settings: this sample now, the set in the fill (the replays
         already made under other settings stay, so going back is immediate)."""
-        from inspector.tui.accuracy import serving_label
-
         st, engine = self.state, self.engine
-        if not st.set_spec(spec):
+        if not st.set_serving(serving):
             return
         if engine is not None:
-            engine.set_spec(spec)
+            engine.set_serving(serving)
         self.request_accepts()
         self.request_trees()
         self.refresh_accuracy()
         self.paint_rounds()
         self.paint_tree()
-        self.say(f"τ replays a {serving_label(spec)}: {spec.flags()}", timeout=4)
+        self.say(f"τ replays a {serving.label()}: {serving.spec.flags()}", timeout=4)
 
     def action_serving(self) -> None:
         from inspector.tui.screens.dialogs import ServingScreen
 
-        if self.state.spec is None:
-            return
         st = self.state
+        if st.serving is None or st.session is None:
+            return
         sweep = None
         if st.wiring is not None and st.session is not None and self.engine is not None:
             from inspector.tui.screens.sweep import SweepScreen
@@ -352,14 +350,15 @@ class MainScreen(DeviceMessages):
             def sweep() -> SweepScreen:
                 return SweepScreen(engine, wiring, label)
 
-        self.app.push_screen(ServingScreen(st.spec, sweep), if_given(self.set_spec))
+        screen = ServingScreen(st.serving, sweep, has_target=st.session.target is not None)
+        self.app.push_screen(screen, if_given(self.set_serving))
 
     def action_serving_steps(self, delta: int) -> None:
-        spec = self.state.stepped_spec(delta)
-        if spec is None:
+        serving = self.state.stepped_serving(delta)
+        if serving is None:
             self.say("a round drafts at least one step")
             return
-        self.set_spec(spec)
+        self.set_serving(serving)
 
     def action_cycle_metrics(self) -> None:
         layout = self.state.session.layout if self.state.session else ""
@@ -394,11 +393,14 @@ class MainScreen(DeviceMessages):
         self.say(f"exporting sample #{st.sample} ({len(wirings)} wirings)…", timeout=3)
 
     def action_doctor(self) -> None:
-        from inspector.tui.screens.doctor import DoctorScreen
+        from inspector.tui.screens.doctor import DoctorScreen, doctor_sampling
 
         if self.state.session is None or self.engine is None:
             return
-        self.app.push_screen(DoctorScreen(self.engine, self.state.session), self.doctor_done)
+        serving = self.state.serving
+        sampling = None if serving is None else doctor_sampling(serving)
+        screen = DoctorScreen(self.engine, self.state.session, sampling=sampling)
+        self.app.push_screen(screen, self.doctor_done)
 
     def doctor_done(self, w: WiringKey | None) -> None:
         if w is not None and self.set_wiring(w) and self.state.session is not None:

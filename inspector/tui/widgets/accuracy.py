@@ -22,7 +22,7 @@ class AccuracyBar(Static):
     def paint(self, st: ViewModel, *, metrics: str, narrow: bool) -> None:
         """The bar for the state's wirings in view `metrics` (state.METRICS); nothing changes
         before a session and a wiring."""
-        title = accuracy_title(metrics, st.spec)
+        title = accuracy_title(metrics, st.serving)
         if self.border_title != title:
             self.border_title = title
         width = max(self.content_size.width, MIN_WIDTH)

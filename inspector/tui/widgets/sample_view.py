@@ -58,8 +58,7 @@ class SampleView(Vertical):
         v = st.view
         if v is None:
             return
-        accept = st.accepts.get((v.sample, v.wiring, st.spec)) if st.spec is not None else None
-        marks = round_marks(accept, v.data.length)
+        marks = round_marks(st.current_accept(), v.data.length)
         self.strip.set_rounds(*(marks or (None, None)))
 
     def paint_cursor(self, st: ViewModel, *, tree: bool) -> bool:
