@@ -3,7 +3,6 @@ device is busy, errors that leave the app working, first paint before torch, --w
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import textwrap
@@ -17,6 +16,7 @@ from test_tui_support import (
     GatedEvaluator,
     demo_available,
     demo_inputs,
+    eval_json,
     make_app,
     screen_text,
     settle,
@@ -34,28 +34,6 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def syn(tmp_path_factory):
     return synthetic_inputs(tmp_path_factory.mktemp("tui-flow"), n_samples=4, seq_len=48)
-
-
-def eval_json(
-    capsys, inputs, *wirings: str, positions: bool = False, extra=(), command: str = "eval"
-) -> dict:
-    argv = [command, str(inputs.checkpoint), *inputs.samples, "--json", *extra]
-    if inputs.target is not None:
-        argv += ["--target", str(inputs.target)]
-    for w in wirings:
-        argv += ["--wiring", w]
-    if positions:
-        argv.append("--positions")
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the app's device thread runs on 2 cores (one is the UI's)
-    try:
-        capsys.readouterr()
-        assert cli_main(argv) in (0, 1)
-        return json.loads(capsys.readouterr().out)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def fmt(c: dict) -> str:
@@ -741,4 +719,7 @@ async def test_a_p_eagle_draft_in_the_app_replays_its_depths_as_accept_does(caps
         assert st.spec == DraftSpec(4) and not any(st.errors.values())
         total = st.set_accept(st.wiring)
         w = ref["wirings"][0]
-        assert total.figure.stats.rounds == w["rounds"] and total.figure.stats.accepted == w["accepted"]
+        assert (
+            total.figure.stats.rounds == w["rounds"]
+            and total.figure.stats.accepted == w["accepted"]
+        )

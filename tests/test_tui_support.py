@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -140,3 +141,29 @@ class GatedEvaluator:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ev, name)
+
+
+def eval_json(
+    capsys, inputs, *wirings: str, positions: bool = False, extra=(), command: str = "eval"
+) -> dict:
+    """The CLI's JSON (`command`, eval by default) on the app's inputs: the numbers the app must
+    show, computed on one torch thread as the app's device thread runs."""
+    argv = [command, str(inputs.checkpoint), *inputs.samples, "--json", *extra]
+    if inputs.target is not None:
+        argv += ["--target", str(inputs.target)]
+    for w in wirings:
+        argv += ["--wiring", w]
+    if positions:
+        argv.append("--positions")
+    import torch
+
+    from inspector.cli import main as cli_main
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the app's device thread runs on 2 cores (one is the UI's)
+    try:
+        capsys.readouterr()
+        assert cli_main(argv) in (0, 1)
+        return json.loads(capsys.readouterr().out)
+    finally:
+        torch.set_num_threads(threads)

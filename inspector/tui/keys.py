@@ -149,7 +149,9 @@ MAIN_KEYS: list[Binding] = [
         "serving",
         "Serving settings",
         "choose the engine settings τ replays: draft steps, topk (1 is a chain) and draft tokens, "
-        "as SGLang's flags name them; Ctrl+S there sweeps accept --sweep's grid and applies a row",
+        "as SGLang's flags name them, and the requests' temperature, top-k and top-p (τ is then "
+        "expected under the engine's rule; needs --target); Ctrl+S there sweeps accept --sweep's "
+        "grid and applies a row",
         show=False,
     ),
     key(

@@ -126,28 +126,29 @@ class ServingScreen(Dialog["Serving | None"]):
         with Vertical(id="serving-box", classes="dialog"):
             yield Label("serving settings: what τ replays", classes="dialog-title")
             for rows, kind in ((DRAFT_ROWS, "integer"), (SAMPLING_ROWS, "number")):
-                for key, name, hint in rows:
-                    if key == "temperature" and not self.has_target:
-                        hint += "; > 0 needs --target"
-                    with Horizontal(classes="serving-row"):
-                        yield Label(name, classes="serving-name")
-                        integer = kind == "integer" or key == "top_k"
-                        yield Input(
-                            values[key],
-                            type="integer" if integer else "number",
-                            id=f"serving-{key}",
-                        )
-                        yield Label(hint, classes="serving-hint")
+                with Vertical(classes="serving-group"):
+                    for key, name, hint in rows:
+                        if key == "temperature" and not self.has_target:
+                            hint += "; > 0 needs --target"
+                        with Horizontal(classes="serving-row"):
+                            yield Label(name, classes="serving-name")
+                            integer = kind == "integer" or key == "top_k"
+                            yield Input(
+                                values[key],
+                                type="integer" if integer else "number",
+                                id=f"serving-{key}",
+                            )
+                            yield Label(hint, classes="serving-hint")
             yield Label(
                 "at a temperature τ is expected under the engine's rule (a chain: vLLM's one-hot "
                 "rule; a tree: SGLang's target-only rule), from the target's distributions",
-                classes="serving-hint",
+                classes="serving-note",
             )
             yield Label("", id="serving-error")
             keys = "Enter applies · Esc cancels"
             if self._sweep is not None:
                 keys += " · Ctrl+S sweeps the drafting settings (ranked, Enter applies one)"
-            yield Label(keys, classes="serving-hint")
+            yield Label(keys, classes="serving-note")
 
     def _field(self, key: str) -> str:
         return self.query_one(f"#serving-{key}", Input).value.strip()

@@ -52,7 +52,11 @@ then the other trainer. Which number is which:
   round starts after them; ≥ marks a lower bound, where a last round drafted past what the
   sample holds of the target's continuation. The bar's title names the engine settings: a chain
   of the app's TTT steps (or of 3) to start with; `a` sets draft steps, topk (a tree) and draft
-  tokens as SGLang's flags do, `+` / `-` add or drop a step. **all-tok s0..sK** lists every TTT step's accuracy (teacher forced).
+  tokens as SGLang's flags do, `+` / `-` add or drop a step. At a temperature (`a`, or `open
+  --temperature T`; it needs `--target`) τ is the *expected* accept length under the engine's
+  rule (a chain: vLLM's one-hot rule; a tree: SGLang's target-only rule and its thresholds):
+  every round's accepted count replaced by its expectation, from the target's distributions at
+  the drafted nodes, as `accept SAMPLES --target T --temperature T` gives it. **all-tok s0..sK** lists every TTT step's accuracy (teacher forced).
 * **full_acc_k** (speculators): a row hits when steps 0..k *all* match the verifier's argmax within
   the draft vocab (cumulative); its rows include the one after the last token (no true token needed).
 * **cond_acc_k** (speculators): the full_acc_k hits over the rows whose steps < k all matched: the
