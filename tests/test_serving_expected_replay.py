@@ -91,14 +91,28 @@ def test_what_the_samples_path_refuses(capsys):
     assert rc == 2 and "samples its drafts" in capsys.readouterr().err
 
 
-def test_the_doctors_accept_length_at_a_temperature_is_accepts_expectation(capsys):
+def test_the_doctors_accept_length_at_a_temperature_is_accepts_expectation(capsys, monkeypatch):
     """`doctor --temperature` quotes, in the wiring finding, what `accept --temperature` gives
-    on the same samples (a chain of 3 under vLLM's rule), and says it is expected there."""
+    on the same samples (a chain of 3 under vLLM's rule), and says it is expected there; the
+    target is loaded once for the two stages that run it (the slots' identity, the odds)."""
+    import inspector.capture.target as target_module
+
+    loads = []
+
+    class Counted(target_module.TargetModel):
+        def __init__(self, *a, **kw):
+            loads.append(a)
+            super().__init__(*a, **kw)
+
+    monkeypatch.setattr(target_module, "TargetModel", Counted)
     held = DEMO / "samples" / "held"
     capsys.readouterr()
     argv = ["doctor", str(DRAFT), str(held), "--target", str(TARGET), "--device", "cpu"]
     assert main([*argv, "--samples", "4", "--temperature", "0.7", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
+    assert len(loads) == 1
+    (identity,) = [f for f in doc["findings"] if f["kind"] == "slot_identity"]
+    assert identity["summary"].startswith("slots measured against the target")  # it ran there
     (wiring,) = [f for f in doc["findings"] if f["kind"] == "wiring"]
     ev = wiring["evidence"]
     assert ev["accept_settings"] == "temperature 0.7, vllm-onehot verification, expected"
