@@ -42,8 +42,8 @@ class AcceptLengths:
 
 def accept_lengths(ctx: DoctorContext, run: Searched, rec: tuple[int, ...]) -> AcceptLengths:
     """The accept length an engine logs (a chain of ACCEPT_STEPS drafts over the doctor's
-    samples: replayed greedy, or at the context's sampling the expectation under its rule, the
-    target loaded once more for it) for the recommended wiring and the ones engines feed (serve, the engine
+    samples: replayed greedy, or at the context's sampling the expectation under its rule, from
+    the target `diagnose` loaded) for the recommended wiring and the ones engines feed (serve, the engine
     default, the configured one). Not quoted when the samples are read one position off or the
     config needed a correction: the engine would run neither. The first samples up to
     ACCEPT_TOKENS tokens are replayed (their indices in the wiring finding's evidence)."""
