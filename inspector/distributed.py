@@ -3,12 +3,14 @@
     torchrun --nproc_per_node 8 -m inspector eval CKPT SAMPLES --json
 
 NCCL on GPUs (each rank takes cuda:LOCAL_RANK), gloo on CPU. Counts are exact sums, so the merged
-report equals a single-process run.
+report equals a single-process run. `sweep RUN_DIR` shards the run's checkpoints instead (each
+rank evaluates whole checkpoints over every sample; rank 0 puts them back in training order).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from inspector.evaluate import Report, WiringReport
@@ -127,3 +129,34 @@ def merge_accept(parts: list):
         for w_idx, w in enumerate(first.wirings)
     ]
     return replace(first, **first.merged_fields(parts), wirings=wirings)
+
+
+def gather_sweep(ctx: DistContext, report, order: Sequence[str]):
+    """The ranks' sweep reports (each over its shard of the checkpoints) merged on rank 0, in
+    the run's order (`order`: the checkpoint folders); None elsewhere."""
+    import torch.distributed as dist
+
+    parts: list = [None] * ctx.world_size
+    dist.all_gather_object(parts, report)
+    _close()
+    if not ctx.is_main:
+        return None
+    return merge_sweep([p for p in parts if p is not None], order)
+
+
+def merge_sweep(parts: list, order: Sequence[str]):
+    """One `SweepRunReport` from the ranks' (rank 0 first, which alone carries the folders the
+    scan refused): the results and the refused checkpoints in the run's order, as one process
+    lists them."""
+    rank = {p: i for i, p in enumerate(order)}
+    first = parts[0]
+    results = sorted((r for p in parts for r in p.results), key=lambda r: rank[r.path])
+    refused = [(p, why) for part in parts for p, why in part.refused]
+    scanned = [x for x in refused if x[0] not in rank]  # the scan's, before any checkpoint ran
+    ran = sorted((x for x in refused if x[0] in rank), key=lambda x: rank[x[0]])
+    return replace(
+        first,
+        samples=max(p.samples for p in parts),
+        results=results,
+        refused=[*scanned, *ran],
+    )

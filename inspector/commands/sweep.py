@@ -85,15 +85,20 @@ def sweep_gate(report, threshold: float) -> str | None:
 
 def run_sweep_run(args: argparse.Namespace) -> int:
     from inspector.commands.accept import spec_from_args
+    from inspector.distributed import gather_sweep, init_from_env
     from inspector.formats.run_dir import find_checkpoints
     from inspector.serving.checkpoint_sweep import sweep_run
     from inspector.serving.engines import parse_engine
 
-    err = Console(stderr=True)
     spec = spec_from_args(args)
     engine = parse_engine(args.engine, spec.is_chain)
     run = Path(args.run_dir)
     scan = find_checkpoints(run)
+    # Under torchrun each rank takes whole checkpoints, round-robin (see `distributed`); rank 0
+    # alone speaks.
+    dist_ctx, device = init_from_env(args.device)
+    main = dist_ctx is None or dist_ctx.is_main
+    err = Console(stderr=True, quiet=not main)
     for path, why in scan.refused:
         err.print(
             f"[yellow]skipped[/] {safe(str(path))}: {safe(why)}", highlight=False, soft_wrap=True
@@ -110,21 +115,28 @@ def run_sweep_run(args: argparse.Namespace) -> int:
         highlight=False,
         soft_wrap=True,
     )
-    with progress_bar("checkpoints", err) as advance:
+    mine = scan.checkpoints
+    if dist_ctx is not None:
+        mine = [scan.checkpoints[i] for i in dist_ctx.shard(len(scan.checkpoints))]
+    with progress_bar("checkpoints", err, hidden=not main) as advance:
         report = sweep_run(
-            scan.checkpoints,
+            mine,
             args.samples,
             spec,
             engine,
             wiring=args.wiring,
             target=args.target,
-            device=args.device,
+            device=device,
             dtype=args.dtype,
             limit=args.limit,
             state=state,
             progress=advance,
-            refused=scan.refused,
+            refused=scan.refused if main else (),
         )
+    if dist_ctx is not None:
+        report = gather_sweep(dist_ctx, report, [str(c.path) for c in scan.checkpoints])
+        if report is None:
+            return 0  # rank 0 prints and gates
     report.run_dir = str(run)
     for path, why in report.refused[len(scan.refused) :]:
         err.print(f"[yellow]skipped[/] {safe(path)}: {safe(why)}", highlight=False, soft_wrap=True)

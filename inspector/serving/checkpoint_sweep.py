@@ -10,7 +10,9 @@ the replay besides.
 
 Resumable: each finished checkpoint's result goes to a JSON-lines state file, keyed by the
 checkpoint's files (paths, sizes, modification times), the samples' and the settings; a rerun
-reads it and evaluates only what is new or changed.
+reads it and evaluates only what is new or changed. Under torchrun each rank runs its share of
+the checkpoints (`distributed.merge_sweep` puts them back in order) and appends to the same
+state file.
 """
 
 from __future__ import annotations
@@ -137,9 +139,22 @@ def read_state(path: Path) -> dict[str, dict]:
 
 
 def _append_state(path: Path, key: str, result: CheckpointResult) -> None:
+    """One line per finished checkpoint, under an exclusive lock: the ranks of a torchrun sweep
+    append to the same file."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps({"key": key, "result": result.to_dict()}) + "\n"
     with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps({"key": key, "result": result.to_dict()}) + "\n")
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: one process per file is the caller's business
+            f.write(line)
+            return
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            f.write(line)
+            f.flush()
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _counts_acc(c) -> float | None:
