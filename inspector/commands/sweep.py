@@ -52,6 +52,12 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
         "the settings, the inputs' fingerprints",
     )
     p.add_argument(
+        "--tensorboard",
+        metavar="DIR",
+        help="also write the figures as TensorBoard scalars against the training step to an "
+        "event file in DIR (not inside the run: beside it, `tensorboard --logdir` shows both)",
+    )
+    p.add_argument(
         "--state",
         metavar="FILE",
         help="the resume file (default: one per run and settings under the user's cache folder)",
@@ -105,6 +111,8 @@ def run_sweep_run(args: argparse.Namespace) -> int:
         )
     if not scan.checkpoints:
         raise InputError(run, None, "no checkpoint with weights in it")
+    if args.tensorboard:
+        _check_tensorboard(Path(args.tensorboard), [run, *args.samples])
     state = None
     if not args.fresh:
         settings = f"{spec.to_dict()}|{engine.value}|{args.wiring}|{args.samples}|{args.limit}"
@@ -152,6 +160,11 @@ def run_sweep_run(args: argparse.Namespace) -> int:
         _write_svg(Path(args.svg), report)
     if args.report:
         _write_report(args, report)
+    if args.tensorboard:
+        written = _write_tensorboard(Path(args.tensorboard), report, [run, *args.samples])
+        err.print(
+            f"note: TensorBoard scalars in {safe(str(written))}", highlight=False, soft_wrap=True
+        )
     if args.json:
         write_json(report.to_dict())
     else:
@@ -204,6 +217,50 @@ def _write_report(args, report) -> None:
             + [f"{r.name}: {r.note}" for r in report.results if r.note],
         ),
     )
+
+
+def sweep_scalars(report) -> list[tuple[int, str, float]]:
+    """(step, tag, value) of every figure of every checkpoint, against its training step (its
+    place in the order where the run names none): the accept length, the share of rounds
+    accepting at least k tokens, our per-step accuracy, the closed-form estimate trainers log,
+    and the trainers' own per-step metrics (with --target)."""
+    out: list[tuple[int, str, float]] = []
+    for x, r in zip(_x(report), report.results, strict=True):
+        step = int(x)
+        figures: list[tuple[str, float | None]] = [
+            ("accept_length", r.accept_length),
+            ("acceptance_length_estimate", r.estimate),
+        ]
+        figures += [(f"per_depth/{k + 1}", v) for k, v in enumerate(r.per_depth)]
+        figures += [(f"all_tok_acc/step_{k}", v) for k, v in enumerate(r.step_acc)]
+        for name, values in sorted(r.trainer.items()):
+            figures += [(f"{name}/step_{k}", v) for k, v in enumerate(values)]
+        out += [(step, f"eagle-inspect/{tag}", float(v)) for tag, v in figures if v is not None]
+    return out
+
+
+def _check_tensorboard(folder: Path, inputs) -> None:
+    """A folder inside the run or the samples is refused before the sweep runs."""
+    from inspector.input_folders import enclosing_input
+
+    inside = enclosing_input(folder.resolve(), inputs)
+    if inside is not None:
+        raise InputError(
+            folder,
+            "--tensorboard",
+            f"inside the input folder {inside}, which is never written: give a folder beside it "
+            "(tensorboard --logdir PARENT shows both)",
+        )
+
+
+def _write_tensorboard(folder: Path, report, inputs) -> Path:
+    from inspector.commands.tensorboard_events import write_scalars
+
+    _check_tensorboard(folder, inputs)
+    try:
+        return write_scalars(folder, sweep_scalars(report))
+    except OSError as e:
+        raise InputError(folder, "--tensorboard", f"cannot write: {e.strerror or e}") from None
 
 
 def _write_svg(path: Path, report) -> None:
