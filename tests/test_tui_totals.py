@@ -85,3 +85,28 @@ def test_odds_pool_beside_the_counts_and_give_the_expected_accept_length():
     pooled = t.total(g).value
     assert pooled.accept_length == pytest.approx(1.375) and not pooled.is_bound
     assert o0.expected == pytest.approx(0.75)  # pooling never adds into a sample's own odds
+
+
+def test_serving_is_one_key_per_setting_and_names_itself():
+    """Temperature 0 is greedy (one key with no sampling); the label names the drafting
+    settings and, at a temperature, the sampling and the rule; with_spec keeps the sampling."""
+    from inspector.serving.sampling_settings import (
+        Sampling,
+        SamplingSettings,
+        Verification,
+        VerifyRule,
+    )
+    from inspector.tui.serving import Serving, spec_label
+
+    hot = SamplingSettings(Sampling(0.6, 20, 0.95), Verification(VerifyRule.VLLM_ONEHOT))
+    cold = SamplingSettings(Sampling(0.0), Verification(VerifyRule.VLLM_ONEHOT))
+    assert Serving(DraftSpec(3), cold) == Serving(DraftSpec(3)) and Serving(DraftSpec(3)).greedy
+    assert hash(Serving(DraftSpec(3), cold)) == hash(Serving(DraftSpec(3)))
+    at = Serving(DraftSpec(3), hot)
+    assert not at.greedy and at != Serving(DraftSpec(3))
+    assert at.label() == (
+        "chain of 3 steps at temperature 0.6, top-k 20, top-p 0.95, vllm-onehot verification"
+    )
+    assert Serving(DraftSpec(1)).label() == "chain of 1 step"
+    assert spec_label(DraftSpec(5, 4, 8)) == "tree of 5 steps, topk 4, 8 tokens"
+    assert at.with_spec(DraftSpec(2)) == Serving(DraftSpec(2), hot)
