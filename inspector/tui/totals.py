@@ -114,6 +114,7 @@ def pool_accepts(values: Iterable[AcceptFigure], like: AcceptFigure) -> AcceptFi
     odds = None if like.odds is None else type(like.odds)(like.odds.depth)
     for v in values:
         stats.add(v.stats)
-        if odds is not None and v.odds is not None:
+        if odds is not None:
+            assert v.odds is not None  # a group is one setting: all greedy, or all at one T
             odds.add(v.odds)
     return AcceptFigure(stats, odds)
