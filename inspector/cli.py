@@ -330,6 +330,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="what an engine logged (reconcile's formats): its accept length shows beside τ, "
         "and τ starts under its draft steps",
     )
+    p_open.add_argument(
+        "--compare",
+        metavar="CKPT_B",
+        help="a second draft over the same samples: `b` shows the shown sample under both "
+        "(each one's predictions and serving replay) and steps through the rows where they part",
+    )
+    p_open.add_argument(
+        "--compare-wiring",
+        default="train",
+        metavar="W",
+        help="the second draft's wiring (default train: its own)",
+    )
     add_sampling_args(
         p_open,
         "τ's expected accept length under the engine's rule (needs --target; `a` changes it)",

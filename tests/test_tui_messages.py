@@ -30,16 +30,19 @@ def test_every_report_posts_its_own_message():
     reports.serving_failed(Serving(DraftSpec(3)), "no target")
     reports.trees_ready(trees)
     reports.trees_failed("oom")
+    reports.compared(trees)
+    reports.compare_failed("no B")
     reports.task_done("export", result="x.json")
     reports.job_crashed("Traceback")
     names = [type(m).__name__ for m in posted]
     assert names == [
         "LoadProgress", "Loaded", "LoadFailed", "ViewReady", "ViewFailed", "ScoredBatch",
-        "AcceptsReady", "ServingFailed", "TreesReady", "TreesFailed", "TaskDone", "JobCrashed",
+        "AcceptsReady", "ServingFailed", "TreesReady", "TreesFailed", "Compared",
+        "CompareFailed", "TaskDone", "JobCrashed",
     ]  # fmt: skip
     assert len({m.handler_name for m in posted}) == len(posted)  # one handler each
-    assert posted[5].errors == [(2, "bad")] and posted[10].result == "x.json"
-    assert posted[7].error == "no target"
+    assert posted[5].errors == [(2, "bad")] and posted[12].result == "x.json"
+    assert posted[7].error == "no target" and posted[11].error == "no B"
 
 
 def test_a_closing_app_does_not_break_the_device_thread():

@@ -199,6 +199,7 @@ def test_open_at_a_temperature_needs_a_target(tmp_path, capsys):
         checkpoint=None, samples=[], target="auto", embed=None, tokenizer=None, prompts=None,
         engine_log=None, device="cpu", dtype="auto", ttt_steps=1, wiring=None,
         slot_layers=None, memory_budget=None, temperature=0.6, top_k=20, top_p=0.95,
+        compare=None, compare_wiring="train",
     )  # fmt: skip
     cmd = web_command(web)
     assert "--target auto" in cmd and "--temperature 0.6 --top-k 20 --top-p 0.95" in cmd

@@ -25,6 +25,7 @@ def build_app(args: argparse.Namespace):
         wiring=args.wiring,
         engine_log=args.engine_log,
         sampling=initial_sampling(args, inputs.target is not None),
+        compare=None if args.compare is None else (args.compare, args.compare_wiring),
     )
 
 
@@ -63,12 +64,15 @@ def web_command(args: argparse.Namespace) -> str:
         ("--tokenizer", args.tokenizer),
         ("--prompts", args.prompts),
         ("--engine-log", args.engine_log),
+        ("--compare", args.compare),
     ):
         if value:
             argv += [flag, value if value == "auto" else str(Path(value).absolute())]
     argv += ["--device", args.device, "--dtype", args.dtype, "--ttt-steps", str(args.ttt_steps)]
     if args.wiring:
         argv += ["--wiring", args.wiring]
+    if args.compare:
+        argv += ["--compare-wiring", args.compare_wiring]
     if args.slot_layers:
         argv += ["--slot-layers", args.slot_layers]
     if args.memory_budget:

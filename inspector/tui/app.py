@@ -49,6 +49,7 @@ class InspectorApp(App):
         wiring: str | None = None,
         engine_log: str | None = None,
         sampling: SamplingSettings | None = None,
+        compare: tuple[str, str] | None = None,
         loader: Loader | None = None,
         fill: bool = True,
         input_paths: Sequence[str] | None = None,
@@ -65,6 +66,7 @@ class InspectorApp(App):
                 memory_budget=memory_budget,
                 engine_log=engine_log,
                 sampling=sampling,
+                compare=compare,
             )
         if input_paths is None:
             input_paths = inputs.paths() if inputs is not None else []

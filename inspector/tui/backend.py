@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from inspector.memory import MemoryBudget
     from inspector.serving.sampling_settings import SamplingSettings
     from inspector.serving.spec import DraftSpec
-    from inspector.tui.events import SampleAccept, SampleTrees
+    from inspector.tui.events import SampleAccept, SampleComparison, SampleTrees
     from inspector.tui.serving import Serving
     from inspector.tui.summary import LoggedFigure, SampleData, Summary
     from inspector.wiring import WiringKey
@@ -73,6 +73,10 @@ class Backend(Protocol):
 
     def trees(self, i: int, wiring: WiringKey, spec: DraftSpec) -> SampleTrees:
         """The draft tree an engine builds at every row of sample i."""
+
+    def compare(self, i: int, wiring: WiringKey, spec: DraftSpec) -> SampleComparison:
+        """Sample i under the first draft (`wiring`) and the second (`open --compare`), both
+        replayed under `spec` (InputError when there is none, or it does not load)."""
 
     def keep_warm(self, i: int) -> None:
         """Keep sample i's device tensors cached (best effort)."""

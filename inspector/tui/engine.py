@@ -10,7 +10,8 @@ Requests are not a plain queue:
   costs one forward, not one per repeat; every result carries the generation number of its
   request, and the UI paints only results of the latest generation;
 - then the serving replay of the sample on screen (`request_accept`; a newer one replaces it), and
-  its draft trees while the tree panel is open (`request_trees`; the same);
+  its draft trees while the tree panel is open (`request_trees`; the same), and its comparison
+  with a second draft (`request_compare`; the same);
 - tasks (doctor, export) run next, in order;
 - then the prefetch of the neighbouring samples;
 - then, while idle, the set-wide fill: per-sample metrics and serving replays (under the current
@@ -80,6 +81,7 @@ class Engine:
         self._view: ViewRequest | None = None
         self._accept: ReplayRequest | None = None
         self._trees: ReplayRequest | None = None  # one wiring
+        self._compare: ReplayRequest | None = None  # one wiring (A's), against the second draft
         self._tasks: deque[tuple[str, Task]] = deque()
         self._prefetch: deque[tuple[int, tuple[WiringKey, ...]]] = deque()
         # The fill: its wirings in order, how far each got, the settings it replays under.
@@ -150,6 +152,15 @@ class Engine:
             self._trees = ReplayRequest(sample, (tuple(wiring),), Serving(spec))
             self._cond.notify_all()
 
+    def request_compare(self, sample: int, wiring: WiringKey, spec: DraftSpec) -> None:
+        """A sample under the first draft (`wiring`) and the second (`open --compare`)
+        (`Reports.compared`, or `compare_failed`); replaces one not yet started."""
+        from inspector.tui.serving import Serving
+
+        with self._cond:
+            self._compare = ReplayRequest(sample, (tuple(wiring),), Serving(spec))
+            self._cond.notify_all()
+
     def set_serving(self, serving: Serving) -> None:
         """The settings the fill replays the set under (samples it already did stay)."""
         with self._cond:
@@ -177,6 +188,7 @@ class Engine:
                 and self._view is None
                 and self._accept is None
                 and self._trees is None
+                and self._compare is None
                 and not self._tasks
                 and not self._prefetch
             )
@@ -242,6 +254,9 @@ class Engine:
                 if self._trees is not None:
                     tr, self._trees = self._trees, None
                     return lambda: jobs.trees(tr)
+                if self._compare is not None:
+                    cmp, self._compare = self._compare, None
+                    return lambda: jobs.compare(cmp)
                 if self._tasks:
                     kind, fn = self._tasks.popleft()
                     return lambda: jobs.task(kind, fn)

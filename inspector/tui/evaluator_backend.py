@@ -26,20 +26,27 @@ if TYPE_CHECKING:
     from inspector.evaluate import Evaluator, SamplePredictions
     from inspector.formats.tokenizer import TokenDecoder
     from inspector.memory import MemoryBudget
-    from inspector.serving.replay import Replayer
+    from inspector.serving.replay import Replayer, SampleReplay
     from inspector.serving.sampling_settings import SamplingSettings
     from inspector.serving.spec import DraftSpec
+    from inspector.tui.events import SampleComparison
+    from inspector.tui.second_draft import SecondDraft
     from inspector.tui.serving import Serving
-    from inspector.wiring import WiringKey
+    from inspector.wiring import Wiring, WiringKey
 
 
 class EvaluatorBackend:
     """`backend.Backend` over an `Evaluator` (see there for what each method promises)."""
 
     def __init__(
-        self, ev: Evaluator, target: str | None = None, target_dtype: str = "auto"
+        self,
+        ev: Evaluator,
+        target: str | None = None,
+        target_dtype: str = "auto",
+        second: SecondDraft | None = None,
     ) -> None:
         self._ev = ev
+        self._second = second  # `open --compare`: loaded when first compared
         self._replayer: Replayer | None = None  # made on first use, under the first settings
         # The target a temperature's τ verifies with: loaded on the first such replay (a large
         # model; greedy τ never needs it), or why it did not load.
@@ -129,6 +136,8 @@ class EvaluatorBackend:
             ),
             logged=logged,
             target=self._target_dir,
+            compare=None if self._second is None else self._second.checkpoint,
+            compare_wiring=None if self._second is None else self._second.wiring_text,
         )
 
     def sample_data(self, i: int, decoder: TokenDecoder | None) -> SampleData:
@@ -174,15 +183,11 @@ class EvaluatorBackend:
         """The walk is cached by the Replayer's ByteLRU under the budget's `replays` share, keyed
         by (sample, wiring, drafting settings); at a temperature each round's odds come from the
         target's verification of the draft's trees (`serving.expected_replay`)."""
-        from inspector.serving.replay import Replayer
         from inspector.wiring import Wiring
 
         spec = serving.spec
-        if self._replayer is None:
-            self._replayer = Replayer(self._ev, spec)
-        self._replayer.spec = spec  # the cache key holds the settings (and so the convention)
         w = Wiring(tuple(wiring))
-        r = self._replayer.replay(i, w)
+        r = self._walk(i, w, spec)
         mask = self._ev.samples[i].loss_mask.numpy()
         a_at = accept_at(r.a_by_start, mask)
         expected = odds = None
@@ -206,6 +211,23 @@ class EvaluatorBackend:
             expected,
             odds,
         )
+
+    def _walk(self, i: int, w: Wiring, spec: DraftSpec) -> SampleReplay:
+        from inspector.serving.replay import Replayer
+
+        if self._replayer is None:
+            self._replayer = Replayer(self._ev, spec)
+        self._replayer.spec = spec  # the cache key holds the settings (and so the convention)
+        return self._replayer.replay(i, w)
+
+    def compare(self, i: int, wiring: WiringKey, spec: DraftSpec) -> SampleComparison:
+        from inspector.errors import InputError
+        from inspector.wiring import Wiring
+
+        if self._second is None:
+            raise InputError(None, "--compare", "no second draft: open with --compare CKPT_B")
+        rep = self._walk(i, Wiring(tuple(wiring)), spec)
+        return self._second.compare(self._ev, i, wiring, spec, rep)
 
     def target(self) -> TargetModel:
         """The target model, loaded once onto the draft's device (ServingError, the same each

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 if TYPE_CHECKING:
     import numpy as np
 
-    from inspector.evaluate import SamplePredictions
+    from inspector.evaluate import SamplePredictions, StepPredictions
     from inspector.metrics import StepMetrics
     from inspector.serving.expectation import OddsTotals
     from inspector.serving.spec import DraftSpec
@@ -71,6 +71,29 @@ class SampleTrees:
     accepted: np.ndarray  # int64 [R]: how many it accepts (to the sample's end)
 
 
+@dataclass(frozen=True)
+class SampleComparison:
+    """One sample under the first draft (the current wiring) and the second (`open --compare`,
+    its own wiring), under the same engine settings: each one's step-0 predictions and serving
+    replay, and the rows where they part (row j predicts x_{j+2}; its round starts after
+    x_{j+1}, so `a_by_start[j + 1]` is what that round accepts)."""
+
+    index: int
+    wiring: WiringKey  # A's
+    spec: DraftSpec
+    checkpoint_b: str
+    wiring_b: WiringKey
+    a: StepPredictions
+    b: StepPredictions
+    a_by_start: np.ndarray  # int64 [T+]: A's replay, what a round after x_n accepts
+    b_by_start: np.ndarray
+    stats_a: AcceptStats  # each one's rounds through the sample
+    stats_b: AcceptStats
+    rows: np.ndarray  # int64: the rows in either list below, in order
+    hit_rows: np.ndarray  # loss-masked rows where one draft's top-1 hits and the other's misses
+    accept_rows: np.ndarray  # rows whose round would accept a different count
+
+
 class Scored(NamedTuple):
     """One sample's metrics under one wiring, as the fill sends them."""
 
@@ -115,6 +138,11 @@ class Reports(Protocol):
         """τ cannot be replayed under these settings here (`backend.ServingError`)."""
 
     def trees_ready(self, trees: SampleTrees) -> None: ...
+
+    def compared(self, comparison: SampleComparison) -> None:
+        """A sample under both drafts (`Engine.request_compare`)."""
+
+    def compare_failed(self, error: str) -> None: ...
 
     def trees_failed(self, error: str) -> None: ...
 

@@ -156,6 +156,15 @@ class Jobs:
             self._trees.put(key, trees)
         self.reports.trees_ready(trees)
 
+    def compare(self, req: ReplayRequest) -> None:
+        try:
+            comparison = self.backend.compare(req.sample, req.wirings[0], req.serving.spec)
+        except Exception as e:  # noqa: BLE001 - shown in the compare screen
+            self.backend.free_after_oom(e)
+            self.reports.compare_failed(error_text(e))
+            return
+        self.reports.compared(comparison)
+
     def fill(self, i: int, w: WiringKey, serving: Serving | None) -> None:
         """One step of the fill: sample i's metrics under w, and its replay under `serving`."""
         try:

@@ -201,6 +201,15 @@ MAIN_KEYS: list[Binding] = [
         show=False,
     ),
     key(
+        "b",
+        "compare",
+        "vs B",
+        "Compare with the second draft",
+        "the shown sample under both drafts (open --compare CKPT_B): each one's top-1, p(true) "
+        "and round acceptance, τ of each, and the rows where they part; Enter goes to one",
+        show=False,
+    ),
+    key(
         "c",
         "toggle_colour",
         "colour",

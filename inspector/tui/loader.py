@@ -33,13 +33,18 @@ class LoadResult:
     target: str | None = None
     target_dtype: str = "auto"
     sampling: SamplingSettings | None = None
+    compare: tuple[str, str] | None = None  # `--compare CKPT_B` and B's wiring
 
     def backend(self) -> Backend:
         """The app's view of the evaluator (device thread, torch loaded). Made from `ev` when
         asked, not in the loader: tests wrap `ev` after the loader returns."""
         from inspector.tui.evaluator_backend import EvaluatorBackend
+        from inspector.tui.second_draft import SecondDraft
 
-        return EvaluatorBackend(self.ev, self.target, self.target_dtype)
+        second = None
+        if self.compare is not None:
+            second = SecondDraft(*self.compare, target=self.target, dtype=self.target_dtype)
+        return EvaluatorBackend(self.ev, self.target, self.target_dtype, second)
 
 
 LoadStage = Callable[[str], None]  # a loader reports each stage it enters with one line of text
@@ -55,10 +60,12 @@ def default_loader(
     memory_budget: str | None = None,
     engine_log: str | None = None,
     sampling: SamplingSettings | None = None,
+    compare: tuple[str, str] | None = None,
 ) -> Loader:
     """A loader for the real inputs (`stage(text)` reports each stage); `engine_log`: a file
     of what an engine logged (`reconcile`'s formats), shown beside τ; `sampling`: τ starts at
-    this temperature (its target: the inputs' --target)."""
+    this temperature (its target: the inputs' --target); `compare`: a second draft and its
+    wiring, compared with the first on the shown sample (`b`)."""
 
     def load(stage: LoadStage) -> LoadResult:
         stage("importing torch")
@@ -96,6 +103,7 @@ def default_loader(
             target=None if inputs.target is None else str(inputs.target),
             target_dtype=dtype,
             sampling=sampling,
+            compare=compare,
         )
 
     return load

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from textual.message_pump import MessagePump
 
     from inspector.evaluate import SamplePredictions
-    from inspector.tui.events import SampleAccept, SampleTrees, Scored
+    from inspector.tui.events import SampleAccept, SampleComparison, SampleTrees, Scored
     from inspector.tui.serving import Serving
     from inspector.tui.summary import SampleData, Summary
     from inspector.wiring import WiringKey
@@ -128,6 +128,18 @@ class TreesFailed(Message, bubble=False):
 
 
 @report
+class Compared(Message, bubble=False):
+    """A sample under both drafts (`open --compare`)."""
+
+    comparison: SampleComparison
+
+
+@report
+class CompareFailed(Message, bubble=False):
+    error: str
+
+
+@report
 class TaskDone(Message, bubble=False):
     """A submitted task (export, doctor, ...) ended: its result or its error text."""
 
@@ -192,6 +204,12 @@ class PostReports:
 
     def trees_failed(self, error: str) -> None:
         self._post(TreesFailed(error))
+
+    def compared(self, comparison: SampleComparison) -> None:
+        self._post(Compared(comparison))
+
+    def compare_failed(self, error: str) -> None:
+        self._post(CompareFailed(error))
 
     def task_done(self, kind: str, result: Any = None, error: str | None = None) -> None:
         self._post(TaskDone(kind, result, error))

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from inspector.evaluate import SamplePredictions
     from inspector.metrics import StepMetrics
     from inspector.serving.spec import DraftSpec
-    from inspector.tui.events import SampleAccept, SampleTrees
+    from inspector.tui.events import SampleAccept, SampleComparison, SampleTrees
     from inspector.tui.serving import Serving
     from inspector.tui.summary import SampleData, Summary
     from inspector.tui.totals import AcceptFigure
@@ -107,6 +107,8 @@ class ViewModel:
         # The draft trees of every row (the tree panel), per (sample, wiring, drafting settings):
         # the same at any temperature.
         self.trees: ByteLRU[tuple[int, WiringKey, DraftSpec], SampleTrees] = ByteLRU(0)
+        # A sample under both drafts (`open --compare`), per (sample, A's wiring, settings).
+        self.comparisons: ByteLRU[tuple[int, WiringKey, DraftSpec], SampleComparison] = ByteLRU(0)
         self.warned: set[tuple[int, str]] = set()
 
     # --- session ------------------------------------------------------------------------------
@@ -118,9 +120,11 @@ class ViewModel:
             self.samples.max_bytes = session.budget.host_share("app_samples")
             self.accepts.max_bytes = session.budget.host_share("replays")
             self.trees.max_bytes = session.budget.host_share("replays")
+            self.comparisons.max_bytes = session.budget.host_share("replays")
         else:
             self.preds.max_bytes = self.samples.max_bytes = FALLBACK_CACHE_BYTES
             self.accepts.max_bytes = self.trees.max_bytes = FALLBACK_CACHE_BYTES
+            self.comparisons.max_bytes = FALLBACK_CACHE_BYTES
         self.serving = session.serving_default()
         self.wiring = session.initial
         self.sample = session.first_sample
@@ -254,6 +258,14 @@ class ViewModel:
         current drafting settings."""
         v = self.shown
         if v is None or self.spec is None:
+            return None
+        return (v.sample, v.wiring, self.spec)
+
+    def compare_key(self) -> tuple[int, WiringKey, DraftSpec] | None:
+        """The key of the comparison the compare screen shows: the view's sample and wiring,
+        the current drafting settings (None without a second draft)."""
+        v = self.shown
+        if v is None or self.spec is None or self.session is None or not self.session.compare:
             return None
         return (v.sample, v.wiring, self.spec)
 

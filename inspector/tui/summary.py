@@ -84,6 +84,9 @@ class Summary:
     # The target folder τ at a temperature verifies the drafts with (None: no --target, so τ
     # replays greedy decoding only).
     target: str | None = None
+    # `open --compare`: the second draft's folder and wiring (`b` compares the shown sample).
+    compare: str | None = None
+    compare_wiring: str | None = None
 
     def serving_default(self) -> Serving:
         from inspector.tui.serving import Serving

@@ -207,6 +207,25 @@ class DeviceMessages(Screen):
         self.center.tree_panel.failed(e.error)
         self.say(f"draft tree failed: {e.error}", severity="error", timeout=12)
 
+    def on_compared(self, e: msg.Compared) -> None:
+        """A sample under both drafts: kept, and shown if the compare screen waits for it."""
+        from inspector.tui.screens.compare import CompareScreen
+
+        c = e.comparison
+        self.state.comparisons.put((c.index, c.wiring, c.spec), c)
+        screen = self.app.screen
+        if isinstance(screen, CompareScreen) and screen.comparison is None:
+            screen.show(c)
+
+    def on_compare_failed(self, e: msg.CompareFailed) -> None:
+        from inspector.tui.screens.compare import CompareScreen
+
+        screen = self.app.screen
+        if isinstance(screen, CompareScreen):
+            screen.failed(e.error)
+        else:
+            self.say(f"compare failed: {e.error}", severity="error", timeout=12)
+
     def on_task_done(self, e: msg.TaskDone) -> None:
         if e.kind == "export":
             if e.error:

@@ -93,6 +93,15 @@ says where it falls off (the true token no child drafted), or that every step wa
 the target adds its bonus token. When the panel is short, the path and the alternatives at each
 of its steps stay.
 
+## Two drafts (`b`, with `open --compare CKPT_B`)
+
+The shown sample under the app's draft (A, the current wiring) and a second one (B, its own
+wiring, `--compare-wiring`), under the same engine settings: each one's τ and all-tok on the
+sample, then every row where they part (one hits and the other misses, or the round drafted
+there accepts a different count), with the true token, each one's top-1, p(true) and round count.
+Enter moves the cursor to the highlighted row. The set's B − A with its interval is
+`eagle-inspect compare A B SAMPLES`.
+
 ## Slot panel
 
 * **slot / HF**: the captured hidden state and its index in HF `output_hidden_states`

@@ -392,6 +392,26 @@ class MainScreen(DeviceMessages):
         engine.submit("export", export_task(st.session, st.sample, wirings, v.data.input_ids))
         self.say(f"exporting sample #{st.sample} ({len(wirings)} wirings)…", timeout=3)
 
+    def action_compare(self) -> None:
+        """The shown sample under both drafts (`open --compare`), computed if not here."""
+        from inspector.tui.screens.compare import CompareScreen
+
+        st, engine = self.state, self.engine
+        if st.session is None or engine is None:
+            return
+        key = st.compare_key()
+        if key is None:
+            self.say(
+                "no second draft to compare with: open with --compare CKPT_B"
+                if not st.session.compare
+                else "no sample shown yet"
+            )
+            return
+        screen = CompareScreen(st.session, st.comparisons.get(key))
+        if st.comparisons.get(key) is None:
+            engine.request_compare(*key)
+        self.app.push_screen(screen, if_given(self.set_row))
+
     def action_doctor(self) -> None:
         from inspector.tui.screens.doctor import DoctorScreen, doctor_sampling
 
