@@ -87,3 +87,20 @@ def test_odds_totals_add_up_and_say_none_without_rounds():
     assert zero.at_least == [0.0] * DEPTH and zero.accept_length is None
     assert zero.per_depth == [None] * DEPTH and zero.z is None
     assert OddsTotals.of(odds(), np.array([], dtype=np.int64), DEPTH).at_least == [0.0] * DEPTH
+
+
+def test_the_draw_is_seed_zeros_by_default_and_the_same_every_call():
+    """Seven requests of distinct figures: the interval's ends depend on the draw."""
+    reqs = [odds((0.3 * k, 0.1, (0.3 * k / 3, 0.0, 0.0))) for k in range(7)]
+    acc = [np.array([1])] * 7
+    e = Expectation.of(reqs, acc, DEPTH, resamples=40)
+    assert e == Expectation.of(reqs, acc, DEPTH, resamples=40)
+    assert e == Expectation.of(reqs, acc, DEPTH, resamples=40, seed=0)
+    assert e != Expectation.of(reqs, acc, DEPTH, resamples=40, seed=1)
+
+
+def test_an_interval_needs_a_round_and_one_round_is_enough():
+    empty = Expectation.of([odds()], [np.array([], dtype=np.int64)], DEPTH)
+    assert empty.rounds == 0 and empty.low is None and empty.high is None
+    one = Expectation.of([B], [ACC[1]], DEPTH, resamples=20)
+    assert one.rounds == 1 and (one.low, one.high) == pytest.approx((BB, BB))
