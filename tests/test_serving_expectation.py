@@ -71,6 +71,7 @@ def test_to_dict_names_every_figure():
     assert d["per_depth"] == e.per_depth
     assert d["meaning"].startswith("accept_length: 1 + the sum over rounds of E[accepted")
     assert "about N(0, 1) when verification follows the rule" in d["meaning"]
+    assert "/ rounds (the interval: bootstrap over requests); z: (realised" in d["meaning"]
     assert A.to_dict() == {"expected": [0.5, 1.5]}
 
 

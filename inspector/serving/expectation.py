@@ -63,7 +63,7 @@ class OddsTotals:
 
     @classmethod
     def of(cls, odds: SampleOdds, accepted: np.ndarray, depth: int) -> OddsTotals:
-        at = odds.at_least.sum(axis=0) if odds.at_least.size else np.zeros(depth)
+        at = odds.at_least.sum(axis=0)  # [R, depth]: zeros of its depth without rounds
         return cls(
             depth,
             int(odds.expected.size),
