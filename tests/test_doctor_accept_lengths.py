@@ -110,3 +110,30 @@ def test_a_sample_that_fails_to_replay_is_left_out_of_every_figure(ctx, monkeypa
     monkeypatch.setattr(Replayer, "replay", real)
     assert out.by_wiring[TRAIN] == round(pooled(ctx, TRAIN, (0, 2)).accept_length, 4)
     assert out.rec_stats.rounds == pooled(ctx, TRAIN, (0, 2)).rounds
+
+
+@pytest.fixture(scope="module")
+def demo_ctx():
+    """The demo draft on its first four training samples: train and serve accept differently,
+    and the samples end inside a round (the counts there are lower bounds)."""
+    from inspector.demo_paths import demo_paths
+
+    try:
+        demo = demo_paths()
+    except InputError:
+        pytest.skip("bundled demo not built")
+    ev = Evaluator(load_draft(demo.draft), SampleSet(demo.train_samples))
+    return build_context(ev, range(4))
+
+
+def test_rec_stats_and_bounds_are_each_wirings_own(demo_ctx):
+    for rec, other in ((TRAIN, SERVE), (SERVE, TRAIN)):
+        out = al.accept_lengths(demo_ctx, RUN, rec)
+        mine, theirs = pooled(demo_ctx, rec, out.samples), pooled(demo_ctx, other, out.samples)
+        assert (mine.rounds, mine.accepted) != (theirs.rounds, theirs.accepted)
+        assert (out.rec_stats.rounds, out.rec_stats.accepted) == (mine.rounds, mine.accepted)
+        assert out.by_wiring[rec] == round(mine.accept_length, 4)
+        assert out.bounded == frozenset(
+            w for w, st in ((rec, mine), (other, theirs)) if st.is_bound
+        )
+        assert TRAIN in out.bounded  # a train-wired round runs past the end of some sample

@@ -103,15 +103,11 @@ def accept_lengths(ctx: DoctorContext, run: Searched, rec: tuple[int, ...]) -> A
 
 def _expectation_target(ctx: DoctorContext) -> TargetModel | None:
     """The target model that verifies the drafts at the context's temperature (None: greedy):
-    the one `diagnose` loaded, or (a context built without it) loaded here."""
+    the one `diagnose` loaded for it (and for the slots' identity)."""
     if ctx.sampling is None:
         return None
-    if ctx.target_model is not None:
-        return ctx.target_model
-    from inspector.capture.target import TargetModel
-
-    assert ctx.target is not None  # `diagnose` refuses a temperature without the target
-    return TargetModel(ctx.target, dtype=ctx.target_dtype, device=str(ctx.ev.device))
+    assert ctx.target_model is not None  # `diagnose` loads it with any sampling
+    return ctx.target_model
 
 
 def _odds(
