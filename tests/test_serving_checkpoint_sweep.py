@@ -128,3 +128,32 @@ def test_with_target_each_checkpoint_carries_the_trainers_metrics_as_eval_does(
     ):
         assert t[key] == pytest.approx([s["trainer"][trainer][name]["acc"] for s in steps]), key
     assert len(t["specforge_acc"]) == 3 and t["speculators_full_acc"] != t["specforge_acc"]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [("--engine", "sglang"), ("--topk", "2", "--draft-tokens", "4"), ("--kv", "sglang")],
+    ids=["sglang-chain", "tree", "sglang-kv"],
+)
+def test_settings_the_evaluation_cannot_count_are_replayed_as_accept_does(
+    demo, tmp_path, capsys, flags
+):
+    """Only a vLLM chain reads the evaluation's own chain replay; SGLang's count (its round
+    after the stop), a tree and SGLang's KV approximation run the replay, equal to accept's."""
+    run = tmp_path / "run"
+    shutil.copytree(demo.draft, run / "epoch_0_step_10")
+    samples = str(demo.draft.parent / "samples" / "held")
+    common = ["--device", "cpu", "--limit", "3", "--json", "--steps", "3", *flags]
+    if "--kv" in flags:
+        common += ["--topk", "2", "--draft-tokens", "5"]
+    capsys.readouterr()
+    assert main(["sweep", str(run), samples, "--fresh", *common]) == 0
+    (c,) = json.loads(capsys.readouterr().out)["checkpoints"]
+    assert (
+        main(["accept", str(run / "epoch_0_step_10"), samples, "--wiring", "train", *common]) == 0
+    )
+    (w,) = json.loads(capsys.readouterr().out)["wirings"]
+    assert (c["rounds"], c["accepted"]) == (w["rounds"], w["accepted"])
+    assert c["accept_length"] == w["accept_length"] and c["per_depth"] == pytest.approx(
+        w["per_depth"]
+    )
