@@ -180,16 +180,7 @@ def reuse(ev: Evaluator, checkpoint: Path) -> Load:
         draft = load_draft(
             folder, target=target, dtype=ev.draft.dtype, device=ev.device, strict=False
         )
-        own = Evaluator(
-            draft,
-            ev.samples,
-            ttt_steps=ev.ttt_steps,
-            position_offset=ev.position_offset,
-            budget=ev.budget,
-            slot_layers=ev.slot_layers,
-        )
-        own.target_head = ev.target_head  # already on the device
-        return own
+        return ev.with_draft(draft)
 
     return load
 

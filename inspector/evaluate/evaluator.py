@@ -115,8 +115,16 @@ class Evaluator:
     def with_samples(self, samples: SampleSet) -> Evaluator:
         """An evaluator of the same draft, settings and head over other samples (a cut view of
         these, for the doctor's budget), with its own caches."""
+        return self._like(self.draft, samples)
+
+    def with_draft(self, draft: Draft) -> Evaluator:
+        """An evaluator of another draft over the same samples (read once for both), with the
+        same settings and head and its own caches: a borrowed-head copy, a second checkpoint."""
+        return self._like(draft, self.samples)
+
+    def _like(self, draft: Draft, samples: SampleSet) -> Evaluator:
         ev = Evaluator(
-            self.draft,
+            draft,
             samples,
             ttt_steps=self.ttt_steps,
             position_offset=self.position_offset,

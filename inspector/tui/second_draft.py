@@ -48,7 +48,6 @@ class SecondDraft:
         return self._ev, self._wiring
 
     def _load(self, first: Evaluator) -> tuple[Evaluator, Wiring]:
-        from inspector.evaluate import Evaluator
         from inspector.formats import load_draft
 
         path = Path(self.checkpoint)
@@ -64,15 +63,7 @@ class SecondDraft:
                     field,
                     f"{mine}: the first draft's is {theirs}, so the two cannot read the same samples",
                 )
-        ev = Evaluator(
-            draft,
-            first.samples,
-            ttt_steps=first.ttt_steps,
-            target_head=first.target_head,
-            position_offset=first.position_offset,
-            budget=first.budget,
-            slot_layers=first.slot_layers,
-        )
+        ev = first.with_draft(draft)
         return ev, ev.wiring(self.wiring_text)
 
     def compare(
