@@ -140,3 +140,90 @@ def test_the_doctor_at_a_temperature_needs_the_target(capsys):
     rc = main(["doctor", str(DRAFT), str(held), "--device", "cpu", "--temperature", "0.7"])
     err = capsys.readouterr().err
     assert rc == 2 and "--temperature" in err and "pass --target DIR" in err
+
+
+@pytest.fixture(scope="module")
+def demo_odds_inputs():
+    """The demo draft on its first training sample, and the demo target in float32."""
+    from inspector.capture.target import TargetModel
+    from inspector.evaluate import Evaluator
+    from inspector.formats import SampleSet, load_draft
+
+    ev = Evaluator(
+        load_draft(DRAFT, dtype=torch.float32, device="cpu"), SampleSet(DEMO / "samples" / "train")
+    )
+    return ev, TargetModel(TARGET, dtype="float32", device="cpu")
+
+
+def _reference_odds(ev, target, n, spec, sampling, verification, wiring):
+    """Round n's odds computed the plain way: the draft's tree at row n - 1, and the target's
+    distribution at the root and at each node from its own causal forward over x_0..x_n followed
+    by the node's path (no cache, no 4D mask, no chunk)."""
+    from inspector.serving.sampling import RoundOdds, node_reach, target_probs
+    from inspector.serving.tree_forward import RowTrees
+
+    sample = ev.samples[0]
+    t = int(sample.length)
+    ids = sample.input_ids
+    h = ev.fc_output(0, wiring)
+    tr = RowTrees(
+        ev.draft, h[: t - 2], ids[1 : t - 1], spec, position_offset=ev.position_offset
+    ).trees()
+    d2t = ev.draft.vocab.draft_to_target
+    r = n - 1
+    tokens = d2t[tr.tokens[r]].tolist()
+    parent, depth = tr.parent[r].tolist(), tr.depth[r].tolist()
+    rows = [target.logits_forward(ids[: n + 1].tolist())]
+    for j in range(len(tokens)):
+        path, k = [], j
+        while k >= 0:
+            path.append(tokens[k])
+            k = parent[k]
+        rows.append(target.logits_forward(ids[: n + 1].tolist() + path[::-1]))
+    probs = target_probs(torch.stack(rows).float(), sampling)
+    return RoundOdds.of(node_reach(probs, tokens, parent, verification), depth, spec.steps)
+
+
+@pytest.mark.parametrize(("chunk_rounds", "offset"), [(1, 1), (2, 1), (None, 1), (None, 0)])
+def test_each_rounds_odds_are_the_targets_own_distributions(
+    demo_odds_inputs, monkeypatch, chunk_rounds, offset
+):
+    """sample_odds against the plain computation, at the first and last rows a tree exists at
+    (start 1 and T - 2), in one chunk, one round per chunk and two per chunk (the last chunk
+    part-filled), under both RoPE position conventions (the draft at row + 1, and at row);
+    rounds whose start lies at or past T - 1 have no tree and take their count."""
+    import numpy as np
+
+    from inspector.serving import expected_replay
+    from inspector.serving.replay import SampleReplay
+    from inspector.serving.sampling_settings import Sampling, Verification, VerifyRule
+    from inspector.serving.spec import DraftSpec
+
+    ev, target = demo_odds_inputs
+    monkeypatch.setattr(ev, "position_offset", offset)
+    spec = DraftSpec(3, topk=2, draft_tokens=4)
+    sampling = Sampling(0.7, top_k=20)
+    verification = Verification(VerifyRule.SGLANG_TARGET_ONLY)
+    wiring = ev.wiring("train")
+    t = int(ev.samples[0].length)
+    if chunk_rounds is not None:
+        monkeypatch.setattr(expected_replay, "CHUNK_TOKENS", chunk_rounds * spec.candidates)
+    # 22, 63 and 68: rounds of the demo's first sample that accept about 2 of 3 at 0.7
+    starts = [1, 22, 63, 68, t - 2, t - 1, t + 2]
+    accepted = [0, 1, 2, 3, 2, 2, 1]
+    rep = SampleReplay(
+        index=0, path="", starts=np.array(starts), accepted=np.array(accepted),
+        emitted=np.array(accepted) + 1, a_by_start=np.zeros(t, dtype=np.int64), depth=spec.steps,
+    )  # fmt: skip
+    got = expected_replay.sample_odds(ev, target, rep, wiring, spec, sampling, verification)
+    # float32 logits from a masked batch against a plain causal forward: ~1e-6 relative apart
+    tol = {"rel": 1e-4, "abs": 1e-6}
+    for i, n in enumerate(starts[:5]):
+        want = _reference_odds(ev, target, n, spec, sampling, verification, wiring)
+        assert got.expected[i] == pytest.approx(want.expected, **tol), n
+        assert got.variance[i] == pytest.approx(want.variance, **tol), n
+        assert got.at_least[i].tolist() == pytest.approx(list(want.at_least), **tol), n
+    assert got.expected[1:4].min() > 1.5  # the rows compared are informative ones
+    for i, a in zip((5, 6), accepted[5:], strict=True):
+        assert got.expected[i] == a and got.variance[i] == 0
+        assert got.at_least[i].tolist() == [float(a >= k) for k in range(1, spec.steps + 1)]
