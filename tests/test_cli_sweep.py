@@ -142,8 +142,8 @@ def test_a_rerun_reads_finished_checkpoints_and_evaluates_only_new_ones(
 
 def test_the_table_chart_svg_and_gate(capsys, run, tmp_path) -> None:
     draft, samples, folder = run
-    svg = tmp_path / "curve.svg"
-    rc, out, err = _sweep(capsys, folder, samples, "--fresh", "--svg", svg)
+    svg, png = tmp_path / "curve.svg", tmp_path / "curve.png"
+    rc, out, err = _sweep(capsys, folder, samples, "--fresh", "--svg", svg, "--png", png)
     assert rc == 0, err
     rc, text, _ = _sweep(capsys, folder, samples, "--fresh", "--json")
     doc = json.loads(text)
@@ -157,6 +157,19 @@ def test_the_table_chart_svg_and_gate(capsys, run, tmp_path) -> None:
     assert body.startswith("<svg") and body.count("<circle") == 3
     assert f"best {doc['best_accept_length']:.2f} ({best})" in body
     assert "<script" not in body
+    from test_sweep_png import decode
+
+    from inspector.commands import sweep_png
+
+    img = decode(png.read_bytes())  # three blue dots, the best one red, where the SVG has them
+    xs = [float(r["step"]) for r in doc["checkpoints"]]
+    pts, _ = sweep_png.chart_geometry(xs, [r["accept_length"] for r in doc["checkpoints"]])
+    names = [r["name"] for r in doc["checkpoints"]]
+    got = [tuple(img[round(y), round(x)]) for x, y in pts]
+    assert got == [sweep_png.RED if n == best else sweep_png.BLUE for n in names]
+    rc, _, err = _sweep(capsys, folder, samples, "--fresh", "--png", folder / "c.png")
+    assert rc == 2 and "--png" in err and "never written" in err
+    assert not (folder / "c.png").exists()
     rc, _, err = _sweep(capsys, folder, samples, "--fresh", "--fail-under", 99)
     assert rc == 3 and f"the best checkpoint's accept length is {best}" in err
     rc, _, _ = _sweep(capsys, folder, samples, "--fresh", "--fail-under", 1.0)

@@ -45,6 +45,7 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=positive, metavar="N", help="only the first N samples")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p.add_argument("--svg", metavar="FILE", help="also draw accept length against step to FILE")
+    p.add_argument("--png", metavar="FILE", help="the same chart as a PNG image")
     p.add_argument(
         "--report",
         metavar="FILE",
@@ -111,8 +112,13 @@ def run_sweep_run(args: argparse.Namespace) -> int:
         )
     if not scan.checkpoints:
         raise InputError(run, None, "no checkpoint with weights in it")
-    if args.tensorboard:
-        _check_tensorboard(Path(args.tensorboard), [run, *args.samples])
+    for flag, out in (
+        ("--tensorboard", args.tensorboard),
+        ("--svg", args.svg),
+        ("--png", args.png),
+    ):
+        if out:
+            _check_outside(Path(out), flag, [run, *args.samples])
     state = None
     if not args.fresh:
         settings = f"{spec.to_dict()}|{engine.value}|{args.wiring}|{args.samples}|{args.limit}"
@@ -157,7 +163,11 @@ def run_sweep_run(args: argparse.Namespace) -> int:
     if resumed:
         err.print(f"note: {resumed} checkpoints read from the state file", highlight=False)
     if args.svg:
-        _write_svg(Path(args.svg), report)
+        _write_chart(Path(args.svg), "--svg", _svg(report).encode("utf-8"))
+    if args.png:
+        from inspector.commands.sweep_png import png_chart
+
+        _write_chart(Path(args.png), "--png", png_chart(*_chart_args(report)))
     if args.report:
         _write_report(args, report)
     if args.tensorboard:
@@ -181,17 +191,23 @@ def _x(report) -> list[float]:
     return [float(i) for i in range(len(steps))]
 
 
-def _svg(report) -> str:
-    from inspector.commands.sweep_plot import svg_chart
-
+def _chart_args(report) -> tuple[list[float], list, list[str], int | None, str]:
+    """What both charts draw: x, accept length and name per checkpoint, the best's index, the
+    title."""
     best = report.best
-    return svg_chart(
+    return (
         _x(report),
         [r.accept_length for r in report.results],
         [r.name for r in report.results],
         None if best is None else report.results.index(best),
         f"{report.run_dir}: accept length per round ({report.spec.flags()})",
     )
+
+
+def _svg(report) -> str:
+    from inspector.commands.sweep_plot import svg_chart
+
+    return svg_chart(*_chart_args(report))
 
 
 def _write_report(args, report) -> None:
@@ -239,36 +255,36 @@ def sweep_scalars(report) -> list[tuple[int, str, float]]:
     return out
 
 
-def _check_tensorboard(folder: Path, inputs) -> None:
-    """A folder inside the run or the samples is refused before the sweep runs."""
+def _check_outside(path: Path, flag: str, inputs) -> None:
+    """An output inside the run or the samples is refused before the sweep runs."""
     from inspector.input_folders import enclosing_input
 
-    inside = enclosing_input(folder.resolve(), inputs)
+    inside = enclosing_input(path.resolve(), inputs)
     if inside is not None:
+        hint = " (tensorboard --logdir PARENT shows both)" if flag == "--tensorboard" else ""
         raise InputError(
-            folder,
-            "--tensorboard",
-            f"inside the input folder {inside}, which is never written: give a folder beside it "
-            "(tensorboard --logdir PARENT shows both)",
+            path,
+            flag,
+            f"inside the input folder {inside}, which is never written: give a folder beside "
+            f"it{hint}",
         )
 
 
 def _write_tensorboard(folder: Path, report, inputs) -> Path:
     from inspector.commands.tensorboard_events import write_scalars
 
-    _check_tensorboard(folder, inputs)
+    _check_outside(folder, "--tensorboard", inputs)
     try:
         return write_scalars(folder, sweep_scalars(report))
     except OSError as e:
         raise InputError(folder, "--tensorboard", f"cannot write: {e.strerror or e}") from None
 
 
-def _write_svg(path: Path, report) -> None:
-    text = _svg(report)
+def _write_chart(path: Path, flag: str, data: bytes) -> None:
     try:
-        path.write_text(text, encoding="utf-8")
+        path.write_bytes(data)
     except OSError as e:
-        raise InputError(path, "--svg", f"cannot write: {e.strerror or e}") from None
+        raise InputError(path, flag, f"cannot write: {e.strerror or e}") from None
 
 
 def render_sweep(report) -> Group:
