@@ -184,14 +184,13 @@ def _reference_odds(ev, target, n, spec, sampling, verification, wiring):
     return RoundOdds.of(node_reach(probs, tokens, parent, verification), depth, spec.steps)
 
 
-@pytest.mark.parametrize(("chunk_rounds", "offset"), [(1, 1), (2, 1), (None, 1), (None, 0)])
+@pytest.mark.parametrize("chunk_rounds", [1, 2, None])
 def test_each_rounds_odds_are_the_targets_own_distributions(
-    demo_odds_inputs, monkeypatch, chunk_rounds, offset
+    demo_odds_inputs, monkeypatch, chunk_rounds
 ):
     """sample_odds against the plain computation, at the first and last rows a tree exists at
     (start 1 and T - 2), in one chunk, one round per chunk and two per chunk (the last chunk
-    part-filled), under both RoPE position conventions (the draft at row + 1, and at row);
-    rounds whose start lies at or past T - 1 have no tree and take their count."""
+    part-filled); rounds whose start lies at or past T - 1 have no tree and take their count."""
     import numpy as np
 
     from inspector.serving import expected_replay
@@ -200,7 +199,6 @@ def test_each_rounds_odds_are_the_targets_own_distributions(
     from inspector.serving.spec import DraftSpec
 
     ev, target = demo_odds_inputs
-    monkeypatch.setattr(ev, "position_offset", offset)
     spec = DraftSpec(3, topk=2, draft_tokens=4)
     sampling = Sampling(0.7, top_k=20)
     verification = Verification(VerifyRule.SGLANG_TARGET_ONLY)
