@@ -1,7 +1,8 @@
 """`open --compare CKPT_B`, key `b`: the shown sample under both drafts, held to the CLI's own
 numbers on that sample (`compare --limit 1`: each one's accept length and the round starts where
 they part; `eval --positions` of each: every row's hit), then Enter moves the main cursor to the
-highlighted row. Without a second draft, `b` says how to get one."""
+highlighted row. `B` switches the main screen to the second draft as to another wiring. Without
+a second draft, `b` and `B` say how to get one."""
 
 from __future__ import annotations
 
@@ -45,8 +46,9 @@ def cli_json(capsys, argv) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-@needs_demo
-async def test_b_compares_the_sample_under_both_drafts_as_the_cli_does(tmp_path, capsys):
+def cli_figures(capsys, tmp_path):
+    """The demo's draft (A), a worse copy (B), `compare --limit 1` of the two, and each one's
+    `eval --positions` on that sample."""
     inputs = demo_inputs()
     b = noised(inputs.checkpoint, tmp_path / "b")
     samples = inputs.samples
@@ -55,6 +57,12 @@ async def test_b_compares_the_sample_under_both_drafts_as_the_cli_does(tmp_path,
         cli_json(capsys, ["eval", str(c), *samples, "--limit", "1", "--positions"])
         for c in (inputs.checkpoint, b)
     ]
+    return inputs, b, ref, evals
+
+
+@needs_demo
+async def test_b_compares_the_sample_under_both_drafts_as_the_cli_does(tmp_path, capsys):
+    inputs, b, ref, evals = cli_figures(capsys, tmp_path)
     hits = [
         {p["pos"]: p["hit"] for p in e["wirings"][0]["positions"] if p["step"] == 0} for e in evals
     ]
@@ -98,6 +106,9 @@ async def test_b_without_a_second_draft_says_how(tmp_path):
         await pilot.pause()
         assert type(app.screen).__name__ == "MainScreen"
         assert "--compare CKPT_B" in app.main.messages[-1]
+        await pilot.press("B")
+        await pilot.pause()
+        assert "no second draft to switch to" in app.main.messages[-1]
 
 
 @needs_demo
@@ -117,3 +128,62 @@ async def test_a_second_draft_that_cannot_read_the_samples_is_one_line(tmp_path)
         assert "config.json" in text and ("vocab_size" in text or "target_hidden_size" in text)
         await pilot.press("escape")
         assert type(app.screen).__name__ == "MainScreen"
+        wiring = app.main.state.wiring
+        await pilot.press("B")  # switching to it says the same, and A stays shown
+        await until(pilot, lambda: "did not load" in app.main.messages[-1], timeout=30)
+        assert "config.json" in app.main.messages[-1] and app.main.state.wiring == wiring
+
+
+@needs_demo
+async def test_B_switches_draft_as_a_wiring_and_f_steps_where_they_part(tmp_path, capsys):
+    """`B` shows draft B as the app shows another wiring: its hits are `eval`'s of B, its τ is
+    `compare`'s figure for B; with A pinned as the reference, the flipped positions are the rows
+    where one draft hits and the other misses, and `f` steps through them; `B` again is A under
+    the wiring it had; t and s are B's presets, w edits B's wiring."""
+    from inspector.tui.drafts import is_second, second_key
+
+    inputs, b, ref, evals = cli_figures(capsys, tmp_path)
+    pos = [[p for p in e["wirings"][0]["positions"] if p["step"] == 0] for e in evals]
+    parted = [p["pos"] for p, q in zip(*pos, strict=True) if p["masked"] and p["hit"] != q["hit"]]
+    app = make_app(inputs, compare=(str(b), "train"))
+    async with app.run_test(size=(150, 44)) as pilot:
+        await settle(pilot, fill=False)
+        st = app.main.state
+        a_key = st.wiring
+        await pilot.press("p")  # A under train is the reference
+        await settle(pilot, fill=False)
+        await pilot.press("B")
+        await until(pilot, lambda: st.wiring is not None and is_second(st.wiring), timeout=60)
+        await settle(pilot, fill=False)
+        assert st.wiring == second_key(st.session.second.presets["train"])
+        v = st.view
+        assert v.wiring == st.wiring and v.ref[0] == a_key
+        assert [bool(h) for h in v.s0.hit] == [p["hit"] for p in pos[1]]
+        assert v.flipped_rows.tolist() == parted and len(parted) > 1
+        header = str(app.main.header_bar.render())
+        assert "fc ← B [" in header and "ref ◆ A [" in header
+        await until(pilot, lambda: st.sample_accept(st.wiring) is not None, timeout=60)
+        assert st.sample_accept(st.wiring).accept_length == pytest.approx(ref["accept_length"]["b"])
+        assert st.sample_accept(a_key).accept_length == pytest.approx(ref["accept_length"]["a"])
+        st.set_row(0)
+        for want in parted[:3]:
+            await pilot.press("f")
+            assert st.row == want
+        await pilot.press("F")
+        assert st.row == parted[1]
+        await pilot.press("w")  # the editor edits B's wiring, over B's own fc blocks
+        await until(pilot, lambda: type(app.screen).__name__ == "WiringEditor")
+        assert app.screen.session is st.session.second
+        assert app.screen.original == st.session.second.presets["train"]
+        await pilot.press("escape")
+        await until(pilot, lambda: type(app.screen).__name__ == "MainScreen")
+        await pilot.press("s")  # B's serve preset
+        await settle(pilot, fill=False)
+        assert st.wiring == second_key(st.session.second.presets["serve"])
+        b_serve = st.wiring
+        await pilot.press("B")
+        await settle(pilot, fill=False)
+        assert st.wiring == a_key and st.view.wiring == a_key
+        await pilot.press("B")  # back to B under the wiring it was last shown with
+        await settle(pilot, fill=False)
+        assert st.wiring == b_serve

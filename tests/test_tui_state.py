@@ -474,3 +474,47 @@ def test_the_rounds_line_under_sglangs_convention_and_a_continuation():
     assert [t for t, m in enumerate(marks) if m == ROUND_START] == [
         r.start + 1 for r in rounds if not r.after_stop
     ]
+
+
+def test_the_second_drafts_keys_and_switching_between_drafts():
+    """`open --compare`: draft B's keys carry a marker before their slots, are validated against
+    B's own fc blocks, labelled with the draft's letter, and `B` returns to the wiring each draft
+    was last shown with (B's first: its --compare-wiring; A's after the doctor applied one)."""
+    from dataclasses import replace
+
+    from inspector.tui.drafts import draft_letter, is_second, second_key, slots_of
+
+    assert second_key((1, 2)) == (-1, 1, 2) and slots_of((-1, 1, 2)) == (1, 2)
+    assert slots_of((1, 2)) == (1, 2) and not is_second(()) and not is_second((0, 1))
+    assert (draft_letter((0,)), draft_letter((-1, 0))) == ("A", "B")
+    with pytest.raises(ValueError):
+        second_key((-1, 2))
+    vm = ViewModel()
+    s = session()
+    s.compare = "/x/b"
+    vm.load(s)
+    assert vm.switch_draft() is None  # B is not loaded yet
+    s.second = replace(
+        s, checkpoint="/x/b", n_blocks=2, presets={"train": (0, 1), "serve": (2, 3)},
+        initial=(2, 3), compare=None,
+    )  # fmt: skip
+    assert s.wiring_label(TRAIN) == "A [embed, L2, L4]"
+    assert s.wiring_label(second_key((2, 3))) == "B [L4, L6]"
+    assert s.preset_name(second_key((2, 3))) == "serve" and s.preset_name(second_key(TRAIN)) is None
+    assert s.of_draft(second_key((2, 3))) is s.second and s.of_draft(TRAIN) is s
+    assert vm.switch_draft() == second_key((2, 3)) == vm.wiring and vm.left == {"A": TRAIN}
+    # a wiring set while B is shown is B's, validated against B's two fc blocks
+    assert vm.parse_wiring((0, 1)) == second_key((0, 1))
+    with pytest.raises(InputError):
+        vm.parse_wiring(TRAIN)  # three slots for B's two blocks
+    assert vm.parse_wiring(OTHER, second=False) == OTHER
+    vm.wiring = second_key((0, 1))
+    assert vm.switch_draft() == TRAIN and vm.left["B"] == second_key((0, 1))
+    assert vm.switch_draft() == second_key((0, 1))
+    vm.wiring = OTHER  # the doctor applied A's wiring while B was shown
+    assert vm.switch_draft() == second_key((0, 1))  # B again, not A's older one
+    assert vm.switch_draft() == OTHER  # and back to the doctor's
+    vm.left.clear()
+    vm.wiring = second_key((2, 3))
+    assert vm.other_draft() == TRAIN  # (what the compare screen calls A while B is shown)
+    assert vm.switch_draft() == TRAIN  # no A key remembered: A's initial

@@ -78,6 +78,10 @@ class Backend(Protocol):
         """Sample i under the first draft (`wiring`) and the second (`open --compare`), both
         replayed under `spec` (InputError when there is none, or it does not load)."""
 
+    def second_summary(self) -> Summary:
+        """The second draft (`open --compare`) loaded, and its own summary (InputError when
+        there is none, or it does not load)."""
+
     def keep_warm(self, i: int) -> None:
         """Keep sample i's device tensors cached (best effort)."""
 

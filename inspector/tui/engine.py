@@ -11,7 +11,8 @@ Requests are not a plain queue:
   request, and the UI paints only results of the latest generation;
 - then the serving replay of the sample on screen (`request_accept`; a newer one replaces it), and
   its draft trees while the tree panel is open (`request_trees`; the same), and its comparison
-  with a second draft (`request_compare`; the same);
+  with a second draft (`request_compare`; the same), and the loading of that draft
+  (`request_second`);
 - tasks (doctor, export) run next, in order;
 - then the prefetch of the neighbouring samples;
 - then, while idle, the set-wide fill: per-sample metrics and serving replays (under the current
@@ -82,6 +83,7 @@ class Engine:
         self._accept: ReplayRequest | None = None
         self._trees: ReplayRequest | None = None  # one wiring
         self._compare: ReplayRequest | None = None  # one wiring (A's), against the second draft
+        self._second = False  # the second draft is to be loaded (`request_second`)
         self._tasks: deque[tuple[str, Task]] = deque()
         self._prefetch: deque[tuple[int, tuple[WiringKey, ...]]] = deque()
         # The fill: its wirings in order, how far each got, the settings it replays under.
@@ -161,6 +163,13 @@ class Engine:
             self._compare = ReplayRequest(sample, (tuple(wiring),), Serving(spec))
             self._cond.notify_all()
 
+    def request_second(self) -> None:
+        """Load the second draft (`open --compare`) for the views to switch to
+        (`Reports.second_ready`, or `second_failed`)."""
+        with self._cond:
+            self._second = True
+            self._cond.notify_all()
+
     def set_serving(self, serving: Serving) -> None:
         """The settings the fill replays the set under (samples it already did stay)."""
         with self._cond:
@@ -189,6 +198,7 @@ class Engine:
                 and self._accept is None
                 and self._trees is None
                 and self._compare is None
+                and not self._second
                 and not self._tasks
                 and not self._prefetch
             )
@@ -257,6 +267,9 @@ class Engine:
                 if self._compare is not None:
                     cmp, self._compare = self._compare, None
                     return lambda: jobs.compare(cmp)
+                if self._second:
+                    self._second = False
+                    return jobs.second
                 if self._tasks:
                     kind, fn = self._tasks.popleft()
                     return lambda: jobs.task(kind, fn)

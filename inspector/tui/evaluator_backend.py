@@ -47,13 +47,15 @@ class EvaluatorBackend:
     ) -> None:
         self._ev = ev
         self._second = second  # `open --compare`: loaded when first compared
-        self._replayer: Replayer | None = None  # made on first use, under the first settings
+        # per draft ("A", "B"): made on first use, under the first settings
+        self._replayers: dict[str, Replayer] = {}
         # The target a temperature's τ verifies with: loaded on the first such replay (a large
         # model; greedy τ never needs it), or why it did not load.
         self._target_dir = target
         self._target_dtype = target_dtype
         self._target: TargetModel | None = None
         self._target_error: str | None = None
+        self._summary: Summary | None = None  # summarize's, which the second draft's extends
 
     @property
     def evaluator(self) -> Evaluator:
@@ -86,23 +88,8 @@ class EvaluatorBackend:
 
         ev = self._ev
         draft = ev.draft
-        presets: dict[str, WiringKey | None] = {}
-        preset_errors: dict[str, str] = {}
-        for name in PRESETS:
-            try:
-                presets[name] = ev.wiring(name).slots
-            except Exception as e:  # noqa: BLE001 - shown in the app
-                presets[name] = None
-                preset_errors[name] = error_text(e)
-        initial: WiringKey | None = None
-        initial_error = None
-        text = initial_wiring or "train"
-        try:
-            initial = ev.wiring(text).slots
-        except Exception as e:  # noqa: BLE001 - shown in the app, which falls back to a preset
-            initial_error = f"--wiring {text}: {error_text(e)}"
-            initial = presets.get("train") or presets.get("serve")
-        return Summary(
+        presets, preset_errors, initial, initial_error = _wirings(ev, initial_wiring)
+        summary = Summary(
             checkpoint=str(draft.path),
             name=str(draft.name),
             layout=str(draft.layout),
@@ -139,6 +126,8 @@ class EvaluatorBackend:
             compare=None if self._second is None else self._second.checkpoint,
             compare_wiring=None if self._second is None else self._second.wiring_text,
         )
+        self._summary = summary
+        return summary
 
     def sample_data(self, i: int, decoder: TokenDecoder | None) -> SampleData:
         import numpy as np
@@ -175,20 +164,64 @@ class EvaluatorBackend:
         )
 
     def predict(self, i: int, wiring: WiringKey) -> SamplePredictions:
+        ev, w = self._feed(wiring)
+        return ev.predict(i, w)
+
+    def _feed(self, key: WiringKey) -> tuple[Evaluator, Wiring]:
+        """The evaluator of the draft `key` feeds (`drafts`) and its wiring (the second draft's
+        InputError when it does not load)."""
+        from inspector.tui.drafts import is_second, slots_of
         from inspector.wiring import Wiring
 
-        return self._ev.predict(i, Wiring(tuple(wiring)))
+        if not is_second(key):
+            return self._ev, Wiring(tuple(key))
+        return self._second_draft().load(self._ev)[0], Wiring(slots_of(key))
+
+    def _second_draft(self) -> SecondDraft:
+        from inspector.errors import InputError
+
+        if self._second is None:
+            raise InputError(None, "--compare", "no second draft: open with --compare CKPT_B")
+        return self._second
+
+    def second_summary(self) -> Summary:
+        """The second draft loaded, and its summary (`Summary.second`): its checkpoint, fc
+        blocks and presets over the same samples; `initial` its --compare-wiring."""
+        from dataclasses import replace
+
+        second = self._second_draft()
+        ev_b, _ = second.load(self._ev)
+        assert self._summary is not None, "summarize runs first"
+        presets, preset_errors, initial, initial_error = _wirings(ev_b, second.wiring_text)
+        d = ev_b.draft
+        return replace(
+            self._summary,
+            checkpoint=str(d.path),
+            name=str(d.name),
+            layout=str(d.layout),
+            dtype=d.dtype_label,
+            n_blocks=int(ev_b.n_blocks),
+            ttt_steps=int(ev_b.ttt_steps),
+            fc_norms=[float(x) for x in d.fc_block_norms()],
+            presets=presets,
+            preset_errors=preset_errors,
+            initial=initial,
+            initial_error=None if initial_error is None else f"--compare-{initial_error[2:]}",
+            notes=[*d.notes, *([d.dtype_note] if d.dtype_note else [])],
+            compare=None,
+            compare_wiring=None,
+            second=None,
+        )
 
     def replay(self, i: int, wiring: WiringKey, serving: Serving) -> SampleAccept:
         """The walk is cached by the Replayer's ByteLRU under the budget's `replays` share, keyed
         by (sample, wiring, drafting settings); at a temperature each round's odds come from the
         target's verification of the draft's trees (`serving.expected_replay`)."""
-        from inspector.wiring import Wiring
 
         spec = serving.spec
-        w = Wiring(tuple(wiring))
-        r = self._walk(i, w, spec)
-        mask = self._ev.samples[i].loss_mask.numpy()
+        ev, w = self._feed(wiring)
+        r = self._walk(i, wiring, spec)
+        mask = ev.samples[i].loss_mask.numpy()
         a_at = accept_at(r.a_by_start, mask)
         expected = odds = None
         if serving.sampling is not None:
@@ -196,7 +229,7 @@ class EvaluatorBackend:
             from inspector.serving.expected_replay import sample_odds
 
             s = serving.sampling
-            so = sample_odds(self._ev, self.target(), r, w, spec, s.sampling, s.verification)
+            so = sample_odds(ev, self.target(), r, w, spec, s.sampling, s.verification)
             expected, odds = so.expected, OddsTotals.of(so, r.accepted, spec.steps)
         return SampleAccept(
             i,
@@ -212,22 +245,27 @@ class EvaluatorBackend:
             odds,
         )
 
-    def _walk(self, i: int, w: Wiring, spec: DraftSpec) -> SampleReplay:
+    def _walk(self, i: int, key: WiringKey, spec: DraftSpec) -> SampleReplay:
+        """The walk through sample i of the draft `key` feeds, one Replayer per draft."""
         from inspector.serving.replay import Replayer
+        from inspector.tui.drafts import draft_letter
 
-        if self._replayer is None:
-            self._replayer = Replayer(self._ev, spec)
-        self._replayer.spec = spec  # the cache key holds the settings (and so the convention)
-        return self._replayer.replay(i, w)
+        ev, w = self._feed(key)
+        letter = draft_letter(key)
+        replayer = self._replayers.get(letter)
+        if replayer is None:
+            replayer = self._replayers[letter] = Replayer(ev, spec)
+        replayer.spec = spec  # the cache key holds the settings (and so the convention)
+        return replayer.replay(i, w)
 
     def compare(self, i: int, wiring: WiringKey, spec: DraftSpec) -> SampleComparison:
-        from inspector.errors import InputError
-        from inspector.wiring import Wiring
+        from inspector.tui.drafts import second_key
 
-        if self._second is None:
-            raise InputError(None, "--compare", "no second draft: open with --compare CKPT_B")
-        rep = self._walk(i, Wiring(tuple(wiring)), spec)
-        return self._second.compare(self._ev, i, wiring, spec, rep)
+        second = self._second_draft()
+        _, w_b = second.load(self._ev)
+        rep_a = self._walk(i, wiring, spec)
+        rep_b = self._walk(i, second_key(w_b.slots), spec)
+        return second.compare(self._ev, i, wiring, spec, rep_a, rep_b)
 
     def target(self) -> TargetModel:
         """The target model, loaded once onto the draft's device (ServingError, the same each
@@ -257,7 +295,8 @@ class EvaluatorBackend:
     def trees(self, i: int, wiring: WiringKey, spec: DraftSpec) -> SampleTrees:
         from inspector.tui.trees import sample_trees
 
-        return sample_trees(self._ev, i, wiring, spec)
+        ev, w = self._feed(wiring)
+        return sample_trees(ev, i, wiring, w, spec)
 
     def keep_warm(self, i: int) -> None:
         warm = getattr(self._ev, "keep_warm", None)  # a test's wrapped evaluator may lack it
@@ -277,3 +316,27 @@ class EvaluatorBackend:
         except Exception:  # noqa: BLE001 - freeing is best effort
             pass
         return True
+
+
+def _wirings(
+    ev: Evaluator, initial_wiring: str | None
+) -> tuple[dict[str, WiringKey | None], dict[str, str], WiringKey | None, str | None]:
+    """A draft's presets (or why each does not fit), and its first wiring: `initial_wiring`
+    (default train), or a preset when that does not fit (with why)."""
+    presets: dict[str, WiringKey | None] = {}
+    preset_errors: dict[str, str] = {}
+    for name in PRESETS:
+        try:
+            presets[name] = ev.wiring(name).slots
+        except Exception as e:  # noqa: BLE001 - shown in the app
+            presets[name] = None
+            preset_errors[name] = error_text(e)
+    initial: WiringKey | None = None
+    initial_error = None
+    text = initial_wiring or "train"
+    try:
+        initial = ev.wiring(text).slots
+    except Exception as e:  # noqa: BLE001 - shown in the app, which falls back to a preset
+        initial_error = f"--wiring {text}: {error_text(e)}"
+        initial = presets.get("train") or presets.get("serve")
+    return presets, preset_errors, initial, initial_error

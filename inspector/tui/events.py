@@ -144,6 +144,11 @@ class Reports(Protocol):
 
     def compare_failed(self, error: str) -> None: ...
 
+    def second_ready(self, summary: Summary) -> None:
+        """The second draft is loaded (`Engine.request_second`): its own summary."""
+
+    def second_failed(self, error: str) -> None: ...
+
     def trees_failed(self, error: str) -> None: ...
 
     def task_done(self, kind: str, result: Any = None, error: str | None = None) -> None:

@@ -165,6 +165,16 @@ class Jobs:
             return
         self.reports.compared(comparison)
 
+    def second(self) -> None:
+        """Load the second draft (`open --compare`) and report its summary."""
+        try:
+            summary = self.backend.second_summary()
+        except Exception as e:  # noqa: BLE001 - said in the app
+            self.backend.free_after_oom(e)
+            self.reports.second_failed(error_text(e))
+            return
+        self.reports.second_ready(summary)
+
     def fill(self, i: int, w: WiringKey, serving: Serving | None) -> None:
         """One step of the fill: sample i's metrics under w, and its replay under `serving`."""
         try:

@@ -210,6 +210,16 @@ MAIN_KEYS: list[Binding] = [
         show=False,
     ),
     key(
+        "B",
+        "switch_draft",
+        "A/B",
+        "Switch draft A/B",
+        "show the other draft (open --compare CKPT_B) as you show another wiring: its "
+        "predictions, τ and set totals; pin one (p) as the reference, and f / F step through "
+        "the positions where the two differ",
+        show=False,
+    ),
+    key(
         "c",
         "toggle_colour",
         "colour",

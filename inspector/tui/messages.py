@@ -140,6 +140,18 @@ class CompareFailed(Message, bubble=False):
 
 
 @report
+class SecondReady(Message, bubble=False):
+    """The second draft (`open --compare`) is loaded: its summary."""
+
+    summary: Summary
+
+
+@report
+class SecondFailed(Message, bubble=False):
+    error: str
+
+
+@report
 class TaskDone(Message, bubble=False):
     """A submitted task (export, doctor, ...) ended: its result or its error text."""
 
@@ -210,6 +222,12 @@ class PostReports:
 
     def compare_failed(self, error: str) -> None:
         self._post(CompareFailed(error))
+
+    def second_ready(self, summary: Summary) -> None:
+        self._post(SecondReady(summary))
+
+    def second_failed(self, error: str) -> None:
+        self._post(SecondFailed(error))
 
     def task_done(self, kind: str, result: Any = None, error: str | None = None) -> None:
         self._post(TaskDone(kind, result, error))

@@ -106,17 +106,20 @@ def detail_renderable(session: Summary, v: ViewState, row: int, width: int = 48)
 
 # --- slot panel ----------------------------------------------------------------------------------
 def slots_renderable(session: Summary, v: ViewState, row: int) -> Text:
+    from inspector.tui.drafts import slots_of
+
     data = v.data
-    ref = v.ref[0] if v.ref is not None else None
+    ref = slots_of(v.ref[0]) if v.ref is not None else None
+    wiring, fc_norms = slots_of(v.wiring), session.of_draft(v.wiring).fc_norms
     j = int(row)
     rows = []
     for s, info in enumerate(session.slot_info):
         norms = data.slot_norms[s] if s < data.slot_norms.shape[0] else None
         at = fmt_norm(norms[j]) if norms is not None and j < norms.size else "-"
         mean = fmt_norm(data.slot_mean[s]) if s < data.slot_mean.size else "-"
-        blocks = [b for b, slot in enumerate(v.wiring) if slot == s]
+        blocks = [b for b, slot in enumerate(wiring) if slot == s]
         feeds = ",".join(f"b{b}" for b in blocks) or "—"
-        wn = ",".join(fmt_norm(session.fc_norms[b]) for b in blocks) or "—"
+        wn = ",".join(fmt_norm(fc_norms[b]) for b in blocks) or "—"
         bad = s < data.slot_nonfinite.size and int(data.slot_nonfinite[s]) > 0
         ref_feeds = ",".join(f"b{b}" for b, slot in enumerate(ref or ()) if slot == s) or "—"
         hf = "-" if info.hf_index is None else str(info.hf_index)

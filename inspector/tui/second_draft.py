@@ -16,7 +16,7 @@ from inspector.tui.events import SampleComparison
 
 if TYPE_CHECKING:
     from inspector.evaluate import Evaluator
-    from inspector.serving.replay import Replayer, SampleReplay
+    from inspector.serving.replay import SampleReplay
     from inspector.serving.spec import DraftSpec
     from inspector.wiring import Wiring, WiringKey
 
@@ -31,7 +31,6 @@ class SecondDraft:
         self._dtype = dtype
         self._ev: Evaluator | None = None
         self._wiring: Wiring | None = None
-        self._replayer: Replayer | None = None
         self._error: InputError | None = None  # a load that failed fails the same way again
 
     def load(self, first: Evaluator) -> tuple[Evaluator, Wiring]:
@@ -73,20 +72,16 @@ class SecondDraft:
         wiring: WiringKey,
         spec: DraftSpec,
         replay_a: SampleReplay,
+        replay_b: SampleReplay,
     ) -> SampleComparison:
-        """Sample i under A (`wiring`, its replay `replay_a`) and B, under `spec`."""
+        """Sample i under A (`wiring`) and B (its own wiring), with their replays under `spec`."""
         import numpy as np
 
-        from inspector.serving.replay import Replayer
         from inspector.wiring import Wiring
 
         ev_b, w_b = self.load(first)
         a = first.predict(i, Wiring(tuple(wiring))).steps[0]
         b = ev_b.predict(i, w_b).steps[0]
-        if self._replayer is None:
-            self._replayer = Replayer(ev_b, spec)
-        self._replayer.spec = spec
-        replay_b = self._replayer.replay(i, w_b)
         n = min(len(a), len(b))
         masked = a.masked[:n] & b.masked[:n]
         hit_rows = np.flatnonzero(masked & (a.hit[:n] != b.hit[:n]))

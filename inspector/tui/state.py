@@ -84,6 +84,9 @@ class ViewModel:
         self.sample = 0
         self.wiring: WiringKey | None = None
         self.pins: list[WiringKey] = []  # oldest first; the last is the reference
+        # `open --compare`: each draft's key when it was last switched away from ("A", "B";
+        # `drafts`), which `B` returns to
+        self.left: dict[str, WiringKey] = {}
         self.gen = 0  # generation of the latest view request
         self.applied_gen = -1  # generation of the view on screen
         self.pending = False  # a view request is out and nothing newer is shown
@@ -264,10 +267,13 @@ class ViewModel:
     def compare_key(self) -> tuple[int, WiringKey, DraftSpec] | None:
         """The key of the comparison the compare screen shows: the view's sample and wiring,
         the current drafting settings (None without a second draft)."""
+        from inspector.tui.drafts import is_second
+
         v = self.shown
         if v is None or self.spec is None or self.session is None or not self.session.compare:
             return None
-        return (v.sample, v.wiring, self.spec)
+        a = v.wiring if not is_second(v.wiring) else self.other_draft()  # A: the first draft
+        return None if a is None else (v.sample, a, self.spec)
 
     def mark_error(self, i: int, error: str) -> bool:
         """Sample i failed: it leaves the totals (as eval skips it), and its replays the cache (a
@@ -438,13 +444,39 @@ class ViewModel:
         self.sample = i
         return True
 
-    def parse_wiring(self, w: Sequence[int]) -> WiringKey:
-        """w validated against the slots and fc blocks (InputError when it does not fit)."""
+    def parse_wiring(self, w: Sequence[int], second: bool | None = None) -> WiringKey:
+        """Slots `w` validated against the slots and fc blocks of a draft (InputError when they
+        do not fit), as its key: the second's (`second`), else the first's; None: the draft
+        shown now."""
+        from inspector.tui.drafts import is_second, second_key
         from inspector.wiring import parse_wiring
 
         assert self.session is not None
+        if second is None:
+            second = self.wiring is not None and is_second(self.wiring)
+        s = self.session.second if second else self.session
+        assert s is not None, "the second draft's keys exist once it is loaded"
+        slots = parse_wiring(list(w), s.slot_info, s.n_blocks).slots
+        return second_key(slots) if second else slots
+
+    def switch_draft(self) -> WiringKey | None:
+        """Show the other draft (`open --compare`) under the wiring it was last shown with (the
+        second's first time: its --compare-wiring); its key, None while the second draft is not
+        loaded."""
+        from inspector.tui.drafts import switched
+
         s = self.session
-        return parse_wiring(list(w), s.slot_info, s.n_blocks).slots
+        if s is None or self.wiring is None:
+            return None
+        b = None if s.second is None else s.second.initial
+        target = switched(self.left, self.wiring, s.initial, b)
+        if target is not None:
+            self.wiring = target
+        return target
+
+    def other_draft(self) -> WiringKey | None:
+        """The first draft's key while the second is shown: the one it was left at."""
+        return self.left.get("A", None if self.session is None else self.session.initial)
 
     def toggle_pin(self) -> bool | None:
         """Pin the current wiring as the reference, or unpin it; True when pinned, None if none."""

@@ -87,6 +87,9 @@ class Summary:
     # `open --compare`: the second draft's folder and wiring (`b` compares the shown sample).
     compare: str | None = None
     compare_wiring: str | None = None
+    # The second draft's own summary once it is loaded (`B`), its `initial` under
+    # --compare-wiring; its keys in the app are `drafts.second_key(slots)`.
+    second: Summary | None = None
 
     def serving_default(self) -> Serving:
         from inspector.tui.serving import Serving
@@ -94,14 +97,37 @@ class Summary:
         return self.serving or Serving(default_serving(self.ttt_steps))
 
     def wiring_label(self, w: Sequence[int]) -> str:
-        """'[embed, L2, L4]': `Wiring.label`, the one label every view shows."""
-        return Wiring(tuple(w)).label(self.slot_info)
+        """'[embed, L2, L4]': `Wiring.label`, the one label every view shows; with a second
+        draft (`open --compare`) led by the draft's letter, 'A [embed, L2, L4]' or 'B [...]'."""
+        from inspector.tui.drafts import draft_letter, slots_of
+
+        label = Wiring(slots_of(w)).label(self.slot_info)
+        return f"{draft_letter(w)} {label}" if self.compare else label
 
     def preset_name(self, w: Sequence[int]) -> str | None:
-        for name, p in self.presets.items():
-            if p is not None and tuple(p) == tuple(w):
+        """The preset `w` is, of the draft it feeds (None: none, or the second's is not here)."""
+        from inspector.tui.drafts import is_second, slots_of
+
+        presets = self.presets
+        if is_second(w):
+            if self.second is None:
+                return None
+            presets = self.second.presets
+        for name, p in presets.items():
+            if p is not None and tuple(p) == slots_of(w):
                 return name
         return None
+
+    def of_draft(self, w: Sequence[int]) -> Summary:
+        """The summary of the draft `w` feeds: this one, or the second draft's (its checkpoint,
+        fc blocks and presets, as plain slots; the samples' facts are shared)."""
+        from inspector.tui.drafts import is_second
+
+        if is_second(w):
+            if self.second is None:
+                raise ValueError("the second draft is not loaded")
+            return self.second
+        return self
 
 
 @dataclass

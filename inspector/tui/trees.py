@@ -15,18 +15,20 @@ from inspector.tui.events import SampleTrees
 if TYPE_CHECKING:
     from inspector.evaluate import Evaluator
     from inspector.serving.spec import DraftSpec
-    from inspector.wiring import WiringKey
+    from inspector.wiring import Wiring, WiringKey
 
 
-def sample_trees(ev: Evaluator, index: int, wiring: WiringKey, spec: DraftSpec) -> SampleTrees:
+def sample_trees(
+    ev: Evaluator, index: int, wiring: WiringKey, fed: Wiring, spec: DraftSpec
+) -> SampleTrees:
     """Row j's tree is the round after committed x_0..x_{j+1} (its first drafted token is
-    x_{j+2}, the token the strip's cursor sits on at row j)."""
+    x_{j+2}, the token the strip's cursor sits on at row j); `ev` is the draft `wiring` (the
+    app's key) feeds, `fed` its slots."""
     import numpy as np
     import torch
 
     from inspector.serving.beam import accepted_path
     from inspector.serving.tree_forward import RowTrees
-    from inspector.wiring import Wiring
 
     sample = ev.samples[index]
     t = int(sample.length)
@@ -38,7 +40,7 @@ def sample_trees(ev: Evaluator, index: int, wiring: WiringKey, spec: DraftSpec) 
             empty.astype(bool), np.zeros(0, dtype=np.int64),
         )  # fmt: skip
     with torch.inference_mode():
-        h = ev.fc_output(index, Wiring(tuple(wiring)))
+        h = ev.fc_output(index, fed)
         ids = sample.input_ids.to(ev.device)
         rt = RowTrees(
             ev.draft, h[: t - 2], ids[1 : t - 1], spec,

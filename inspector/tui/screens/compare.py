@@ -64,11 +64,14 @@ class CompareScreen(Dialog[int]):
     def show(self, c: SampleComparison) -> None:
         self.comparison = c
         s = self.session
-        a_name = s.wiring_label(c.wiring)
+        from inspector.tui.drafts import second_key
+
+        # (the labels lead with the draft's letter)
+        a_name, b_name = s.wiring_label(c.wiring), s.wiring_label(second_key(c.wiring_b))
         self.query_one("#compare-title", Label).update(
             printable(
-                f"sample #{c.index} · {spec_label(c.spec)} · A {s.checkpoint} {a_name} · "
-                f"B {c.checkpoint_b} {s.wiring_label(c.wiring_b)}"
+                f"sample #{c.index} · {spec_label(c.spec)} · {a_name} {s.checkpoint} · "
+                f"{b_name} {c.checkpoint_b}"
             )
         )
         head = Text()

@@ -226,6 +226,24 @@ class DeviceMessages(Screen):
         else:
             self.say(f"compare failed: {e.error}", severity="error", timeout=12)
 
+    def on_second_ready(self, e: msg.SecondReady) -> None:
+        """The second draft is loaded: switch to it if `B` asked."""
+        st = self.state
+        if st.session is None:
+            return
+        st.session.second = e.summary
+        for note in e.summary.notes:
+            self.say(f"B: {note}", timeout=8)
+        if e.summary.initial_error:
+            self.say(f"B: {e.summary.initial_error}", severity="warning", timeout=10)
+        if self.switch_pending:
+            self.switch_pending = False
+            self.action_switch_draft()
+
+    def on_second_failed(self, e: msg.SecondFailed) -> None:
+        self.switch_pending = False
+        self.say(f"the second draft did not load: {e.error}", severity="error", timeout=12)
+
     def on_task_done(self, e: msg.TaskDone) -> None:
         if e.kind == "export":
             if e.error:

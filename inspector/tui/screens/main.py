@@ -66,6 +66,7 @@ class MainScreen(DeviceMessages):
         self.state = ViewModel()
         self.inputs = inputs  # the app's: when the user last typed or clicked
         self.messages: list[str] = []  # every notification text, for tests and the log
+        self.switch_pending = False  # `B` waits for the second draft to load
 
     @property
     def engine(self) -> Engine | None:
@@ -208,13 +209,14 @@ class MainScreen(DeviceMessages):
             self.sample_list.show_sample(self.state.sample)
             self.request_view()
 
-    def set_wiring(self, w: Sequence[int]) -> bool:
-        """Validate and switch to a wiring; False (with a notification) when it is invalid."""
+    def set_wiring(self, w: Sequence[int], second: bool | None = None) -> bool:
+        """Validate and switch to a wiring of a draft (`second`; None: the one shown); False
+        (with a notification) when it is invalid."""
         st = self.state
         if st.session is None:
             return False
         try:
-            key = st.parse_wiring(w)
+            key = st.parse_wiring(w, second)
         except Exception as e:  # noqa: BLE001 - InputError, shown
             self.say(f"bad wiring: {e}", severity="error")
             return False
@@ -294,16 +296,20 @@ class MainScreen(DeviceMessages):
         self.set_row(row)
 
     def action_wiring_editor(self) -> None:
+        from inspector.tui.drafts import slots_of
         from inspector.tui.screens.wiring import WiringEditor
 
         st = self.state
         if st.session is not None and st.wiring is not None:
-            self.app.push_screen(WiringEditor(st.session, st.wiring), if_given(self.set_wiring))
+            editor = WiringEditor(st.session.of_draft(st.wiring), slots_of(st.wiring))
+            self.app.push_screen(editor, if_given(self.set_wiring))
 
     def action_preset(self, name: str) -> None:
-        s = self.state.session
-        if s is None:
+        """The preset of the draft shown."""
+        st = self.state
+        if st.session is None or st.wiring is None:
             return
+        s = st.session.of_draft(st.wiring)
         w = s.presets.get(name)
         if w is None:
             self.say(s.preset_errors.get(name, f"no {name} preset"), severity="error")
@@ -341,8 +347,10 @@ class MainScreen(DeviceMessages):
         st = self.state
         if st.serving is None or st.session is None:
             return
-        sweep = None
-        if st.wiring is not None and st.session is not None and self.engine is not None:
+        from inspector.tui.drafts import is_second
+
+        sweep = None  # the settings sweep runs the first draft
+        if st.wiring is not None and not is_second(st.wiring) and self.engine is not None:
             from inspector.tui.screens.sweep import SweepScreen
 
             wiring, engine, label = st.wiring, self.engine, st.session.wiring_label(st.wiring)
@@ -388,7 +396,13 @@ class MainScreen(DeviceMessages):
         v = st.shown
         if st.session is None or engine is None or v is None:
             return
-        wirings = st.export_wirings(st.sample)
+        from inspector.tui.drafts import is_second
+
+        # the export writes the first draft's predictions (its file names one checkpoint)
+        wirings = [w for w in st.export_wirings(st.sample) if not is_second(w)]
+        if not wirings:
+            self.say("the export writes draft A's predictions: show one of its wirings (B)")
+            return
         engine.submit("export", export_task(st.session, st.sample, wirings, v.data.input_ids))
         self.say(f"exporting sample #{st.sample} ({len(wirings)} wirings)…", timeout=3)
 
@@ -412,6 +426,25 @@ class MainScreen(DeviceMessages):
             engine.request_compare(*key)
         self.app.push_screen(screen, if_given(self.set_row))
 
+    def action_switch_draft(self) -> None:
+        """Show the other draft (`open --compare`), loading the second on first use."""
+        st, engine = self.state, self.engine
+        if st.session is None or engine is None or st.wiring is None:
+            return
+        if not st.session.compare:
+            self.say("no second draft to switch to: open with --compare CKPT_B")
+            return
+        if st.session.second is None:
+            self.switch_pending = True
+            engine.request_second()
+            self.say(f"loading the second draft {printable(st.session.compare)}…", timeout=3)
+            return
+        if st.switch_draft() is None:
+            self.say("the second draft has no wiring that fits", severity="error")
+            return
+        self.wirings_changed()
+        self.say(f"showing {st.session.wiring_label(st.wiring)}", timeout=3)
+
     def action_doctor(self) -> None:
         from inspector.tui.screens.doctor import DoctorScreen, doctor_sampling
 
@@ -423,7 +456,8 @@ class MainScreen(DeviceMessages):
         self.app.push_screen(screen, self.doctor_done)
 
     def doctor_done(self, w: WiringKey | None) -> None:
-        if w is not None and self.set_wiring(w) and self.state.session is not None:
+        """The doctor's wiring is the first draft's (it diagnoses that one)."""
+        if w is not None and self.set_wiring(w, second=False) and self.state.session is not None:
             self.say(f"applied the doctor's wiring {self.state.session.wiring_label(w)}")
 
     def action_help(self) -> None:
