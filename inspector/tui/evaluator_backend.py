@@ -46,7 +46,7 @@ class EvaluatorBackend:
         second: SecondDraft | None = None,
     ) -> None:
         self._ev = ev
-        self._second = second  # `open --compare`: loaded when first compared
+        self._second = second  # `open --compare`: loaded when first compared or shown
         # per draft ("A", "B"): made on first use, under the first settings
         self._replayers: dict[str, Replayer] = {}
         # The target a temperature's τ verifies with: loaded on the first such replay (a large

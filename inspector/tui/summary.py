@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from inspector.tui.drafts import draft_letter, is_second, slots_of
 from inspector.wiring import Wiring
 
 if TYPE_CHECKING:  # numpy/torch types only; never imported at module load
@@ -99,15 +100,11 @@ class Summary:
     def wiring_label(self, w: Sequence[int]) -> str:
         """'[embed, L2, L4]': `Wiring.label`, the one label every view shows; with a second
         draft (`open --compare`) led by the draft's letter, 'A [embed, L2, L4]' or 'B [...]'."""
-        from inspector.tui.drafts import draft_letter, slots_of
-
         label = Wiring(slots_of(w)).label(self.slot_info)
         return f"{draft_letter(w)} {label}" if self.compare else label
 
     def preset_name(self, w: Sequence[int]) -> str | None:
         """The preset `w` is, of the draft it feeds (None: none, or the second's is not here)."""
-        from inspector.tui.drafts import is_second, slots_of
-
         presets = self.presets
         if is_second(w):
             if self.second is None:
@@ -121,8 +118,6 @@ class Summary:
     def of_draft(self, w: Sequence[int]) -> Summary:
         """The summary of the draft `w` feeds: this one, or the second draft's (its checkpoint,
         fc blocks and presets, as plain slots; the samples' facts are shared)."""
-        from inspector.tui.drafts import is_second
-
         if is_second(w):
             if self.second is None:
                 raise ValueError("the second draft is not loaded")
