@@ -12,6 +12,7 @@ from inspector.commands.output import json_safe
 
 def test_the_cli_and_the_app_give_the_same_report_on_the_demo(demo, capsys):
     from inspector.session import demo_inputs, load_evaluator
+    from inspector.tui.evaluator_backend import EvaluatorBackend
     from inspector.tui.screens.doctor import DoctorFinished, doctor_job
 
     rc = main(["doctor", "--json", "--device", "cpu", "--samples", "4"])
@@ -20,7 +21,7 @@ def test_the_cli_and_the_app_give_the_same_report_on_the_demo(demo, capsys):
     # The app's evaluator as its loader builds it (strict), then the screen's own job.
     ev = load_evaluator(demo_inputs(), device="cpu")
     posted: list = []
-    doctor_job(4, threading.Event(), posted.append)(ev)
+    doctor_job(4, threading.Event(), posted.append)(EvaluatorBackend(ev))
     (done,) = [m for m in posted if isinstance(m, DoctorFinished)]
     report = done.outcome.report
     assert report is not None, done.outcome.error

@@ -43,13 +43,25 @@ def sample_expected(per_sample: dict) -> float:
 
 
 @needs_demo
-async def test_tau_at_a_temperature_is_accepts_expectation_for_the_sample_and_the_set(capsys):
+async def test_tau_at_a_temperature_is_accepts_expectation_for_the_sample_and_the_set(
+    capsys, monkeypatch
+):
     """`open --temperature 0.7`: τ is the expectation under vLLM's one-hot rule, pooled over
     the set's rounds exactly as `accept --temperature 0.7` pools them; the doctor screen then
-    quotes the same temperature."""
+    quotes the same temperature, with the target τ loaded (one load for both)."""
+    from inspector.capture import target as target_module
+
+    loads = []
+
+    class Counted(target_module.TargetModel):
+        def __init__(self, *a, **kw):
+            loads.append(a)
+            super().__init__(*a, **kw)
+
     inputs = demo_inputs()
     ref = eval_json(capsys, inputs, "train", command="accept", extra=("--temperature", "0.7"))
     w_ref = ref["wirings"][0]
+    monkeypatch.setattr(target_module, "TargetModel", Counted)
     app = make_app(inputs, sampling=AT_07)
     async with app.run_test(size=(160, 40)) as pilot:
         await settle(pilot, timeout=180)
@@ -83,6 +95,7 @@ async def test_tau_at_a_temperature_is_accepts_expectation_for_the_sample_and_th
         )
         (wiring,) = [f for f in app.screen.report.findings if f.kind == "wiring"]
         assert "temperature 0.7, vllm-onehot verification, expected" in wiring.summary
+        assert len(loads) == 1  # τ's target, which the doctor used too
 
 
 @needs_demo

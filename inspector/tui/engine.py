@@ -37,12 +37,13 @@ from inspector.tui.summary import error_text
 if TYPE_CHECKING:
     from inspector.evaluate import Evaluator
     from inspector.serving.spec import DraftSpec
+    from inspector.tui.backend import Backend
     from inspector.tui.events import Reports
     from inspector.tui.serving import Serving
     from inspector.tui.summary import Summary
     from inspector.wiring import WiringKey
 
-Task = Callable[["Evaluator"], Any]  # a submitted task: run with the evaluator, its result back
+Task = Callable[["Backend"], Any]  # a submitted task: run with the backend, its result back
 
 
 def freeze_what_is_loaded() -> None:
@@ -179,7 +180,7 @@ class Engine:
             self._cond.notify_all()
 
     def submit(self, kind: str, fn: Task) -> None:
-        """Run fn(evaluator) on the device thread; `Reports.task_done(kind, result|error)`."""
+        """Run fn(backend) on the device thread; `Reports.task_done(kind, result|error)`."""
         with self._cond:
             self._tasks.append((kind, fn))
             self._cond.notify_all()

@@ -19,7 +19,7 @@ from inspector.tui.events import Scored
 from inspector.tui.summary import error_text
 
 if TYPE_CHECKING:
-    from inspector.evaluate import Evaluator, SamplePredictions
+    from inspector.evaluate import SamplePredictions
     from inspector.serving.spec import DraftSpec
     from inspector.tui.backend import Backend
     from inspector.tui.events import Reports, SampleAccept, SampleTrees
@@ -213,9 +213,9 @@ class Jobs:
         accepts, self._accepts = self._accepts, []
         self.reports.scored(items, errors, accepts)
 
-    def task(self, kind: str, fn: Callable[[Evaluator], Any]) -> None:
+    def task(self, kind: str, fn: Callable[[Backend], Any]) -> None:
         try:
-            result = fn(self.backend.evaluator)
+            result = fn(self.backend)
         except Exception as e:  # noqa: BLE001 - shown in the app
             self.backend.free_after_oom(e)
             self.reports.task_done(kind, error=error_text(e))

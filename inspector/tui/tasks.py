@@ -1,6 +1,6 @@
 """Tasks the screens submit to the device thread (`Engine.submit`): each is a function of the
-evaluator, run on the device thread, whose result or error comes back as `Reports.task_done`.
-No Textual.
+backend (its evaluator, and what it loaded once: the target), run on the device thread, whose
+result or error comes back as `Reports.task_done`. No Textual.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-    from inspector.evaluate import Evaluator
+    from inspector.tui.backend import Backend
     from inspector.tui.summary import Summary
 
 from inspector.wiring import Wiring, WiringKey, named_label
@@ -23,7 +23,7 @@ def export_task(
     sample: int,
     wirings: Sequence[WiringKey],
     input_ids: np.ndarray | None,
-) -> Callable[[Evaluator], Path]:
+) -> Callable[[Backend], Path]:
     """Write sample `sample`'s predictions under `wirings` to JSON in the working directory
     (`inspector.export`, which refuses input folders); returns the file written."""
     s = session
@@ -32,10 +32,11 @@ def export_task(
     ]
     decode = s.decoder.raw if s.decoder.has_text else None
 
-    def job(ev: Evaluator) -> Path:
+    def job(backend: Backend) -> Path:
         from inspector.export import export_sample
         from inspector.wiring import Wiring
 
+        ev = backend.evaluator
         preds = [(label, ev.predict(sample, Wiring(w))) for label, w in labels]
         return export_sample(
             preds,

@@ -84,8 +84,8 @@ def doctor_job(
     also handles it (an out-of-memory error frees the device cache).
 
     sampling / target: the app's τ temperature and its target folder: the wiring finding then
-    quotes the expected accept length there, as `doctor --target T --temperature` does (the
-    doctor runs its own copy of the target, freed when it ends)."""
+    quotes the expected accept length there, as `doctor --target T --temperature` does, with
+    the target the backend loaded for τ (loaded once for both)."""
 
     def progress(stage: str, done: int, total: int) -> None:
         check_cancel(cancel)
@@ -94,7 +94,7 @@ def doctor_job(
     def finished(**outcome: Any) -> DoctorFinished:
         return DoctorFinished(DoctorOutcome(**outcome))
 
-    def job(ev: Any) -> None:
+    def job(backend: Any) -> None:
         try:
             from inspector.doctor import run_loaded
         except ImportError as e:
@@ -104,11 +104,12 @@ def doctor_job(
         def body() -> None:
             # The CLI's pipeline, preflight included; the target head's folder is its --target.
             report = run_loaded(
-                ev,
+                backend.evaluator,
                 n_samples=n_samples,
                 progress=progress,
                 sampling=sampling,
                 target=None if target is None else Path(target),
+                target_model=None if sampling is None else backend.target(),
             )
             post(finished(report=report))
 

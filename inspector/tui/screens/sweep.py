@@ -69,7 +69,9 @@ def sweep_job(
         check_cancel(cancel)
         post(SweepProgress(done, total))
 
-    def job(ev: Any) -> None:
+    def job(backend: Any) -> None:
+        ev = backend.evaluator
+
         def body() -> None:
             from inspector.serving.cost import CostModel, sweep_grid
             from inspector.serving.sweep import run_sweep
