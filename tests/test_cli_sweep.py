@@ -290,3 +290,61 @@ def test_mixed_layouts_in_one_run_each_read_by_its_own_adapter(capsys, tmp_path)
     (refused,) = doc["refused"]
     assert Path(refused["path"]).name == "epoch_2_step_30" and "mask_token_id" in refused["why"]
     assert sum(line.startswith("skipped") for line in err.splitlines()) == 1
+
+
+def test_a_checkpoint_of_another_target_vocabulary_is_refused_naming_its_config(
+    capsys, run
+) -> None:
+    """A checkpoint that reads another target vocabulary than the run's first (its config's
+    vocab_size and its embedding and t2d grown to match) cannot read the same samples: one line
+    naming its config.json and field; the others are evaluated, and the report says how many
+    samples each read and where the state went."""
+    draft, samples, folder = run
+    other = folder / "epoch_3_step_200"
+    w = load_file(str(draft / "model.safetensors"))
+    grow = 8
+    emb = w["embed_tokens.weight"]
+    _copy(
+        draft, other, 0.0,
+        **{"embed_tokens.weight": torch.cat([emb, emb[:grow]]),
+           "t2d": torch.cat([w["t2d"], torch.zeros(grow, dtype=w["t2d"].dtype)])},
+    )  # fmt: skip
+    cfg = json.loads((other / "config.json").read_text())
+    cfg["transformer_layer_config"]["vocab_size"] += grow
+    (other / "config.json").write_text(json.dumps(cfg))
+    state = folder.parent / "state.jsonl"
+    rc, out, err = _sweep(capsys, folder, samples, "--json", "--state", state)
+    assert rc == 0, err
+    doc = json.loads(out)
+    (refused,) = doc["refused"]
+    assert refused["path"] == str(other)
+    assert refused["why"].startswith(f"{other / 'config.json'}: vocab_size: vocab 520")
+    assert [c["name"] for c in doc["checkpoints"]] == [
+        f"epoch_{i}_step_{(i + 1) * 50}" for i in range(3)
+    ]
+    assert doc["samples"] == LIMIT and doc["state"] == str(state)
+
+
+def test_progress_counts_every_checkpoint_refused_or_not(run, tmp_path) -> None:
+    """The bar's callback: one call per checkpoint, in order, out of all of them, a refused one
+    included; the report carries no state without one."""
+    from inspector.formats.run_dir import find_checkpoints
+    from inspector.serving.checkpoint_sweep import sweep_run
+    from inspector.serving.engines import Engine
+    from inspector.serving.spec import DraftSpec
+
+    draft, samples, folder = run
+    bad = folder / "epoch_1_step_75"
+    bad.mkdir()
+    shutil.copy(draft / "config.json", bad / "config.json")
+    (bad / "model.safetensors").write_bytes(b"\x00" * 16)
+    scan = find_checkpoints(folder)
+    calls: list[tuple[int, int]] = []
+    report = sweep_run(
+        scan.checkpoints, [str(samples)], DraftSpec(3), Engine.VLLM, limit=2,
+        progress=lambda done, total: calls.append((done, total)),
+    )  # fmt: skip
+    n = len(scan.checkpoints)
+    assert n == 4 and calls == [(k, n) for k in range(1, n + 1)]
+    assert len(report.refused) == 1 and len(report.results) == 3
+    assert report.state is None and report.samples == 2

@@ -310,3 +310,53 @@ def test_replay_of_capture_generate_equals_the_live_loop_round_by_round(spec, tm
         assert [rep.replay(s.index, ev.wiring(text)).accepted.tolist() for s in wa.per_sample] == [
             s.accepted.tolist() for s in wa.per_sample
         ], text
+
+
+@pytest.mark.parametrize("engine", [Engine.VLLM, Engine.SGLANG])
+def test_an_eos_stops_the_request_where_the_target_emits_it(engine, tmp_path, monkeypatch):
+    """The demo's prompts reach no EOS in 40 tokens, so one of the greedy continuation's own
+    tokens is made the EOS: each request then stops right after that token's first appearance
+    (kept; finish "stop"), with the tokens before it unchanged; its last round counts its whole
+    path (the engines count past the stop), SGLang counts one more round after it, and the
+    replay of the written sequences takes the same rounds."""
+    from inspector.serving import live as live_module
+
+    real, seqs = live_module.run_sequence, []
+
+    def recorded(*a, eos=(), **kw):
+        seq = real(*a, eos=extra_eos or eos, **kw)
+        seqs.append(seq)
+        return seq
+
+    monkeypatch.setattr(live_module, "run_sequence", recorded)
+    spec = DraftSpec(3)
+    extra_eos: tuple[int, ...] = ()
+    live_accept(_draft(), TARGET, PROMPTS, spec, ["train"], max_new=40, limit=3, engine=engine)
+    free = list(seqs)
+    p0 = free[0].prompt_len
+    extra_eos = (free[0].ids[p0 + 12],)  # a token the first request emits 12 tokens in
+    seqs.clear()
+    out = tmp_path / "live"
+    report = live_accept(
+        _draft(), TARGET, PROMPTS, spec, ["train"], max_new=40, limit=3, engine=engine, out=out
+    )
+    stopped = 0
+    for a, b, s in zip(free, seqs, report.wirings[0].per_sample, strict=True):
+        gen = a.ids[a.prompt_len :]
+        if extra_eos[0] in gen:
+            cut = a.prompt_len + gen.index(extra_eos[0]) + 1
+            assert b.ids == a.ids[:cut] and b.finish == "stop"
+            stopped += 1
+            assert b.after_stop[-1] == (engine is Engine.SGLANG)
+            last = -2 if engine is Engine.SGLANG else -1
+            assert sum(b.emitted) == len(b.ids) - b.prompt_len - 1  # x_P from the prefill
+            assert b.accepted[last] >= b.emitted[last] - 1  # its whole path, also past the stop
+        else:
+            assert b.ids == a.ids and b.finish == a.finish == "length"
+        assert s.accepted.tolist() == b.accepted
+    assert stopped >= 1 and free[0].finish == "length"
+    ev, rep = _replayer(out / "train", spec, engine=engine)
+    for s in report.wirings[0].per_sample:
+        r = rep.replay(s.index, report.wirings[0].wiring)
+        assert r.accepted.tolist() == s.accepted.tolist()
+        assert r.after_stop.tolist() == s.after_stop.tolist()
