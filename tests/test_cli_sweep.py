@@ -114,6 +114,13 @@ def test_sweep_finds_the_best_and_equals_accept(capsys, run, tmp_path) -> None:
         assert c["accept_length"] == acc["accept_length"]
         assert (c["rounds"], c["accepted"]) == (acc["rounds"], acc["accepted"])
         assert c["per_depth"] == pytest.approx(acc["per_depth"])
+        # and its step accuracies eval's, at the chain's depth
+        argv = ["eval", c["path"], str(samples), "--ttt-steps", "3", "--json"]
+        assert main([*argv, "--limit", str(LIMIT)]) == 0
+        steps = json.loads(capsys.readouterr().out)["wirings"][0]["steps"]
+        assert c["step_acc"] == pytest.approx([s["all_tok"]["acc"] for s in steps])
+        assert c["cond_acc"] == pytest.approx([s["cond"]["acc"] for s in steps])
+        assert c["cond_acc"] != c["step_acc"] and len(steps) == 3
     assert len(state.read_text().splitlines()) == 3
 
 
@@ -348,3 +355,6 @@ def test_progress_counts_every_checkpoint_refused_or_not(run, tmp_path) -> None:
     assert n == 4 and calls == [(k, n) for k in range(1, n + 1)]
     assert len(report.refused) == 1 and len(report.results) == 3
     assert report.state is None and report.samples == 2
+    only_bad = sweep_run([c for c in scan.checkpoints if c.path == bad], [str(samples)],
+                         DraftSpec(3), Engine.VLLM, limit=2)  # fmt: skip
+    assert (only_bad.results, only_bad.samples, len(only_bad.refused)) == ([], 0, 1)

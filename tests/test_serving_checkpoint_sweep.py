@@ -157,3 +157,22 @@ def test_settings_the_evaluation_cannot_count_are_replayed_as_accept_does(
     assert c["accept_length"] == w["accept_length"] and c["per_depth"] == pytest.approx(
         w["per_depth"]
     )
+    # a tree's evaluation runs step 0 only (its rounds come from the replay); a chain all steps
+    assert len(c["step_acc"]) == (1 if "--topk" in common else 3)
+
+
+def test_a_finished_checkpoint_is_resumed_under_the_same_target_only(demo, tmp_path, capsys):
+    """The state file's key holds the target folder (its trainer metrics are the target
+    head's): the same one resumes, another copy of it evaluates again."""
+    run = tmp_path / "run"
+    shutil.copytree(demo.draft, run / "epoch_0_step_10")
+    other = tmp_path / "target-copy"
+    shutil.copytree(demo.target, other)
+    samples = str(demo.draft.parent / "samples" / "held")
+    state = tmp_path / "state.jsonl"
+    common = ["--device", "cpu", "--limit", "2", "--json", "--state", str(state)]
+    for target, resumed in ((demo.target, False), (demo.target, True), (other, False)):
+        capsys.readouterr()
+        assert main(["sweep", str(run), samples, "--target", str(target), *common]) == 0
+        err = capsys.readouterr().err
+        assert ("1 checkpoints read from the state file" in err) == resumed, target
