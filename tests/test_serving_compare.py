@@ -47,6 +47,12 @@ def test_disagreements_count_and_quote_the_first():
     d = disagreements(a, b, first=1)
     assert (d.a_more, d.b_more) == (1, 1)
     assert d.first_a_more == [(0, 1)] and d.first_b_more == [(3, 1)]
+    assert d.to_dict() == {
+        "a_more": 1,
+        "b_more": 1,
+        "first_a_more": [{"sample": 0, "position": 1}],
+        "first_b_more": [{"sample": 3, "position": 1}],
+    }
 
 
 def test_refuses_different_depths():

@@ -360,3 +360,31 @@ def test_an_eos_stops_the_request_where_the_target_emits_it(engine, tmp_path, mo
         r = rep.replay(s.index, report.wirings[0].wiring)
         assert r.accepted.tolist() == s.accepted.tolist()
         assert r.after_stop.tolist() == s.after_stop.tolist()
+
+
+def test_the_features_fed_are_the_targets_own_at_every_position(monkeypatch):
+    """What the loop writes as each position's features (the prefill's, each verify forward's,
+    and one more forward for the last bonus and the continuation past the stop) is the target's
+    own hidden states there: a full forward over the whole sequence gives them, float32
+    rounding apart (another batch shape: 1e-4 of the largest entry)."""
+    from inspector.serving import live as live_module
+
+    real, calls = live_module.run_sequence, []
+
+    def recorded(*a, **kw):
+        seq = real(*a, **kw)
+        calls.append((a[0], a[4], seq))
+        return seq
+
+    monkeypatch.setattr(live_module, "run_sequence", recorded)
+    live_accept(_draft(), TARGET, PROMPTS, DraftSpec(3), ["train"], max_new=24, limit=2)
+    assert len(calls) == 2
+    for target, plan_slots, seq in calls:
+        full = seq.ids + seq.tail
+        _, want, _ = target.forward_cached(torch.tensor(full), plan_slots)
+        for s, w in enumerate(want):
+            got = torch.cat([seq.slots[s], seq.tail_slots[s]]).float()
+            w = w.float().cpu()
+            assert got.shape == w.shape and got.shape[0] == len(full)
+            scale = float(w.abs().max())
+            assert float((got - w).abs().max()) <= 1e-4 * scale, s
