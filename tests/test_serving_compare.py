@@ -47,6 +47,9 @@ def test_disagreements_count_and_quote_the_first():
     d = disagreements(a, b, first=1)
     assert (d.a_more, d.b_more) == (1, 1)
     assert d.first_a_more == [(0, 1)] and d.first_b_more == [(3, 1)]
+    # the first few are counted across samples, in sample order
+    two = disagreements(a + b, b + a, first=2)
+    assert two.first_b_more == [(3, 1), (0, 1)] and two.first_a_more == [(0, 1), (3, 1)]
     assert d.to_dict() == {
         "a_more": 1,
         "b_more": 1,
@@ -60,3 +63,22 @@ def test_refuses_different_depths():
     b = WiringAccept(Wiring((0, 1, 2)), "train", 3, [])
     with pytest.raises(ValueError):
         compare(a, b)
+
+
+def test_the_interval_is_the_seeds_and_its_level_is_written():
+    """One seeded draw: the same seed gives the same interval, another seed another one (six
+    requests whose differences vary), and the JSON says the level and the seed."""
+    rng = np.random.default_rng(0)
+    reps_a, reps_b = [], []
+    for i in range(6):
+        x = rng.integers(0, 3, size=(2, 8))
+        reps_a.append(_rep(i, list(range(8)), x[0].tolist(), [0] * 10))
+        reps_b.append(_rep(i, list(range(8)), x[1].tolist(), [0] * 10))
+    a, b = _wa(*reps_a), _wa(*reps_b)
+    one, same = compare(a, b, resamples=200, seed=3), compare(a, b, resamples=200, seed=3)
+    other = compare(a, b, resamples=200, seed=4)
+    ci = (one.accept_length.low, one.accept_length.high)
+    assert ci == (same.accept_length.low, same.accept_length.high)
+    assert ci != (other.accept_length.low, other.accept_length.high)
+    doc = compare(a, b, resamples=200, seed=3, level=0.9).to_dict()
+    assert doc["level"] == 0.9 and doc["seed"] == 3 and doc["resamples"] == 200

@@ -26,6 +26,7 @@ def test_a_subset_sets_those_and_keeps_the_defaults():
         ("draft", "'draft': NAME=VALUE, NAME one of draft, verify, per_token"),
         ("speed=1", "'speed=1': NAME=VALUE, NAME one of draft, verify, per_token"),
         ("draft=fast", "'draft=fast': 'fast' is not a number"),
+        ("draft=1=2", "'draft=1=2': '1=2' is not a number"),
         ("verify=-1", "'verify=-1': a cost is not negative"),
         ("verify=0", "a round must cost something: verify > 0"),
         ("verify=0,per_token=0", "a round must cost something: verify > 0"),
