@@ -286,13 +286,23 @@ def test_mixed_layouts_in_one_run_each_read_by_its_own_adapter(capsys, tmp_path)
     cfg = json.loads((run / "epoch_1_step_20" / "config.json").read_text())
     (run / "epoch_1_step_20" / "config.json").write_text(json.dumps({**cfg, "ptd_token_id": 127}))
     shutil.copytree(sf_dir / "checkpoint", run / "epoch_2_step_30")
+    # SpecForge's layout and another draft vocabulary at once: both notes, in one line
+    both = run / "epoch_3_step_40"
+    shutil.copytree(run / "epoch_1_step_20", both)
+    w = load_file(str(both / "model.safetensors"))
+    t2d = torch.roll(w["t2d"], 1)
+    ids = t2d.nonzero()[:, 0]
+    w.update(t2d=t2d, d2t=ids - torch.arange(ids.numel()))
+    save_file(w, str(both / "model.safetensors"))
     rc, out, err = _sweep(capsys, run, spec_dir / "samples", "--fresh", "--json")
     assert rc == 0, err
     doc = json.loads(out)
-    a, b = doc["checkpoints"]
-    assert (a["name"], b["name"]) == ("epoch_0_step_10", "epoch_1_step_20")
+    a, b, c = doc["checkpoints"]
+    assert (a["name"], b["name"], c["name"]) == ("epoch_0_step_10", "epoch_1_step_20", both.name)
     assert a["note"] is None
     assert "its layout is specforge, epoch_0_step_10's speculators" in b["note"]
+    layout, vocab = c["note"].split("; ")
+    assert layout == b["note"] and vocab.startswith("its vocab map (d2t) differs")
     assert a["accept_length"] == b["accept_length"] and a["per_depth"] == b["per_depth"]
     (refused,) = doc["refused"]
     assert Path(refused["path"]).name == "epoch_2_step_30" and "mask_token_id" in refused["why"]
