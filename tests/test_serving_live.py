@@ -322,6 +322,7 @@ def test_an_eos_stops_the_request_where_the_target_emits_it(engine, tmp_path, mo
     from inspector.serving import live as live_module
 
     real, seqs = live_module.run_sequence, []
+    extra_eos: tuple[int, ...] = ()  # the EOS the second run adds
 
     def recorded(*a, eos=(), **kw):
         seq = real(*a, eos=extra_eos or eos, **kw)
@@ -330,7 +331,6 @@ def test_an_eos_stops_the_request_where_the_target_emits_it(engine, tmp_path, mo
 
     monkeypatch.setattr(live_module, "run_sequence", recorded)
     spec = DraftSpec(3)
-    extra_eos: tuple[int, ...] = ()
     live_accept(_draft(), TARGET, PROMPTS, spec, ["train"], max_new=40, limit=3, engine=engine)
     free = list(seqs)
     p0 = free[0].prompt_len

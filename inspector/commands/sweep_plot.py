@@ -9,6 +9,29 @@ from xml.sax.saxutils import escape
 from inspector.formatting import fmt_float
 
 BARS = " ▁▂▃▄▅▆▇█"
+# The file charts' layout (the SVG and the PNG draw the same one), in pixels.
+W, H, PAD_L, PAD_R, PAD_T, PAD_B = 720, 360, 64, 24, 40, 48
+
+
+def chart_geometry(
+    steps: Sequence[float], values: Sequence[float | None]
+) -> tuple[list[tuple[float, float]], tuple[float, float, float, float]]:
+    """The pixel centre of each checkpoint with an accept length, in order, and the axes' range
+    (x0, x1, y0, y1): a span under 0.1 is widened by 0.05 each side."""
+    pts = [(s, v) for s, v in zip(steps, values, strict=True) if v is not None]
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    y0, y1 = (y0 - 0.05, y1 + 0.05) if y1 - y0 < 0.1 else (y0, y1)
+    out = [(x_px(x, x0, x1), y_px(y, y0, y1)) for x, y in pts]
+    return out, (x0, x1, y0, y1)
+
+
+def x_px(x: float, x0: float, x1: float) -> float:
+    return PAD_L + (x - x0) / ((x1 - x0) or 1) * (W - PAD_L - PAD_R)
+
+
+def y_px(y: float, y0: float, y1: float) -> float:
+    return PAD_T + (y1 - y) / ((y1 - y0) or 1) * (H - PAD_T - PAD_B)
 
 
 def text_chart(
@@ -51,7 +74,7 @@ def svg_chart(
     title: str,
 ) -> str:
     """A line chart of accept length against step as one SVG document (no scripts, no links)."""
-    w, h, pad_l, pad_r, pad_t, pad_b = 720, 360, 64, 24, 40, 48
+    w, h, pad_l, pad_r, pad_t, pad_b = W, H, PAD_L, PAD_R, PAD_T, PAD_B
     pts = [(s, v, lb) for s, v, lb in zip(steps, values, labels, strict=True) if v is not None]
     if not pts:
         return (
@@ -60,15 +83,13 @@ def svg_chart(
         )
     xs = [p[0] for p in pts]
     ys = [p[1] for p in pts]
-    x0, x1 = min(xs), max(xs)
-    y0, y1 = min(ys), max(ys)
-    y0, y1 = (y0 - 0.05, y1 + 0.05) if y1 - y0 < 0.1 else (y0, y1)
+    _, (x0, x1, y0, y1) = chart_geometry(xs, ys)
 
     def px(x: float) -> float:
-        return pad_l + (x - x0) / ((x1 - x0) or 1) * (w - pad_l - pad_r)
+        return x_px(x, x0, x1)
 
     def py(y: float) -> float:
-        return pad_t + (y1 - y) / ((y1 - y0) or 1) * (h - pad_t - pad_b)
+        return y_px(y, y0, y1)
 
     line = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(xs, ys, strict=True))
     out = [

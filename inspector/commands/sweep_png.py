@@ -1,6 +1,6 @@
 """The sweep's chart as a PNG file (`sweep --png`), for the places an SVG does not open (a CI
 artifact viewer, a chat, a slide): the same points, axes and best mark as `sweep_plot.svg_chart`,
-rasterised here with numpy and written with zlib (8-bit RGB, one IDAT chunk), so no plotting or
+rasterised here with numpy (the layout is `sweep_plot.chart_geometry`, the SVG's) and written with zlib (8-bit RGB, one IDAT chunk), so no plotting or
 imaging library is needed.
 
 Text is drawn in a 5x7 bitmap font that holds digits, letters (upper case drawn as lower case)
@@ -15,9 +15,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from inspector.commands.sweep_plot import (
+    PAD_B,
+    PAD_L,
+    PAD_R,
+    PAD_T,
+    H,
+    W,
+    chart_geometry,
+    y_px,
+)
 from inspector.formatting import fmt_float
 
-W, H, PAD_L, PAD_R, PAD_T, PAD_B = 720, 360, 64, 24, 40, 48
 WHITE, GREY, BLUE, RED, BLACK = (
     (255, 255, 255),
     (68, 68, 68),
@@ -158,25 +167,6 @@ class Canvas:
         )
 
 
-def chart_geometry(
-    steps: Sequence[float], values: Sequence[float | None]
-) -> tuple[list[tuple[float, float]], tuple[float, float, float, float]]:
-    """The pixel centre of each checkpoint with an accept length, in order, and the axes' range
-    (x0, x1, y0, y1): the SVG chart's layout (a span under 0.1 widened by 0.05 each side)."""
-    pts = [(s, v) for s, v in zip(steps, values, strict=True) if v is not None]
-    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
-    y0, y1 = (y0 - 0.05, y1 + 0.05) if y1 - y0 < 0.1 else (y0, y1)
-    out = [
-        (
-            PAD_L + (x - x0) / ((x1 - x0) or 1) * (W - PAD_L - PAD_R),
-            PAD_T + (y1 - y) / ((y1 - y0) or 1) * (H - PAD_T - PAD_B),
-        )
-        for x, y in pts
-    ]
-    return out, (x0, x1, y0, y1)
-
-
 def png_chart(
     steps: Sequence[float],
     values: Sequence[float | None],
@@ -197,8 +187,7 @@ def png_chart(
     c.line((PAD_L, H - PAD_B), (W - PAD_R, H - PAD_B), GREY, 1)
     c.line((PAD_L, PAD_T), (PAD_L, H - PAD_B), GREY, 1)
     for y in (y0, (y0 + y1) / 2, y1):
-        at = PAD_T + (y1 - y) / ((y1 - y0) or 1) * (H - PAD_T - PAD_B)
-        c.text(PAD_L - 6, at + 4, fmt_float(y), anchor="end")
+        c.text(PAD_L - 6, y_px(y, y0, y1) + 4, fmt_float(y), anchor="end")
     for x, (px, _) in ((x0, pts[0]), (x1, pts[-1])):
         c.text(px, H - PAD_B + 18, f"{x:g}", anchor="middle")
     c.text((PAD_L + W - PAD_R) / 2, H - 8, "training step", anchor="middle")

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from inspector.capture.target import TargetModel
     from inspector.evaluate import Evaluator, SamplePredictions
     from inspector.formats.tokenizer import TokenDecoder
     from inspector.memory import MemoryBudget
@@ -81,6 +82,10 @@ class Backend(Protocol):
     def second_summary(self) -> Summary:
         """The second draft (`open --compare`) loaded, and its own summary (InputError when
         there is none, or it does not load)."""
+
+    def target(self) -> TargetModel:
+        """The target model, loaded once for τ at a temperature and the doctor there
+        (ServingError when there is none or it does not load)."""
 
     def keep_warm(self, i: int) -> None:
         """Keep sample i's device tensors cached (best effort)."""

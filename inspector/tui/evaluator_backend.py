@@ -88,7 +88,15 @@ class EvaluatorBackend:
 
         ev = self._ev
         draft = ev.draft
-        presets, preset_errors, initial, initial_error = _wirings(ev, initial_wiring)
+        presets, preset_errors = _presets(ev)
+        initial: WiringKey | None = None
+        initial_error = None
+        text = initial_wiring or "train"
+        try:
+            initial = ev.wiring(text).slots
+        except Exception as e:  # noqa: BLE001 - shown in the app, which falls back to a preset
+            initial_error = f"--wiring {text}: {error_text(e)}"
+            initial = presets.get("train") or presets.get("serve")
         summary = Summary(
             checkpoint=str(draft.path),
             name=str(draft.name),
@@ -186,13 +194,13 @@ class EvaluatorBackend:
 
     def second_summary(self) -> Summary:
         """The second draft loaded, and its summary (`Summary.second`): its checkpoint, fc
-        blocks and presets over the same samples; `initial` its --compare-wiring."""
+        blocks and presets over the same samples; `initial` its --compare-wiring (a wiring that
+        does not fit B fails its load, as `b` would)."""
         from dataclasses import replace
 
-        second = self._second_draft()
-        ev_b, _ = second.load(self._ev)
+        ev_b, w_b = self._second_draft().load(self._ev)
         assert self._summary is not None, "summarize runs first"
-        presets, preset_errors, initial, initial_error = _wirings(ev_b, second.wiring_text)
+        presets, preset_errors = _presets(ev_b)
         d = ev_b.draft
         return replace(
             self._summary,
@@ -205,8 +213,8 @@ class EvaluatorBackend:
             fc_norms=[float(x) for x in d.fc_block_norms()],
             presets=presets,
             preset_errors=preset_errors,
-            initial=initial,
-            initial_error=None if initial_error is None else f"--compare-{initial_error[2:]}",
+            initial=w_b.slots,
+            initial_error=None,
             notes=[*d.notes, *([d.dtype_note] if d.dtype_note else [])],
             compare=None,
             compare_wiring=None,
@@ -219,8 +227,7 @@ class EvaluatorBackend:
         target's verification of the draft's trees (`serving.expected_replay`)."""
 
         spec = serving.spec
-        ev, w = self._feed(wiring)
-        r = self._walk(i, wiring, spec)
+        ev, w, r = self._walk(i, wiring, spec)
         mask = ev.samples[i].loss_mask.numpy()
         a_at = accept_at(r.a_by_start, mask)
         expected = odds = None
@@ -245,8 +252,11 @@ class EvaluatorBackend:
             odds,
         )
 
-    def _walk(self, i: int, key: WiringKey, spec: DraftSpec) -> SampleReplay:
-        """The walk through sample i of the draft `key` feeds, one Replayer per draft."""
+    def _walk(
+        self, i: int, key: WiringKey, spec: DraftSpec
+    ) -> tuple[Evaluator, Wiring, SampleReplay]:
+        """The walk through sample i of the draft `key` feeds (with its evaluator and wiring),
+        one Replayer per draft."""
         from inspector.serving.replay import Replayer
         from inspector.tui.drafts import draft_letter
 
@@ -256,15 +266,15 @@ class EvaluatorBackend:
         if replayer is None:
             replayer = self._replayers[letter] = Replayer(ev, spec)
         replayer.spec = spec  # the cache key holds the settings (and so the convention)
-        return replayer.replay(i, w)
+        return ev, w, replayer.replay(i, w)
 
     def compare(self, i: int, wiring: WiringKey, spec: DraftSpec) -> SampleComparison:
         from inspector.tui.drafts import second_key
 
         second = self._second_draft()
         _, w_b = second.load(self._ev)
-        rep_a = self._walk(i, wiring, spec)
-        rep_b = self._walk(i, second_key(w_b.slots), spec)
+        rep_a = self._walk(i, wiring, spec)[2]
+        rep_b = self._walk(i, second_key(w_b.slots), spec)[2]
         return second.compare(self._ev, i, wiring, spec, rep_a, rep_b)
 
     def target(self) -> TargetModel:
@@ -318,25 +328,14 @@ class EvaluatorBackend:
         return True
 
 
-def _wirings(
-    ev: Evaluator, initial_wiring: str | None
-) -> tuple[dict[str, WiringKey | None], dict[str, str], WiringKey | None, str | None]:
-    """A draft's presets (or why each does not fit), and its first wiring: `initial_wiring`
-    (default train), or a preset when that does not fit (with why)."""
+def _presets(ev: Evaluator) -> tuple[dict[str, WiringKey | None], dict[str, str]]:
+    """A draft's presets over the samples' slots, or why each does not fit."""
     presets: dict[str, WiringKey | None] = {}
-    preset_errors: dict[str, str] = {}
+    errors: dict[str, str] = {}
     for name in PRESETS:
         try:
             presets[name] = ev.wiring(name).slots
         except Exception as e:  # noqa: BLE001 - shown in the app
             presets[name] = None
-            preset_errors[name] = error_text(e)
-    initial: WiringKey | None = None
-    initial_error = None
-    text = initial_wiring or "train"
-    try:
-        initial = ev.wiring(text).slots
-    except Exception as e:  # noqa: BLE001 - shown in the app, which falls back to a preset
-        initial_error = f"--wiring {text}: {error_text(e)}"
-        initial = presets.get("train") or presets.get("serve")
-    return presets, preset_errors, initial, initial_error
+            errors[name] = error_text(e)
+    return presets, errors

@@ -12,6 +12,7 @@ from rich.cells import cell_len
 from rich.text import Text
 
 from inspector.formatting import fmt_float, fmt_norm
+from inspector.tui.drafts import slots_of
 from inspector.tui.view import TOKEN_WIDTH, cell, short, wiring_name
 
 if TYPE_CHECKING:
@@ -106,8 +107,6 @@ def detail_renderable(session: Summary, v: ViewState, row: int, width: int = 48)
 
 # --- slot panel ----------------------------------------------------------------------------------
 def slots_renderable(session: Summary, v: ViewState, row: int) -> Text:
-    from inspector.tui.drafts import slots_of
-
     data = v.data
     ref = slots_of(v.ref[0]) if v.ref is not None else None
     wiring, fc_norms = slots_of(v.wiring), session.of_draft(v.wiring).fc_norms

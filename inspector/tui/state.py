@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from inspector.cache import ByteLRU
+from inspector.tui.drafts import is_second, second_key, switched
 from inspector.tui.totals import Total, Totals, pool_accepts, pool_steps
 
 if TYPE_CHECKING:
@@ -267,8 +268,6 @@ class ViewModel:
     def compare_key(self) -> tuple[int, WiringKey, DraftSpec] | None:
         """The key of the comparison the compare screen shows: the view's sample and wiring,
         the current drafting settings (None without a second draft)."""
-        from inspector.tui.drafts import is_second
-
         v = self.shown
         if v is None or self.spec is None or self.session is None or not self.session.compare:
             return None
@@ -448,7 +447,6 @@ class ViewModel:
         """Slots `w` validated against the slots and fc blocks of a draft (InputError when they
         do not fit), as its key: the second's (`second`), else the first's; None: the draft
         shown now."""
-        from inspector.tui.drafts import is_second, second_key
         from inspector.wiring import parse_wiring
 
         assert self.session is not None
@@ -463,8 +461,6 @@ class ViewModel:
         """Show the other draft (`open --compare`) under the wiring it was last shown with (the
         second's first time: its --compare-wiring); its key, None while the second draft is not
         loaded."""
-        from inspector.tui.drafts import switched
-
         s = self.session
         if s is None or self.wiring is None:
             return None

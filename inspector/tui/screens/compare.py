@@ -22,6 +22,7 @@ from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from inspector.formatting import fmt_float, pct, printable
+from inspector.tui.drafts import second_key
 from inspector.tui.screens.dialogs import Dialog
 from inspector.tui.serving import spec_label
 from inspector.tui.view import cell, short
@@ -64,8 +65,6 @@ class CompareScreen(Dialog[int]):
     def show(self, c: SampleComparison) -> None:
         self.comparison = c
         s = self.session
-        from inspector.tui.drafts import second_key
-
         # (the labels lead with the draft's letter)
         a_name, b_name = s.wiring_label(c.wiring), s.wiring_label(second_key(c.wiring_b))
         self.query_one("#compare-title", Label).update(

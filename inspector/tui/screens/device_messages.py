@@ -234,8 +234,6 @@ class DeviceMessages(Screen):
         st.session.second = e.summary
         for note in e.summary.notes:
             self.say(f"B: {note}", timeout=8)
-        if e.summary.initial_error:
-            self.say(f"B: {e.summary.initial_error}", severity="warning", timeout=10)
         if self.switch_pending:
             self.switch_pending = False
             self.action_switch_draft()

@@ -18,6 +18,7 @@ from textual.reactive import var
 from textual.widgets import Footer
 
 from inspector.formatting import printable
+from inspector.tui.drafts import is_second, slots_of
 from inspector.tui.input_clock import InputClock
 from inspector.tui.keys import MAIN_KEYS
 from inspector.tui.screens.device_messages import DeviceMessages
@@ -296,7 +297,6 @@ class MainScreen(DeviceMessages):
         self.set_row(row)
 
     def action_wiring_editor(self) -> None:
-        from inspector.tui.drafts import slots_of
         from inspector.tui.screens.wiring import WiringEditor
 
         st = self.state
@@ -347,8 +347,6 @@ class MainScreen(DeviceMessages):
         st = self.state
         if st.serving is None or st.session is None:
             return
-        from inspector.tui.drafts import is_second
-
         sweep = None  # the settings sweep runs the first draft
         if st.wiring is not None and not is_second(st.wiring) and self.engine is not None:
             from inspector.tui.screens.sweep import SweepScreen
@@ -396,8 +394,6 @@ class MainScreen(DeviceMessages):
         v = st.shown
         if st.session is None or engine is None or v is None:
             return
-        from inspector.tui.drafts import is_second
-
         # the export writes the first draft's predictions (its file names one checkpoint)
         wirings = [w for w in st.export_wirings(st.sample) if not is_second(w)]
         if not wirings:
