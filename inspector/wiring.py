@@ -5,6 +5,8 @@ Presets:
   verifier's last state, in order; SpecForge `.ckpt` feeds its N aux slots in order.
 - `serve`: the last N slots that are not the target's post-norm final state: what an engine that
   captures only decoder-layer outputs (in ascending order) feeds.
+A preset never takes one layer twice: a file may hold a layer in two slots (an fc input that is
+also the verifier's last state), and no engine feeds one layer to two fc blocks.
 Explicit forms: `0,1,2` (slot indices) or `embed,L3,L31` (slot labels, case-insensitive).
 """
 
@@ -50,15 +52,29 @@ def _enough(preset: str, candidates: list[int], n_blocks: int, kind: str) -> lis
     return candidates
 
 
+def _distinct(slots: Sequence[int], infos: Sequence[SlotInfo]) -> list[int]:
+    """`slots` in order, each layer once (the first slot that holds it)."""
+    seen: set[object] = set()
+    out = []
+    for i in slots:
+        s = infos[i]
+        layer = ("hf", s.hf_index) if s.hf_index is not None else ("label", s.label)
+        if layer not in seen:
+            seen.add(layer)
+            out.append(i)
+    return out
+
+
 def train_wiring(infos: Sequence[SlotInfo], n_blocks: int) -> Wiring:
     """The first fc-width run of slots the trainers capture (every slot but the verifier's)."""
-    candidates = [i for i, s in enumerate(infos) if not s.verifier]
+    candidates = _distinct([i for i, s in enumerate(infos) if not s.verifier], infos)
     return Wiring(tuple(_enough("train", candidates, n_blocks, "non-verifier")[:n_blocks]))
 
 
 def serve_wiring(infos: Sequence[SlotInfo], n_blocks: int) -> Wiring:
     """The last pre-norm slots: what an engine that appends the last layer feeds."""
-    candidates = [i for i, s in enumerate(infos) if not s.post_norm]
+    pre_norm = [i for i, s in enumerate(infos) if not s.post_norm]
+    candidates = _distinct(pre_norm[::-1], infos)[::-1]
     return Wiring(tuple(_enough("serve", candidates, n_blocks, "pre-norm")[-n_blocks:]))
 
 

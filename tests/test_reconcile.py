@@ -98,7 +98,13 @@ def test_a_log_of_the_configured_wiring_is_the_draft_as_it_is(
     assert r["verdict"] == "as_is" and r["matched"].startswith("configured")
     assert "the draft is what it is" in r["summary"]
     assert r["fix"] is None and r["engine_log"]["rounds"] == train["rounds"]
-    assert [w["equal"] for w in r["wirings"]] == [True, False]
+    # the configured wiring first, then the wiring search's contenders and the presets
+    assert [w["equal"] for w in r["wirings"]] == [True] + [False] * (len(r["wirings"]) - 1)
+    assert r["wirings_named"] == {
+        "trained": r["matched"],
+        "configured": r["matched"],
+        "fed": r["matched"],
+    }
 
 
 def test_a_log_of_another_wiring_names_the_wrong_layers_and_the_fix(
@@ -122,9 +128,83 @@ def test_a_log_of_another_wiring_names_the_wrong_layers_and_the_fix(
     assert r["verdict"] == "wrong_wiring"
     assert r["matched"].startswith("serve") and r["best"].startswith("configured")
     assert "your engine feeds the wrong layers" in r["summary"]
-    assert f"{serve['accept_length']:.2f} when fed [L2, L4, L6]" in r["summary"]
+    assert "exactly what this draft gives fed [L2, L4, L6]" in r["summary"]
+    assert f"which gives {train['accept_length']:.2f}, what its config names" in r["summary"]
     assert "eagle_aux_hidden_state_layer_ids [0, 2, 4] for vLLM" in r["fix"]
     assert r["serving_config"]["vllm"]["config"] == {"eagle_aux_hidden_state_layer_ids": [0, 2, 4]}
+
+
+def deployed_copy(folder: Path, ids: list[int]) -> Path:
+    """The demo draft as deployed with a config naming `ids` (the weights untouched)."""
+    import shutil
+
+    shutil.copytree(DEMO / "draft", folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["eagle_aux_hidden_state_layer_ids"] = ids
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+def test_a_config_naming_the_serving_ids_is_not_trusted(capsys, generated, replayed, tmp_path):
+    """The incident itself: the weights trained on [embed, L2, L4], the config rewritten to name
+    [2, 4, 6], and the engine faithfully fed what the config names. The verdict must come from
+    the weights (the wiring search), not from the config: trained, configured and fed named,
+    and the fix the trained wiring's ids."""
+    _, serve = replayed["wirings"]
+    deployed = deployed_copy(tmp_path / "deployed", [2, 4, 6])
+    log = tmp_path / "vllm.log"
+    log.write_text(_vllm_line(serve, 3) + "\n")
+    r = reconcile_json_of(capsys, deployed, generated, log)
+    assert r["verdict"] == "wrong_wiring", r["summary"]
+    named = r["wirings_named"]
+    assert named["configured"] == "configured [L2, L4, L6]" == named["fed"]
+    assert named["trained"].endswith("[embed, L2, L4]")
+    assert "exactly what this draft gives fed [L2, L4, L6]" in r["summary"]
+    assert "the weights were trained on [embed, L2, L4]" in r["summary"]
+    assert "the ones its config names" in r["summary"]
+    assert "eagle_aux_hidden_state_layer_ids [0, 2, 4] for vLLM" in r["fix"]
+    search = r["trained_search"]
+    assert search["configured_label"] == "[L2, L4, L6]"
+    assert search["clearly_better_than_configured"] is True
+    assert search["all_tok"]["acc"] > search["configured_all_tok"]["acc"] + 0.2
+    # the presets never repeat a layer (the deployed config's L6 is also the verifier's slot)
+    for w in r["wirings"]:
+        assert len(set(w["wiring"])) == len(w["wiring"])
+    # the same log against the shipped config: the engine feeds what the config does not name
+    shipped = reconcile_json_of(capsys, DEMO / "draft", generated, log)
+    assert shipped["verdict"] == "wrong_wiring"
+    assert shipped["wirings_named"]["configured"] == shipped["wirings_named"]["trained"]
+
+
+def test_a_config_naming_the_serving_ids_is_found_from_prompts_alone(capsys, replayed, tmp_path):
+    """`--prompts` captures every layer the search needs, whatever the config names: the
+    embedding slot the deployed config leaves out is searched too."""
+    _, serve = replayed["wirings"]
+    deployed = deployed_copy(tmp_path / "deployed", [2, 4, 6])
+    log = tmp_path / "vllm.log"
+    log.write_text(_vllm_line(serve, 3) + "\n")
+    capsys.readouterr()
+    argv = ["reconcile", str(deployed), "--prompts", str(DEMO / "prompts.jsonl")]
+    argv += ["--target", str(DEMO / "target"), "--engine-log", str(log), "--json"]
+    argv += ["--device", "cpu", "--dtype", "float32", "--max-new", "40"]
+    assert main(argv) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["verdict"] == "wrong_wiring", r["summary"]
+    assert r["wirings_named"]["fed"] == "configured [L2, L4, L6]"
+    assert r["wirings_named"]["trained"].endswith("[embed, L2, L4]")
+    assert "eagle_aux_hidden_state_layer_ids [0, 2, 4] for vLLM" in r["fix"]
+    fed = next(w for w in r["wirings"] if w["label"] == "configured [L2, L4, L6]")
+    assert (fed["rounds"], fed["accepted"]) == (serve["rounds"], serve["accepted"])
+    # every layer of the 6-layer target was captured and searched
+    labels = {w["label"].split(" ", 1)[1] for w in r["wirings"]}
+    assert any("L5" in x or "L3" in x or "L1" in x for x in labels)
+
+
+def reconcile_json_of(capsys, draft: Path, samples: Path, log: Path) -> dict:
+    capsys.readouterr()
+    argv = ["reconcile", str(draft), str(samples), "--engine-log", str(log), "--json"]
+    assert main([*argv, "--device", "cpu"]) == 0
+    return json.loads(capsys.readouterr().out)
 
 
 def test_per_request_counts_pair_by_tokens_and_name_the_first_shortfall(

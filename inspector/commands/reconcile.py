@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
+from collections.abc import Sequence
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -15,7 +17,7 @@ from inspector.commands.common import open_evaluator
 from inspector.commands.output import report_table, safe, stdout_console, write_json
 from inspector.errors import InputError
 from inspector.formatting import fmt_float, pct
-from inspector.progress import progress_bar
+from inspector.progress import progress_bar, stage_progress_bar
 
 DEFAULT_MAX_NEW = 128
 
@@ -36,26 +38,63 @@ def configured_wiring(draft, infos, n_blocks: int):
     return Wiring(slots) if slots is not None else None
 
 
-def _wirings(args, infos, n_blocks: int, draft) -> tuple[list, list[str], int | None]:
-    """(wirings, names, index of the configured one or None): the configured wiring first, then
-    the presets and every --wiring, without repeats."""
-    from inspector.wiring import PRESETS, parse_wiring, preset_name
+def _wirings(
+    args,
+    infos,
+    n_blocks: int,
+    draft,
+    contenders: Sequence[tuple[int, ...]] = (),
+    preset_infos=None,
+) -> tuple[list, list[str | None], int | None, list[int]]:
+    """(wirings, names, index of the configured one, indices of the search's contenders): the
+    configured wiring first, then the wiring search's contenders for the trained wiring, the
+    presets and every --wiring, without repeats.
+
+    preset_infos: the slots the presets are made of, when `infos` holds more (the live loop
+    captures every searched layer; the presets stay those of the draft's configured layers and
+    the target's last one), matched to `infos` by HF index."""
+    from inspector.wiring import PRESETS, Wiring, parse_wiring, preset_name
 
     out: list = []
     names: list[str | None] = []
 
-    def add(w, name: str | None) -> None:
-        if w.slots in [x.slots for x in out]:
-            return
+    def add(w, name: str | None) -> int:
+        for i, x in enumerate(out):
+            if x.slots == w.slots:
+                return i
         out.append(w)
         names.append(name)
+        return len(out) - 1
 
     conf = configured_wiring(draft, infos, n_blocks)
-    if conf is not None:
-        add(conf, "configured")
+    ci = add(conf, "configured") if conf is not None else None
+    ti = [add(Wiring(tuple(w)), "searched") for w in contenders]
     for text in args.wiring or list(PRESETS):
-        add(parse_wiring(text, infos, n_blocks), preset_name(text))
-    return out, names, 0 if conf is not None else None
+        name = preset_name(text)
+        try:
+            if name is not None and preset_infos is not None:
+                add(
+                    _by_layer(parse_wiring(text, preset_infos, n_blocks), preset_infos, infos), name
+                )
+            else:
+                add(parse_wiring(text, infos, n_blocks), name)
+        except InputError:
+            if args.wiring:  # a preset the slots cannot make is left out; an explicit one fails
+                raise
+    return out, names, ci, ti
+
+
+def _by_layer(w, source, infos):
+    """`w` over `source`'s slots, as the slots of `infos` that hold the same layers."""
+    from inspector.wiring import Wiring
+
+    at = {}
+    for i, s in enumerate(infos):
+        at.setdefault(s.hf_index, i)
+    slots = [at.get(source[k].hf_index) for k in w.slots]
+    if any(k is None for k in slots):
+        raise InputError(None, "wiring", f"{w.label(source)} names a layer the capture lacks")
+    return Wiring(tuple(slots))
 
 
 def run_reconcile(args: argparse.Namespace) -> int:
@@ -87,7 +126,7 @@ def run_reconcile(args: argparse.Namespace) -> int:
         soft_wrap=True,
     )
     if args.prompts:
-        report, samples, configured = _live(args, spec, engine, err, log)
+        report, samples, configured, trained = _live(args, spec, engine, err, log)
     elif args.temperature > 0:
         raise InputError(
             None,
@@ -96,7 +135,7 @@ def run_reconcile(args: argparse.Namespace) -> int:
             "round's odds (--prompts INPUT --target T, the engine's requests)",
         )
     else:
-        report, samples, configured = _replay(args, spec, engine, err)
+        report, samples, configured, trained = _replay(args, spec, engine, err)
     pairs, notes = pair_requests(log, samples)
     if configured is None:
         notes.append(
@@ -107,7 +146,9 @@ def run_reconcile(args: argparse.Namespace) -> int:
         raise InputError(
             None, "SAMPLES", "no round to replay: no sample holds a generated (loss-masked) run"
         )
-    result = reconcile(log, report, configured=configured, pairs=pairs, notes=notes)
+    result = reconcile(
+        log, report, configured=configured, pairs=pairs, notes=notes, trained=trained
+    )
     for line in result.notes:
         err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
     if args.json:
@@ -122,7 +163,10 @@ def _replay(args, spec, engine, err):
     from inspector.serving.replay import Replayer
 
     _, ev = open_evaluator(args, err, args.device, spec.steps if spec.is_chain else 1)
-    wirings, names, configured = _wirings(args, ev.slot_info, ev.n_blocks, ev.draft)
+    trained = _search(ev, err)
+    wirings, names, configured, ti = _wirings(
+        args, ev.slot_info, ev.n_blocks, ev.draft, trained.contenders
+    )
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
     with progress_bar("replaying", err) as advance:
         report = Replayer(ev, spec, engine).run(
@@ -138,7 +182,15 @@ def _replay(args, spec, engine, err):
         except InputError:
             continue
         samples.append((i, s.input_ids.tolist(), s.loss_mask.tolist()))
-    return report, samples, configured
+    return report, samples, configured, (ti, trained)
+
+
+def _search(ev, err):
+    """The wiring the weights were trained on (`doctor.trained_wiring`), never the config's."""
+    from inspector.doctor.trained_wiring import find_trained_wiring
+
+    with stage_progress_bar(err) as advance:
+        return find_trained_wiring(ev, progress=advance)
 
 
 def _live(args, spec, engine, err, log):
@@ -146,7 +198,6 @@ def _live(args, spec, engine, err, log):
     --target, the same rounds the engine runs at temperature 0, and at a temperature each
     round's odds under the engine's rule."""
     from inspector.commands.accept_live import load_live_draft, run_loop, sampling_options
-    from inspector.formats.samples import v1_slot_info
     from inspector.serving.live import draft_ids
 
     if args.samples:
@@ -157,28 +208,66 @@ def _live(args, spec, engine, err, log):
     if max_new is None:
         lengths = [len(r.output_ids) for r in log.requests if r.output_ids is not None]
         max_new = max(lengths) if lengths else DEFAULT_MAX_NEW
-    # the slots the live loop's capture plan gives this draft, to name the wirings
+    # every layer the wiring search needs, whatever the config names: the config is where the
+    # wiring bug lives, so the slots it names cannot be the only ones captured
     from inspector.capture.plan import plan_slots
-    from inspector.capture.target import read_target_info
+    from inspector.capture.target import TargetModel, read_target_info
+    from inspector.doctor.trained_wiring import search_layers
+    from inspector.evaluate import Evaluator
+    from inspector.formats import SampleSet
+    from inspector.serving.live import live_folder
 
     info = read_target_info(target)
-    plan = plan_slots(info.num_layers, layers=None, draft=draft_ids(draft), engine=None)
-    infos = v1_slot_info([None if s == "post-norm" else s for s in plan.slots])
-    wirings, names, configured = _wirings(args, infos, draft.config.num_fc_blocks, draft)
-    report = run_loop(
-        err,
-        draft,
-        target,
-        prompts,
-        spec,
-        [list(w.slots) for w in wirings],
+    n_blocks = draft.config.num_fc_blocks
+    layers = ",".join(map(str, search_layers(info.num_layers, draft.config.aux_layer_ids)))
+    infos = _plan_infos(plan_slots(info.num_layers, layers=layers))
+    # the presets: over the slots capture's plan gives this draft (its configured layers and
+    # the target's last one), as `accept --live` makes them
+    narrow = _plan_infos(plan_slots(info.num_layers, draft=draft_ids(draft)))
+    wirings, names, _, _ = _wirings(args, infos, n_blocks, draft, preset_infos=narrow)
+    model = TargetModel(target, dtype=args.dtype, device=str(draft.device))
+    opts = dict(
         max_new=max_new,
         target_dtype=args.dtype,
-        names=names,
         limit=args.limit,
         engine=engine,
+        layers=layers,
+        model=model,
         **sampling_options(args, engine),
     )
+    first = [list(wirings[0].slots)]
+    with tempfile.TemporaryDirectory(prefix="eagle-reconcile-") as tmp:
+        # the first wiring's realised sequences, every searched layer kept: the search's samples
+        report = run_loop(
+            err, draft, target, prompts, spec, first, names=names[:1], out=tmp, **opts
+        )
+        folder = live_folder(tmp, first[0], wirings[0])
+        cfg = draft.config
+        samples_set = SampleSet(
+            [str(folder)],
+            vocab_size=cfg.vocab_size,
+            hidden_size=cfg.target_hidden_size,
+            num_layers=info.num_layers,
+        )
+        trained = _search(Evaluator(draft, samples_set), err)
+    wirings, names, configured, ti = _wirings(
+        args, infos, n_blocks, draft, trained.contenders, preset_infos=narrow
+    )
+    done = {report.wirings[0].wiring.slots: report.wirings[0]}
+    rest = [(w, n) for w, n in zip(wirings, names, strict=True) if w.slots not in done]
+    if rest:
+        more = run_loop(
+            err,
+            draft,
+            target,
+            prompts,
+            spec,
+            [list(w.slots) for w, _ in rest],
+            names=[n for _, n in rest],
+            **opts,
+        )
+        done.update({wa.wiring.slots: wa for wa in more.wirings})
+    report.wirings = [done[w.slots] for w in wirings]
     from inspector.capture.inputs import read_input
 
     records, _ = read_input(prompts, target, vocab_size=info.vocab_size, max_length=10**9)
@@ -188,7 +277,13 @@ def _live(args, spec, engine, err, log):
         if i in by_index:
             samples.append((i, list(r.prompt), []))
     # a live request's tokens are its prompt + what the engine emitted: pair by prompt
-    return report, _prompt_pairs(samples, log), configured
+    return report, _prompt_pairs(samples, log), configured, (ti, trained)
+
+
+def _plan_infos(plan):
+    from inspector.formats.samples import v1_slot_info
+
+    return v1_slot_info([None if s == "post-norm" else s for s in plan.slots])
 
 
 def _prompt_pairs(samples, log):
@@ -257,7 +352,8 @@ def render(result, report) -> Group:
         eq = "" if c.requests_equal is None else f"{c.requests_equal}/{result.requests_matched}"
         # at a temperature the engine's figure is within the noise of a wiring's, never equal
         fits = "consistent" if sampled else "equal"
-        marks = [m for m, on in ((fits, c.equal), ("best", c.label == result.best)) if on]
+        best = "trained" if result.trained is not None else "best"
+        marks = [m for m, on in ((fits, c.equal), (best, c.label == result.best)) if on]
         extra = []
         if sampled:
             e = c.expected

@@ -27,11 +27,15 @@ from inspector.doctor.reconciliation import (
     Reconciliation,
     Verdict,
     WiringCheck,
+    config_fix,
     fmt_figure,
     logged_text,
+    reference,
     serving_fix,
     short_label,
+    trained_clause,
 )
+from inspector.doctor.trained_wiring import TrainedWiring
 from inspector.formats.engine_log import EngineLog, RequestFigures
 from inspector.serving.replay import AcceptReport, SampleReplay, WiringAccept
 from inspector.serving.walk import AcceptStats
@@ -173,15 +177,19 @@ def reconcile(
     configured: int | None = 0,
     pairs: dict[int, RequestFigures] | None = None,
     notes: Sequence[str] = (),
+    trained: tuple[Sequence[int], TrainedWiring] | None = None,
 ) -> Reconciliation:
     """Hold `log` against `report`'s wirings (the replay or live loop of the same requests).
 
     configured: the index in `report.wirings` of the wiring the draft's config names (None: its
       ids name none of the samples' slots; the shortfall is then measured against the best).
     pairs: sample index -> the engine's request (`pair_requests`); the per-request comparison
-      and the pooled figures then cover those samples only."""
+      and the pooled figures then cover those samples only.
+    trained: (its index in `report.wirings`, the wiring search's answer): the wiring the weights
+      were trained on, which the verdict names beside the configured one and the one the engine
+      fed (None: the best replay of those tried stands for it)."""
     if report.sampling is not None:
-        return reconcile_sampled(log, report, configured=configured, notes=notes)
+        return reconcile_sampled(log, report, configured=configured, notes=notes, trained=trained)
     pairs = pairs or {}
     notes = list(notes)
     checks: list[WiringCheck] = []
@@ -202,7 +210,7 @@ def reconcile(
     scored = [c for c in checks if c.stats.accept_length is not None]
     if not scored or log.accept_length is None:
         raise ValueError("nothing to reconcile: no rounds replayed or no figure logged")
-    best = max(scored, key=lambda c: c.stats.accept_length or 0.0)
+    best = reference(checks, scored, trained)
     conf = checks[configured] if configured is not None else None
     ref = configured if configured is not None else checks.index(best)
     per_request = {s.index: s for s in report.wirings[ref].per_sample}
@@ -218,7 +226,25 @@ def reconcile(
     if matches:
         m = best if best in matches else matches[0]
         served = m.label
-        if m is best:
+        if trained is not None and not _worse(m, best):
+            verdict = Verdict.AS_IS
+            summary = (
+                f"{engine_name} logged {figure}, exactly what this draft gives fed "
+                f"{label[m.label]}"
+                + trained_clause(trained[1], m, best, conf, label)
+                + ": the draft is what it is. More draft steps, a tree (SGLang's topk > 1) or "
+                "training data closer to the served traffic raise it"
+            )
+        elif trained is not None:
+            verdict = Verdict.WRONG_WIRING
+            summary = (
+                f"{engine_name} logged {figure}, exactly what this draft gives fed "
+                f"{label[m.label]}"
+                + trained_clause(trained[1], m, best, conf, label)
+                + ": your engine feeds the wrong layers"
+                + (", the ones its config names" if m is conf else "")
+            )
+        elif m is best:
             verdict = Verdict.AS_IS
             summary = (
                 f"{engine_name} logged {figure}; this draft gives {fmt_figure(m.stats.accept_length)} "
@@ -266,6 +292,8 @@ def reconcile(
             "or max tokens), or the engine drafts otherwise than --steps/--topk say"
         )
     serving_config, fix = serving_fix(verdict, best, conf, report, label)
+    if trained is not None and conf is not None and conf is not best and fix is None:
+        fix = config_fix(best, conf, report, label)
     if any(c.stats.is_bound for c in checks):
         notes.append(
             "some replayed requests end in a round drafted past what their samples hold of the "
@@ -284,7 +312,15 @@ def reconcile(
         len(pairs),
         notes,
         serving_config,
+        trained=trained[1] if trained is not None else None,
+        configured=conf.label if conf is not None else None,
     )
+
+
+def _worse(m: WiringCheck, best: WiringCheck) -> bool:
+    """The engine fed a wiring whose replay accepts less than the trained one's."""
+    a, b = m.stats.accept_length, best.stats.accept_length
+    return m is not best and a is not None and b is not None and a < b
 
 
 def _pooled(wa: WiringAccept, pairs: dict[int, RequestFigures], log: EngineLog) -> AcceptStats:

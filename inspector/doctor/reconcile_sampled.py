@@ -37,9 +37,12 @@ from inspector.doctor.reconciliation import (
     Verdict,
     WiringCheck,
     logged_text,
+    reference,
     serving_fix,
     short_label,
+    trained_clause,
 )
+from inspector.doctor.trained_wiring import TrainedWiring
 from inspector.formats.engine_log import EngineLog
 from inspector.formatting import fmt_float, pct
 from inspector.serving.expectation import Expectation
@@ -141,9 +144,11 @@ def reconcile_sampled(
     *,
     configured: int | None,
     notes: Sequence[str] = (),
+    trained: tuple[Sequence[int], TrainedWiring] | None = None,
 ) -> Reconciliation:
     """Hold `log` against `report`'s wirings run live at a temperature (module docstring).
-    configured: the index of the wiring the draft's config names (None: it names none)."""
+    configured: the index of the wiring the draft's config names (None: it names none).
+    trained: (its index, the wiring search's answer), as `reconcile` takes it."""
     if report.sampling is None:
         raise ValueError("a greedy report: reconcile counts it round for round, not by odds")
     settings = report.sampling.label()
@@ -161,7 +166,7 @@ def reconcile_sampled(
     scored = [c for c in checks if _expected(c).accept_length is not None]
     if not scored or log.accept_length is None:
         raise ValueError("nothing to reconcile: no rounds run or no figure logged")
-    best = max(scored, key=_expected_length)
+    best = reference(checks, scored, trained, key=_expected_length)
     conf = checks[configured] if configured is not None else None
     ref = conf if conf is not None else best
     label = {c.label: short_label(c.label) for c in checks}
@@ -178,7 +183,25 @@ def reconcile_sampled(
             "by chance it lies within the noise of what this draft is expected to give fed "
             f"{label[m.label]} ({expected_text(_expected(m))})"
         )
-        if m is best:
+        if trained is not None:
+            worse = m is not best and _expected_length(m) < _expected_length(best)
+            verdict = Verdict.WRONG_WIRING if worse else Verdict.AS_IS
+            finding = (
+                f"; that is what this draft is expected to give fed {label[m.label]} "
+                f"({expected_text(_expected(m))})"
+                + trained_clause(
+                    trained[1],
+                    m,
+                    best,
+                    conf,
+                    label,
+                    figure=lambda c: expected_text(_expected(c)),
+                )
+            )
+            conclusion = (
+                ": your engine feeds the wrong layers" if worse else ": the draft is what it is"
+            )
+        elif m is best:
             verdict = Verdict.AS_IS
             finding = (
                 f"; this draft is {expected_text(_expected(m))} when fed {label[m.label]}, the "
@@ -247,6 +270,8 @@ def reconcile_sampled(
         faults=faults,
         notes=notes,
         serving_config=serving_config,
+        trained=trained[1] if trained is not None else None,
+        configured=conf.label if conf is not None else None,
     )
 
 

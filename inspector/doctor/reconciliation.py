@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from inspector.doctor.serving import engine_configs, hf_indices
+from inspector.doctor.trained_wiring import TrainedWiring, pct_of
 from inspector.formats.engine_log import EngineLog
 from inspector.formatting import fmt_float
 from inspector.sample import SlotInfo
@@ -114,6 +115,9 @@ class Reconciliation:
     requests_matched: int = 0  # engine requests paired with a sample
     notes: list[str] = field(default_factory=list)
     serving_config: dict | None = None
+    # the wiring search's answer (None: not run, the best replay stands for the trained wiring)
+    trained: TrainedWiring | None = None
+    configured: str | None = None  # the label of the wiring the draft's config names
 
     def to_dict(self) -> dict:
         log = self.log
@@ -135,6 +139,14 @@ class Reconciliation:
             "verdict": self.verdict.value,
             "matched": self.matched,
             "best": self.best,
+            # the three wirings the verdict names: what the weights were trained on (the wiring
+            # search's), what the config names, and what the engine fed (its replay equals the log)
+            "wirings_named": {
+                "trained": self.best if self.trained is not None else None,
+                "configured": self.configured,
+                "fed": self.matched,
+            },
+            "trained_search": self.trained.to_dict() if self.trained is not None else None,
             "summary": self.summary,
             "fix": self.fix,
             "first_gap": self.gap.to_dict() if self.gap else None,
@@ -200,3 +212,70 @@ def serving_fix(
         fix_text(best, label, cfg) if verdict is Verdict.WRONG_WIRING and cfg is not None else None
     )
     return cfg, fix
+
+
+def reference(
+    checks: list[WiringCheck],
+    scored: list[WiringCheck],
+    trained: tuple[Sequence[int], TrainedWiring] | None,
+    key=None,
+) -> WiringCheck:
+    """The wiring the verdict holds the others to: the trained one, the best replay of the
+    wiring search's contenders where the search ran (step 0 found them alike; several steps
+    settle it), else the best replay of all those tried (`key`: how a check ranks; default its
+    accept length)."""
+    by = key or (lambda c: c.stats.accept_length or 0.0)
+    if trained is not None:
+        contenders = [checks[i] for i in trained[0] if checks[i] in scored]
+        if contenders:
+            return max(contenders, key=by)
+    return max(scored, key=by)
+
+
+def trained_clause(
+    t: TrainedWiring,
+    fed: WiringCheck,
+    best: WiringCheck,
+    conf: WiringCheck | None,
+    label: dict[str, str],
+    figure=None,
+) -> str:
+    """The words that name the trained wiring (the search's, with its step-0 accuracy) beside
+    the one the engine fed and the one the config names. `figure`: how a check's figure reads
+    (default its replayed accept length)."""
+    fig = figure or (lambda c: fmt_figure(c.stats.accept_length))
+    n = len(t.samples)
+    acc = pct_of(t.all_tok_of(best.wiring))
+    if fed is best:
+        out = (
+            f", the wiring the weights were trained on (the wiring search: {acc} step-0 all-tok "
+            f"on {n} samples)"
+        )
+        if conf is not None and conf is not fed:
+            out += (
+                f"; note the draft's config names {label[conf.label]} ({fig(conf)}, "
+                f"{pct_of(t.all_tok_of(conf.wiring))} step-0), which this engine does not feed "
+                "but an engine that reads the config would"
+            )
+        return out
+    out = (
+        f"; the weights were trained on {label[best.label]} (the wiring search: "
+        f"{acc} step-0 all-tok on {n} samples against "
+        f"{pct_of(t.all_tok_of(fed.wiring))} fed {label[fed.label]}), which gives {fig(best)}"
+    )
+    if conf is best:
+        out += ", what its config names"
+    elif conf is None:
+        out += "; the draft's config names no wiring of these slots"
+    elif conf is not fed:
+        out += f"; the draft's config names {label[conf.label]} ({fig(conf)})"
+    return out
+
+
+def config_fix(best: WiringCheck, conf: WiringCheck, report, label: dict[str, str]) -> str | None:
+    """The config's ids to write when the engine fed the trained wiring but the config names
+    another (an engine that reads the config would feed that one)."""
+    cfg = config_for(best.wiring, report.slots, report.spec.steps)
+    if cfg is None:
+        return None
+    return "write the trained wiring's ids into the draft's config: " + fix_text(best, label, cfg)

@@ -321,13 +321,14 @@ def search_wirings(
     shift: int = 0,
     prune: bool = True,
     progress: StageProgress | None = None,
+    exhaustive_slots: int = EXHAUSTIVE_MAX_SLOTS,
 ) -> WiringSearch:
-    """Exhaustive over every ordered choice when S <= 6, else greedy from `start` (one block at a
-    time, swaps included, until no neighbour is better)."""
+    """Exhaustive over every ordered choice when S <= `exhaustive_slots`, else greedy from
+    `start` (one block at a time, swaps included, until no neighbour is better)."""
     n_slots, n_blocks = len(ev.slot_info), ev.n_blocks
     ws = WiringSearch(ev, samples, draft=draft, shift=shift, prune=prune, progress=progress)
     protected = [tuple(p) for p in protected]
-    if n_slots <= EXHAUSTIVE_MAX_SLOTS:
+    if n_slots <= exhaustive_slots:
         ws.evaluate(all_wirings(n_slots, n_blocks), protected)
         return ws
     current = (

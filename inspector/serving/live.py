@@ -40,6 +40,7 @@ from inspector.wiring import Wiring, named_label, parse_wiring, preset_name
 if TYPE_CHECKING:  # capture loads transformers; only the loop itself needs it
     from inspector.capture.plan import DraftIds
     from inspector.capture.run import Prepared
+    from inspector.capture.target import TargetModel
 
 
 def draft_ids(draft: Draft) -> DraftIds:
@@ -112,6 +113,8 @@ def live_accept(
     limit: int | None = None,
     engine: Engine | None = None,
     progress: Progress | None = None,
+    layers: str | None = None,
+    model: TargetModel | None = None,
 ) -> AcceptReport:
     """Run speculative decoding of `draft` against `target` over INPUT's prompts (capture's forms:
     a record's prompt is what precedes its first loss-masked token; an `{"input_ids"}` line
@@ -133,6 +136,11 @@ def live_accept(
       the target's continuation past its stop that the last round's count read.
     engine: whose counting (None: vLLM for a chain, SGLang for a tree); SGLang runs one more
       round after each request's stop.
+    layers: the slots to capture (capture's --layers; None: the draft's configured ids and the
+      target's last state). Wider than the wiring needs when the realised sequences under `out`
+      are to be searched for the trained wiring (`reconcile --prompts`).
+    model: the target, already loaded in `target_dtype` on the draft's device (a caller running
+      the loop more than once loads it once); None: loaded here.
     """
     engine = engine if engine is not None else default_engine(spec.is_chain)
     from inspector.capture import store
@@ -160,7 +168,7 @@ def live_accept(
     settings_s = SamplingSettings(sampling, verification)
     ids = draft_ids(draft)
     settings = CaptureSettings(
-        layers=None,
+        layers=layers,
         draft=draft.path or None,
         generate=max_new,
         temperature=temperature,
@@ -199,7 +207,8 @@ def live_accept(
         if fold is not None:  # before the weights load: a wrong folder fails at once
             store.check_output(fold, key)
     records = prep.records if limit is None else prep.records[:limit]
-    model = TargetModel(prep.target, dtype=target_dtype, device=settings.device)
+    if model is None:
+        model = TargetModel(prep.target, dtype=target_dtype, device=settings.device)
     save_dtype = str(model.dtype).replace("torch.", "")
     prep = replace(prep, settings=replace(settings, save_dtype=save_dtype))
     cut = prep.max_length - max_new - spec.steps  # the deepest verified position must fit
