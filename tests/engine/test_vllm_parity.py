@@ -246,3 +246,49 @@ def test_reconcile_replays_the_engines_prompts_through_the_live_loop(capsys):
     assert doc["verdict"] == "wrong_wiring" and doc["requests_matched"] == 8
     serve = next(w for w in doc["wirings"] if w["label"].startswith("serve"))
     assert serve["equal"] and serve["requests_equal"] == 8
+
+
+def _deployed(tmp_path: Path) -> Path:
+    """The draft exactly as vLLM served the "serve" variant: the demo weights with the config
+    vLLM was given (naming [2, 4, 6])."""
+    import shutil
+
+    served = Path(RUNS or "") / "serve-k3-batch" / "draft_config.json"
+    if not served.is_file():
+        pytest.fail(f"{served}: missing (the vLLM stage did not keep the served config)")
+    folder = tmp_path / "deployed"
+    shutil.copytree(DEMO / "draft", folder)
+    shutil.copyfile(served, folder / "config.json")
+    assert json.loads(served.read_text())["eagle_aux_hidden_state_layer_ids"] == [2, 4, 6]
+    return folder
+
+
+@pytest.mark.parametrize("source", ["vllm.log", "requests.jsonl"])
+def test_reconcile_finds_the_trained_wiring_of_a_draft_deployed_with_the_serving_ids(
+    source, generated, tmp_path, capsys
+):
+    """The incident, with the real engine: the config names the layers vLLM feeds, so nothing
+    in it is wrong by its own lights. The verdict must name the trained wiring the weights
+    carry, the wiring vLLM fed (the configured one) and the ids that fix it, from saved samples
+    and from the engine's prompts alone."""
+    from inspector.cli import main
+
+    deployed = _deployed(tmp_path)
+    log = Path(RUNS or "") / "serve-k3-batch" / source
+    runs = {
+        "samples": [str(generated)],
+        "prompts": ["--prompts", str(DEMO / "prompts.jsonl"), "--target", str(DEMO / "target")],
+    }
+    for how, args in runs.items():
+        capsys.readouterr()
+        argv = ["reconcile", str(deployed), *args, "--engine-log", str(log), "--json"]
+        assert main([*argv, "--device", "cpu", "--dtype", "float32"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["verdict"] == "wrong_wiring", (how, doc["summary"])
+        named = doc["wirings_named"]
+        assert named["fed"] == named["configured"] == "configured [L2, L4, L6]", how
+        assert named["trained"].endswith("[embed, L2, L4]"), (how, named)
+        assert "eagle_aux_hidden_state_layer_ids [0, 2, 4] for vLLM" in doc["fix"], how
+        fed = next(w for w in doc["wirings"] if w["label"] == named["fed"])
+        vllm = _run("serve", 3, "batch")
+        assert (fed["rounds"], fed["accepted"]) == (vllm["num_drafts"], vllm["num_accepted_tokens"])
