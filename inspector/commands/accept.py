@@ -13,6 +13,7 @@ from rich.text import Text
 from inspector.commands.common import (
     open_evaluator,
     print_skips,
+    warn_config_wiring,
     wirings_and_names,
 )
 from inspector.commands.gates import accept_gate, gate_exit
@@ -69,6 +70,8 @@ def _replay(args, spec, err, init_from_env, engine):
     dist_ctx, device = init_from_env(args.device)
     # A chain reads the evaluator's TTT predictions; a tree runs its own forwards.
     _, ev = open_evaluator(args, err, device, spec.steps if spec.is_chain else 1)
+    if dist_ctx is None or dist_ctx.is_main:
+        warn_config_wiring(err, ev)
     wirings, names = wirings_and_names(ev, args.wiring)
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
     with progress_bar(

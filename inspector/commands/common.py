@@ -110,6 +110,25 @@ def open_evaluator(args: argparse.Namespace, err, device: str, ttt_steps: int):
     return inputs, ev
 
 
+def config_wiring_note(ev) -> str | None:
+    """One line when the draft's config does not name the wiring its weights fit best (the
+    doctor's step-0 wiring search on the first samples; the fc projections it computes are the
+    evaluator's, cached for the replay that follows), else None."""
+    from inspector.doctor.trained_wiring import find_trained_wiring
+
+    try:
+        return find_trained_wiring(ev).warning()
+    except InputError:  # too few slots or no readable sample: the command itself says so
+        return None
+
+
+def warn_config_wiring(err, ev) -> None:
+    """`config_wiring_note` as a warning line on `err`."""
+    line = config_wiring_note(ev)
+    if line:
+        err.print(f"[yellow]warning[/] {safe(line)}", highlight=False, soft_wrap=True)
+
+
 def print_load_notes(err, inputs, ev) -> None:
     """The notes of resolving the inputs and of the dtype the draft is computed in."""
     dtype_note = [ev.draft.dtype_note] if ev.draft.dtype_note else []

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from inspector.commands.accept import bound_notes, spec_from_args
-from inspector.commands.common import open_evaluator, print_skips
+from inspector.commands.common import open_evaluator, print_skips, warn_config_wiring
 from inspector.commands.gates import compare_gate, gate_exit, signed
 from inspector.commands.output import report_table, safe, stdout_console, write_json
 from inspector.formatting import fmt_float, pct
@@ -60,6 +60,7 @@ def _replay(args, checkpoint, wiring_text, spec, engine, err, side: str):
     one = copy.copy(args)
     one.checkpoint = checkpoint
     _, ev = open_evaluator(one, err, args.device, spec.steps if spec.is_chain else 1)
+    warn_config_wiring(err, ev)
     wiring = ev.wiring(wiring_text)
     with progress_bar(f"replaying {side}", err) as advance:
         return Replayer(ev, spec, engine).run(

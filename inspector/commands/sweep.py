@@ -92,6 +92,7 @@ def sweep_gate(report, threshold: float) -> str | None:
 
 def run_sweep_run(args: argparse.Namespace) -> int:
     from inspector.commands.accept import spec_from_args
+    from inspector.commands.common import config_wiring_note
     from inspector.distributed import gather_sweep, init_from_env
     from inspector.formats.run_dir import find_checkpoints
     from inspector.serving.checkpoint_sweep import sweep_run
@@ -146,6 +147,7 @@ def run_sweep_run(args: argparse.Namespace) -> int:
             state=state,
             progress=advance,
             refused=scan.refused if main else (),
+            check=config_wiring_note,
         )
     if dist_ctx is not None:
         report = gather_sweep(dist_ctx, report, [str(c.path) for c in scan.checkpoints])

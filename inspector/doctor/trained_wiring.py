@@ -73,17 +73,11 @@ class TrainedWiring:
         return self.configured is None or (not self.config_is_trained and self.clearly)
 
     def warning(self) -> str | None:
-        """One line when the configured wiring is not the one the weights fit best."""
-        if self.config_is_trained:
+        """One line when the configured wiring is clearly not the one the weights fit best
+        (a config naming no ids is the doctor's to discuss: engines then feed a default)."""
+        if self.configured is None or self.config_is_trained or not self.clearly:
             return None
         acc = f"{pct_of(self.all_tok)} step-0 all-tok on {len(self.samples)} samples"
-        if self.configured is None:
-            return (
-                f"the draft's config names no wiring of these slots; the weights fit "
-                f"{self.label} best ({acc}): `eagle-inspect doctor` gives the serving ids"
-            )
-        if not self.clearly:
-            return None
         return (
             f"the draft's config names {self.configured_label} "
             f"({pct_of(self.configured_all_tok)}), but the weights fit {self.label} best ({acc}): "

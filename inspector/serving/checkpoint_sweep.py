@@ -23,11 +23,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from inspector.errors import InputError
 from inspector.formats.run_dir import RunCheckpoint
 from inspector.serving.engines import Engine
 from inspector.serving.spec import DraftSpec
+
+if TYPE_CHECKING:
+    from inspector.evaluate import Evaluator
 
 SCHEMA_VERSION = 1
 
@@ -199,9 +203,13 @@ def sweep_run(
     state: Path | None = None,
     progress: Callable[[int, int], None] | None = None,
     refused: Sequence[tuple[Path, str]] = (),
+    check: Callable[[Evaluator], str | None] | None = None,
 ) -> SweepRunReport:
     """Evaluate every checkpoint in order (module docstring); a checkpoint that does not load
-    is refused in one line and the rest still run."""
+    is refused in one line and the rest still run.
+
+    check: a note on each checkpoint's evaluator (the command's: whether its config names the
+    wiring its weights fit best), kept in the checkpoint's result."""
     from inspector.evaluate import Evaluator, resolve_device
     from inspector.formats import SampleSet, load_draft, read_target_head
     from inspector.formats.layer_convention import target_layer_count
@@ -274,13 +282,16 @@ def sweep_run(
                     f"its vocab map (d2t) differs from {first_vocab[0]}'s: its draft vocabulary "
                     "covers other tokens (evaluated all the same)"
                 )
-            note = "; ".join(notes) or None
             ev = Evaluator(
                 draft,
                 sample_set,
                 ttt_steps=ttt,
                 target_head=None if head is None else head.to(dev, draft.dtype),
             )
+            checked = check(ev) if check is not None else None
+            if checked:
+                notes.append(checked)
+            note = "; ".join(notes) or None
             stats, wr, report = evaluate_checkpoint(ev, spec, engine, wiring, limit)
         except InputError as e:
             out_refused.append((str(ckpt.path), str(e)))
