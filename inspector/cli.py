@@ -247,6 +247,14 @@ def _add_reconcile_parser(sub: argparse._SubParsersAction) -> None:
         help="--prompts: tokens per request, the prefill's included (default: the longest "
         "output in the log, else 128)",
     )
+    p.add_argument(
+        "--engine-dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default="float32",
+        help="what the engine computed in (default float32: its figure must equal a replay's "
+        "count for count); in bfloat16 or float16 near-ties move its output, and a figure "
+        "within 8%% of one wiring's replay, and nearer it than any other, is that wiring's",
+    )
     p.add_argument("--limit", type=positive, metavar="N", help="only the first N samples")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     add_sampling_args(p, when="--prompts")

@@ -105,7 +105,7 @@ def test_counts_decide_exactly_and_a_mean_within_its_rounding():
     assert reconcile(sg, rep).summary.startswith("SGLang logged")
 
 
-def test_another_wirings_figure_names_the_wrong_layers_and_the_fix():
+def test_another_wirings_figure_names_the_wrong_layers_and_the_fix(tmp_path):
     rep = _report({(0, 1, 2): GOOD, (1, 2, 3): BAD})
     r = reconcile(_log(7, 2), rep)
     assert r.verdict is Verdict.WRONG_WIRING
@@ -115,11 +115,37 @@ def test_another_wirings_figure_names_the_wrong_layers_and_the_fix():
         "fed [L2, L4, L6] and 2.86 when fed [embed, L2, L4], what its config names: your engine "
         "feeds the wrong layers"
     )
+    # no target read: SGLang's ids depend on the target's model file, both readings given
     assert r.fix == (
         "serve it fed [embed, L2, L4]: eagle_aux_hidden_state_layer_ids [0, 2, 4] for vLLM, "
-        "eagle_config ids [-1, 1, 3] for SGLang (< #25454; [0, 2, 4] since)"
+        "eagle_config ids for SGLang 0.5.23 by the target's model file (target class unknown): "
+        "[-1, 1, 3] where it adds 1 to every id (Llama, Qwen, Gemma), [0, 2, 4] where it adds 1 "
+        "only when the first id is 1 (DeepSeek-V2/V3)"
     )
     assert r.serving_config["hf_indices"] == [0, 2, 4]
+    assert r.serving_config["sglang"]["layer_ids_by_rule"] == {
+        "every": [-1, 1, 3],
+        "first-is-1": [0, 2, 4],
+    }
+    # the report's target (the folder its head was read from) names the class: its model file's
+    # rule (SGLang 0.5.23 srt/models/llama.py 929-941, deepseek_v2.py 3458-3473)
+    for arch, ids, how in (
+        ("LlamaForCausalLM", [-1, 1, 3], "Llama: SGLang adds 1 to every id"),
+        (
+            "DeepseekV3ForCausalLM",
+            [0, 2, 4],
+            "DeepSeek-V2/V3: SGLang adds 1 only when the first id is 1",
+        ),
+    ):
+        (tmp_path / arch).mkdir()
+        (tmp_path / arch / "config.json").write_text(f'{{"architectures": ["{arch}"]}}')
+        rep.verifier = str(tmp_path / arch)
+        r = reconcile(_log(7, 2), rep)
+        assert r.fix == (
+            "serve it fed [embed, L2, L4]: eagle_aux_hidden_state_layer_ids [0, 2, 4] for vLLM, "
+            f"eagle_config ids {ids} for SGLang 0.5.23 ({how})"
+        )
+        assert r.serving_config["sglang"]["target_class"] == arch
     # the best wiring is not the configured one: the summary says which is which
     rep2 = _report({(0, 1, 2): BAD, (1, 2, 3): GOOD})
     r2 = reconcile(_log(7, 2), rep2)
@@ -323,13 +349,14 @@ def test_the_json_holds_every_figure():
 
 
 def test_fix_text_names_sglangs_ids_once_when_both_readings_agree():
-    # HF [2, 4, 6]: before sglang #25454 ids [1, 3, 5]; since, the +1 applies (first id 1): the same
+    # HF [2, 4, 6]: ids [1, 3, 5] where SGLang adds 1 to every id, and where it adds 1 only when
+    # the first id is 1 (it is): the same ids whatever the target's class
     rep = _report({(1, 2, 3): GOOD, (0, 1, 2): BAD})
     r = reconcile(_log(7, 2), rep)
     assert r.verdict is Verdict.WRONG_WIRING
     assert r.fix == (
         "serve it fed [L2, L4, L6]: eagle_aux_hidden_state_layer_ids [2, 4, 6] for vLLM, "
-        "eagle_config ids [1, 3, 5] for SGLang"
+        "eagle_config ids [1, 3, 5] for SGLang 0.5.23 (every reading; target class unknown)"
     )
 
 
@@ -553,3 +580,31 @@ def test_a_serving_config_without_a_pre_norm_verifier_slot():
     cfg = reconcile(_log(7, 2), rep).serving_config
     assert cfg["hf_indices"] == [0, 2, 4]
     assert not any("last layer" in c for c in cfg["vllm"]["caveats"])
+
+
+def test_a_half_precision_log_is_the_wiring_it_drifts_near():
+    """bf16 near-ties move an engine's greedy output, and its figure with it: within HALF_DRIFT
+    of one replay and nearer it than half the gap to any other, it is that wiring's; float32
+    stays count for count; a figure between two wirings (not twice as near one), or past the
+    drift, matches none."""
+    from inspector.doctor.reconcile import HALF_DRIFT, near_match
+
+    rep = _report({(0, 1, 2): GOOD, (1, 2, 3): BAD})  # 2.857 and 1.286
+    drifted = _log(al=2.80, rounded=True)  # 2% below GOOD's replay
+    assert reconcile(drifted, rep).verdict is not Verdict.AS_IS  # float32: no match
+    r = reconcile(drifted, rep, engine_dtype="bfloat16")
+    assert r.verdict is Verdict.AS_IS and r.matched == "configured [embed, L2, L4]"
+    assert any("bfloat16" in n and "8%" in n for n in r.notes)
+    good = 1 + 13 / 7
+    edge = good * (1 - HALF_DRIFT)
+    assert reconcile(_log(al=edge + 1e-6), rep, engine_dtype="float16").matched is not None
+    assert reconcile(_log(al=edge - 1e-3), rep, engine_dtype="float16").matched is None
+    # halfway: past the drift of either
+    checks = reconcile(_log(al=2.06), rep, engine_dtype="bfloat16").checks
+    assert near_match(_log(al=2.06), checks) is None
+    # a third wiring close by (12 in 7: 2.714): only a figure twice as near one is that one's
+    rep3 = _report({(0, 1, 2): GOOD, (1, 2, 3): BAD, (0, 2, 3): [[2, 3, 0, 1], [3, 2, 1]]})
+    checks3 = reconcile(_log(al=2.84), rep3, engine_dtype="bfloat16").checks
+    assert near_match(_log(al=2.84), checks3).label == "configured [embed, L2, L4]"
+    assert near_match(_log(al=2.80), checks3) is None
+    assert near_match(_log(al=2.70), checks3).label == "[0, 2, 3]"

@@ -147,7 +147,13 @@ def run_reconcile(args: argparse.Namespace) -> int:
             None, "SAMPLES", "no round to replay: no sample holds a generated (loss-masked) run"
         )
     result = reconcile(
-        log, report, configured=configured, pairs=pairs, notes=notes, trained=trained
+        log,
+        report,
+        configured=configured,
+        pairs=pairs,
+        notes=notes,
+        trained=trained,
+        engine_dtype=args.engine_dtype,
     )
     for line in result.notes:
         err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
