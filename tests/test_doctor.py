@@ -26,11 +26,7 @@ from inspector.doctor.fix import ascending_order
 from inspector.doctor.layer_ids import configured_hf_ids
 from inspector.doctor.report import Finding, sort_findings
 from inspector.doctor.search import Scorer, all_wirings, neighbours
-from inspector.doctor.serving import (
-    engine_configs,
-    serving_config,
-    sglang_ids_since_25454,
-)
+from inspector.doctor.serving import engine_configs, serving_config
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
@@ -176,22 +172,19 @@ def test_missing_head_dim_is_a_finding(tmp_path):
 
 # --- serving ids -------------------------------------------------------------------------------
 def test_sglang_and_vllm_ids():
-    c = engine_configs([0, 2, 4], last_layer=6)
+    c = engine_configs([0, 2, 4], last_layer=6)  # no target class: both of SGLang's readings
     assert c["vllm"]["config"] == {"eagle_aux_hidden_state_layer_ids": [0, 2, 4]}
-    assert c["sglang"]["layer_ids_before_pr25454"] == [-1, 1, 3]
+    assert c["sglang"]["layer_ids_by_rule"] == {"every": [-1, 1, 3], "first-is-1": [0, 2, 4]}
+    assert c["sglang"]["layer_ids"] is None and c["sglang"]["target_class"] is None
+    # the config.json keys: the reading of every model file but DeepSeek's and GLM-4 MoE Lite's
     assert c["sglang"]["config"]["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 1, 3]
-    assert c["sglang"]["layer_ids_since_pr25454"] == [0, 2, 4]
     assert any("-1" in n for n in c["sglang"]["notes"]) and any(
         "36063" in n for n in c["vllm"]["notes"]
     )
-    # A 61-layer target: HF [3, 31, 59] is SGLang [2, 30, 58] before PR #25454 (id = HF index - 1).
-    assert engine_configs([3, 31, 59], last_layer=None)["sglang"]["layer_ids_before_pr25454"] == [
-        2,
-        30,
-        58,
-    ]
-    assert sglang_ids_since_25454([2, 16, 29]) == [1, 15, 28]
-    assert sglang_ids_since_25454([1, 5, 9]) is None
+    # A 61-layer Llama target: HF [3, 31, 59] is SGLang [2, 30, 58] (id = HF index - 1).
+    llama = engine_configs([3, 31, 59], last_layer=None, target="LlamaForCausalLM")["sglang"]
+    assert llama["layer_ids"] == [2, 30, 58] and llama["rule"]["family"] == "Llama"
+    assert llama["rule"]["source"] == "SGLang 0.5.23 srt/models/llama.py 929-941"
     assert configured_hf_ids([1, 29, 57], "sglang") == [[2, 30, 58]]
     assert configured_hf_ids([-1, 2, 30], "sglang") == [[0, 3, 31], [-1, 2, 30]]
     assert configured_hf_ids([0, 2, 4], "hf") == [[0, 2, 4]]

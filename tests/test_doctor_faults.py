@@ -64,7 +64,10 @@ def test_unmodified_demo(base):
     assert sc["reproducible"] is True
     assert sc["vllm"]["config"]["eagle_aux_hidden_state_layer_ids"] == [0, 2, 4]
     assert sc["sglang"]["config"]["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 1, 3]
-    assert sc["sglang"]["layer_ids_since_pr25454"] == [0, 2, 4]
+    # the demo's samples name their target (data_config.json "target"): LlamaForCausalLM, whose
+    # model file adds 1 to every id (SGLang 0.5.23 srt/models/llama.py 929-941)
+    assert sc["sglang"]["target_class"] == "LlamaForCausalLM"
+    assert sc["sglang"]["layer_ids"] == [-1, 1, 3]
     serve = report.wiring_result((1, 2, 3))
     best = report.wiring_result(TRAIN)
     assert best.all_tok.acc > serve.all_tok.acc + 0.1  # the demo's train/serve gap

@@ -120,7 +120,9 @@ def test_config_without_ids_gets_the_trained_ids(no_ids, prose):
     assert labels == ["embed", "L2", "L4", "L6"] and "L7" not in json.dumps(report.to_dict())
     assert report.best_wiring == TRAIN and report.configured_wiring is None
     assert _ids(report) == ([0, 2, 4], [-1, 1, 3])
-    assert report.serving_config.to_dict()["sglang"]["layer_ids_since_pr25454"] == [0, 2, 4]
+    # the copied samples name no target: SGLang's ids under both readings of its model files
+    by_rule = report.serving_config.to_dict()["sglang"]["layer_ids_by_rule"]
+    assert by_rule == {"every": [-1, 1, 3], "first-is-1": [0, 2, 4]}
     w = report.finding("wiring")
     assert "[0, 2, 4]" in w.fix and "[1, 3, 5]" not in w.fix + w.summary
 

@@ -222,3 +222,112 @@ def test_sglang_log_lines_and_server_info(tmp_path):
     f.write_text(json.dumps({"internal_states": [{"last_gen_throughput": 1.0}]}))
     with pytest.raises(InputError, match="no avg_spec_accept_length"):
         read_engine_log(f)
+
+
+# SGLang 0.5.23's decode line (srt/managers/scheduler_components/metrics_reporter.py 963, 1005,
+# 1039-1043 on a CPU device: "cpu graph") and prefill line (753-782), with its logger's
+# "[%(asctime)s] " prefix (srt/utils/common.py 2630)
+SGL_DECODE = (
+    "[2026-12-01 16:30:{s:02d}] Decode batch, #running-req: {bs}, #token: {tok}, token usage: "
+    "0.01, accept len: {al}, accept rate: {rate}, cpu graph: False, gen throughput (token/s): "
+    "41.12, #queue-req: 0"
+)
+SGL_PREFILL = (
+    "[2026-12-01 16:29:59] Prefill batch, #new-seq: 8, #new-token: 96, #cached-token: 0, "
+    "#token: 96, token usage: 0.00, #running-req: 0, #queue-req: 0, #pending-token: 0, "
+    "cpu graph: False, input throughput (token/s): 310.52"
+)
+# the start-up line (srt/entrypoints/engine.py 311: `server_args={resolved_dict()}`), shortened
+SGL_START = (
+    "[2026-12-01 16:29:10] server_args={{'model_path': '/m/target', 'speculative_algorithm': "
+    "'EAGLE3', 'speculative_num_steps': 3, 'decode_log_interval': {interval}, 'device': 'cpu'}}"
+)
+# One batch of 8 requests, chain k=3, decode_log_interval 1: (batch size, correct drafts) of
+# each decode iteration while the batch drains from 8 requests to 1; 455 rounds, 507 correct.
+SGL_ITERATIONS = (
+    [(8, 10)] * 30
+    + [(7, 8)] * 10
+    + [(6, 6)] * 8
+    + [(5, 5)] * 8
+    + [(4, 3)] * 6
+    + [(3, 2)] * 6
+    + [(2, 1)] * 5
+    + [(1, 1), (1, 0), (1, 2), (1, 0), (1, 1)]
+)
+
+
+def _sglang_batch_log(start: str | None = None, running_req: bool = True) -> str:
+    """The lines SGLang prints for SGL_ITERATIONS: per iteration `accept len` = (correct + bs) /
+    bs, `accept rate` = correct / (bs * 3), both with two decimals (metrics_reporter.py 973-982,
+    1005)."""
+    lines = [start] if start else []
+    lines.append(SGL_PREFILL)
+    for i, (bs, correct) in enumerate(SGL_ITERATIONS):
+        line = SGL_DECODE.format(
+            s=i % 60,
+            bs=bs,
+            tok=96 + 3 * i,
+            al=f"{(correct + bs) / bs:.2f}",
+            rate=f"{correct / (bs * 3):.2f}",
+        )
+        lines.append(line if running_req else line.replace(f"#running-req: {bs}, ", ""))
+    return "\n".join(lines) + "\n"
+
+
+def test_sglang_log_lines_are_weighted_by_running_requests(tmp_path):
+    assert len(SGL_ITERATIONS) == 78
+    rounds = sum(bs for bs, _ in SGL_ITERATIONS)
+    correct = sum(c for _, c in SGL_ITERATIONS)
+    assert (rounds, correct) == (455, 507)  # SGLang's pooled figure: 1 + 507 / 455 = 2.1143
+    f = tmp_path / "sglang.log"
+    f.write_text(_sglang_batch_log())
+    log = read_engine_log(f)
+    assert (log.engine, log.source, log.lines) == ("sglang", "log", 78)
+    # the lines averaged alike read 2.0246; weighted by #running-req, 2.1140: the pooled 2.1143
+    # to the lines' rounding. The log does not say how many iterations a line covers: no counts.
+    assert log.weighting == "running-req" and log.rounded and log.rounds is None
+    assert log.accept_length == pytest.approx(2.113978, abs=1e-6)
+    assert abs(log.accept_length - (1 + 507 / 455)) < 0.005
+    assert log.description == "SGLang 78 log lines by #running-req"
+    assert log.decode_log_interval is None and "default 40" in (log.note or "")
+    # decode_log_interval 1 (the start-up line says so): each line is one iteration, its counts
+    # exact
+    f.write_text(_sglang_batch_log(SGL_START.format(interval=1)))
+    log = read_engine_log(f)
+    assert (log.rounds, log.accepted, log.rounded) == (455, 507, False)
+    assert log.accept_length == 1 + 507 / 455 and log.decode_log_interval == 1
+    # ... or the caller says so for a log without its start-up
+    f.write_text(_sglang_batch_log())
+    log = read_engine_log(f, decode_log_interval=1)
+    assert (log.rounds, log.accepted, log.rounded) == (455, 507, False)
+    # the default window: weighted, approximate
+    f.write_text(_sglang_batch_log(SGL_START.format(interval=40)))
+    log = read_engine_log(f)
+    assert log.decode_log_interval == 40 and log.rounds is None and log.rounded
+    assert log.accept_length == pytest.approx(2.113978, abs=1e-6)
+    with pytest.raises(InputError, match="decode_log_interval 40, but 1 was given"):
+        read_engine_log(f, decode_log_interval=1)
+
+
+def test_sglang_log_lines_without_running_requests_still_read(tmp_path):
+    f = tmp_path / "sglang.log"
+    f.write_text(_sglang_batch_log(running_req=False))
+    log = read_engine_log(f)
+    # each line alike, as before: 2.0246 where the engine pooled 2.1143
+    assert log.weighting == "unweighted" and log.rounded and log.rounds is None
+    assert log.accept_length == pytest.approx(157.92 / 78)
+    assert log.description == "SGLang 78 log lines unweighted"
+    assert "78 of 78 'accept len' lines state no #running-req" in (log.note or "")
+
+
+def test_sglang_counts_only_where_one_count_prints_the_line(tmp_path):
+    # decode_log_interval 1 at 120 running requests: "1.43" is 51 or 52 correct drafts
+    # ((51 + 120) / 120 = 1.425, (52 + 120) / 120 = 1.4333); "1.50" at 2 requests is 1
+    f = tmp_path / "sglang.log"
+    big = SGL_DECODE.format(s=1, bs=120, tok=900, al="1.43", rate="0.14")
+    small = SGL_DECODE.format(s=2, bs=2, tok=902, al="1.50", rate="0.17")
+    f.write_text(SGL_START.format(interval=1) + "\n" + big + "\n" + small + "\n")
+    log = read_engine_log(f)
+    assert log.rounds is None and log.rounded
+    assert log.accept_length == pytest.approx((1.43 * 120 + 1.5 * 2) / 122)
+    assert "1 of 2 lines (the first at line 2)" in (log.note or "")

@@ -200,7 +200,9 @@ def test_every_verdict_in_its_whole_words() -> None:
     )
     assert wrong.fix == (
         "serve it fed [embed, L2, L4]: eagle_aux_hidden_state_layer_ids [0, 2, 4] for vLLM, "
-        "eagle_config ids [-1, 1, 3] for SGLang (< #25454; [0, 2, 4] since)"
+        "eagle_config ids for SGLang 0.5.23 by the target's model file (target class unknown): "
+        "[-1, 1, 3] where it adds 1 to every id (Llama, Qwen, Gemma), [0, 2, 4] where it adds 1 "
+        "only when the first id is 1 (DeepSeek-V2/V3)"
     )
     fault = reconcile(_log(1000, [58, 0, 0]), report)
     assert fault.summary == (

@@ -23,6 +23,7 @@ from inspector.doctor.alignment import alignment_check
 from inspector.doctor.budget import ACCEPT_STEPS, SampleShape, plan
 from inspector.doctor.config_alternatives import ConfigCheckResult, config_checks
 from inspector.doctor.context import DoctorContext, Searched
+from inspector.doctor.engine_conventions import TargetClass, data_config_target, read_target_class
 from inspector.doctor.final_state import final_state_finding, measure_final_state
 from inspector.doctor.finding import Finding, Severity, sort_findings
 from inspector.doctor.fingerprint import fc_fingerprint
@@ -144,6 +145,19 @@ def _identity(
     return decide(
         infos, ev.draft.config, ev.n_blocks, override=override, reading=reading, measured=measured
     )
+
+
+def _target_class(
+    ev: Evaluator, target: str | Path | None, target_config: str | Path | None
+) -> TargetClass | None:
+    """The target's class, for SGLang's ids: from its folder, its config, the folder its head
+    was read from, or the target data_config.json records (None: none of them names one)."""
+    head = ev.target_head
+    for source in (target, target_config, head.path if head is not None else None):
+        cls = read_target_class(source)
+        if cls is not None:
+            return cls
+    return data_config_target(getattr(ev.samples, "data_config", None))
 
 
 def build_context(
@@ -383,7 +397,13 @@ def diagnose(
     clock.lap("norm flags")
     identity = ctx.identity
     readings = identity.readings if not identity.decided else None
-    serving_cfg = serving_config(rec, ctx.infos, n_tokens=ACCEPT_STEPS, readings=readings)
+    serving_cfg = serving_config(
+        rec,
+        ctx.infos,
+        n_tokens=ACCEPT_STEPS,
+        readings=readings,
+        target=_target_class(ctx.ev, target, target_config),
+    )
     findings.extend(_final_findings(ctx, run, rec, serving_cfg, clock))
     clock.lap("fingerprint")
     return DoctorReport(

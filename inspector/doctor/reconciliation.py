@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from inspector.doctor.serving import engine_configs, hf_indices
+from inspector.doctor.engine_conventions import TargetClass, read_target_class
+from inspector.doctor.serving import engine_configs, hf_indices, sglang_ids_text
 from inspector.doctor.trained_wiring import TrainedWiring, pct_of
 from inspector.formats.engine_log import EngineLog
 from inspector.formatting import fmt_float
@@ -176,38 +177,49 @@ def short_label(label: str) -> str:
     return label[label.index("[") :] if "[" in label else label
 
 
-def config_for(wiring: Sequence[int], infos: Sequence[SlotInfo], steps: int) -> dict | None:
+def config_for(
+    wiring: Sequence[int], infos: Sequence[SlotInfo], steps: int, *, target: object = None
+) -> dict | None:
+    """The engines' settings feeding `wiring` (None: a slot's HF index is unknown). target: the
+    target's class (what `engine_conventions.target_class` reads: a TargetClass, its config,
+    an architecture or model_type name; None: unknown, SGLang's ids of every reading)."""
     hf = hf_indices(wiring, infos)
     if any(k is None for k in hf):
         return None
     last = next((s.hf_index for s in infos if s.verifier and not s.post_norm), None)
     return {
         "hf_indices": hf,
-        **engine_configs([k for k in hf if k is not None], last_layer=last, n_tokens=steps),
+        **engine_configs(
+            [k for k in hf if k is not None], last_layer=last, n_tokens=steps, target=target
+        ),
     }
 
 
 def fix_text(best: WiringCheck, label: dict[str, str], cfg: dict) -> str:
+    """The fix's words: the ids each engine needs to feed `best` (`cfg`: from `config_for`,
+    which holds the target's class)."""
     vllm_ids = cfg["vllm"]["config"]["eagle_aux_hidden_state_layer_ids"]
-    sg = cfg["sglang"]
-    since = sg["layer_ids_since_pr25454"]
-    sg_txt = f"eagle_config ids {sg['layer_ids_before_pr25454']} for SGLang"
-    if since is not None and since != sg["layer_ids_before_pr25454"]:
-        sg_txt += f" (< #25454; {since} since)"
     return (
         f"serve it fed {label[best.label]}: eagle_aux_hidden_state_layer_ids {vllm_ids} for "
-        f"vLLM, {sg_txt}"
+        f"vLLM, {sglang_ids_text(cfg['sglang'])}"
     )
+
+
+def report_target(report) -> TargetClass | None:
+    """The target's class where the report names the target's folder (`verifier`, the folder
+    the target's head was read from)."""
+    return read_target_class(getattr(report, "verifier", None))
 
 
 def serving_fix(
     verdict, best, conf, report, label: dict[str, str]
 ) -> tuple[dict | None, str | None]:
     """The best wiring's serving config (where the verdict names a wiring, or the best is not
-    the configured one) and, for the wrong wiring, the fix's words."""
+    the configured one) and, for the wrong wiring, the fix's words. SGLang's ids follow the
+    class of the target the report read (unknown without one)."""
     if not (verdict in (Verdict.WRONG_WIRING, Verdict.AS_IS) or best is not conf):
         return None, None
-    cfg = config_for(best.wiring, report.slots, report.spec.steps)
+    cfg = config_for(best.wiring, report.slots, report.spec.steps, target=report_target(report))
     fix = (
         fix_text(best, label, cfg) if verdict is Verdict.WRONG_WIRING and cfg is not None else None
     )
@@ -275,7 +287,7 @@ def trained_clause(
 def config_fix(best: WiringCheck, conf: WiringCheck, report, label: dict[str, str]) -> str | None:
     """The config's ids to write when the engine fed the trained wiring but the config names
     another (an engine that reads the config would feed that one)."""
-    cfg = config_for(best.wiring, report.slots, report.spec.steps)
+    cfg = config_for(best.wiring, report.slots, report.spec.steps, target=report_target(report))
     if cfg is None:
         return None
     return "write the trained wiring's ids into the draft's config: " + fix_text(best, label, cfg)

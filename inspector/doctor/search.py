@@ -321,14 +321,16 @@ def search_wirings(
     shift: int = 0,
     prune: bool = True,
     progress: StageProgress | None = None,
-    exhaustive_slots: int = EXHAUSTIVE_MAX_SLOTS,
+    exhaustive_slots: int | None = None,
 ) -> WiringSearch:
-    """Exhaustive over every ordered choice when S <= `exhaustive_slots`, else greedy from
-    `start` (one block at a time, swaps included, until no neighbour is better)."""
+    """Exhaustive over every ordered choice when S <= `exhaustive_slots` (default
+    `EXHAUSTIVE_MAX_SLOTS`), else greedy from `start` (one block at a time, swaps included,
+    until no neighbour is better)."""
     n_slots, n_blocks = len(ev.slot_info), ev.n_blocks
     ws = WiringSearch(ev, samples, draft=draft, shift=shift, prune=prune, progress=progress)
     protected = [tuple(p) for p in protected]
-    if n_slots <= exhaustive_slots:
+    limit = EXHAUSTIVE_MAX_SLOTS if exhaustive_slots is None else exhaustive_slots
+    if n_slots <= limit:
         ws.evaluate(all_wirings(n_slots, n_blocks), protected)
         return ws
     current = (

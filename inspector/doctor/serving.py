@@ -7,12 +7,14 @@ Index conventions (HF index k = `output_hidden_states[k]`, 0 = embedding output)
 - vLLM `eagle_aux_hidden_state_layer_ids`: k. Id 0 (embedding) and id L (last layer, pre-norm)
   need the `EagleModelMixin` capture (vLLM PR #36063); the older capture crashes on 0 and never
   reaches L.
-- SGLang `eagle_config.eagle_aux_hidden_state_layer_ids` before PR #25454: explicit ids get +1, so
-  write k - 1 (-1 = embedding). Since #25454 the +1 applies only when the first id is 1: other
-  lists are read as HF indices, and a first HF index of 1 cannot be written at all.
-- SGLang captures before layer i (`hidden_states + residual`), so id -1 captures the embedding
-  output only where the target's model file guards `residual is None` at layer 0, and the last
-  layer's output (HF index L) is never reached.
+- SGLang `eagle_config.eagle_aux_hidden_state_layer_ids`: the target's model file decides
+  (`engine_conventions`): SGLang 0.5.23's llama.py and most others add 1 to every explicit id
+  (write k - 1; -1 = embedding; srt/models/llama.py 929-941); deepseek_v2.py adds 1 only when
+  the first id is 1 (3458-3473): other lists are read as HF indices, and a first HF index of 1
+  cannot be written at all. For a target class the table does not know, the ids of both
+  readings are given.
+- SGLang captures at the input of layer i, so the last layer's output (HF index L) is reached
+  only where the model file captures after its layer loop (gpt-oss, gpt_oss.py 708-737).
 
 Evidence of the finding: the `ServingConfig` itself (its JSON form is the report's
 `serving_config`). Fix: the config.json keys for both engines.
@@ -23,11 +25,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from inspector.doctor.engine_conventions import (
+    EVERY,
+    READING_EXAMPLES,
+    READINGS,
+    RULE_WORDS,
+    SGLANG_VERSION,
+    SglangIdRule,
+    ids_for,
+    sglang_rule,
+    target_class,
+)
 from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.phrasing import WRITE_FIXED, Text
 from inspector.sample import SlotInfo
 
-SGLANG_PR = "sgl-project/sglang PR #25454"
 VLLM_PR = "vllm-project/vllm PR #36063"
 
 
@@ -44,17 +56,6 @@ def hf_indices(
         else:
             out.append(None)
     return out
-
-
-def sglang_ids_since_25454(hf: Sequence[int]) -> list[int] | None:
-    """Ids that select HF indices `hf` (ascending) in SGLang >= #25454, or None if none can."""
-    if not hf:
-        return None
-    if hf[0] == 2:  # [1, ...] triggers the +1: write k - 1
-        return [k - 1 for k in hf]
-    if hf[0] == 1:  # as HF ids the list starts with 1 and gets +1; as k - 1 it starts with 0: no +1
-        return None
-    return list(hf)
 
 
 def _vllm_launch(n_tokens: int) -> str:
@@ -92,20 +93,60 @@ class EngineConfig:
 
 @dataclass(frozen=True)
 class SglangConfig(EngineConfig):
-    """SGLang's settings, with the ids to write before and since PR #25454 (None: none can)."""
+    """SGLang's settings for the target's class (`target`: its name; None: not known).
 
-    layer_ids_before_pr25454: list[int] = field(default_factory=list)
-    layer_ids_since_pr25454: list[int] | None = None
+    rule: the class's row of `engine_conventions.SGLANG_ID_RULES` (None: a class it does not
+      know); layer_ids: the ids to write, by that rule (None: no list selects the HF indices;
+      for an unknown class, None where the readings differ); by_rule: the ids each reading
+      needs (the class's rule alone when it is known, else every one of `READINGS`)."""
+
+    target: str | None = None
+    rule: SglangIdRule | None = None
+    layer_ids: list[int] | None = None
+    by_rule: dict[str, list[int] | None] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
             "config": self.config,
-            "layer_ids_before_pr25454": list(self.layer_ids_before_pr25454),
-            "layer_ids_since_pr25454": self.layer_ids_since_pr25454,
+            "target_class": self.target,
+            "rule": self.rule.to_dict() if self.rule is not None else None,
+            "layer_ids": None if self.layer_ids is None else list(self.layer_ids),
+            "layer_ids_by_rule": {k: v if v is None else list(v) for k, v in self.by_rule.items()},
             "launch": self.launch,
             "notes": list(self.notes),
             "caveats": list(self.caveats),
         }
+
+    @property
+    def text(self) -> str:
+        """The ids in words, e.g. 'eagle_config ids [-1, 1, 3] for SGLang 0.5.23 (Llama: SGLang
+        adds 1 to every id)'."""
+        return sglang_ids_text(self.to_dict())
+
+
+def sglang_ids_text(sg: dict) -> str:
+    """The words for SGLang's ids, from the JSON form of a `SglangConfig`."""
+    engine = f"SGLang {SGLANG_VERSION}"
+    ids, rule = sg.get("layer_ids"), sg.get("rule")
+    if rule is not None:
+        how = f"{rule['family']}: {rule['words']}"
+        if ids is None:
+            return f"no eagle_config ids for {engine} ({how})"
+        return f"eagle_config ids {ids} for {engine} ({how})"
+    cls = (
+        f"{sg['target_class']}, a class the table of model files does not know"
+        if sg.get("target_class")
+        else "target class unknown"
+    )
+    if ids is not None:
+        return f"eagle_config ids {ids} for {engine} (every reading; {cls})"
+    by = sg.get("layer_ids_by_rule") or {}
+    readings = ", ".join(
+        f"{'none' if by.get(r) is None else by[r]} where it {RULE_WORDS[r].removeprefix('SGLang ')} "
+        f"({READING_EXAMPLES[r]})"
+        for r in READINGS
+    )
+    return f"eagle_config ids for {engine} by the target's model file ({cls}): {readings}"
 
 
 @dataclass(frozen=True)
@@ -125,63 +166,97 @@ class EngineConfigs:
         return {"sglang": self.sglang.to_dict(), "vllm": self.vllm.to_dict()}
 
 
-def engine_configs(hf: Sequence[int], *, last_layer: int | None, n_tokens: int = 3) -> dict:
+def engine_configs(
+    hf: Sequence[int], *, last_layer: int | None, n_tokens: int = 3, target: object = None
+) -> dict:
     """The JSON form of `engine_settings` (what `reconcile` quotes)."""
-    return engine_settings(hf, last_layer=last_layer, n_tokens=n_tokens).to_dict()
+    return engine_settings(hf, last_layer=last_layer, n_tokens=n_tokens, target=target).to_dict()
+
+
+def sglang_settings(
+    hf: Sequence[int], target: object = None
+) -> tuple[str | None, SglangIdRule | None, list[int] | None, dict[str, list[int] | None]]:
+    """(class name, its rule, the ids to write, the ids per reading) for HF indices `hf`
+    (ascending) on a target of class `target` (see `engine_conventions.target_class`)."""
+    cls = target_class(target)
+    rule = sglang_rule(cls)
+    if rule is not None:
+        ids = rule.ids_for(hf)
+        return cls.name if cls else None, rule, ids, {rule.rule: ids}
+    by = {r: ids_for(r, hf) for r in READINGS}
+    first = by[READINGS[0]]
+    same = all(v == first for v in by.values())
+    return cls.name if cls else None, None, first if same else None, by
 
 
 def engine_settings(
-    hf: Sequence[int], *, last_layer: int | None, n_tokens: int = 3
+    hf: Sequence[int], *, last_layer: int | None, n_tokens: int = 3, target: object = None
 ) -> EngineConfigs:
-    """config.json keys + launch lines for SGLang and vLLM that capture the HF indices `hf`."""
+    """config.json keys + launch lines for SGLang and vLLM that capture the HF indices `hf`.
+
+    target: the target's class (what `engine_conventions.target_class` reads: a TargetClass,
+    its config, an architecture or model_type name): SGLang's ids follow its model file; None or
+    a class the table does not know gives the ids of every reading."""
     hf = sorted(hf)
-    pre = [k - 1 for k in hf]
-    since = sglang_ids_since_25454(hf)
+    name, rule, ids, by = sglang_settings(hf, target)
     # (note, caveat): a caveat is a condition the engine must meet, which the finding repeats.
     sg_notes: list[tuple[str, bool]] = [
-        (
-            f"before {SGLANG_PR}: explicit ids are HF index - 1 ({pre}); SGLang reads them from "
-            "eagle_config only, not from a top-level key",
-            False,
-        ),
+        ("SGLang reads the ids from eagle_config only, not from a top-level key", False),
         (
             "use --speculative-algorithm EAGLE3: under EAGLE an EAGLE-3 draft gets one state and "
             "fc is skipped (sglang PR #21272)",
             False,
         ),
     ]
-    if since is None:
+    if rule is not None:
+        where = f"SGLang {SGLANG_VERSION} {rule.source}"
+        if ids is None:
+            sg_notes.append(
+                (
+                    f"target {name}: no id list selects HF indices {hf} ({rule.words}, {where})",
+                    True,
+                )
+            )
+        else:
+            sg_notes.append((f"target {name}: {rule.words} ({where}): write {ids}", False))
+    else:
+        cls = f"target {name}, a class" if name else "a target class"
+        readings = "; ".join(
+            f"{RULE_WORDS[r]}: {'no id list selects them' if by[r] is None else by[r]}"
+            for r in READINGS
+        )
         sg_notes.append(
             (
-                f"since {SGLANG_PR}: no id list selects HF indices {hf} (the +1 applies only "
-                "when the first id is 1)",
-                True,
+                f"{cls} SGLang {SGLANG_VERSION}'s table of model files does not know: the ids "
+                f"for HF indices {hf} depend on its set_eagle3_layers_to_capture ({readings})",
+                ids is None,
             )
-        )
-    elif since != pre:
-        sg_notes.append(
-            (f"since {SGLANG_PR} (+1 only when the first id is 1): write {since}", False)
         )
     vl_notes = [("vLLM reads the top-level key first, then eagle_config", False)]
-    if 0 in hf:
+    written = ids if ids is not None else (by.get(EVERY) if rule is None else None)
+    if 0 in hf and written is not None:
         sg_notes.append(
             (
-                "id -1 (the embedding) needs a target model file that captures with a "
-                "`residual is None` guard at layer 0; the plain llama.py raises there",
+                f"id {written[0]} (the embedding) is captured at layer 0's input by SGLang "
+                f"{SGLANG_VERSION}'s layer boundary; an older model file capturing "
+                "`hidden_states + residual` without a `residual is None` guard raises there",
                 True,
             )
         )
+    if 0 in hf:
         vl_notes.append(
             (f"id 0 (the embedding) needs the EagleModelMixin capture ({VLLM_PR})", True)
         )
     if last_layer is not None and last_layer in hf:
-        sg_notes.append(
-            (
-                f"HF index {last_layer} is the last layer's output, captured after the layer "
-                "loop: SGLang's capture before layer i never reaches it",
-                True,
+        if rule is None or not rule.captures_last:
+            sg_notes.append(
+                (
+                    f"HF index {last_layer} is the last layer's output, captured after the layer "
+                    "loop: SGLang's capture at the input of layer i reaches it only where the "
+                    "model file captures after its loop (gpt-oss does)",
+                    True,
+                )
             )
-        )
         vl_notes.append(
             (
                 f"id {last_layer} (last layer, pre-norm) needs the EagleModelMixin capture "
@@ -189,19 +264,26 @@ def engine_settings(
                 True,
             )
         )
+    config = (
+        {
+            "eagle_config": {
+                "eagle_aux_hidden_state_layer_ids": written,
+                "use_aux_hidden_state": True,
+            }
+        }
+        if written is not None
+        else {}
+    )
     return EngineConfigs(
         sglang=SglangConfig(
-            config={
-                "eagle_config": {
-                    "eagle_aux_hidden_state_layer_ids": pre,
-                    "use_aux_hidden_state": True,
-                }
-            },
+            config=config,
             launch=_sglang_launch(n_tokens),
             notes=[n for n, _ in sg_notes],
             caveats=[n for n, c in sg_notes if c],
-            layer_ids_before_pr25454=pre,
-            layer_ids_since_pr25454=since,
+            target=name,
+            rule=rule,
+            layer_ids=ids,
+            by_rule=by,
         ),
         vllm=EngineConfig(
             config={"eagle_aux_hidden_state_layer_ids": list(hf)},
@@ -260,11 +342,13 @@ def serving_config(
     slot_layers: Sequence[int] | None = None,
     n_tokens: int = 3,
     readings: Sequence[Sequence[int | None]] | None = None,
+    target: object = None,
 ) -> ServingConfig:
     """The serving settings for `wiring` (see `ServingConfig`).
 
     readings: the slots' HF indices under each reading nothing decides between (see
     `slot_identity`); with more than one, no engine ids are given.
+    target: the target's class, for SGLang's ids (see `engine_settings`).
     """
     hf = hf_indices(wiring, infos, slot_layers)
     wiring = tuple(wiring)
@@ -319,7 +403,7 @@ def serving_config(
         ascending=ascending,
         reproducible=ascending and not post,
         problems=tuple(problems),
-        engines=engine_settings(known, last_layer=last_layer, n_tokens=n_tokens),
+        engines=engine_settings(known, last_layer=last_layer, n_tokens=n_tokens, target=target),
         configs_for=None if ascending else "the --write-fixed checkpoint",
     )
 
@@ -378,20 +462,17 @@ def serving_text(
     if cfg.ascending is None or cfg.engines is None:
         return Text("serving config: " + "; ".join(problems), "pass --slot-layers HF,IDS,...")
     vllm = cfg.engines.vllm_ids
-    sg = cfg.engines.sglang.layer_ids_before_pr25454
-    since = cfg.engines.sglang.layer_ids_since_pr25454
-    lines = (
-        f"vLLM eagle_aux_hidden_state_layer_ids {vllm}; SGLang "
-        f"eagle_config.eagle_aux_hidden_state_layer_ids {sg} (< PR #25454)"
-    )
-    if since is not None and since != sg:
-        lines += f", {since} (>= #25454)"
-    else:
-        lines += " (same since #25454)" if since == sg else ", none since #25454"
-    keys = (
-        f'config.json: "eagle_aux_hidden_state_layer_ids": {vllm} (vLLM) and "eagle_config": '
-        f'{{"eagle_aux_hidden_state_layer_ids": {sg}, "use_aux_hidden_state": true}} (SGLang)'
-    )
+    sglang = cfg.engines.sglang
+    lines = f"vLLM eagle_aux_hidden_state_layer_ids {vllm}; {sglang.text}"
+    eagle = sglang.config.get("eagle_config")
+    keys = f'config.json: "eagle_aux_hidden_state_layer_ids": {vllm} (vLLM)'
+    if eagle is not None:
+        sg = eagle["eagle_aux_hidden_state_layer_ids"]
+        keys += (
+            f' and "eagle_config": {{"eagle_aux_hidden_state_layer_ids": {sg}, '
+            '"use_aux_hidden_state": true} (SGLang'
+            + (")" if sglang.layer_ids is not None else ", where it adds 1 to every id)")
+        )
     if not cfg.ascending:
         return Text(
             f"no engine config reproduces {best_label}: "

@@ -84,7 +84,8 @@ class WiringFacts:
     best_ascending: WiringRef | None  # when the recommended order is not ascending
     named: dict[str, WiringRef]
     layer_ids: LayerIdFacts
-    engine_ids: tuple[list[int], list[int]] | None  # (vLLM, SGLang before #25454) for `best`
+    # (vLLM ids, SGLang's ids in words: by the target's class) for `best`
+    engine_ids: tuple[list[int], str] | None
     pairing_shift: int
     searched: int
     dropped_early: int
@@ -178,11 +179,11 @@ def _severity(facts: WiringFacts) -> Severity:
     return Severity.INFO
 
 
-def _engine_ids(serving_cfg: ServingConfig) -> tuple[list[int], list[int]] | None:
+def _engine_ids(serving_cfg: ServingConfig) -> tuple[list[int], str] | None:
     engines = serving_cfg.engines
     if engines is None:
         return None
-    return engines.vllm_ids, list(engines.sglang.layer_ids_before_pr25454)
+    return engines.vllm_ids, engines.sglang.text
 
 
 def wiring_finding(
@@ -376,7 +377,7 @@ def wiring_text(facts: WiringFacts) -> Text:
     cfg_line = ""
     if facts.engine_ids is not None:
         vllm, sg = facts.engine_ids
-        cfg_line = f"eagle_aux_hidden_state_layer_ids {vllm} for vLLM, eagle_config ids {sg} for SGLang (< #25454)"
+        cfg_line = f"eagle_aux_hidden_state_layer_ids {vllm} for vLLM, {sg}"
     readings = "".join("; " + reading_text(r, facts.layer_ids) for r in facts.layer_ids.readings)
     ref = facts.named.get("configured")
     if case == WiringCase.NOT_ASCENDING:

@@ -16,8 +16,24 @@
 - vLLM per request, JSON lines: `spec_decode_metrics` (`CompletionOutput.spec_decode_metrics
   .to_dict()`, or the keys at the top level) with `per_step_accepted` (one count per round), and
   optionally `prompt_token_ids` / `output_token_ids` to match the request with a sample.
-- SGLang's log: "Decode batch, ..., accept len: 2.31, accept rate: 0.44, ..." per 40 decode
-  batches (its own window; the lines carry no round counts, so several lines are averaged).
+- SGLang's log: "[2026-12-01 16:30:02] Decode batch, #running-req: 8, #token: 900, token usage:
+  0.01, accept len: 2.31, accept rate: 0.44, cuda graph: True, gen throughput (token/s): 300.10,
+  #queue-req: 0" once per `decode_log_interval` decode iterations (default 40). SGLang 0.5.23
+  adds, per decode iteration, the batch size to its round count and `correct drafts + batch size`
+  to its token count (`update_spec_metrics`, srt/managers/scheduler_components/metrics_reporter.py
+  543-555, called with `batch.batch_size()` in batch_result_processor.py 982-991; the tokens are
+  `get_num_generated_tokens`, srt/managers/utils.py 164-165); every `decode_log_interval`-th
+  iteration (metrics_reporter.py 933-935) it prints `#running-req: len(batch.reqs)` of that
+  iteration's batch (946, 963) and `accept len: tokens / rounds` with two decimals (973, 1005),
+  then adds both to its lifetime sums and resets them (999-1004). Its pooled
+  `avg_spec_accept_length` is the tokens over the rounds of those sums, so the lines are pooled
+  weighted by their rounds: `#running-req` stands for them (exactly with one iteration a line;
+  otherwise the window's last batch size, the window's length being the same for every line).
+  With `decode_log_interval` 1 (read from the start-up line `server_args={...,
+  'decode_log_interval': 1, ...}`, srt/entrypoints/engine.py 311, or given) a line is one
+  iteration: its rounds are `#running-req` and its correct drafts the one count that prints as
+  its `accept len`, so the counts are exact where every line pins one count (always below 100
+  running requests). Lines without `#running-req` are averaged unweighted.
 - SGLang per request, JSON lines with `meta_info` (or its keys at the top level):
   `spec_verify_ct` (verify rounds, the one after the stop not counted), `spec_num_correct_drafts`
   (accepted drafts, uncut), `completion_tokens`, `spec_accept_length` (= completion_tokens /
@@ -31,11 +47,14 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from inspector.errors import InputError
+from inspector.formats.engine_figures import EngineLog, EngineStart, RequestFigures
 from inspector.formats.files import check_regular
+from inspector.formats.sglang_log_lines import sglang_log
+
+__all__ = ["EngineLog", "EngineStart", "RequestFigures", "read_engine_log"]
 
 MAX_BYTES = 256 << 20  # an engine log larger than this is not read whole
 
@@ -46,7 +65,6 @@ VLLM_LINE = re.compile(
     r"Per-position acceptance rate: (?P<rates>[0-9., ]*?), "
     r"Avg Draft acceptance rate: (?P<avg>[0-9.]+|nan)%"
 )
-SGLANG_LINE = re.compile(r"accept len: (?P<len>[0-9.]+|nan)")
 VLLM_START = re.compile(r"Initializing a V1 LLM engine \(v(?P<version>[^)\s]+)\) with config: ")
 VLLM_SPEC = re.compile(
     r"speculative_config=SpeculativeConfig\(method='(?P<method>[^']*)', model='(?P<model>[^']*)', "
@@ -59,94 +77,11 @@ PROM_LINE = re.compile(
 )
 
 
-@dataclass
-class RequestFigures:
-    """One request's figures as the engine reported them."""
+def read_engine_log(path: str | Path, *, decode_log_interval: int | None = None) -> EngineLog:
+    """Read whatever engine figures `path` holds (see the module docstring).
 
-    where: str  # "file:line"
-    line: int = 0  # the entry's line in the file: the log's order
-    prompt_ids: list[int] | None = None
-    output_ids: list[int] | None = None
-    per_step_accepted: list[int] | None = None  # vLLM: each round's accepted count
-    rounds: int | None = None  # verification rounds (SGLang: spec_verify_ct)
-    accepted: int | None = None  # drafted tokens accepted over the request
-    completion_tokens: int | None = None  # SGLang: the prefill's token included
-    spec_accept_length: float | None = None  # SGLang's per-request figure, as logged
-    # `accepted` is completion_tokens - rounds: the log's figure is SGLang's per-request
-    # spec_accept_length, not the accept length its log lines pool
-    per_request_figure: bool = False
-
-
-@dataclass(frozen=True)
-class EngineStart:
-    """The engine's build and speculative config, as its start-up line states them."""
-
-    where: str  # "file:line"
-    version: str  # "0.32.0" (a local suffix such as "+cpu" dropped)
-    device: str | None = None  # "cpu", "cuda", ...
-    method: str | None = None  # "eagle3", ...
-    draft: str | None = None  # the draft model's path or name
-    spec_tokens: int | None = None  # num_speculative_tokens
-
-    @property
-    def label(self) -> str:
-        return f"vLLM {self.version}" + (f" on {self.device}" if self.device else "")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass
-class EngineLog:
-    """The figures one file holds. Counts are None where the source gives none (a log line's
-    rounded mean, SGLang's windows)."""
-
-    path: Path
-    engine: str  # "vllm" | "sglang"
-    source: str  # "log" | "prometheus" | "requests" | "server-info"
-    accept_length: float | None = None
-    rounds: int | None = None
-    accepted: int | None = None
-    drafted_tokens: int | None = None
-    accepted_per_pos: list[int] | None = None
-    steps: int | None = None  # drafted tokens per round (vLLM's k), where the source shows it
-    lines: int = 0  # log lines or entries read
-    rounded: bool = False  # accept_length is a rounded figure (2 decimals), not counts
-    # "accept_length" (1 + accepted / rounds) or, for SGLang requests without a count of correct
-    # drafts, "spec_accept_length" (completion tokens / verify rounds, pooled)
-    figure: str = "accept_length"
-    requests: list[RequestFigures] = field(default_factory=list)
-    # the engine's start-up lines, where the log holds them (several: it was restarted)
-    starts: list[EngineStart] = field(default_factory=list)
-
-    @property
-    def start(self) -> EngineStart | None:
-        """The build that logged the figures: one start-up, or several of the same build and
-        speculative config (None where none is logged, or the log mixes builds)."""
-        if not self.starts:
-            return None
-        first = self.starts[0]
-        same = all(
-            (s.version, s.device, s.method, s.spec_tokens)
-            == (first.version, first.device, first.method, first.spec_tokens)
-            for s in self.starts
-        )
-        return first if same else None
-
-    @property
-    def description(self) -> str:
-        what = {
-            "log": "log line" if self.lines == 1 else "log lines",
-            "prometheus": "Prometheus counters",
-            "requests": "requests",
-            "server-info": "server info",
-        }[self.source]
-        n = f"{self.lines} " if self.source in ("log", "requests") else ""
-        return f"{'vLLM' if self.engine == 'vllm' else 'SGLang'} {n}{what}"
-
-
-def read_engine_log(path: str | Path) -> EngineLog:
-    """Read whatever engine figures `path` holds (see the module docstring)."""
+    decode_log_interval: SGLang's `--decode-log-interval` for a log that does not hold its
+    start-up line (a log that does and says otherwise is refused)."""
     path = Path(path)
     check_regular(path)
     try:
@@ -165,7 +100,7 @@ def read_engine_log(path: str | Path) -> EngineLog:
     if any("SpecDecoding metrics:" in ln for ln in lines):
         return _vllm_log(path, lines)
     if any("accept len:" in ln for ln in lines):
-        return _sglang_log(path, lines)
+        return sglang_log(path, lines, decode_log_interval)
     raise InputError(
         path,
         None,
@@ -404,23 +339,4 @@ def _server_info(path: Path, states: list) -> EngineLog:
         accept_length=sum(values) / len(values),
         lines=len(values),
         rounded=len(values) > 1,
-    )
-
-
-def _sglang_log(path: Path, lines: list[str]) -> EngineLog:
-    vals: list[float] = []
-    for no, ln in enumerate(lines, start=1):
-        if "accept len:" not in ln:
-            continue
-        m = SGLANG_LINE.search(ln)
-        if m is None or m["len"] == "nan":
-            raise InputError(path, f"line {no}", "an 'accept len' without a number")
-        vals.append(float(m["len"]))
-    return EngineLog(
-        path,
-        "sglang",
-        "log",
-        accept_length=sum(vals) / len(vals),
-        lines=len(vals),
-        rounded=True,
     )

@@ -1,0 +1,102 @@
+"""The figures an engine reported, as `engine_log` reads them from any of its files: the pooled
+counts, each request's, and the build that logged them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class RequestFigures:
+    """One request's figures as the engine reported them."""
+
+    where: str  # "file:line"
+    line: int = 0  # the entry's line in the file: the log's order
+    prompt_ids: list[int] | None = None
+    output_ids: list[int] | None = None
+    per_step_accepted: list[int] | None = None  # vLLM: each round's accepted count
+    rounds: int | None = None  # verification rounds (SGLang: spec_verify_ct)
+    accepted: int | None = None  # drafted tokens accepted over the request
+    completion_tokens: int | None = None  # SGLang: the prefill's token included
+    spec_accept_length: float | None = None  # SGLang's per-request figure, as logged
+    # `accepted` is completion_tokens - rounds: the log's figure is SGLang's per-request
+    # spec_accept_length, not the accept length its log lines pool
+    per_request_figure: bool = False
+
+
+@dataclass(frozen=True)
+class EngineStart:
+    """The engine's build and speculative config, as its start-up line states them."""
+
+    where: str  # "file:line"
+    version: str  # "0.32.0" (a local suffix such as "+cpu" dropped)
+    device: str | None = None  # "cpu", "cuda", ...
+    method: str | None = None  # "eagle3", ...
+    draft: str | None = None  # the draft model's path or name
+    spec_tokens: int | None = None  # num_speculative_tokens
+
+    @property
+    def label(self) -> str:
+        return f"vLLM {self.version}" + (f" on {self.device}" if self.device else "")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class EngineLog:
+    """The figures one file holds. Counts are None where the source gives none (a log line's
+    rounded mean, SGLang's windows)."""
+
+    path: Path
+    engine: str  # "vllm" | "sglang"
+    source: str  # "log" | "prometheus" | "requests" | "server-info"
+    accept_length: float | None = None
+    rounds: int | None = None
+    accepted: int | None = None
+    drafted_tokens: int | None = None
+    accepted_per_pos: list[int] | None = None
+    steps: int | None = None  # drafted tokens per round (vLLM's k), where the source shows it
+    lines: int = 0  # log lines or entries read
+    rounded: bool = False  # accept_length is a rounded figure (2 decimals), not counts
+    # "accept_length" (1 + accepted / rounds) or, for SGLang requests without a count of correct
+    # drafts, "spec_accept_length" (completion tokens / verify rounds, pooled)
+    figure: str = "accept_length"
+    requests: list[RequestFigures] = field(default_factory=list)
+    # the engine's start-up lines, where the log holds them (several: it was restarted)
+    starts: list[EngineStart] = field(default_factory=list)
+    # SGLang's log lines: how they were pooled ("running-req": weighted by #running-req as the
+    # engine pools them; "unweighted": some line states no #running-req), the decode iterations
+    # a line covers where known, and a sentence saying how exact the figure is
+    weighting: str | None = None
+    decode_log_interval: int | None = None
+    note: str | None = None
+
+    @property
+    def start(self) -> EngineStart | None:
+        """The build that logged the figures: one start-up, or several of the same build and
+        speculative config (None where none is logged, or the log mixes builds)."""
+        if not self.starts:
+            return None
+        first = self.starts[0]
+        same = all(
+            (s.version, s.device, s.method, s.spec_tokens)
+            == (first.version, first.device, first.method, first.spec_tokens)
+            for s in self.starts
+        )
+        return first if same else None
+
+    @property
+    def description(self) -> str:
+        what = {
+            "log": "log line" if self.lines == 1 else "log lines",
+            "prometheus": "Prometheus counters",
+            "requests": "requests",
+            "server-info": "server info",
+        }[self.source]
+        n = f"{self.lines} " if self.source in ("log", "requests") else ""
+        how = {"running-req": " by #running-req", "unweighted": " unweighted"}.get(
+            self.weighting or "", ""
+        )
+        return f"{'vLLM' if self.engine == 'vllm' else 'SGLang'} {n}{what}{how}"
