@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from inspector import __version__
 from inspector.commands.arguments import (
     add_compare_parser,
+    add_early_stop_args,
     add_engine_args,
+    add_reconcile_args,
     add_sampling_args,
     non_negative,
     port,
@@ -34,7 +36,8 @@ def _add_model_args(
         "checkpoint",
         nargs=nargs,
         metavar="CKPT",
-        help="draft checkpoint folder (default: the bundled demo)",
+        help="draft checkpoint folder, or a llama.cpp EAGLE-3 .gguf file (default: the bundled "
+        "demo)",
     )
     p.add_argument(
         "samples",
@@ -198,6 +201,7 @@ def _add_accept_parser(sub: argparse._SubParsersAction) -> None:
         help="--live: tokens to generate per prompt, the prefill's included (default 128)",
     )
     add_sampling_args(p, when="--live, or SAMPLES with --target")
+    add_early_stop_args(p)
     p.add_argument(
         "--out",
         metavar="DIR",
@@ -219,45 +223,7 @@ def _add_reconcile_parser(sub: argparse._SubParsersAction) -> None:
         "engine falls short of the draft (an engine-side fault).",
     )
     _add_model_args(p, ttt=False)
-    p.add_argument(
-        "--engine-log",
-        required=True,
-        metavar="FILE",
-        help="the engine's log, Prometheus text, or per-request JSON lines",
-    )
-    p.add_argument(
-        "--wiring",
-        action="append",
-        metavar="W",
-        help="wirings to hold the figure against, besides the configured one (default train, "
-        "serve)",
-    )
-    p.add_argument(
-        "--steps",
-        type=positive,
-        metavar="S",
-        help="draft steps per round (default: as the log shows, else 3)",
-    )
-    p.add_argument("--topk", type=positive, default=1, metavar="K", help="SGLang's topk")
-    p.add_argument("--draft-tokens", type=positive, metavar="N", help="SGLang's draft tokens")
-    p.add_argument(
-        "--max-new",
-        type=positive,
-        metavar="M",
-        help="--prompts: tokens per request, the prefill's included (default: the longest "
-        "output in the log, else 128)",
-    )
-    p.add_argument(
-        "--engine-dtype",
-        choices=("float32", "bfloat16", "float16"),
-        default="float32",
-        help="what the engine computed in (default float32: its figure must equal a replay's "
-        "count for count); in bfloat16 or float16 near-ties move its output, and a figure "
-        "within 8%% of one wiring's replay, and nearer it than any other, is that wiring's",
-    )
-    p.add_argument("--limit", type=positive, metavar="N", help="only the first N samples")
-    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    add_sampling_args(p, when="--prompts")
+    add_reconcile_args(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -320,7 +286,22 @@ def build_parser() -> argparse.ArgumentParser:
         "samples)",
     )
     add_sampling_args(p_doc, "the wiring finding's accept length (with --target)", seed=False)
+    p_doc.add_argument(
+        "--engine",
+        action="append",
+        choices=("vllm", "sglang", "llama.cpp"),
+        metavar="ENGINE",
+        help="the engine_feeds finding shows only this engine's readings of the config "
+        "(repeatable: vllm, sglang, llama.cpp; default every engine)",
+    )
     p_doc.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p_doc.add_argument(
+        "--source",
+        metavar="PATH",
+        help="the other side of a llama.cpp conversion: the HF draft folder a .gguf CKPT was "
+        "converted from (or the .gguf of a folder CKPT); adds what the conversion changed (layer "
+        "ids, norm flags, d2t, the weights' rounding); SAMPLES become optional",
+    )
     p_doc.add_argument(
         "--write-fixed",
         metavar="OUT",

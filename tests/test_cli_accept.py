@@ -54,6 +54,7 @@ def test_accept_json_contract_and_sums(tiny_synthetic, capsys):
         "draft_tokens": 6,
         "mode": "replay",
         "engine": "sglang",
+        "overlap_scheduler": True,
     }
     assert doc["conventions"]["engine"] == "sglang"
     assert doc["samples"] == 3 and len(doc["wirings"]) == 2
@@ -347,3 +348,24 @@ def test_accept_sweep_lists_are_positive_integers(capsys):
 def test_the_sweep_refuses_a_temperature(capsys):
     rc = main(["accept", "--sweep", "--temperature", "0.6"])
     assert rc == 2 and "not with --sweep" in capsys.readouterr().err
+
+
+def test_sglang_without_its_overlap_scheduler_drops_the_round_after_each_stop(demo, capsys):
+    """--sglang-overlap off (SGLang on CPU): every request's round after its stop is neither run
+    nor counted; the other rounds are the same, so the counts differ by exactly those rounds."""
+    held = demo.draft.parent / "samples" / "held"
+    base = [demo.draft, held, "--json", "--engine", "sglang", "--limit", "6"]
+    rc, on, _ = _run(capsys, base)
+    assert rc == 0
+    rc, off, _ = _run(capsys, [*base, "--sglang-overlap", "off"])
+    assert rc == 0
+    on, off = json.loads(on), json.loads(off)
+    assert on["config"]["overlap_scheduler"] is True
+    assert off["config"]["overlap_scheduler"] is False
+    for a, b in zip(on["wirings"], off["wirings"], strict=True):
+        assert a["rounds_after_stop"] > 0 and b["rounds_after_stop"] == 0
+        assert b["rounds"] == a["rounds"] - a["rounds_after_stop"]
+        for sa, sb in zip(a["per_sample"], b["per_sample"], strict=True):
+            n = sa.get("rounds_after_stop", 0)
+            assert sb["accepted"] == sa["accepted"][: len(sa["accepted"]) - n]
+        assert b["accepted"] == sum(sum(s["accepted"]) for s in b["per_sample"])

@@ -331,3 +331,20 @@ def test_sglang_counts_only_where_one_count_prints_the_line(tmp_path):
     assert log.rounds is None and log.rounded
     assert log.accept_length == pytest.approx((1.43 * 120 + 1.5 * 2) / 122)
     assert "1 of 2 lines (the first at line 2)" in (log.note or "")
+
+
+def test_sglang_decode_lines_say_where_the_engine_ran(tmp_path):
+    """SGLang's decode lines print "cpu graph" on a CPU and "cuda graph" on a GPU: on a CPU it
+    runs no overlap scheduler for speculative decoding (reconcile drops that round)."""
+    line = (
+        "[2026-12-04 05:52:35] Decode batch, #running-req: 1, #token: 300, token usage: 0.04, "
+        "accept len: 2.00, accept rate: 0.33, {} graph: False, gen throughput (token/s): 4.95, "
+        "#queue-req: 0\n"
+    )
+    for device in ("cpu", "cuda"):
+        p = tmp_path / f"{device}.log"
+        p.write_text(line.format(device) * 3)
+        assert read_engine_log(p).device == device
+    mixed = tmp_path / "mixed.log"
+    mixed.write_text(line.format("cpu") + line.format("cuda"))
+    assert read_engine_log(mixed).device is None

@@ -88,7 +88,8 @@ def test_greedy_live_loop_equals_the_replay_of_its_sequences_round_by_round(spec
         _draft(), TARGET, PROMPTS, spec, list(WIRINGS), max_new=48, out=out, limit=3, engine=engine
     )
     d = report.to_dict()
-    assert d["config"] == {**spec.to_dict(), "mode": "live", "engine": engine.value}
+    overlap = {"overlap_scheduler": True} if engine.overlap_round else {}
+    assert d["config"] == {**spec.to_dict(), "mode": "live", "engine": engine.value, **overlap}
     assert d["conventions"]["engine"] == engine.value
     assert d["samples"] == 3 and not d["skipped"]
     for w in d["wirings"]:

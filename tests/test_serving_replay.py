@@ -104,6 +104,7 @@ def test_replayer_pools_rounds_and_follows_the_json_contract(synthetic_set):
         "draft_tokens": 5,
         "mode": "replay",
         "engine": "sglang",
+        "overlap_scheduler": True,
     }
     assert d["samples"] == 3
     for w in d["wirings"]:

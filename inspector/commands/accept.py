@@ -30,7 +30,18 @@ OFF_TARGET_NOTE = 0.02
 def spec_from_args(args: argparse.Namespace):
     from inspector.serving.spec import DEFAULT_STEPS, DraftSpec
 
-    return DraftSpec(args.steps or DEFAULT_STEPS, args.topk, args.draft_tokens, kv=args.kv)
+    p_min, n_min = getattr(args, "p_min", 0.0), getattr(args, "n_min", 0)
+    if (p_min or n_min) and not getattr(args, "live", False):
+        # the replay drafts from saved predictions, without the draft's probabilities
+        raise InputError(None, "--p-min", "llama.cpp's early stop runs in the live loop: --live")
+    return DraftSpec(
+        args.steps or DEFAULT_STEPS,
+        args.topk,
+        args.draft_tokens,
+        kv=args.kv,
+        p_min=p_min,
+        n_min=n_min,
+    )
 
 
 def run_accept(args: argparse.Namespace) -> int:
@@ -50,6 +61,8 @@ def run_accept(args: argparse.Namespace) -> int:
             return 0
         if args.temperature > 0:
             _expect_at_temperature(args, report, ev, err)
+    if engine.overlap_round and args.sglang_overlap == "off":
+        report = report.without_overlap_rounds()
     print_skips(err, report)
     for line in honesty_notes(report):
         err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
@@ -201,7 +214,7 @@ def render_accept(report) -> Table:
         table.add_row(*row)
     after = (
         "; rounds include SGLang's one round after each request's stop (overlap scheduler)"
-        if report.engine.overlap_round
+        if report.engine.overlap_round and report.overlap
         else ""
     )
     sampling = ""

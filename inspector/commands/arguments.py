@@ -75,6 +75,135 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         "1 + accepted / rounds; SGLang's overlap scheduler runs and counts one more round after "
         "a request's stop",
     )
+    p.add_argument(
+        "--sglang-overlap",
+        choices=("on", "off"),
+        default="on",
+        help="SGLang's overlap scheduler (default on, as on GPUs; SGLang 0.5.23 forces it off "
+        "for speculative decoding on CPU): off drops the round it runs after each request's "
+        "stop, so a CPU run replays count for count",
+    )
+
+
+def add_early_stop_args(p: argparse.ArgumentParser) -> None:
+    """llama.cpp's early stop of a chain (accept --live): `DraftSpec.p_min` / `n_min`."""
+    p.add_argument(
+        "--p-min",
+        type=probability,
+        default=0.0,
+        metavar="P",
+        help="--live: llama.cpp's --spec-draft-p-min: a chain stops drafting at the first step "
+        "whose top-1 probability (over the draft's top 10) is below P, that token dropped "
+        "(default 0: off)",
+    )
+    p.add_argument(
+        "--n-min",
+        type=non_negative,
+        default=0,
+        metavar="N",
+        help="--live: llama.cpp's --spec-draft-n-min: a shorter draft is dropped whole (default 0)",
+    )
+
+
+def add_reconcile_args(p: argparse.ArgumentParser) -> None:
+    """reconcile's own options (the model's are cli's)."""
+    p.add_argument(
+        "--sglang-overlap",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="SGLang's overlap scheduler, which runs and counts one more round after each "
+        "request's stop: auto (default) is off where the log shows SGLang on a CPU (its decode "
+        "lines say 'cpu graph'; SGLang 0.5.23 forces the scheduler off there) and on elsewhere",
+    )
+    p.add_argument(
+        "--decode-log-interval",
+        type=positive,
+        metavar="N",
+        help="SGLang's --decode-log-interval for a log that does not hold its start-up line "
+        "(at 1 each 'accept len' line is one decode iteration: its counts are exact)",
+    )
+    p.add_argument(
+        "--engine-log",
+        required=True,
+        metavar="FILE",
+        help="the engine's log, Prometheus text, or per-request JSON lines",
+    )
+    p.add_argument(
+        "--wiring",
+        action="append",
+        metavar="W",
+        help="wirings to hold the figure against, besides the configured one (default train, "
+        "serve)",
+    )
+    p.add_argument(
+        "--steps",
+        type=positive,
+        metavar="S",
+        help="draft steps per round (default: as the log shows, else 3)",
+    )
+    p.add_argument("--topk", type=positive, default=1, metavar="K", help="SGLang's topk")
+    p.add_argument("--draft-tokens", type=positive, metavar="N", help="SGLang's draft tokens")
+    p.add_argument(
+        "--max-new",
+        type=positive,
+        metavar="M",
+        help="--prompts: tokens per request, the prefill's included (default: the longest "
+        "output in the log, else 128)",
+    )
+    p.add_argument(
+        "--engine-dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default="float32",
+        help="what the engine computed in (default float32: its figure must equal a replay's "
+        "count for count); in bfloat16 or float16 near-ties move its output, and a figure "
+        "within 8%% of one wiring's replay, and nearer it than any other, is that wiring's",
+    )
+    p.add_argument("--limit", type=positive, metavar="N", help="only the first N samples")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    add_sampling_args(p, when="--prompts")
+    _add_reconcile_settings(p)
+
+
+def _add_reconcile_settings(p: argparse.ArgumentParser) -> None:
+    """How the engine drafted and verified, where its log cannot say (reconcile)."""
+    p.add_argument(
+        "--adaptive",
+        action="store_true",
+        help="the engine's draft length adapts (vLLM num_speculative_tokens_per_batch_size, "
+        "SGLang --speculative-adaptive, llama.cpp --spec-draft-p-min > 0) and its log gives no "
+        "per-step drafted counts: the replay at a fixed K is an upper bound of its figure "
+        "(found in the log's start-up lines where it holds them)",
+    )
+    p.add_argument(
+        "--synthetic-rates",
+        type=rates,
+        metavar="R1,R2,...",
+        help="vLLM ran rejection_sample_method='synthetic' with these "
+        "synthetic_acceptance_rates (unconditional, per position): a figure they give is named "
+        "as such, never blamed on the draft",
+    )
+    p.add_argument(
+        "--simulated-accept-len",
+        type=float,
+        metavar="X",
+        help="SGLang ran with SGLANG_SIMULATE_ACC_LEN=X (its default match-expected method): a "
+        "figure it gives is named as such, never blamed on the draft",
+    )
+
+
+def probability(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: not a number") from None
+    if not 0.0 <= x <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a probability is 0..1")
+    return x
+
+
+def rates(text: str) -> tuple[float, ...]:
+    """R1,R2,...: per-position rates, each a probability."""
+    return tuple(probability(x.strip()) for x in text.split(",") if x.strip())
 
 
 def add_sampling_args(

@@ -39,6 +39,10 @@ def _named_verifier(checkpoint: Path) -> tuple[Path, str]:
     """`--target auto`: the verifier the draft's config names, on this machine, and a note."""
     from inspector.formats.verifier import NAME_KEY, find_verifier
 
+    if checkpoint.suffix.lower() == ".gguf" and not checkpoint.is_dir():
+        raise InputError(
+            checkpoint, "--target auto", "a GGUF draft names no verifier: pass --target DIR"
+        )
     found = find_verifier(checkpoint)
     if found is None:
         raise InputError(checkpoint / "config.json", NAME_KEY, "absent: pass --target DIR")

@@ -31,7 +31,10 @@ def run_compare(args: argparse.Namespace) -> int:
         ("A", args.checkpoint, args.wiring_a),
         ("B", args.checkpoint_b, args.wiring_b),
     ):
-        reports.append(_replay(args, ckpt, wiring, spec, engine, err, side))
+        r = _replay(args, ckpt, wiring, spec, engine, err, side)
+        if engine.overlap_round and args.sglang_overlap == "off":
+            r = r.without_overlap_rounds()
+        reports.append(r)
     for r in reports:
         print_skips(err, r)
     for line in bound_notes([r.wirings[0] for r in reports]):

@@ -28,7 +28,7 @@ from inspector.formatting import SEVERITY_STYLE
 from inspector.progress import stage_progress_bar
 
 if TYPE_CHECKING:
-    from inspector.doctor import DoctorReport, FixResult
+    from inspector.doctor import DoctorReport, Finding, FixResult
     from inspector.evaluate import Evaluator
 
 
@@ -38,8 +38,13 @@ def run_doctor(args: argparse.Namespace) -> int:
     from inspector.doctor import DoctorRequest, run
     from inspector.serving.engines import default_engine
 
-    inputs = resolve_inputs(args)
     err = Console(stderr=True)
+    source = Path(args.source) if getattr(args, "source", None) else None
+    if source is not None:
+        _check_source(args.checkpoint, source)
+        if not args.samples and not args.prompts:  # the conversion alone: no samples to score
+            return _emit(args, _conversion_report(args, source), err)
+    inputs = resolve_inputs(args)
     # the wiring finding quotes a chain's accept length, as vLLM's default (a chain) verifies it
     sampling = (
         expectation_settings(args, default_engine(True), chain=True)
@@ -56,7 +61,10 @@ def run_doctor(args: argparse.Namespace) -> int:
         read=tuple(inputs.paths()),
         sampling=sampling,
         target_dtype=args.dtype,
+        engines=tuple(args.engine) if args.engine else None,
     )
+
+    loaded: list[Evaluator] = []
 
     def load(checkpoint: Path) -> Evaluator:
         # Lenient: a faulty d2t or a missing head_dim become findings instead of load errors.
@@ -70,11 +78,75 @@ def run_doctor(args: argparse.Namespace) -> int:
             memory_budget=args.memory_budget,
         )
         print_load_notes(err, inputs, ev)
+        loaded.append(ev)
         return ev
 
     with stage_progress_bar(err) as advance:
         report = run(request, load, progress=advance)
+    if source is not None and loaded:
+        from inspector.doctor.pipeline import with_finding
+
+        finding = _conversion_finding(
+            inputs.checkpoint, source, inputs.target, inputs.embed, loaded[0], report.sample_indices
+        )
+        with_finding(report, finding)
     return _emit(args, report, err)
+
+
+def _check_source(checkpoint: str | None, source: Path) -> None:
+    """--source: one side a .gguf file, the other the HF draft folder it was converted from."""
+    from inspector.errors import InputError
+    from inspector.formats.checkpoint import is_gguf
+
+    if checkpoint is None or is_gguf(checkpoint) == is_gguf(source):
+        raise InputError(
+            source,
+            "--source",
+            "compares a llama.cpp conversion: one of CKPT and --source a .gguf file, the other "
+            "the HF draft folder it was converted from",
+        )
+
+
+def _conversion_finding(
+    checkpoint: Path,
+    source: Path,
+    target: Path | None,
+    embed: Path | None,
+    ev: Evaluator | None,
+    samples: list[int],
+) -> Finding:
+    """What the conversion between CKPT and --source changed (`doctor.gguf_conversion`); with the
+    doctor's evaluator, the step-0 accuracy of both drafts on its samples."""
+    from inspector.doctor.gguf_conversion import conversion_finding
+    from inspector.formats import load_draft
+    from inspector.formats.checkpoint import is_gguf
+
+    if ev is not None and Path(ev.draft.path) == Path(checkpoint):
+        own = ev.draft
+    else:  # the doctor scored a copy (a borrowed head), or nothing
+        own = load_draft(checkpoint, target=target, embed=embed, strict=False)
+    other = load_draft(
+        source, target=target, embed=embed, dtype=own.dtype, device=own.device, strict=False
+    )
+    gguf, hf = (own, other) if is_gguf(checkpoint) else (other, own)
+    return conversion_finding(gguf, hf, target=target, ev=ev, samples=samples)
+
+
+def _conversion_report(args: argparse.Namespace, source: Path) -> DoctorReport:
+    """`doctor CKPT --source PATH` without samples: the conversion finding alone."""
+    from inspector.doctor import DoctorReport
+
+    target = Path(args.target) if args.target and args.target != "auto" else None
+    embed = Path(args.embed) if args.embed else None
+    checkpoint = Path(args.checkpoint)
+    finding = _conversion_finding(checkpoint, source, target, embed, None, [])
+    return DoctorReport(
+        best_wiring=(),
+        wirings=[],
+        findings=[finding],
+        serving_config=None,
+        checkpoint=str(checkpoint),
+    )
 
 
 def _emit(args: argparse.Namespace, report: DoctorReport, err: Console) -> int:
@@ -115,6 +187,7 @@ def render(report: DoctorReport) -> list:
             (f"{f.severity.upper():7}", SEVERITY_STYLE.get(f.severity, "")), (f" {f.kind}", "bold")
         )
         body = [Text(visible(f.summary))]
+        body += [Text.assemble(("- ", "dim"), visible(line)) for line in f.lines]
         if f.fix:
             body.append(Text.assemble(("fix: ", "bold green"), visible(f.fix)))
         parts.append(

@@ -21,7 +21,13 @@ from inspector.progress import progress_bar, stage_progress_bar
 
 DEFAULT_MAX_NEW = 128
 
-COLOURS = {"as_is": "green", "wrong_wiring": "red", "engine_fault": "red", "other_data": "yellow"}
+COLOURS = {
+    "as_is": "green",
+    "wrong_wiring": "red",
+    "engine_fault": "red",
+    "other_data": "yellow",
+    "synthetic": "magenta",
+}
 
 
 def configured_wiring(draft, infos, n_blocks: int):
@@ -45,14 +51,17 @@ def _wirings(
     draft,
     contenders: Sequence[tuple[int, ...]] = (),
     preset_infos=None,
+    engine_fed: Sequence[tuple[str, tuple[int, ...]]] = (),
 ) -> tuple[list, list[str | None], int | None, list[int]]:
     """(wirings, names, index of the configured one, indices of the search's contenders): the
-    configured wiring first, then the wiring search's contenders for the trained wiring, the
+    configured wiring first, then the wiring search's contenders for the trained wiring, what
+    an engine may be feeding (`engine_fed`: (name, HF indices), where the slots hold them), the
     presets and every --wiring, without repeats.
 
     preset_infos: the slots the presets are made of, when `infos` holds more (the live loop
     captures every searched layer; the presets stay those of the draft's configured layers and
     the target's last one), matched to `infos` by HF index."""
+    from inspector.doctor.serving import slots_for_hf
     from inspector.wiring import PRESETS, Wiring, parse_wiring, preset_name
 
     out: list = []
@@ -69,6 +78,10 @@ def _wirings(
     conf = configured_wiring(draft, infos, n_blocks)
     ci = add(conf, "configured") if conf is not None else None
     ti = [add(Wiring(tuple(w)), "searched") for w in contenders]
+    for name, hf in engine_fed:
+        slots = slots_for_hf(hf, infos)
+        if slots is not None:
+            add(Wiring(slots), name)
     for text in args.wiring or list(PRESETS):
         name = preset_name(text)
         try:
@@ -104,16 +117,23 @@ def run_reconcile(args: argparse.Namespace) -> int:
     from inspector.serving.spec import DEFAULT_STEPS, DraftSpec
 
     err = Console(stderr=True)
-    log = read_engine_log(args.engine_log)
+    log = read_engine_log(args.engine_log, decode_log_interval=args.decode_log_interval)
     if log.accept_length is None:
         raise InputError(log.path, None, "holds no accept length (no rounds counted)")
-    steps = args.steps or log.steps or DEFAULT_STEPS
+    steps = args.steps or log.steps or log.most_drafted or DEFAULT_STEPS
     if log.steps is not None and args.steps and args.steps != log.steps:
         raise InputError(
             log.path,
-            "Per-position acceptance rate",
+            "num_spec_tokens" if log.source == "requests" else "Per-position acceptance rate",
             f"the engine drafted {log.steps} tokens a round, --steps says {args.steps}",
         )
+    if log.most_drafted is not None and steps < log.most_drafted:
+        raise InputError(
+            log.path,
+            "per_step_drafted",
+            f"a round drafted {log.most_drafted} tokens, --steps says {steps}",
+        )
+    synthetic = _synthetic_setting(args)
     spec = DraftSpec(steps, args.topk, args.draft_tokens)
     engine = Engine(log.engine)
     if engine is Engine.VLLM and not spec.is_chain:
@@ -137,6 +157,13 @@ def run_reconcile(args: argparse.Namespace) -> int:
     else:
         report, samples, configured, trained = _replay(args, spec, engine, err)
     pairs, notes = pair_requests(log, samples)
+    if engine is Engine.SGLANG and not _overlap(args, log):
+        report = report.without_overlap_rounds()
+        notes.append(
+            "SGLang without its overlap scheduler"
+            + (" (its decode lines show a CPU, where SGLang forces it off)" if log.device else "")
+            + ": the round it would run after each request's stop is not counted"
+        )
     if configured is None:
         notes.append(
             "the draft's config names no wiring of these slots (no aux ids, or ids the samples "
@@ -154,24 +181,79 @@ def run_reconcile(args: argparse.Namespace) -> int:
         notes=notes,
         trained=trained,
         engine_dtype=args.engine_dtype,
+        adaptive="--adaptive" if args.adaptive else None,
+        synthetic=synthetic,
     )
     for line in result.notes:
         err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
     if args.json:
-        write_json({"config": {**spec.to_dict(), "engine": engine.value}, **result.to_dict()})
+        config = {**spec.to_dict(), "engine": engine.value}
+        if engine is Engine.SGLANG:
+            config["overlap_scheduler"] = report.overlap
+        write_json({"config": config, **result.to_dict()})
         return 0
     out = stdout_console(None if sys.stdout.isatty() else 200)
     out.print(render(result, report))
     return 0
 
 
+def _synthetic_setting(args):
+    """The synthetic-acceptance setting the flags name (None: none)."""
+    from inspector.doctor.synthetic_acceptance import SyntheticSetting
+
+    if args.synthetic_rates is not None and args.simulated_accept_len is not None:
+        raise InputError(
+            None, "--synthetic-rates", "vLLM's; --simulated-accept-len is SGLang's: one of them"
+        )
+    if args.synthetic_rates is not None:
+        return SyntheticSetting.vllm(args.synthetic_rates)
+    if args.simulated_accept_len is not None:
+        return SyntheticSetting.sglang(args.simulated_accept_len)
+    return None
+
+
+def _engine_fed(draft, num_layers: int | None, target: object) -> list:
+    """What an engine may be feeding this draft (`engine_reading.fed_candidates`): each
+    engine's reading of its config, and its ids one off either way."""
+    from inspector.doctor.engine_reading import fed_candidates
+    from inspector.doctor.layer_ids import configured_hf_ids
+    from inspector.doctor.named_wirings import engine_config_of
+
+    raw, gguf = engine_config_of(draft)
+    if raw is None or num_layers is None:
+        return []
+    readings = configured_hf_ids(draft.config.aux_layer_ids, draft.config.aux_layer_convention)
+    conf = readings[0] if len(readings) == 1 else None
+    return fed_candidates(
+        raw, num_layers, draft.config.num_fc_blocks, conf, target=target, gguf=gguf
+    )
+
+
+def _overlap(args, log) -> bool:
+    """Whether SGLang's overlap scheduler ran: --sglang-overlap, or (auto) off where the log
+    shows SGLang on a CPU (SGLang 0.5.23 srt/arg_groups/speculative_hook.py 66-78 forces it off
+    for speculative decoding there) and on elsewhere."""
+    if args.sglang_overlap != "auto":
+        return args.sglang_overlap == "on"
+    return log.device != "cpu"
+
+
 def _replay(args, spec, engine, err):
+    from inspector.doctor.engine_conventions import data_config_target, read_target_class
     from inspector.serving.replay import Replayer
 
-    _, ev = open_evaluator(args, err, args.device, spec.steps if spec.is_chain else 1)
+    inputs, ev = open_evaluator(args, err, args.device, spec.steps if spec.is_chain else 1)
     trained = _search(ev, err)
+    infos = ev.slot_info
+    layers = next((s.hf_index for s in infos if s.verifier and not s.post_norm), None)
+    target = read_target_class(inputs.target) or data_config_target(ev.samples.data_config)
     wirings, names, configured, ti = _wirings(
-        args, ev.slot_info, ev.n_blocks, ev.draft, trained.contenders
+        args,
+        infos,
+        ev.n_blocks,
+        ev.draft,
+        trained.contenders,
+        engine_fed=_engine_fed(ev.draft, layers, target),
     )
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
     with progress_bar("replaying", err) as advance:
@@ -256,8 +338,11 @@ def _live(args, spec, engine, err, log):
             num_layers=info.num_layers,
         )
         trained = _search(Evaluator(draft, samples_set), err)
+    from inspector.doctor.engine_conventions import read_target_class
+
+    fed = _engine_fed(draft, info.num_layers, read_target_class(target))
     wirings, names, configured, ti = _wirings(
-        args, infos, n_blocks, draft, trained.contenders, preset_infos=narrow
+        args, infos, n_blocks, draft, trained.contenders, preset_infos=narrow, engine_fed=fed
     )
     done = {report.wirings[0].wiring.slots: report.wirings[0]}
     rest = [(w, n) for w, n in zip(wirings, names, strict=True) if w.slots not in done]
@@ -356,8 +441,9 @@ def render(result, report) -> Group:
             else (">=" if st.is_bound else "") + fmt_float(st.accept_length)
         )
         eq = "" if c.requests_equal is None else f"{c.requests_equal}/{result.requests_matched}"
-        # at a temperature the engine's figure is within the noise of a wiring's, never equal
-        fits = "consistent" if sampled else "equal"
+        # at a temperature the engine's figure is within the noise of a wiring's, never equal;
+        # under an adaptive draft length it is at most a wiring's fixed-K replay
+        fits = "consistent" if sampled else ("within bound" if result.bound else "equal")
         best = "trained" if result.trained is not None else "best"
         marks = [m for m, on in ((fits, c.equal), (best, c.label == result.best)) if on]
         extra = []

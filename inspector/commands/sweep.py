@@ -148,6 +148,7 @@ def run_sweep_run(args: argparse.Namespace) -> int:
             progress=advance,
             refused=scan.refused if main else (),
             check=config_wiring_note,
+            overlap=args.sglang_overlap != "off",
         )
     if dist_ctx is not None:
         report = gather_sweep(dist_ctx, report, [str(c.path) for c in scan.checkpoints])

@@ -70,6 +70,7 @@ def accept_lengths(ctx: DoctorContext, run: Searched, rec: tuple[int, ...]) -> A
     wanted = [rec] + [
         named[n] for n in ("serve", ENGINE_DEFAULT, "configured") if n in named and named[n] != rec
     ]
+    wanted += ctx.names.engine_fed  # what each engine release feeds (`engine_reading`)
     spec = DraftSpec(ACCEPT_STEPS)
     replayer = Replayer(ev, spec)
     target = _expectation_target(ctx)

@@ -24,6 +24,7 @@ from inspector.doctor.budget import ACCEPT_STEPS, SampleShape, plan
 from inspector.doctor.config_alternatives import ConfigCheckResult, config_checks
 from inspector.doctor.context import DoctorContext, Searched
 from inspector.doctor.engine_conventions import TargetClass, data_config_target, read_target_class
+from inspector.doctor.engine_feeds import engine_feeds_finding
 from inspector.doctor.final_state import final_state_finding, measure_final_state
 from inspector.doctor.finding import Finding, Severity, sort_findings
 from inspector.doctor.fingerprint import fc_fingerprint
@@ -172,6 +173,7 @@ def build_context(
     sampling: SamplingSettings | None = None,
     target_dtype: str = "auto",
     target_model: TargetModel | None = None,
+    target_config: str | Path | None = None,
 ) -> DoctorContext:
     """The samples within the compute budget, the slots' identity (running the target when
     given; `target_model`: loaded once, for both stages that run it) and the named wirings."""
@@ -185,7 +187,13 @@ def build_context(
     infos = _infos(ev, slot_layers)
     identity = _identity(ev, infos, samples, slot_layers, target, progress, target_model)
     infos = relabel(infos, identity.hf)
-    names = named_wirings(ev, infos, override=slot_layers, identity=identity)
+    names = named_wirings(
+        ev,
+        infos,
+        override=slot_layers,
+        identity=identity,
+        target=_target_class(ev, target, target_config),
+    )
     return DoctorContext(
         ev,
         tuple(samples),
@@ -254,6 +262,7 @@ def _final_findings(
     rec: tuple[int, ...],
     serving_cfg: ServingConfig,
     clock: Stopwatch,
+    engines: Sequence[str] | None = None,
 ) -> list[Finding]:
     """The wiring, fc fingerprint, serving and long-context findings for the recommended
     wiring."""
@@ -285,7 +294,11 @@ def _final_findings(
     best = next(r for r in run.results if r.wiring == rec)
     serving = serving_finding(serving_cfg, best.wiring, best.label, slots_reread=reread)
     long_context = long_context_finding(accept.rec_stats)
-    return [wiring, fingerprint, serving] + ([long_context] if long_context is not None else [])
+    feeds = engine_feeds_finding(
+        ctx.names, run.ws, rec, ctx.infos, accept.by_wiring, engines=engines
+    )
+    extra = [f for f in (long_context, feeds) if f is not None]
+    return [wiring, fingerprint, serving, *extra]
 
 
 def diagnose(
@@ -303,6 +316,7 @@ def diagnose(
     sampling: SamplingSettings | None = None,
     target_dtype: str = "auto",
     target_model: TargetModel | None = None,
+    engines: Sequence[str] | None = None,
 ) -> DoctorReport:
     """Find the wiring the draft was trained for and every train/serve mismatch.
 
@@ -326,6 +340,8 @@ def diagnose(
       temperature, the target (run in target_dtype; `target_model`: loaded already, on the
       evaluator's device) verifying the drafts; the target is then loaded once for both stages
       that run it (the slots' identity and the expectation).
+    engines: the engines whose reading of the config the engine_feeds finding shows ("vllm",
+      "sglang", "llama.cpp"; None: all).
     """
     clock = Stopwatch()
     if sampling is not None and sampling.sampling.greedy:
@@ -355,6 +371,7 @@ def diagnose(
         sampling=sampling,
         target_dtype=target_dtype,
         target_model=target_model,
+        target_config=target_config,
     )
     findings = _data_findings(ctx)
     clock.lap("identity")
@@ -404,7 +421,7 @@ def diagnose(
         readings=readings,
         target=_target_class(ctx.ev, target, target_config),
     )
-    findings.extend(_final_findings(ctx, run, rec, serving_cfg, clock))
+    findings.extend(_final_findings(ctx, run, rec, serving_cfg, clock, engines))
     clock.lap("fingerprint")
     return DoctorReport(
         best_wiring=run.results[0].wiring,

@@ -61,7 +61,10 @@ class Kind(StrEnum):
     WIRING = "wiring"
     FC_FINGERPRINT = "fc_fingerprint"
     SERVING_CONFIG = "serving_config"
+    ENGINE_FEEDS = "engine_feeds"  # what each engine release reads from the config and feeds
     LONG_CONTEXT = "long_context"
+    GGUF_LAYERS = "gguf_layers"  # a llama.cpp GGUF's baked target layers against the trained ones
+    GGUF_CONVERSION = "gguf_conversion"  # what llama.cpp's converter changed (doctor --source)
 
 
 class Evidence(Protocol):
@@ -148,6 +151,13 @@ class Finding:
     @property
     def evidence(self) -> dict:
         return self.facts.to_dict() if self.facts is not None else {}
+
+    @property
+    def lines(self) -> list[str]:
+        """The finding's table in words, one line a row, where its facts have one (the views
+        show them under the summary)."""
+        fn = getattr(self.facts, "lines", None)
+        return list(fn()) if callable(fn) else []
 
     @property
     def is_problem(self) -> bool:

@@ -14,6 +14,9 @@ Who writes which convention:
   evidence (`formats.layer_convention`, `slot_identity`); the reader assumes the former only when
   nothing decides.
 - SpecForge `aux_hidden_states_layers`: the output of layer i, HF index i + 1.
+- a llama.cpp GGUF's `eagle3.target_layers`: id i is the input of target layer i (llama.cpp's
+  `t_layer_inp[i]`), HF index i; llama.cpp reads them so and only so (the source states its
+  convention), and feeds them in the order listed, not sorted (`capture.conventions`).
 
 So one list of ids can name two sets of layers. The doctor reads each source under its decided
 (or assumed) convention and, where nothing decides it, also under the other one: when the
@@ -27,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inspector.capture.conventions import LLAMA_CPP, LLAMA_CPP_KEY
 from inspector.doctor.serving import slots_for_hf
 from inspector.doctor.slot_identity import OVERRIDE, TARGET, SlotIdentity
 from inspector.draft import DraftConfig
@@ -40,8 +44,9 @@ LAYER_OUTPUT = "layer_output"  # id = the decoder layer whose output is captured
 SGLANG = "sglang"  # SGLang eagle_config ids, before / since PR #25454
 
 DRAFT_KEYS = {
-    HF: "eagle_aux_hidden_state_layer_ids",
-    SGLANG: "eagle_config.eagle_aux_hidden_state_layer_ids",
+    HF: "config.json eagle_aux_hidden_state_layer_ids",
+    SGLANG: "config.json eagle_config.eagle_aux_hidden_state_layer_ids",
+    LLAMA_CPP: f"GGUF {LLAMA_CPP_KEY}",
 }
 
 
@@ -151,8 +156,24 @@ def draft_source(cfg: DraftConfig) -> IdSource | None:
         return None
     conv = cfg.aux_layer_convention or HF
     hf = tuple(tuple(h) for h in configured_hf_ids(cfg.aux_layer_ids, conv))
-    where = "config.json " + DRAFT_KEYS.get(conv, DRAFT_KEYS[HF])
-    return IdSource(where, tuple(cfg.aux_layer_ids), conv, False, hf)
+    where = DRAFT_KEYS.get(conv, DRAFT_KEYS[HF])
+    # llama.cpp reads a GGUF's ids one way only: no other reading of them serves
+    stated = conv == LLAMA_CPP
+    return IdSource(
+        where, tuple(cfg.aux_layer_ids), conv, stated, hf, LLAMA_CPP if stated else None
+    )
+
+
+def _slots_in_order(hf: Sequence[int], infos: Sequence[SlotInfo]) -> tuple[int, ...] | None:
+    """The wiring feeding HF indices `hf` in the order listed (llama.cpp's), or None."""
+    by_hf: dict[int, int] = {}
+    for i, info in enumerate(infos):
+        if info.hf_index is not None and not info.post_norm:
+            by_hf.setdefault(info.hf_index, i)
+    try:
+        return tuple(by_hf[k] for k in hf)
+    except KeyError:
+        return None
 
 
 def _without_convention(cfg: dict) -> dict:
@@ -232,6 +253,12 @@ def layer_id_facts(
     )
     if facts.draft is None or len(facts.draft.ids) != n_blocks:
         return facts
+    if facts.draft.convention == LLAMA_CPP:  # fed as listed, not in ascending order
+        hf = facts.draft.hf[0]
+        w = _slots_in_order(hf, infos)
+        if w is not None:
+            facts.configured, facts.configured_hf = w, tuple(hf)
+        return facts
     for hf in facts.draft.hf:
         w = slots_for_hf(hf, infos)
         if w is not None:
@@ -252,6 +279,8 @@ def other_readings(
     out: list[Reading] = []
     assumed_draft = set(draft.hf)
     draft_readings = [(c, hf_of(draft.ids, c)) for c in (HF, LAYER_OUTPUT)]
+    if draft.stated:  # a GGUF's ids: llama.cpp reads them as HF indices, and only so
+        draft_readings = [(draft.convention, draft.hf[0])]
     slot_readings = [(slots.convention if slots else "", facts.slot_hf)]
     if slots is not None and not slots.stated and slots.convention == LAYER_OUTPUT:
         slot_readings.append((HF, tuple(None if k is None else k - 1 for k in facts.slot_hf)))
@@ -275,6 +304,7 @@ CONVENTIONS = {
     "hf": "HF indices",
     "layer_output": "decoder-layer output ids (HF index = id + 1)",
     "sglang": "SGLang ids (HF index = id + 1 before sglang PR #25454)",
+    LLAMA_CPP: "llama.cpp: id i = the input of target layer i = HF index i",
 }
 
 
@@ -304,7 +334,10 @@ def reading_text(r: Reading, ids: LayerIdFacts) -> str:
     if ids.draft is not None and r.config_hf not in ids.draft.hf:
         changed.append(f"the config's ids as {CONVENTIONS[r.draft_convention]}")
     tail = ", exactly the best wiring" if r.is_best else ""
-    return f"reading {' and '.join(changed)} instead, the config selects {r.label}{tail}"
+    whose = (
+        "the GGUF" if ids.draft is not None and ids.draft.convention == LLAMA_CPP else "the config"
+    )
+    return f"reading {' and '.join(changed)} instead, {whose} selects {r.label}{tail}"
 
 
 def reread_fix_text(ids: LayerIdFacts) -> str:

@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inspector.doctor.engine_default import EngineFeed, engine_defaults
+from inspector.doctor.engine_reading import EngineRead, engine_reads
 from inspector.doctor.layer_ids import LayerIdFacts, layer_id_facts
 from inspector.doctor.report import WiringResult
 from inspector.doctor.search import WiringSearch
-from inspector.doctor.serving import hf_indices
+from inspector.doctor.serving import hf_indices, slots_for_hf
 from inspector.doctor.slot_identity import SlotIdentity
 from inspector.doctor.stats import clearly_better
+from inspector.draft import Draft
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.sample import SlotInfo
@@ -37,14 +39,22 @@ class NamedWirings:
     layer_ids: LayerIdFacts
     engine_defaults: list[EngineFeed] = field(default_factory=list)
     num_layers: int | None = None
+    # what each engine release reads from the draft's config, and the wiring it feeds (None:
+    # it feeds layers the samples lack, or cannot serve the draft)
+    engine_reads: list[tuple[EngineRead, tuple[int, ...] | None]] = field(default_factory=list)
 
     @property
     def configured(self) -> tuple[int, ...] | None:
         return self.named.get("configured")
 
     @property
+    def engine_fed(self) -> list[tuple[int, ...]]:
+        """The wirings the engines feed, each once."""
+        return list(dict.fromkeys(w for _, w in self.engine_reads if w is not None))
+
+    @property
     def protected(self) -> list[tuple[int, ...]]:
-        return list(dict.fromkeys(self.named.values()))
+        return list(dict.fromkeys([*self.named.values(), *self.engine_fed]))
 
 
 def named_wirings(
@@ -53,9 +63,11 @@ def named_wirings(
     *,
     override: Sequence[int] | None = None,
     identity: SlotIdentity | None = None,
+    target: object = None,
 ) -> NamedWirings:
     """configured (what the draft's aux ids select on an engine), train and serve; `infos` carry
-    the slots' identity as decided (`slot_identity`)."""
+    the slots' identity as decided (`slot_identity`); and what each engine release reads from
+    the draft's config (`engine_reading`; `target`: the target's class, for SGLang's rule)."""
     data_config = ev.samples.data_config
     ids = layer_id_facts(
         ev.draft.config,
@@ -78,7 +90,37 @@ def named_wirings(
     for feed in feeds:  # scored beside the others whenever the samples hold its layers
         if feed.wiring is not None:
             named.setdefault(ENGINE_DEFAULT, feed.wiring)
-    return NamedWirings(named, ids, feeds, n_layers)
+    reads = []
+    raw, gguf = engine_config_of(ev.draft)
+    if raw is not None and n_layers is not None:
+        for r in engine_reads(raw, n_layers, ev.n_blocks, target=target, gguf=gguf):
+            fed = slots_for_hf(r.hf, infos) if r.hf is not None and r.problem is None else None
+            reads.append((r, fed))
+    return NamedWirings(named, ids, feeds, n_layers, reads)
+
+
+def engine_config_of(draft: Draft) -> tuple[dict | None, bool]:
+    """(what the engines read, whether it is a GGUF's keys): the draft's config.json as parsed,
+    or a llama.cpp GGUF's `eagle3.` keys nested as {"eagle3": {...}}; None for a draft with no
+    file (the loader has read it already, so an unreadable one does not land here)."""
+    import json
+
+    from inspector.formats.checkpoint import is_gguf
+
+    if not draft.path:
+        return None, False
+    if is_gguf(draft.path):
+        from inspector.formats.gguf_draft import read_gguf_header
+
+        keys = read_gguf_header(draft.path).keys
+        nested = {k.split(".", 1)[1]: v for k, v in keys.items() if k.startswith("eagle3.")}
+        return {"eagle3": nested}, True
+    path = Path(draft.path) / "config.json"
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None, False
+    return (raw, False) if isinstance(raw, dict) else (None, False)
 
 
 def wiring_results(

@@ -10,7 +10,9 @@ doctor screen both run, so the two cannot differ on the same inputs.
    needs logits); with it, the draft is scored with the target's head rows, from a temporary
    copy of the draft that holds them, and the `lm_head` finding says so;
 4. `load(checkpoint)` gives the evaluator (leniently loaded, so a faulty d2t or a missing
-   head_dim become findings), `diagnose` runs every check, `write_fixed` writes the fix.
+   head_dim become findings), `diagnose` runs every check, `write_fixed` writes the fix;
+5. a llama.cpp GGUF draft adds its baked target layers against the trained wiring
+   (`gguf_layers`); `--write-fixed` is refused for it (the fix is a reconversion).
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ from typing import TYPE_CHECKING
 from inspector.doctor.diagnose import DEFAULT_SAMPLES, diagnose
 from inspector.doctor.finding import Finding, Severity, sort_findings
 from inspector.doctor.fix import write_fixed
+from inspector.doctor.gguf_layers import gguf_layers_finding
 from inspector.doctor.lm_head import HeadStatus, borrow_target_head, head_finding, head_status
 from inspector.doctor.norm_flags import missing_norm_findings
 from inspector.doctor.report import DoctorReport
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
+from inspector.formats.checkpoint import is_gguf
 from inspector.progress import StageProgress
 from inspector.serving.sampling_settings import SamplingSettings
 
@@ -63,6 +67,7 @@ class DoctorRequest:
     read: tuple[str, ...] = ()
     sampling: SamplingSettings | None = None
     target_dtype: str = "auto"
+    engines: tuple[str, ...] | None = None  # the engine_feeds finding's rows (None: every engine)
 
 
 def headless_report(status: HeadStatus) -> DoctorReport:
@@ -90,6 +95,13 @@ def _preflight(request: DoctorRequest) -> DoctorReport | None:
     if request.write_fixed is not None:  # a bad OUT fails now, not after the diagnosis
         from inspector.formats.writer import check_out
 
+        if is_gguf(request.checkpoint):
+            raise InputError(
+                request.checkpoint,
+                "--write-fixed",
+                "writes a checkpoint folder from a folder draft: for a GGUF, fix its HF draft "
+                "(the gguf_layers finding says how) and convert it again",
+            )
         check_out(request.write_fixed, request.read, "--write-fixed")
     # A norm flag without its tensors stops the loader: those findings are the report.
     missing = missing_norm_findings(request.checkpoint)
@@ -147,6 +159,10 @@ def run(
             sampling=request.sampling,
             target_dtype=request.target_dtype,
             target_model=target_model,
+            engines=request.engines,
+        )
+        report.findings = sort_findings(
+            [*report.findings, *gguf_layers_finding(ev.draft, report, request.target)]
         )
         if request.write_fixed is not None:
             write_fixed(

@@ -14,13 +14,29 @@ log lines and Prometheus counters print accepted tokens and drafts; a request's
   draft accepts on these very requests); the first request and round where it did, and the
   engine-side fault classes that fit;
 - it lies above every replay, or between them matching none: the samples are not the requests
-  the engine served (other prompts, other sampling, other limits).
+  the engine served (other prompts, other sampling, other limits);
+- it is what the engine's synthetic acceptance gives (a benchmark setting the user names:
+  `synthetic_acceptance`): it says nothing about the draft, and no wiring is blamed.
+
+Where the log gives each round's drafted count (vLLM's `per_step_drafted`), every request paired
+with a sample is replayed under that schedule (`SampleReplay.rescheduled`), so the comparison holds
+count for count under an engine that drafts fewer tokens in some rounds. Where it gives none and
+the engine's draft length adapts (its log's start-up lines say so, or the caller does: `adaptive`),
+the replay at a fixed K is an upper bound of the engine's figure: a figure at most a wiring's
+replay is consistent with it, and the summary says the comparison is a bound.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from inspector.doctor.reconcile_rounds import (
+    bound_reason,
+    counted,
+    pooled,
+    request_rounds,
+    under_schedules,
+)
 from inspector.doctor.reconcile_sampled import reconcile_sampled
 from inspector.doctor.reconciliation import (
     Gap,
@@ -35,9 +51,14 @@ from inspector.doctor.reconciliation import (
     short_label,
     trained_clause,
 )
+from inspector.doctor.synthetic_acceptance import (
+    SyntheticSetting,
+    synthetic_check,
+    synthetic_reconciliation,
+)
 from inspector.doctor.trained_wiring import TrainedWiring
 from inspector.formats.engine_log import EngineLog, RequestFigures
-from inspector.serving.replay import AcceptReport, SampleReplay, WiringAccept
+from inspector.serving.replay import AcceptReport, SampleReplay
 from inspector.serving.walk import AcceptStats
 
 # A mean printed with two decimals is within half a unit of its last digit.
@@ -110,14 +131,21 @@ def pair_requests(
     return {}, notes
 
 
-def _request_rounds(r: SampleReplay) -> list[int]:
-    """The counts an engine reports per request: every round but SGLang's after the stop."""
-    return [int(a) for a, x in zip(r.accepted, r.after_stop, strict=True) if not x]
-
-
-def _equal(log: EngineLog, stats: AcceptStats) -> bool:
+def _equal(log: EngineLog, stats: AcceptStats, bound: bool = False) -> bool:
+    """The engine's figure equals the replay's (counts, or within the log's rounding); `bound`:
+    the replay at a fixed K is an upper bound of an adaptive engine's, which is consistent with
+    it when at most it."""
     if stats.accept_length is None or log.accept_length is None:
         return False
+    if bound:
+        exact = log.rounds is not None and log.accepted is not None and not log.rounded
+        if exact and not stats.is_bound:
+            assert log.rounds is not None and log.accepted is not None
+            return log.accepted * stats.rounds <= stats.accepted * log.rounds
+        windows = log.engine == "sglang" and log.source == "log" and log.decode_log_interval != 1
+        return log.accept_length <= stats.accept_length + (
+            WINDOW_TOLERANCE if windows else ROUNDING
+        )
     if log.rounds is not None and log.accepted is not None and not log.rounded:
         if stats.is_bound:
             # the replay's count is a lower bound: equal when the engine's is within its slack
@@ -146,11 +174,12 @@ def _first_gap(
     order = sorted(pairs.items(), key=lambda kv: kv[1].line)  # the log's own order
     for i, req in order:
         rep = per_sample.get(i)
-        if rep is None or req.per_step_accepted is None:
+        logged = req.counted_accepted
+        if rep is None or logged is None:
             continue
-        ours = _request_rounds(rep)
-        starts = [int(s) for s, x in zip(rep.starts, rep.after_stop, strict=True) if not x]
-        for k, (e, a) in enumerate(zip(req.per_step_accepted, ours, strict=False)):
+        ours = request_rounds(rep)
+        starts = [int(rep.starts[k]) for k in counted(rep)]
+        for k, (e, a) in enumerate(zip(logged, ours, strict=False)):
             if e < a:
                 short.append(starts[k])
                 if first is None:
@@ -188,6 +217,8 @@ def reconcile(
     notes: Sequence[str] = (),
     trained: tuple[Sequence[int], TrainedWiring] | None = None,
     engine_dtype: str = "float32",
+    adaptive: str | None = None,
+    synthetic: SyntheticSetting | None = None,
 ) -> Reconciliation:
     """Hold `log` against `report`'s wirings (the replay or live loop of the same requests).
 
@@ -199,33 +230,45 @@ def reconcile(
       were trained on, which the verdict names beside the configured one and the one the engine
       fed (None: the best replay of those tried stands for it).
     engine_dtype: what the engine computed in; in bfloat16 or float16 a figure that equals no
-      replay exactly is the nearest wiring's when within `HALF_DRIFT` of it (`near_match`)."""
-    if report.sampling is not None:
-        return reconcile_sampled(log, report, configured=configured, notes=notes, trained=trained)
+      replay exactly is the nearest wiring's when within `HALF_DRIFT` of it (`near_match`).
+    adaptive: why the engine's draft length adapts, where the caller knows (`--adaptive`); the
+      log's own start-up lines are read too (`EngineLog.adaptive`). Without a schedule in the log
+      the replay at a fixed K is then an upper bound of the figure, not an equal.
+    synthetic: the engine's synthetic-acceptance setting, where the caller names one: a figure
+      it gives is `Verdict.SYNTHETIC`."""
     pairs = pairs or {}
     notes = list(notes)
+    synth = synthetic_check(log, synthetic, report.spec.steps) if synthetic else None
+    if synth is not None and synth.matches:
+        return synthetic_reconciliation(log, report, pairs, notes, synth)
+    if synth is not None:
+        notes.append(
+            f"the figure is not what {synth.setting.text} gives (expected {synth.expected:.3f} "
+            f"+- {synth.tolerance:.3f}): held against the replay as the engine's own"
+        )
+    if report.sampling is not None:
+        return reconcile_sampled(log, report, configured=configured, notes=notes, trained=trained)
+    wirings, scheduled, refused = under_schedules(report.wirings, pairs, notes)
+    bound = bound_reason(log, adaptive, scheduled, refused, report.spec.steps, notes)
     checks: list[WiringCheck] = []
-    for wa in report.wirings:
-        stats = _pooled(wa, pairs, log)
+    for wa in wirings:
+        stats = pooled(wa, pairs, log)
         eq = None
         if pairs:
-            eq = sum(
-                1
-                for s in wa.per_sample
-                if s.index in pairs
-                and pairs[s.index].per_step_accepted is not None
-                and pairs[s.index].per_step_accepted == _request_rounds(s)
-            )
-        checks.append(WiringCheck(wa.label, wa.wiring.slots, stats, _equal(log, stats), eq))
+            eq = sum(1 for s in wa.per_sample if s.index in pairs and _same(pairs[s.index], s))
+        checks.append(
+            WiringCheck(wa.label, wa.wiring.slots, stats, _equal(log, stats, bound is not None), eq)
+        )
     engine_name = "vLLM" if log.engine == "vllm" else "SGLang"
     figure = logged_text(log)
     scored = [c for c in checks if c.stats.accept_length is not None]
     if not scored or log.accept_length is None:
         raise ValueError("nothing to reconcile: no rounds replayed or no figure logged")
+    exactly = "exactly what" if bound is None else "at most what"
     best = reference(checks, scored, trained)
     conf = checks[configured] if configured is not None else None
     ref = configured if configured is not None else checks.index(best)
-    per_request = {s.index: s for s in report.wirings[ref].per_sample}
+    per_request = {s.index: s for s in wirings[ref].per_sample}
     # a per-request match decides between wirings a pooled figure cannot tell apart
     matches = [c for c in checks if c.equal]
     if pairs and any(c.requests_equal for c in checks):
@@ -250,7 +293,7 @@ def reconcile(
         if trained is not None and not _worse(m, best):
             verdict = Verdict.AS_IS
             summary = (
-                f"{engine_name} logged {figure}, exactly what this draft gives fed "
+                f"{engine_name} logged {figure}, {exactly} this draft gives fed "
                 f"{label[m.label]}"
                 + trained_clause(trained[1], m, best, conf, label)
                 + ": the draft is what it is. More draft steps, a tree (SGLang's topk > 1) or "
@@ -259,7 +302,7 @@ def reconcile(
         elif trained is not None:
             verdict = Verdict.WRONG_WIRING
             summary = (
-                f"{engine_name} logged {figure}, exactly what this draft gives fed "
+                f"{engine_name} logged {figure}, {exactly} this draft gives fed "
                 f"{label[m.label]}"
                 + trained_clause(trained[1], m, best, conf, label)
                 + ": your engine feeds the wrong layers"
@@ -312,6 +355,15 @@ def reconcile(
             + "): the samples are not the requests the engine served (other prompts, sampling "
             "or max tokens), or the engine drafts otherwise than --steps/--topk say"
         )
+        if bound is not None:
+            # rounds without a draft are no draft to vLLM or llama.cpp (scheduler.py 2113,
+            # common/speculative.cpp 2829-2848): counted over the rounds it drafted in, an engine
+            # that skips the unsure ones can log more than a fixed-K replay
+            summary += (
+                "; or, above every replay, an adaptive engine that leaves its rounds without a "
+                "draft out of its counts (llama.cpp's p-min): only its per-step drafted counts "
+                "(vLLM's per_step_drafted) hold that figure"
+            )
     serving_config, fix = serving_fix(verdict, best, conf, report, label)
     if trained is not None and conf is not None and conf is not best and fix is None:
         fix = config_fix(best, conf, report, label)
@@ -320,6 +372,14 @@ def reconcile(
             "some replayed requests end in a round drafted past what their samples hold of the "
             "target's continuation: those accept lengths are lower bounds"
         )
+    if bound is not None:
+        sentence = (
+            f"The engine's draft length adapts ({bound}): the replay drafts "
+            f"{report.spec.steps} tokens every round, an upper bound of what the engine drafts "
+            "and accepts, so its figure is held to be at most a wiring's replay, not equal to it"
+        )
+        summary += ". " + sentence
+        notes.append(sentence)
     return Reconciliation(
         log,
         checks,
@@ -335,6 +395,8 @@ def reconcile(
         serving_config,
         trained=trained[1] if trained is not None else None,
         configured=conf.label if conf is not None else None,
+        bound=bound,
+        scheduled=scheduled,
     )
 
 
@@ -360,28 +422,19 @@ def label_of(c: WiringCheck) -> str:
     return short_label(c.label)
 
 
+def _same(req: RequestFigures, s: SampleReplay) -> bool:
+    """The engine's request counts what the replay's does: every round (vLLM's
+    per_step_accepted), else its rounds and accepted drafts (SGLang's spec_verify_ct and
+    spec_num_correct_drafts); False where the request gives neither."""
+    ours = request_rounds(s)
+    if req.counted_accepted is not None:
+        return req.counted_accepted == ours
+    if req.rounds is not None and req.accepted is not None and not req.per_request_figure:
+        return (req.rounds, req.accepted) == (len(ours), sum(ours))
+    return False
+
+
 def _worse(m: WiringCheck, best: WiringCheck) -> bool:
     """The engine fed a wiring whose replay accepts less than the trained one's."""
     a, b = m.stats.accept_length, best.stats.accept_length
     return m is not best and a is not None and b is not None and a < b
-
-
-def _pooled(wa: WiringAccept, pairs: dict[int, RequestFigures], log: EngineLog) -> AcceptStats:
-    """The replay's counts as the log counts them: SGLang's per-request figures leave the round
-    after the stop out, and without a count of correct drafts they are completion tokens per
-    verify round (written as accepted = completion - rounds)."""
-    total = AcceptStats(wa.depth)
-    per_request = log.engine == "sglang" and log.source == "requests"
-    for s in wa.per_sample:
-        if pairs and s.index not in pairs:
-            continue
-        if not per_request:
-            total.add(s.stats)
-            continue
-        rounds = [r for r in s.rounds if not r.after_stop]
-        st = AcceptStats.of(rounds, wa.depth)
-        if log.figure == "spec_accept_length":
-            st.accepted = s.completion_tokens - st.rounds
-            st.bounded = 0  # the tokens the request received: exact
-        total.add(st)
-    return total

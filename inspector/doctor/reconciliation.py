@@ -23,6 +23,8 @@ class Verdict(str, Enum):
     WRONG_WIRING = "wrong_wiring"  # the engine's figure is another wiring's
     ENGINE_FAULT = "engine_fault"  # below every wiring's replay
     OTHER_DATA = "other_data"  # above every replay, or matching none
+    # the figure is what the engine's synthetic (forced) acceptance gives: nothing of the draft
+    SYNTHETIC = "synthetic"
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,11 @@ class Reconciliation:
     # the wiring search's answer (None: not run, the best replay stands for the trained wiring)
     trained: TrainedWiring | None = None
     configured: str | None = None  # the label of the wiring the draft's config names
+    # why the replay at a fixed K is an upper bound of the engine's figure, not an equal (its
+    # draft length adapts, its log gives no schedule); None: held count for count
+    bound: str | None = None
+    scheduled: int = 0  # paired requests replayed under the engine's own schedule
+    synthetic: dict | None = None  # the synthetic-acceptance setting held against the figure
 
     def to_dict(self) -> dict:
         log = self.log
@@ -153,6 +160,10 @@ class Reconciliation:
             "first_gap": self.gap.to_dict() if self.gap else None,
             "engine_fault_classes": self.faults,
             "serving_config": self.serving_config,
+            "scheduled_requests": self.scheduled,
+            "replay_is_upper_bound": self.bound is not None,
+            "adaptive": self.bound,
+            "synthetic": self.synthetic,
             "notes": self.notes,
         }
 
@@ -270,10 +281,11 @@ def trained_clause(
                 "but an engine that reads the config would"
             )
         return out
+    fed_acc = t.all_tok_of(fed.wiring)  # None: the search dropped it early, or never had it
+    against = f" against {pct_of(fed_acc)} fed {label[fed.label]}" if fed_acc else ""
     out = (
         f"; the weights were trained on {label[best.label]} (the wiring search: "
-        f"{acc} step-0 all-tok on {n} samples against "
-        f"{pct_of(t.all_tok_of(fed.wiring))} fed {label[fed.label]}), which gives {fig(best)}"
+        f"{acc} step-0 all-tok on {n} samples{against}), which gives {fig(best)}"
     )
     if conf is best:
         out += ", what its config names"

@@ -322,6 +322,12 @@ def _engine_defaults(facts: WiringFacts) -> str:
     return ": " + "; ".join(parts)
 
 
+def _baked(facts: WiringFacts) -> bool:
+    """The ids are a llama.cpp GGUF's `eagle3.target_layers`, not a config's."""
+    d = facts.layer_ids.draft
+    return d is not None and d.convention == "llama.cpp"
+
+
 def _wiring_fix(facts: WiringFacts, cfg_line: str) -> str:
     case, lab = facts.case, facts.best.label
     if case == WiringCase.NOT_ASCENDING:
@@ -330,6 +336,14 @@ def _wiring_fix(facts: WiringFacts, cfg_line: str) -> str:
             f"same function: {WRITE_FIXED}; then configure the engines as in serving_config"
         )
     set_line = f"set {cfg_line} in the draft's config.json" if cfg_line else ""
+    if _baked(facts):
+        # a GGUF's layers are baked in: the fix is the HF draft's config and a reconversion
+        set_line = (
+            "write the trained wiring's ids at the top level of the HF draft's config.json and "
+            "convert it again (the gguf_layers finding gives the ids and the command)"
+        )
+        if case in (WiringCase.CONFIG_WRONG, WiringCase.CONFIG_UNMATCHED):
+            return set_line
     reread = reread_fix_text(facts.layer_ids)
     if case in (WiringCase.CONFIG_UNMATCHED, WiringCase.CONFIG_WRONG) and reread:
         return reread + ("; otherwise " + set_line if set_line else "")
@@ -388,8 +402,9 @@ def wiring_text(facts: WiringFacts) -> Text:
             "concatenate captured layers in ascending order"
         )
     elif case == WiringCase.CONFIG_WRONG and ref is not None:
+        selects = "the GGUF's baked layers select" if _baked(facts) else "the config selects"
         summary = (
-            f"the config selects {ref.label} ({ref.all_tok.fmt()}), but the draft was trained for "
+            f"{selects} {ref.label} ({ref.all_tok.fmt()}), but the draft was trained for "
             f"{lab} ({bfmt}, {100 * (ref.margin or 0.0):+.1f} points){readings}"
         )
     elif case == WiringCase.CONFIG_CLOSE and ref is not None:

@@ -16,6 +16,11 @@ class RequestFigures:
     prompt_ids: list[int] | None = None
     output_ids: list[int] | None = None
     per_step_accepted: list[int] | None = None  # vLLM: each round's accepted count
+    # each round's drafted count, where the log gives it (vLLM's "detailed" per-request
+    # metrics): the engine's own schedule, which the replay then drafts. A 0 marks a round that
+    # drafted nothing (vLLM leaves such rounds out; a log that keeps them places them): no draft
+    per_step_drafted: list[int] | None = None
+    spec_tokens: int | None = None  # vLLM's num_spec_tokens (the configured k), where given
     rounds: int | None = None  # verification rounds (SGLang: spec_verify_ct)
     accepted: int | None = None  # drafted tokens accepted over the request
     completion_tokens: int | None = None  # SGLang: the prefill's token included
@@ -23,6 +28,14 @@ class RequestFigures:
     # `accepted` is completion_tokens - rounds: the log's figure is SGLang's per-request
     # spec_accept_length, not the accept length its log lines pool
     per_request_figure: bool = False
+
+    @property
+    def counted_accepted(self) -> list[int] | None:
+        """per_step_accepted of the rounds that drafted (the engine's counts: a round that
+        drafted nothing is no draft)."""
+        if self.per_step_accepted is None or self.per_step_drafted is None:
+            return self.per_step_accepted
+        return [a for a, d in zip(self.per_step_accepted, self.per_step_drafted, strict=True) if d]
 
 
 @dataclass(frozen=True)
@@ -72,6 +85,23 @@ class EngineLog:
     weighting: str | None = None
     decode_log_interval: int | None = None
     note: str | None = None
+    # where the engine ran, as its lines show it (SGLang's decode lines say "cpu graph" on a CPU,
+    # "cuda graph" on a GPU): SGLang runs no overlap scheduler for speculative decoding on CPU
+    device: str | None = None
+    # why the engine's draft length adapts, where its log says so (a sentence naming the line;
+    # None: the log says nothing of it): a fixed-K replay is then an upper bound, not an equal
+    adaptive: str | None = None
+
+    @property
+    def schedules(self) -> bool:
+        """Whether the requests give each round's drafted count (the engine's schedule)."""
+        return bool(self.requests) and all(r.per_step_drafted is not None for r in self.requests)
+
+    @property
+    def most_drafted(self) -> int | None:
+        """The most tokens any logged round drafted (None: no request gives its schedule)."""
+        counts = [d for r in self.requests for d in r.per_step_drafted or []]
+        return max(counts) if counts else None
 
     @property
     def start(self) -> EngineStart | None:

@@ -14,8 +14,13 @@
   as prometheus_client writes counters) and `..._num_accepted_tokens_per_pos{position="i"}`,
   summed over label sets (engines, models).
 - vLLM per request, JSON lines: `spec_decode_metrics` (`CompletionOutput.spec_decode_metrics
-  .to_dict()`, or the keys at the top level) with `per_step_accepted` (one count per round), and
-  optionally `prompt_token_ids` / `output_token_ids` to match the request with a sample.
+  .to_dict()`, or the keys at the top level) with `per_step_accepted` (one count per round),
+  optionally `per_step_drafted` (each round's drafted count: the engine's own schedule, which
+  the replay then drafts; vLLM 0.32 `RequestSpecDecodeMetrics`, v1/metrics/stats.py 349-421, with
+  `num_spec_tokens`, its k) and `prompt_token_ids` / `output_token_ids` to match the request with
+  a sample. A 0 in `per_step_drafted` is a round that drafted nothing: no draft, not counted
+  (vLLM records a round only where the request had draft tokens scheduled, v1/core/sched/
+  scheduler.py 2110-2116, so its own lists hold none; a log that keeps such rounds places them).
 - SGLang's log: "[2026-12-01 16:30:02] Decode batch, #running-req: 8, #token: 900, token usage:
   0.01, accept len: 2.31, accept rate: 0.44, cuda graph: True, gen throughput (token/s): 300.10,
   #queue-req: 0" once per `decode_log_interval` decode iterations (default 40). SGLang 0.5.23
@@ -40,6 +45,10 @@
   spec_verify_ct, the prefill's token included); without `spec_num_correct_drafts` the figure is
   that per-request one. SGLang's server info (`internal_states[*].avg_spec_accept_length`).
 
+Where a text log says the engine's draft length adapts (`engine_settings`), a vLLM log line's
+drafts are no longer its drafted tokens / k: each line is then weighted by the drafts its mean
+gives (accepted / (mean - 1)) and the pooled figure is a rounded one.
+
 Every malformed or truncated entry is one `InputError` naming the file and the line.
 """
 
@@ -51,6 +60,7 @@ from pathlib import Path
 
 from inspector.errors import InputError
 from inspector.formats.engine_figures import EngineLog, EngineStart, RequestFigures
+from inspector.formats.engine_settings import adaptive_reason
 from inspector.formats.files import check_regular
 from inspector.formats.sglang_log_lines import sglang_log
 
@@ -98,9 +108,11 @@ def read_engine_log(path: str | Path, *, decode_log_interval: int | None = None)
     if any(PROM_LINE.match(ln) for ln in lines):
         return _prometheus(path, lines)
     if any("SpecDecoding metrics:" in ln for ln in lines):
-        return _vllm_log(path, lines)
+        return _vllm_log(path, lines, adaptive_reason(path, lines))
     if any("accept len:" in ln for ln in lines):
-        return sglang_log(path, lines, decode_log_interval)
+        out = sglang_log(path, lines, decode_log_interval)
+        out.adaptive = adaptive_reason(path, lines)
+        return out
     raise InputError(
         path,
         None,
@@ -119,9 +131,10 @@ def _is_json(text: str) -> bool:
     return True
 
 
-def _vllm_log(path: Path, lines: list[str]) -> EngineLog:
-    out = EngineLog(path, "vllm", "log", rounded=True)
+def _vllm_log(path: Path, lines: list[str], adaptive: str | None = None) -> EngineLog:
+    out = EngineLog(path, "vllm", "log", rounded=True, adaptive=adaptive)
     acc = drafted = drafts = 0
+    weighted = weights = 0.0  # adaptive: the lines' means weighted by the drafts each gives
     per_pos: list[float] | None = None
     for no, ln in enumerate(lines, start=1):
         if "Initializing a V1 LLM engine" in ln:
@@ -146,6 +159,14 @@ def _vllm_log(path: Path, lines: list[str]) -> EngineLog:
             )
         out.steps = k
         a, d = int(m["accepted"]), int(m["drafted"])
+        if adaptive is not None:
+            # a round drafted up to k tokens: its drafts are what the printed mean gives
+            mean = float(m["mean"])
+            n_est = a / (mean - 1) if mean > 1 else d / k
+            acc, drafted = acc + a, drafted + d
+            weighted, weights = weighted + mean * n_est, weights + n_est
+            out.lines += 1
+            continue
         if d % k:
             raise InputError(path, f"line {no}", f"Drafted: {d} tokens is not a multiple of {k}")
         n = d // k
@@ -154,6 +175,11 @@ def _vllm_log(path: Path, lines: list[str]) -> EngineLog:
         per = [r * n for r in rates]
         per_pos = per if per_pos is None else [x + y for x, y in zip(per_pos, per, strict=True)]
         out.lines += 1
+    if adaptive is not None:
+        # the drafts are estimates from rounded means: no round count, a rounded figure
+        out.accepted, out.drafted_tokens = acc, drafted
+        out.accept_length = weighted / weights if weights else None
+        return out
     out.accepted, out.drafted_tokens, out.rounds = acc, drafted, drafts
     out.accept_length = 1 + acc / drafts if drafts else None
     out.accepted_per_pos = [round(x) for x in per_pos] if per_pos is not None else None
@@ -247,6 +273,10 @@ def _json_entries(path: Path, text: str, lines: list[str]) -> EngineLog:
     engine = engines.pop() if engines else "vllm"
     out = EngineLog(path, engine, "requests", lines=len(requests))
     out.requests = [r for _, r in requests]
+    ks = {r.spec_tokens for r in out.requests if r.spec_tokens is not None}
+    if len(ks) > 1:
+        raise InputError(path, "num_spec_tokens", f"requests logged with {sorted(ks)}")
+    out.steps = ks.pop() if ks else None
     if all(r.rounds is not None for r in out.requests) and out.requests:
         out.rounds = sum(r.rounds or 0 for r in out.requests)
     if all(r.accepted is not None for r in out.requests) and out.requests:
@@ -314,8 +344,25 @@ def _request(path: Path, no: int, entry: object) -> tuple[str, RequestFigures]:
     r = RequestFigures(where, no)
     r.per_step_accepted = _ints(path, no, "per_step_accepted", sdm.get("per_step_accepted"))
     assert r.per_step_accepted is not None
-    r.rounds = len(r.per_step_accepted)
-    r.accepted = sum(r.per_step_accepted)
+    r.per_step_drafted = _ints(path, no, "per_step_drafted", sdm.get("per_step_drafted"))
+    r.spec_tokens = _int(path, no, "num_spec_tokens", sdm.get("num_spec_tokens"))
+    if r.per_step_drafted is not None:
+        if len(r.per_step_drafted) != len(r.per_step_accepted):
+            raise InputError(
+                path,
+                f"line {no}",
+                f"per_step_drafted has {len(r.per_step_drafted)} rounds, per_step_accepted "
+                f"{len(r.per_step_accepted)}",
+            )
+        pairs = zip(r.per_step_accepted, r.per_step_drafted, strict=True)
+        over = [k for k, (a, d) in enumerate(pairs) if a > d]
+        if over:
+            raise InputError(
+                path, f"line {no}", f"round {over[0]} accepted more tokens than it drafted"
+            )
+    counted = r.counted_accepted or []
+    r.rounds = len(counted)
+    r.accepted = sum(counted)
     r.prompt_ids = _ints(path, no, "prompt_token_ids", entry.get("prompt_token_ids"))
     r.output_ids = _ints(path, no, "output_token_ids", entry.get("output_token_ids"))
     return "vllm", r

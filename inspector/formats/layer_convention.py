@@ -136,6 +136,20 @@ def target_layer_count(folder: str | Path) -> int | None:
     return n if type(n) is int and n > 0 else None
 
 
+def target_model_type(folder: str | Path) -> str | None:
+    """`model_type` of a target model folder's config.json (its text_config's for a multimodal
+    one: the text model is what an engine's layer ids index); None when it cannot be read."""
+    try:
+        data = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else data
+    kind = text.get("model_type", data.get("model_type"))
+    return kind if isinstance(kind, str) else None
+
+
 def read_layer_ids(
     cfg: dict, path: Path, *, num_layers: int | None = None, layers_from: str | None = None
 ) -> LayerIdReading | None:

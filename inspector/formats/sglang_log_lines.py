@@ -11,6 +11,7 @@ from inspector.formats.engine_figures import EngineLog
 
 SGLANG_LINE = re.compile(r"(?<!block )accept len: (?P<len>[0-9.]+|nan)")
 SGLANG_RUNNING = re.compile(r"#running-req: (?P<n>\d+)")
+SGLANG_GRAPH = re.compile(r"\b(cpu|cuda|npu|xpu) graph: ")
 # the start-up line's `server_args={... 'decode_log_interval': 40, ...}` (0.5.23: a dict; older
 # releases: `ServerArgs(..., decode_log_interval=40, ...)`)
 SGLANG_INTERVAL = re.compile(r"""\bdecode_log_interval['"]?\s*[:=]\s*(?P<n>\d+)""")
@@ -50,6 +51,9 @@ def sglang_log(path: Path, lines: list[str], interval: int | None = None) -> Eng
     out = EngineLog(
         path, "sglang", "log", lines=len(rows), rounded=True, decode_log_interval=interval
     )
+    graphs = {g for ln in lines for g in SGLANG_GRAPH.findall(ln)}
+    if len(graphs) == 1:  # the decode lines' "cpu graph: ..." or "cuda graph: ..."
+        out.device = graphs.pop()
     values = [float(v) for _, v, _ in rows]
     if any(n is None for _, _, n in rows):
         missing = sum(n is None for _, _, n in rows)

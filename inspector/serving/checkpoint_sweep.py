@@ -175,8 +175,11 @@ def _trainer(steps) -> dict:
     return out
 
 
-def evaluate_checkpoint(ev, spec: DraftSpec, engine: Engine, wiring_text: str, limit):
-    """(accept stats, the wiring report) of one loaded evaluator."""
+def evaluate_checkpoint(
+    ev, spec: DraftSpec, engine: Engine, wiring_text: str, limit, overlap: bool = True
+):
+    """(accept stats, the wiring report) of one loaded evaluator; `overlap`: SGLang's overlap
+    scheduler counts its round after each request's stop (`AcceptReport.without_overlap_rounds`)."""
     from inspector.serving.replay import Replayer
     from inspector.wiring import preset_name
 
@@ -186,6 +189,8 @@ def evaluate_checkpoint(ev, spec: DraftSpec, engine: Engine, wiring_text: str, l
     if spec.is_chain and engine is Engine.VLLM and spec.kv == "exact" and wr.accept is not None:
         return wr.accept, wr, report
     rep = Replayer(ev, spec, engine).run([w], limit=limit, names=[preset_name(wiring_text)])
+    if engine.overlap_round and not overlap:
+        rep = rep.without_overlap_rounds()
     return rep.wirings[0].stats, wr, report
 
 
@@ -204,6 +209,7 @@ def sweep_run(
     progress: Callable[[int, int], None] | None = None,
     refused: Sequence[tuple[Path, str]] = (),
     check: Callable[[Evaluator], str | None] | None = None,
+    overlap: bool = True,
 ) -> SweepRunReport:
     """Evaluate every checkpoint in order (module docstring); a checkpoint that does not load
     is refused in one line and the rest still run.
@@ -224,6 +230,7 @@ def sweep_run(
         "target": str(Path(target).resolve()) if target is not None else None,
         "dtype": dtype,
         "schema": SCHEMA_VERSION,
+        **({} if overlap else {"sglang_overlap": False}),
     }
     done = read_state(state) if state is not None else {}
     results: list[CheckpointResult] = []
@@ -292,7 +299,7 @@ def sweep_run(
             if checked:
                 notes.append(checked)
             note = "; ".join(notes) or None
-            stats, wr, report = evaluate_checkpoint(ev, spec, engine, wiring, limit)
+            stats, wr, report = evaluate_checkpoint(ev, spec, engine, wiring, limit, overlap)
         except InputError as e:
             out_refused.append((str(ckpt.path), str(e)))
             if progress is not None:

@@ -165,6 +165,10 @@ def live_accept(
             None, "--verify", f"{verification.rule.value} is not {engine.display}'s rule"
         )
     verification.check_tree(spec.is_chain)
+    if spec.early_stop and not sampling.greedy and verification.rule.samples_drafts:
+        raise InputError(
+            None, "--p-min", "llama.cpp's early stop reads a greedy draft: not a sampled-draft rule"
+        )
     settings_s = SamplingSettings(sampling, verification)
     ids = draft_ids(draft)
     settings = CaptureSettings(
@@ -287,6 +291,7 @@ def live_accept(
                     a_by_start,
                     spec.steps,
                     after_stop=np.array(seq.after_stop, dtype=bool),
+                    drafted=np.array(seq.drafted, dtype=np.int64) if spec.early_stop else None,
                     completion_tokens=len(seq.ids) - seq.prompt_len,
                     odds=None if sampling.greedy else SampleOdds.of(seq.odds, spec.steps),
                     category=r.category,

@@ -19,7 +19,7 @@ from inspector.model import (
 )
 from inspector.model.parallel import refuse_parallel
 from inspector.serving.beam import Trees, build_trees
-from inspector.serving.spec import DraftSpec
+from inspector.serving.spec import P_MIN_TOP_K, DraftSpec
 
 
 class LiveDraft:
@@ -38,6 +38,9 @@ class LiveDraft:
         self._z: torch.Tensor | None = None  # the last committed row's pre-norm output [1, 1, H]
         self._layers = resolve_layers(draft)
         self._d2t = draft.vocab.draft_to_target.to(draft.device)
+        # llama.cpp's early stop: each chain step's top-1 probability, renormalised over the
+        # draft's top P_MIN_TOP_K (its draft sampler's), in the order `tree` drafted them
+        self.confidence: list[float] = []
 
     @property
     def d2t(self) -> torch.Tensor:
@@ -86,8 +89,27 @@ class LiveDraft:
         self.rows += m
 
     def _topk(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-K log-probs and draft ids of each output row z [1, Q, H]: [1, Q, K] each."""
-        return topk_logprobs(self.draft, z, self.spec.topk)
+        """Top-K log-probs and draft ids of each output row z [1, Q, H]: [1, Q, K] each. Under
+        llama.cpp's early stop (a chain's), also the row's top-1 probability among its top
+        P_MIN_TOP_K, kept in `confidence`."""
+        k = self.spec.topk
+        if not self.spec.early_stop:
+            return topk_logprobs(self.draft, z, k)
+        wide = max(k, min(P_MIN_TOP_K, int(self._d2t.numel())))
+        v, ids = topk_logprobs(self.draft, z, wide)
+        self.confidence.append(float(torch.softmax(v[0, -1].double(), -1)[0]))
+        return v[..., :k], ids[..., :k]
+
+    def kept(self) -> int:
+        """How many of the chain `tree` just drafted llama.cpp keeps: up to the first step whose
+        top-1 probability is below p_min (that one dropped), none if fewer than n_min remain
+        (common/speculative.cpp 808-830, 849-858); every step without the early stop."""
+        spec = self.spec
+        if not spec.early_stop:
+            return spec.steps
+        n = next((i for i, c in enumerate(self.confidence) if c < spec.p_min), spec.steps)
+        n = min(n, spec.steps)
+        return 0 if n < spec.n_min else n
 
     def tree(self) -> Trees:
         """The round's tree (one row): `build_trees` over this row's beam, each level's K nodes
@@ -96,6 +118,7 @@ class LiveDraft:
         k = self.spec.topk
         z = self._z
         dev = z.device
+        self.confidence = []
         c = self.rows
         layers = self.draft.config.num_layers
         tree_kv: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(layers)]

@@ -19,6 +19,9 @@ Per prompt and wiring, as the engines run it (EAGLE reference, SGLang, vLLM V1):
 4. the target's KV cache keeps the root and the accepted path; the draft's extend runs over the
    a + 1 newly committed positions with the target features of *that verify forward* (never the
    draft's own states), paired with the accepted tokens and the bonus;
+   Under llama.cpp's early stop (`DraftSpec.p_min` / `n_min`) a chain is cut where its drafter
+   stops (`LiveDraft.kept`): the target verifies only the tokens kept (none: the root alone),
+   and each round's drafted count is recorded;
 5. a round emits a + 1 tokens; generation stops after `max_new` tokens (x_P included) or after
    the target's EOS (kept), truncating the last round's output there. Its *count* is not cut:
    the engines record the whole accepted path before the stop trims the output (vLLM's
@@ -90,6 +93,7 @@ class LiveSequence:
     tail_slots: list[torch.Tensor]
     finish: str  # "stop" (EOS) or "length"
     odds: list[RoundOdds]  # at a temperature: each round's odds under the rule, given its start
+    drafted: list[int]  # each round's draft steps (fewer than steps: llama.cpp's early stop)
 
 
 def run_sequence(
@@ -139,10 +143,11 @@ def run_sequence(
     emitted: list[int] = []
     after_stop: list[bool] = []
     odds: list[RoundOdds] = []
+    drafted: list[int] = []
 
     def one_round(full: list[int]) -> tuple[list[int], list[int], list[torch.Tensor]]:
         """Draft after `full`, verify, keep the accepted path: (path tokens, new tokens: the
-        path and the bonus, the committed rows' features)."""
+        path and the bonus, the committed rows' features); its drafted count to `drafted`."""
         nonlocal cache
         n = len(full) - 1
         q_draft = None
@@ -150,9 +155,11 @@ def run_sequence(
             tr, q_draft = ld.sampled_chain(sampling.temperature, categorical)
         else:
             tr = ld.tree()
-        tokens = d2t[tr.tokens[0]].tolist()
-        parent = tr.parent[0].tolist()
-        m = len(tokens)
+        # the nodes verified: every one, or the prefix of the chain llama.cpp's drafter keeps
+        m = ld.kept() if spec.early_stop else len(tr.tokens[0])
+        drafted.append(m if spec.early_stop else spec.steps)
+        tokens = d2t[tr.tokens[0][:m]].tolist()
+        parent = tr.parent[0][:m].tolist()
         # The tree's ancestor mask (root column always on) and positions n + depth.
         anc = torch.zeros(m + 1, m + 1, dtype=torch.bool)
         anc[0, 0] = True
@@ -160,7 +167,7 @@ def run_sequence(
             anc[j + 1] = anc[par + 1]
             anc[j + 1, j + 1] = True
         mask = torch.cat([torch.ones(m + 1, n, dtype=torch.bool), anc], 1)
-        pos = n + torch.cat([torch.zeros(1, dtype=torch.long), tr.depth[0].cpu()])
+        pos = n + torch.cat([torch.zeros(1, dtype=torch.long), tr.depth[0][:m].cpu()])
         logits, f, cache = target.forward_cached(
             torch.tensor([full[n], *tokens]), plan_slots, cache=cache, positions=pos, mask=mask
         )
@@ -174,7 +181,7 @@ def run_sequence(
                 q[:, d2t.cpu()] = q_draft
             q_at = None if q is None else q[torch.arange(m), torch.tensor(tokens)].tolist()
             reach = node_reach(probs, tokens, parent, verification, q_at)
-            odds.append(RoundOdds.of(reach, tr.depth[0].tolist(), spec.steps))
+            odds.append(RoundOdds.of(reach, tr.depth[0][:m].tolist(), spec.steps))
             path, bonus = sample_verify(
                 probs, tokens, parent, verification, uniform, categorical, q
             )
@@ -240,4 +247,5 @@ def run_sequence(
         tail_slots,
         finish,
         odds,
+        drafted,
     )

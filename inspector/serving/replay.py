@@ -10,7 +10,7 @@ A tree needs the forwards of the nodes off the realised path too (`tree_forward`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -22,129 +22,24 @@ from inspector.evaluate.report import RunReport
 from inspector.formats.sample_set import SkippedSample
 from inspector.metrics import Counts
 from inspector.model import fc_wired
-from inspector.sample import Continuation
 from inspector.serving.engines import Engine, conventions, default_engine
-from inspector.serving.expectation import Expectation, SampleOdds
+from inspector.serving.expectation import Expectation
+from inspector.serving.sample_replay import SampleReplay, sample_runs
 from inspector.serving.sampling_settings import SamplingSettings
 from inspector.serving.spec import DraftSpec
 from inspector.serving.tree_forward import chain_accepts_forward, tree_accepts_many
-from inspector.serving.walk import AcceptStats, Round, Run, chain_accepts, generation_runs, walk
+from inspector.serving.walk import AcceptStats, chain_accepts, generation_runs
 from inspector.wiring import Wiring, named_label
 
-
-def sample_runs(loss_mask: np.ndarray, continuation: Continuation | None) -> list[Run]:
-    """The sample's generation runs, each knowing how far the target's continuation is known:
-    to its own end, and for a run that ends the sample, through the continuation past it."""
-    t = int(np.asarray(loss_mask).size)
-    out = []
-    for p, e in generation_runs(loss_mask):
-        if continuation is not None and e == t - 1:
-            out.append(Run(p, e, e + continuation.length, continuation.finish))
-        else:
-            out.append(Run(p, e, e))
-    return out
-
-
-@dataclass
-class SampleReplay:
-    """The rounds through one sample, as arrays (one entry per round)."""
-
-    index: int
-    path: str
-    starts: np.ndarray
-    accepted: np.ndarray  # the engine's count per round (past the stop in a last round)
-    emitted: np.ndarray
-    a_by_start: np.ndarray  # [T (+ C)]: what a round starting after x_n would accept
-    depth: int
-    # positions whose token is not the target's own argmax, of the positions generated
-    off_target: Counts | None = None
-    bounded: np.ndarray | None = None  # bool per round: the count is a lower bound
-    after_stop: np.ndarray | None = None  # bool per round: SGLang's round after the stop
-    # SGLang's per-request figure: completion tokens (the prefill's included) / verify rounds
-    completion_tokens: int = 0
-    # at a temperature (the live loop): each round's odds under the verification rule
-    odds: SampleOdds | None = None
-    category: str | None = None  # the request's category, where its sample names one
-
-    def __post_init__(self) -> None:
-        if self.bounded is None:
-            self.bounded = np.zeros(len(self.starts), dtype=bool)
-        if self.after_stop is None:
-            self.after_stop = np.zeros(len(self.starts), dtype=bool)
-
-    @classmethod
-    def of(
-        cls,
-        index: int,
-        path: str,
-        a_by_start: np.ndarray,
-        loss_mask: np.ndarray,
-        depth: int,
-        off_target: Counts | None = None,
-        *,
-        continuation: Continuation | None = None,
-        engine: Engine = Engine.VLLM,
-        category: str | None = None,
-    ) -> SampleReplay:
-        runs = sample_runs(loss_mask, continuation)
-        rounds = walk(a_by_start, runs, depth=depth, engine=engine)
-        arr = np.array(
-            [[r.start, r.accepted, r.emitted, r.bounded, r.after_stop] for r in rounds],
-            dtype=np.int64,
-        ).reshape(-1, 5)
-        completion = sum(r.end - r.start + 1 for r in runs)
-        return cls(
-            index,
-            path,
-            arr[:, 0],
-            arr[:, 1],
-            arr[:, 2],
-            a_by_start,
-            depth,
-            off_target,
-            arr[:, 3].astype(bool),
-            arr[:, 4].astype(bool),
-            completion,
-            category=category,
-        )
-
-    @property
-    def rounds(self) -> list[Round]:
-        return [
-            Round(int(s), int(a), int(e), bool(b), bool(x))
-            for s, a, e, b, x in zip(
-                self.starts, self.accepted, self.emitted, self.bounded, self.after_stop, strict=True
-            )
-        ]
-
-    def to_dict(self) -> dict:
-        d: dict = {
-            "index": self.index,
-            "path": self.path,
-            "accepted": self.accepted.tolist(),
-            "emitted": self.emitted.tolist(),
-        }
-        if self.bounded.any():
-            d["lower_bound"] = True
-        if self.after_stop.any():
-            d["rounds_after_stop"] = int(self.after_stop.sum())
-        d["spec_accept_length"] = self.spec_accept_length
-        if self.odds is not None:
-            d.update(self.odds.to_dict())
-        if self.category is not None:
-            d["category"] = self.category
-        return d
-
-    @property
-    def spec_accept_length(self) -> float | None:
-        """SGLang's per-request meta_info.spec_accept_length: completion tokens (the prefill's
-        included, cut at the stop) / spec_verify_ct, which leaves the round after the stop out."""
-        n = int((~self.after_stop).sum())
-        return self.completion_tokens / n if n else None
-
-    @property
-    def stats(self) -> AcceptStats:
-        return AcceptStats.of(self.rounds, self.depth)
+__all__ = [
+    "AcceptReport",
+    "Replayer",
+    "SampleReplay",
+    "WiringAccept",
+    "off_target_counts",
+    "round_starts",
+    "sample_runs",
+]
 
 
 def round_starts(loss_mask: np.ndarray) -> np.ndarray:
@@ -230,6 +125,9 @@ class WiringAccept:
             "synthetic_acceptance_rates": [round(x or 0.0, 6) for x in st.per_depth],
             "per_sample": [s.to_dict() for s in self.per_sample],
         }
+        if st.undrafted:
+            # rounds that drafted nothing (llama.cpp's early stop, a schedule's 0): no drafts
+            d["rounds_without_draft"] = st.undrafted
         off = self.off_target
         if off is not None:
             d["off_target"] = {"positions": off.hits, "total": off.total, "share": off.acc}
@@ -248,9 +146,23 @@ class AcceptReport(RunReport):
     wirings: list[WiringAccept]
     engine: Engine = Engine.VLLM
     sampling: SamplingSettings | None = None  # the live loop's; None: greedy replay
+    # SGLang's overlap scheduler: its round after each request's stop is counted (its default
+    # on GPUs); False: `without_overlap_rounds`, as SGLang runs on CPU
+    overlap: bool = True
+
+    def without_overlap_rounds(self) -> AcceptReport:
+        """The report as SGLang counts it without its overlap scheduler: every request's round
+        after its stop dropped (`SampleReplay.without_overlap_round`)."""
+        wirings = [
+            replace(wa, per_sample=[s.without_overlap_round() for s in wa.per_sample])
+            for wa in self.wirings
+        ]
+        return replace(self, wirings=wirings, overlap=False)
 
     def to_dict(self) -> dict:
         config = {**self.spec.to_dict(), "mode": self.mode, "engine": self.engine.value}
+        if self.engine.overlap_round:
+            config["overlap_scheduler"] = self.overlap
         if self.sampling is not None:
             config["sampling"] = self.sampling.to_dict()
         return {

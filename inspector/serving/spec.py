@@ -11,6 +11,11 @@ KV_MODES = ("exact", "sglang")
 # 3 (`--speculative-num-steps 3`, `num_speculative_tokens: 3`). The one default of every command,
 # the doctor's replay and the app.
 DEFAULT_STEPS = 3
+# llama.cpp's draft sampler keeps the draft's top 10 and softmaxes over them (`top_k = 10`, then
+# the default `dist` sampler: common/speculative.cpp 516-521 and src/llama-sampler.cpp 1150-1184
+# in llama.cpp as vendored by llama-cpp-python 0.3.36): `p_min` is held against the top-1
+# probability renormalised over those 10.
+P_MIN_TOP_K = 10
 
 
 @dataclass(frozen=True)
@@ -31,10 +36,23 @@ class DraftSpec:
     # EAGLE reference) or "sglang" (SGLang's topk > 1 draft decode: each beam row reads its own
     # row's earlier KV, not its parent's - an approximation of the engine's).
     kv: str = "exact"
+    # llama.cpp's early stop (`--spec-draft-p-min`, `--spec-draft-n-min`; its EAGLE-3 drafter,
+    # common/speculative.cpp 808-830 and 849-858): a chain stops drafting at the first step whose
+    # top-1 probability (over the draft's top `P_MIN_TOP_K`) is below p_min, that token dropped;
+    # a draft shorter than n_min is dropped whole (the round drafts nothing). The live loop
+    # honours them (0: off, llama.cpp's defaults, common/common.h 329 and 332).
+    p_min: float = 0.0
+    n_min: int = 0
 
     def __post_init__(self) -> None:
         if self.kv not in KV_MODES:
             raise InputError(None, "--kv", f"{self.kv!r}: one of {', '.join(KV_MODES)}")
+        if not 0.0 <= self.p_min <= 1.0:
+            raise InputError(None, "--p-min", f"{self.p_min}: a probability, 0..1")
+        if self.n_min < 0:
+            raise InputError(None, "--n-min", f"{self.n_min}: must be at least 0")
+        if (self.p_min > 0 or self.n_min > 0) and self.topk != 1:
+            raise InputError(None, "--p-min", "llama.cpp's early stop drafts chains: --topk 1")
         if self.steps < 1:
             raise InputError(None, "--steps", f"{self.steps}: must be at least 1")
         if self.topk < 1:
@@ -78,7 +96,15 @@ class DraftSpec:
         d: dict = {"steps": self.steps, "topk": self.topk, "draft_tokens": self.draft_tokens}
         if self.kv != "exact":
             d["kv"] = self.kv
+        if self.early_stop:
+            d["p_min"] = self.p_min
+            d["n_min"] = self.n_min
         return d
+
+    @property
+    def early_stop(self) -> bool:
+        """Whether a round may draft fewer than `steps` tokens (llama.cpp's p_min / n_min)."""
+        return self.p_min > 0 or self.n_min > 0
 
     def flags(self) -> str:
         """The engine flags that select these settings."""
@@ -86,6 +112,11 @@ class DraftSpec:
             f"SGLang --speculative-num-steps {self.steps} --speculative-eagle-topk {self.topk} "
             f"--speculative-num-draft-tokens {self.draft_tokens}"
         )
+        if self.early_stop:
+            return (
+                f"llama.cpp --spec-draft-n-max {self.steps} --spec-draft-p-min {self.p_min:g} "
+                f"--spec-draft-n-min {self.n_min}"
+            )
         if self.is_chain:
             return f"{sg}; vLLM num_speculative_tokens {self.steps}"
         return sg

@@ -15,6 +15,14 @@ count is a lower bound and the round says so (`bounded`).
 The engines' accept length is 1 + accepted / rounds, pooled over every round of every request;
 vLLM's per-position acceptance rate k is the share of rounds that accepted at least k + 1 drafted
 tokens. SGLang's overlap scheduler adds one round after a request's stop (`engines`).
+
+A round drafts the spec's depth, or where the engine's own schedule is known (vLLM's per-request
+`per_step_drafted`; a live loop that stops drafting early), the number of tokens the schedule
+gives it: a chain's first d drafted tokens are those of its deeper chain, so such a round counts
+min(a, d). A round scheduled 0 drafts nothing: it emits the target's one token and is no draft.
+vLLM 0.32 counts a round only where the request had scheduled draft tokens (v1/core/sched/
+scheduler.py 2110-2116 for the per-request metrics; `make_spec_decoding_stats` 2969 for the
+pooled `num_drafts`), so such a round is left out of the rounds, as it is of vLLM's counts.
 """
 
 from __future__ import annotations
@@ -76,17 +84,28 @@ class Round:
     emitted: int  # tokens the request received: a + 1, or fewer at its stop (0 after it)
     bounded: bool = False  # a is a lower bound: the continuation past the stop is not known
     after_stop: bool = False  # SGLang's overlap round, run and counted after the request's stop
+    # tokens the round drafted where a schedule gave them (None: the spec's depth); 0: the round
+    # drafted nothing, emitted the target's token and is no draft (left out of the counts)
+    drafted: int | None = None
+
+    @property
+    def is_draft(self) -> bool:
+        return self.drafted != 0
 
 
 def _counted(a_by_start: np.ndarray, n: int, known: int, depth: int) -> tuple[int, bool]:
-    """(a, bounded) of a round after x_n when the target's continuation is known up to x_known:
-    a_by_start[n] was computed on tokens that may run past x_known (another turn's text), so it is
-    capped there; a cap below the draft's depth leaves a lower bound."""
+    """(a, bounded) of a round after x_n that drafts `depth` tokens (0: no cap is a lower bound)
+    when the target's continuation is known up to x_known: a_by_start[n] was computed on tokens
+    that may run past x_known (another turn's text), so it is capped there; a cap below the
+    round's depth leaves a lower bound. A chain's first `depth` drafted tokens are those of the
+    deeper chain a_by_start counts, so a shallower round accepts min(a, depth)."""
     room = known - n
     if room <= 0 or n >= len(a_by_start):
         # nothing of the target's continuation after x_n is known (or was drafted over)
         return 0, depth > 0
     raw = int(a_by_start[n])
+    if depth > 0:
+        raw = min(raw, depth)
     return min(raw, room), raw >= room and room < depth
 
 
@@ -100,40 +119,71 @@ def _overlap_round(run: Run, last: Round | None) -> bool:
     return last is not None and run.end - last.start > 1
 
 
+def check_schedule(schedule: Sequence[int], depth: int | None) -> list[int]:
+    """The schedule as a list, refused where a round would draft more than `depth` (what
+    a_by_start counts) or a negative number of tokens."""
+    plan = [int(d) for d in schedule]
+    if depth is None:
+        raise ValueError("a schedule needs the depth a_by_start was counted to")
+    bad = next((d for d in plan if not 0 <= d <= depth), None)
+    if bad is not None:
+        raise ValueError(f"a round scheduled to draft {bad} tokens: the replay counts 0..{depth}")
+    return plan
+
+
 def walk(
     a_by_start: np.ndarray,
     runs: Sequence[tuple[int, int] | Run],
     *,
     depth: int | None = None,
     engine: Engine = Engine.VLLM,
+    schedule: Sequence[int] | None = None,
 ) -> list[Round]:
     """The rounds through each run; a_by_start[n] is how many drafted tokens of a round starting
     after x_n match x_{n+1}, ... (computed on every token the sample has, its continuation past
     the stop included; positions past x_T-1 index that continuation).
 
     depth: the most tokens a round drafts (None: no cap is a lower bound, the old reading).
-    engine: SGLang adds its overlap round after a request's stop (see `engines`)."""
+    engine: SGLang adds its overlap round after a request's stop (see `engines`).
+    schedule: the tokens each round drafts, in the order the rounds run (the engine's own, as
+      its log gives them), each 0..depth; a round past its end drafts `depth`. A round scheduled
+      0 emits one token and is no draft (the module docstring)."""
     out: list[Round] = []
     cap = depth if depth is not None else 0
+    plan = check_schedule(schedule, depth) if schedule is not None else None
+
+    def drafts() -> int | None:
+        if plan is None:
+            return None
+        return plan[len(out)] if len(out) < len(plan) else cap
+
     for run in map(Run.of, runs):
         p, e = run.start, run.end
         n = p
         last: Round | None = None
         while n < e:
-            a, bounded = _counted(a_by_start, n, run.known, cap)
+            d = drafts()
+            if d == 0:  # no draft: the target's one token
+                last = Round(n, 0, 1, drafted=0)
+                out.append(last)
+                n += 1
+                continue
+            a, bounded = _counted(a_by_start, n, run.known, cap if d is None else d)
             emitted = min(a + 1, e - n)
-            last = Round(n, a, emitted, bounded)
+            last = Round(n, a, emitted, bounded, drafted=d)
             out.append(last)
             n += emitted
         if engine.overlap_round and _overlap_round(run, last):
             # the next round was launched before this one's result was read: it drafts after
             # the whole accepted path and the bonus, past the stop
             n2 = p if last is None else last.start + last.accepted + 1
-            if last is not None and last.bounded:
-                out.append(Round(n2, 0, 0, cap > 0, True))
+            d = drafts()
+            depth_here = cap if d is None else d
+            if d == 0 or (last is not None and last.bounded):
+                out.append(Round(n2, 0, 0, depth_here > 0 and d != 0, True, d))
             else:
-                a, bounded = _counted(a_by_start, n2, run.known, cap)
-                out.append(Round(n2, a, 0, bounded, True))
+                a, bounded = _counted(a_by_start, n2, run.known, depth_here)
+                out.append(Round(n2, a, 0, bounded, True, d))
     return out
 
 
@@ -147,6 +197,7 @@ class AcceptStats:
     emitted: int = 0
     bounded: int = 0  # rounds whose count is a lower bound (one per request at most)
     after_stop: int = 0  # SGLang's overlap rounds after a request's stop
+    undrafted: int = 0  # rounds that drafted nothing (a schedule's 0): no drafts, not counted
     at_least: list[int] = field(default_factory=list)  # [k]: rounds with a >= k + 1
     buckets: dict[int, list[int]] = field(default_factory=dict)  # bucket -> [rounds, accepted]
 
@@ -158,6 +209,11 @@ class AcceptStats:
     def of(cls, rounds: list[Round], depth: int, bucket: int = BUCKET_TOKENS) -> AcceptStats:
         s = cls(depth)
         for r in rounds:
+            if not r.is_draft:
+                if not r.after_stop:
+                    s.undrafted += 1
+                    s.emitted += r.emitted
+                continue
             s.rounds += 1
             s.accepted += r.accepted
             s.emitted += r.emitted
@@ -176,6 +232,7 @@ class AcceptStats:
         self.emitted += other.emitted
         self.bounded += other.bounded
         self.after_stop += other.after_stop
+        self.undrafted += other.undrafted
         self.at_least = [a + b for a, b in zip(self.at_least, other.at_least, strict=True)]
         for k, (n, e) in other.buckets.items():
             b = self.buckets.setdefault(k, [0, 0])
@@ -197,8 +254,9 @@ class AcceptStats:
     @property
     def emitted_per_round(self) -> float | None:
         """Tokens the requests received per round (the last round cut at the stop; the
-        overlap rounds after a stop left out): the old reading, under its own name."""
-        n = self.rounds - self.after_stop
+        overlap rounds after a stop left out, the rounds without a draft in): the old reading,
+        under its own name."""
+        n = self.rounds - self.after_stop + self.undrafted
         return self.emitted / n if n else None
 
     @property

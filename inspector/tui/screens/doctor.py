@@ -217,7 +217,7 @@ class DoctorScreen(JobDialog[WiringKey | None]):
             detail.update("")
             return
         f = self.findings[index]
-        parts: list[Text] = []
+        parts: list[Text] = [Text.assemble(("- ", "dim"), printable(line)) for line in f.lines]
         if f.fix:
             parts.append(Text.assemble(("fix ", "bold"), printable(f.fix)))
         if f.wiring is not None:

@@ -1,0 +1,333 @@
+"""What each serving engine will read from a draft's config, and so the layers it will feed.
+
+A draft's ids now live in several places (the top-level `eagle_aux_hidden_state_layer_ids`,
+`eagle_config.eagle_aux_hidden_state_layer_ids`, `target_layer_ids`), and each engine looks in
+its own: a reader that looks elsewhere finds nothing and silently falls back to a default triple.
+The norm flags likewise (`norm_before_residual` defaults to true in vLLM's speculators reader,
+false in its plain reader and in llama.cpp's converter, and SGLang reads it nowhere). The draft
+then runs on other layers, or other norms, than it was trained with, and nothing errors.
+
+`READERS` is one row per engine release and reading path, each fact with the file and lines of
+that release it was read from; `engine_reads` applies them to a config. Pure: no torch, no files.
+SGLang's per-target-class index rule is `engine_conventions`'s table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from inspector.doctor.engine_conventions import READINGS, UNLESS_LAST, captured, sglang_rule
+
+TOP = "eagle_aux_hidden_state_layer_ids"
+NESTED = "eagle_config.eagle_aux_hidden_state_layer_ids"
+TARGET_IDS = "target_layer_ids"
+NESTED_LAYER_IDS = "eagle_config.layer_ids"
+# vLLM's speculators reader defaults norm_before_residual to true, its plain reader to false
+SPECULATORS_TRUE = "vLLM: true in a speculators config, false in a plain one"
+NEVER = "read nowhere: it runs without it"  # a flag the reader never reads
+
+
+@dataclass(frozen=True)
+class Reader:
+    """One engine release's reading of a draft config.
+
+    keys: where it looks for the ids, in order (the first non-empty wins); `shift`: what it adds
+      to ids found under each key (its index convention: the result is an HF
+      `output_hidden_states` index, 0 = embedding, i = the input of decoder layer i, L = the
+      last layer's output before the final norm); "sglang" defers to SGLang's model-file rule.
+    default: "2,L//2,L-3": what it feeds when it finds no ids.
+    norms: flag -> (where it is read, its default when absent); absent flags are not read.
+    last_feeds_nothing: an id equal to the layer count feeds no state (llama.cpp on Llama-family
+      targets: there is no input of layer L).
+    """
+
+    engine: str  # "vllm" | "sglang" | "llama.cpp"
+    version: str
+    path: str  # the reading path in words ("V1 model runner", "converter", ...)
+    keys: tuple[tuple[str, int | str], ...]
+    norms: tuple[tuple[str, str, bool], ...]
+    source: str
+    last_feeds_nothing: bool = False
+    gguf: bool = False  # reads a GGUF's baked ids, not a config.json
+    tag: str = ""  # how the label tells two paths of one release apart
+    reads_speculators: bool = True  # loads a speculators-layout config (speculators_config)
+
+    @property
+    def label(self) -> str:
+        names = {"vllm": "vLLM", "sglang": "SGLang", "llama.cpp": "llama.cpp"}
+        return f"{names[self.engine]} {self.version}" + (f" {self.tag}" if self.tag else "")
+
+
+READERS: tuple[Reader, ...] = (
+    Reader(
+        "vllm",
+        "0.32",
+        "V1 model runner",
+        ((TOP, 0), ("dflash_config.target_layer_ids", 1), (NESTED, 0)),
+        (
+            ("norm_before_residual", SPECULATORS_TRUE, True),
+            ("norm_before_fc", "config", False),
+            ("fc_norm", "config", False),
+            ("norm_output", "config", False),
+        ),
+        "vllm/v1/worker/gpu_model_runner.py 5251-5284 (ids), model_executor/models/"
+        "interfaces.py 1733 (default), transformers_utils/configs/speculators/algos.py 33-38 and "
+        "model_executor/models/llama_eagle3.py 101, 184-186, 231, 252 (norms)",
+    ),
+    Reader(
+        "vllm",
+        "0.32",
+        "model runner V2, VLLM_USE_V2_MODEL_RUNNER=1",
+        ((TOP, 0), ("dflash_config.target_layer_ids", 1), (TARGET_IDS, 1), (NESTED_LAYER_IDS, 0)),
+        (
+            ("norm_before_residual", SPECULATORS_TRUE, True),
+            ("norm_before_fc", "config", False),
+            ("fc_norm", "config", False),
+            ("norm_output", "config", False),
+        ),
+        "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py 100-139: it never reads "
+        "eagle_config.eagle_aux_hidden_state_layer_ids",
+        tag="MRV2",
+    ),
+    Reader(
+        "sglang",
+        "0.5.23",
+        "eagle_config only",
+        ((NESTED, "sglang"),),
+        (
+            ("norm_before_residual", NEVER, False),
+            ("norm_before_fc", "eagle_config, else config", False),
+            ("fc_norm", "config", False),
+            ("norm_output", "config", False),
+        ),
+        "sglang/srt/model_executor/model_runner_components/spec_aux_hidden_state.py 186-196 "
+        "(ids), srt/models/llama.py 933-937 (default), srt/models/llama_eagle3.py 173-207 "
+        "(norms; norm_before_residual is read nowhere); no speculators_config support "
+        "anywhere in srt/",
+        reads_speculators=False,
+    ),
+    Reader(
+        "llama.cpp",
+        "@0c1e570",
+        "convert_hf_to_gguf.py, then the eagle3 graph",
+        ((TOP, 0),),
+        (
+            ("norm_before_residual", "config.json, written to the GGUF", False),
+            ("norm_before_fc", "config.json, written to the GGUF", False),
+        ),
+        "llama.cpp 0c1e570 (vendored by llama-cpp-python 0.3.36) conversion/llama.py 74-83 (ids: top level only), 94-104 (norms); "
+        "src/models/eagle3.cpp 24-33 (norm keys read back), the input of layer i captured",
+        last_feeds_nothing=True,
+        tag="converted",
+    ),
+    Reader(
+        "llama.cpp",
+        "@0c1e570",
+        "a GGUF's baked eagle3.target_layers",
+        (("eagle3.target_layers", 0),),
+        (
+            ("norm_before_residual", "GGUF", False),
+            ("norm_before_fc", "GGUF", False),
+        ),
+        "llama.cpp 0c1e570 src/models/eagle3.cpp 24-33, the input of layer i captured",
+        last_feeds_nothing=True,
+        gguf=True,
+        tag="GGUF",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class EngineRead:
+    """What one reader makes of one config: the ids it finds (where), the HF indices it feeds
+    (ascending, each once: engines capture in layer order), and why it cannot serve the draft
+    (None: it can). `readings`: SGLang on an unknown target class, one HF list per rule."""
+
+    reader: Reader
+    where: str | None  # the key it found the ids under; None: its default
+    ids: tuple[int, ...] | None
+    hf: tuple[int, ...] | None  # None: several readings (`readings`) or none it can serve
+    readings: tuple[tuple[int, ...], ...] = ()
+    problem: str | None = None
+    norms: tuple[tuple[str, bool, str], ...] = ()  # (flag, value it runs with, how it got it)
+    notes: tuple[str, ...] = ()
+    # the reader does not load this config's layout at all (SGLang and a speculators config):
+    # the draft must be rewritten for it first, which is then what it reads
+    unsupported: str | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "engine": self.reader.engine,
+            "version": self.reader.version,
+            "path": self.reader.path,
+            "label": self.reader.label,
+            "reads": self.where,
+            "ids": list(self.ids) if self.ids is not None else None,
+            "hf_indices": list(self.hf) if self.hf is not None else None,
+            "readings": [list(r) for r in self.readings],
+            "problem": self.problem,
+            "norms": {k: {"value": v, "how": how} for k, v, how in self.norms},
+            "notes": list(self.notes),
+            "unsupported": self.unsupported,
+            "source": self.reader.source,
+        }
+
+
+def lookup(config: Mapping, key: str) -> object:
+    """`a.b` reads config[a][b]; None where absent or not a mapping on the way."""
+    node: object = config
+    for part in key.split("."):
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(part)
+    return node
+
+
+def _ids(value: object) -> tuple[int, ...] | None:
+    if isinstance(value, list | tuple) and value and all(isinstance(i, int) for i in value):
+        return tuple(int(i) for i in value)
+    return None
+
+
+def default_hf(num_layers: int) -> tuple[int, ...]:
+    L = num_layers
+    return (2, L // 2, L - 3)
+
+
+def engine_reads(
+    config: Mapping,
+    num_layers: int,
+    n_blocks: int,
+    *,
+    target: object = None,
+    gguf: bool = False,
+    readers: Sequence[Reader] = READERS,
+) -> list[EngineRead]:
+    """Each reader's reading of `config` (the draft's config.json as parsed, or, `gguf`, the
+    GGUF's metadata with `eagle3.target_layers`) for a target of `num_layers` layers and a
+    draft whose fc takes `n_blocks` states. `target`: the target's class where known (its
+    config.json, architectures or model_type), for SGLang's rule."""
+    out = []
+    for r in readers:
+        if r.gguf != gguf:
+            continue
+        out.append(_read(r, config, num_layers, n_blocks, target))
+    return out
+
+
+def _read(r: Reader, config: Mapping, L: int, n_blocks: int, target: object) -> EngineRead:
+    if not r.reads_speculators and "speculators_config" in config:
+        return EngineRead(
+            r,
+            None,
+            None,
+            None,
+            unsupported=(
+                "does not load the speculators layout: rewrite the config in its own "
+                "(architectures LlamaForCausalLMEagle3, the ids under eagle_config; the "
+                "serving_config finding gives them)"
+            ),
+        )
+    where, ids, shift = None, None, None
+    never_last = False
+    for key, s in r.keys:
+        found = _ids(lookup(config, key))
+        if found is not None:
+            where, ids, shift = key, found, s
+            break
+    notes: list[str] = []
+    readings: tuple[tuple[int, ...], ...] = ()
+    if ids is None:
+        hf_list: list[int] | None = list(default_hf(L))
+        where_words = f"no ids where it looks ({', '.join(k for k, _ in r.keys)})"
+        notes.append(f"{where_words}: its default [2, L//2, L-3] = {hf_list}")
+    elif shift == "sglang":
+        rule = sglang_rule(target)
+        if rule is not None:
+            hf_list = rule.captured(ids, L)
+            notes.append(f"{rule.family}: {rule.words}")
+            never_last = rule.rule != UNLESS_LAST  # gpt_oss.py alone captures the last output
+        else:
+            readings = tuple(
+                tuple(sorted(set(h)))
+                for h in (captured(rule_name, ids, L) for rule_name in READINGS)
+                if h is not None
+            )
+            hf_list = list(readings[0]) if len(set(readings)) == 1 else None
+            if hf_list is None:
+                notes.append(
+                    "target class unknown: its model file decides (+1 to every id, as Llama's, "
+                    "or only when the first id is 1, as DeepSeek-V2/V3's)"
+                )
+    else:
+        assert isinstance(shift, int)
+        hf_list = [i + shift for i in ids]
+    problem = None
+    hf: tuple[int, ...] | None = None
+    if hf_list is not None:
+        fed = sorted(set(hf_list))
+        if len(fed) < len(hf_list):
+            notes.append(f"ids {sorted(hf_list)} repeat a layer: it is captured once")
+        bad = [k for k in fed if k < 0 or k > L]
+        if bad:
+            problem = f"HF {bad} outside 0..{L}: no such state"
+        elif never_last and L in fed and hf_list is not None:
+            n = len([k for k in fed if k != L])
+            problem = (
+                f"HF {L} (the last layer's output) is never captured: SGLang's model file "
+                f"captures the input of layers 0..{L - 1}, so {n} state{'' if n == 1 else 's'} "
+                f"reach an fc that takes {n_blocks} (a shape error at the first request)"
+            )
+        elif r.last_feeds_nothing and L in fed:
+            problem = (
+                f"id {L} (the last layer's output) feeds nothing: llama.cpp captures the input "
+                f"of layer i, and there is no layer {L} (zeros or stale bytes, no warning)"
+            )
+        elif len(fed) != n_blocks:
+            n = len(fed)
+            problem = (
+                f"{n} state{'' if n == 1 else 's'} for an fc that takes {n_blocks}: "
+                "it cannot serve it"
+            )
+        hf = tuple(fed)
+    norms = tuple(_norm(config, flag, default, how) for flag, how, default in r.norms)
+    return EngineRead(r, where, ids, hf, readings, problem, norms, tuple(notes))
+
+
+def _norm(config: Mapping, flag: str, default: bool, how: str) -> tuple[str, bool, str]:
+    if how == NEVER:
+        return flag, default, NEVER
+    for key in (flag, f"eagle_config.{flag}", f"eagle3.{flag}"):
+        v = lookup(config, key)
+        if isinstance(v, bool):
+            return flag, v, key
+    if how == SPECULATORS_TRUE:
+        default = "speculators_config" in config
+        how = "speculators config" if default else "plain config"
+    return flag, default, f"absent: its default {str(default).lower()} ({how})"
+
+
+def fed_candidates(
+    config: Mapping,
+    num_layers: int,
+    n_blocks: int,
+    configured_hf: Sequence[int] | None,
+    *,
+    target: object = None,
+    gguf: bool = False,
+) -> list[tuple[str, tuple[int, ...]]]:
+    """The wirings, as HF indices, that an engine may be feeding this draft: what each reader
+    makes of the config (`engine_reads`), and the configured ids read one off either way (the
+    conventions differ by one: SGLang's +1, a converter that copies HF indices into
+    eagle_config). Each once, in that order, only those an fc of `n_blocks` takes."""
+    out: dict[tuple[int, ...], str] = {}
+    for r in engine_reads(config, num_layers, n_blocks, target=target, gguf=gguf):
+        if r.hf is not None and r.problem is None and not r.unsupported:
+            out.setdefault(r.hf, f"{r.reader.label} feeds")
+    if configured_hf:
+        for shift in (1, -1):
+            hf = tuple(sorted({k + shift for k in configured_hf}))
+            if len(hf) == n_blocks and all(0 <= k <= num_layers for k in hf):
+                out.setdefault(hf, f"ids {'+' if shift > 0 else '-'}1")
+    return [(name, hf) for hf, name in out.items()]
