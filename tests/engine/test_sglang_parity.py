@@ -90,7 +90,9 @@ def _first_difference(samples: Path, reqs: list[dict]) -> list[tuple[int, int]]:
     for i, r in enumerate(reqs):
         ids = torch.load(samples / f"data_{i}.pt", weights_only=True)["input_ids"].tolist()
         ours = ids[len(r["prompt_token_ids"]) :]
-        j = next((j for j, (a, b) in enumerate(zip(ours, r["output_ids"])) if a != b), None)
+        j = next(
+            (j for j, (a, b) in enumerate(zip(ours, r["output_ids"], strict=False)) if a != b), None
+        )
         if j is not None:
             out.append((i, j))
     return out
@@ -150,14 +152,18 @@ def test_the_live_loop_gives_sglangs_counts_and_tokens(tmp_path):
         engine=Engine.SGLANG,
         out=tmp_path / "live",
     ).without_overlap_rounds()
-    _assert_counts(report.wirings[0].per_sample, "demo-k3-batch", tmp_path / "live" / "wiring-0-1-2")
+    _assert_counts(
+        report.wirings[0].per_sample, "demo-k3-batch", tmp_path / "live" / "wiring-0-1-2"
+    )
 
 
 def _reconcile(capsys, *argv: str) -> dict:
     from inspector.cli import main
 
     capsys.readouterr()
-    assert main(["reconcile", *argv, "--json", "--device", "cpu", "--decode-log-interval", "1"]) == 0
+    assert (
+        main(["reconcile", *argv, "--json", "--device", "cpu", "--decode-log-interval", "1"]) == 0
+    )
     return json.loads(capsys.readouterr().out)
 
 
