@@ -290,23 +290,19 @@ def reconcile(
     if matches:
         m = best if best in matches else matches[0]
         served = m.label
-        if trained is not None and not _worse(m, best):
-            verdict = Verdict.AS_IS
-            summary = (
-                f"{engine_name} logged {figure}, {exactly} this draft gives fed "
-                f"{label[m.label]}"
-                + trained_clause(trained[1], m, best, conf, label)
-                + ": the draft is what it is. More draft steps, a tree (SGLang's topk > 1) or "
+        if trained is not None:
+            worse = _worse(m, best)
+            verdict = Verdict.WRONG_WIRING if worse else Verdict.AS_IS
+            conclusion = (
+                ": your engine feeds the wrong layers"
+                + (", the ones its config names" if m is conf else "")
+                if worse
+                else ": the draft is what it is. More draft steps, a tree (SGLang's topk > 1) or "
                 "training data closer to the served traffic raise it"
             )
-        elif trained is not None:
-            verdict = Verdict.WRONG_WIRING
             summary = (
                 f"{engine_name} logged {figure}, {exactly} this draft gives fed "
-                f"{label[m.label]}"
-                + trained_clause(trained[1], m, best, conf, label)
-                + ": your engine feeds the wrong layers"
-                + (", the ones its config names" if m is conf else "")
+                f"{label[m.label]}" + trained_clause(trained[1], m, best, conf, label) + conclusion
             )
         elif m is best:
             verdict = Verdict.AS_IS
