@@ -217,3 +217,143 @@ def test_a_gguf_is_read_by_llama_cpp_alone():
     assert "feeds nothing" in r.problem
     assert dict((k, v) for k, v, _ in r.norms)["norm_before_residual"] is True
     assert engine_reads(baked, 6, 3, target=LLAMA)[0].where is None  # not a config.json key
+
+
+def test_the_words_and_fields_of_a_reading():
+    """What mutation testing showed untested: each reading's notes, its ids and norm wording,
+    an empty id list read as none, and the JSON form."""
+    from inspector.doctor.engine_reading import EngineRead
+
+    cfg = {
+        "eagle_aux_hidden_state_layer_ids": [],
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 1, 3]},
+    }
+    reads = {r.reader.label: r for r in engine_reads(cfg, 6, 3, target=LLAMA)}
+    v = reads["vLLM 0.32"]  # an empty top-level list is no ids: the nested ones are read
+    assert v.where == "eagle_config.eagle_aux_hidden_state_layer_ids" and v.ids == (1, 1, 3)
+    assert v.notes == ("ids [1, 1, 3] repeat a layer: it is captured once",)
+    assert v.problem == "2 states for an fc that takes 3: it cannot serve it"
+    sg = reads["SGLang 0.5.23"]
+    assert sg.notes[0] == "Llama: SGLang adds 1 to every id" and sg.hf == (2, 4)
+    conv = reads["llama.cpp @0c1e570 converted"]
+    assert conv.notes == (
+        "no ids where it looks (eagle_aux_hidden_state_layer_ids): its default [2, L//2, L-3] = "
+        "[2, 3, 3]",
+        "ids [2, 3, 3] repeat a layer: it is captured once",
+    )
+    ok = engine_reads({"eagle_aux_hidden_state_layer_ids": [0, 2, 4]}, 6, 3, target=LLAMA)[0]
+    assert ok.notes == () and ok.problem is None and ok.hf == (0, 2, 4)
+    assert ok.norms[0] == (
+        "norm_before_residual",
+        False,
+        "absent: its default false (plain config)",
+    )
+    spec = engine_reads(
+        {"speculators_config": {}, "eagle_aux_hidden_state_layer_ids": [0, 2, 4]}, 6, 3
+    )[0]
+    assert spec.norms[0] == (
+        "norm_before_residual",
+        True,
+        "absent: its default true (speculators config)",
+    )
+    nested = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}
+    unknown = next(r for r in engine_reads(nested, 61, 3) if r.reader.engine == "sglang")
+    assert unknown.hf is None and unknown.readings == ((3, 31, 59), (2, 30, 58))
+    assert unknown.notes == (
+        "target class unknown: its model file decides (+1 to every id, as Llama's, or only when "
+        "the first id is 1, as DeepSeek-V2/V3's)",
+    )
+    d = ok.to_dict()
+    assert d == {
+        "engine": "vllm",
+        "version": "0.32",
+        "path": "V1 model runner",
+        "label": "vLLM 0.32",
+        "reads": "eagle_aux_hidden_state_layer_ids",
+        "ids": [0, 2, 4],
+        "hf_indices": [0, 2, 4],
+        "readings": [],
+        "problem": None,
+        "norms": {
+            "norm_before_residual": {
+                "value": False,
+                "how": "absent: its default false (plain config)",
+            },
+            "norm_before_fc": {"value": False, "how": "absent: its default false (config)"},
+            "fc_norm": {"value": False, "how": "absent: its default false (config)"},
+            "norm_output": {"value": False, "how": "absent: its default false (config)"},
+        },
+        "notes": [],
+        "unsupported": None,
+        "source": ok.reader.source,
+    }
+    assert isinstance(ok, EngineRead)
+
+
+def test_what_an_engine_may_be_feeding():
+    """`fed_candidates`: each reader's wiring that it can serve, then the configured ids one off
+    either way (within 0..L, the fc's width), each once, in that order."""
+    from inspector.doctor.engine_reading import fed_candidates
+
+    cfg = {"eagle_aux_hidden_state_layer_ids": [0, 2, 4]}
+    assert fed_candidates(cfg, 6, 3, [0, 2, 4], target=LLAMA) == [
+        ("vLLM 0.32 feeds", (0, 2, 4)),
+        ("ids +1", (1, 3, 5)),
+    ]
+    mid = {"eagle_aux_hidden_state_layer_ids": [2, 3, 5]}
+    assert fed_candidates(mid, 6, 3, [2, 3, 5], target=LLAMA) == [
+        ("vLLM 0.32 feeds", (2, 3, 5)),
+        ("ids +1", (3, 4, 6)),
+        ("ids -1", (1, 2, 4)),
+    ]
+    nested = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 5]}}
+    got = dict((hf, name) for name, hf in fed_candidates(nested, 8, 3, None, target=LLAMA))
+    assert got == {
+        (1, 3, 5): "vLLM 0.32 feeds",
+        (2, 4, 5): "vLLM 0.32 MRV2 feeds",
+        (2, 4, 6): "SGLang 0.5.23 feeds",
+    }
+    assert fed_candidates(cfg, 6, 4, [0, 2, 4]) == []  # no reading gives a 4-block fc
+
+
+def test_the_readings_mutation_testing_asked_for():
+    """A reader that adds 1 to the ids it finds (vLLM's V2 runner on a top-level
+    target_layer_ids, DFlash/DSpark semantics), ids out of range, SGLang's two readings when they
+    agree, and the refusal of the speculators layout in full."""
+    from inspector.doctor.engine_reading import fed_candidates
+
+    tli = {"target_layer_ids": [1, 3, 5]}
+    reads = {r.reader.label: r for r in engine_reads(tli, 8, 3, target=LLAMA)}
+    assert reads["vLLM 0.32 MRV2"].where == "target_layer_ids"
+    assert reads["vLLM 0.32 MRV2"].hf == (2, 4, 6)
+    assert reads["vLLM 0.32"].where is None and reads["vLLM 0.32"].hf == (2, 4, 5)
+    low = {"eagle_aux_hidden_state_layer_ids": [-1, 1, 3]}
+    v = engine_reads(low, 6, 3, target=LLAMA)[0]
+    assert v.problem == "HF [-1] outside 0..6: no such state"
+    high = {"eagle_aux_hidden_state_layer_ids": [2, 4, 7]}
+    assert engine_reads(high, 6, 3, target=LLAMA)[0].problem == "HF [7] outside 0..6: no such state"
+    agree = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 46, 90]}}
+    sg = next(r for r in engine_reads(agree, 94, 3) if r.reader.engine == "sglang")
+    assert sg.hf == (2, 47, 91) and sg.readings == ((2, 47, 91), (2, 47, 91))
+    assert sg.to_dict()["readings"] == [[2, 47, 91], [2, 47, 91]]
+    split = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}
+    none = next(r for r in engine_reads(split, 61, 3) if r.reader.engine == "sglang")
+    assert none.to_dict()["hf_indices"] is None and none.to_dict()["ids"] == [2, 30, 58]
+    unsupported = next(
+        r for r in engine_reads({"speculators_config": {}}, 6, 3) if r.reader.engine == "sglang"
+    )
+    assert unsupported.unsupported == (
+        "does not load the speculators layout: rewrite the config in its own (architectures "
+        "LlamaForCausalLMEagle3, the ids under eagle_config; the serving_config finding gives "
+        "them)"
+    )
+    assert unsupported.to_dict()["ids"] is None and unsupported.to_dict()["hf_indices"] is None
+    # the target's class reaches SGLang's rule, and a shift down to the embedding counts
+    assert ("SGLang 0.5.23 feeds", (3, 31, 59)) in fed_candidates(split, 61, 3, None, target=LLAMA)
+    assert all(n != "SGLang 0.5.23 feeds" for n, _ in fed_candidates(split, 61, 3, None))
+    down = fed_candidates({"eagle_aux_hidden_state_layer_ids": [1, 3, 5]}, 6, 3, [1, 3, 5])
+    assert ("ids -1", (0, 2, 4)) in down and ("ids +1", (2, 4, 6)) in down
+    baked = {"eagle3": {"target_layers": [0, 2, 4]}}
+    assert fed_candidates(baked, 6, 3, None, gguf=True) == [
+        ("llama.cpp @0c1e570 GGUF feeds", (0, 2, 4))
+    ]
