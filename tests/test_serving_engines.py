@@ -9,23 +9,31 @@ from inspector.serving.engines import ENGINES, Engine, conventions, default_engi
 
 
 def test_defaults_and_names():
-    assert ENGINES == ("vllm", "sglang")
+    assert ENGINES == ("vllm", "sglang", "llamacpp")
     assert default_engine(True) is Engine.VLLM and default_engine(False) is Engine.SGLANG
     assert parse_engine(None, True) is Engine.VLLM and parse_engine(None, False) is Engine.SGLANG
     assert parse_engine(" SGLang ", True) is Engine.SGLANG
     assert parse_engine("vllm", True) is Engine.VLLM
     assert Engine.SGLANG.overlap_round and not Engine.VLLM.overlap_round
     assert (Engine.VLLM.display, Engine.SGLANG.display) == ("vLLM", "SGLang")
+    assert Engine.LLAMACPP.display == "llama.cpp" and not Engine.LLAMACPP.overlap_round
+    assert Engine.LLAMACPP.caps_at_remaining and not Engine.VLLM.caps_at_remaining
 
 
 def test_refusals_name_the_flag():
     with pytest.raises(InputError) as e:
         parse_engine("trtllm", True)
-    assert (e.value.field, e.value.message) == ("--engine", "'trtllm': one of vllm, sglang")
+    assert (e.value.field, e.value.message) == (
+        "--engine",
+        "'trtllm': one of vllm, sglang, llamacpp",
+    )
     with pytest.raises(InputError) as e:
         parse_engine("vllm", False)
     assert e.value.field == "--engine"
     assert e.value.message == "vllm drafts chains only (--topk 1): trees are SGLang's"
+    with pytest.raises(InputError) as e:
+        parse_engine("llamacpp", False)
+    assert e.value.message == "llamacpp drafts chains only (--topk 1): trees are SGLang's"
 
 
 def test_the_json_says_what_each_figure_follows():

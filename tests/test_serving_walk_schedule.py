@@ -138,3 +138,29 @@ def test_a_replay_walks_again_under_a_schedule():
     assert live.rescheduled([3, 1, 3, 3]) is live
     with pytest.raises(ValueError, match="the live loop's rounds are its own"):
         live.rescheduled([1, 1, 1, 1])
+
+
+def test_llama_server_caps_each_round_by_the_room_left():
+    """llama-server drafts min(k, remaining - 1) (tools/server/server-context.cpp 453-471): in a
+    run ending by length at x_E a round after x_n drafts at most E - n - 1, and a round with no
+    room (after x_E-1) is a plain decode, not counted (2983-2985, 3880-3887)."""
+    import numpy as np
+
+    from inspector.serving.engines import Engine
+    from inspector.serving.walk import AcceptStats, walk
+
+    a = np.full(20, 3, dtype=np.int64)  # every round would accept all it drafts
+    rounds = walk(a, [(2, 10)], depth=3, engine=Engine.LLAMACPP)
+    assert [(r.start, r.drafted, r.accepted, r.emitted) for r in rounds] == [
+        (2, 3, 3, 4),
+        (6, 3, 3, 4),
+    ]
+    rounds = walk(a, [(2, 9)], depth=3, engine=Engine.LLAMACPP)
+    assert [(r.start, r.drafted, r.accepted, r.emitted) for r in rounds] == [
+        (2, 3, 3, 4),
+        (6, 2, 2, 3),
+    ]
+    rounds = walk(a, [(2, 7)], depth=3, engine=Engine.LLAMACPP)
+    assert [(r.start, r.drafted) for r in rounds] == [(2, 3), (6, 0)]
+    s = AcceptStats.of(rounds, 3)
+    assert (s.rounds, s.accepted, s.undrafted) == (1, 3, 1)

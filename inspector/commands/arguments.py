@@ -70,10 +70,11 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--engine",
-        choices=("vllm", "sglang"),
-        help="whose counting to follow (default vllm for a chain, sglang for a tree): both log "
+        choices=("vllm", "sglang", "llamacpp"),
+        help="whose counting to follow (default vllm for a chain, sglang for a tree): all log "
         "1 + accepted / rounds; SGLang's overlap scheduler runs and counts one more round after "
-        "a request's stop",
+        "a request's stop; llama.cpp's llama-server drafts at most the tokens left before max "
+        "tokens less one, and its last token is a plain decode (chains only)",
     )
     p.add_argument(
         "--sglang-overlap",

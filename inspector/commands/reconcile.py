@@ -136,12 +136,20 @@ def run_reconcile(args: argparse.Namespace) -> int:
     synthetic = _synthetic_setting(args)
     spec = DraftSpec(steps, args.topk, args.draft_tokens)
     engine = Engine(log.engine)
-    if engine is Engine.VLLM and not spec.is_chain:
-        raise InputError(None, "--topk", "vLLM drafts chains: --topk 1 for a vLLM log")
+    if engine is not Engine.SGLANG and not spec.is_chain:
+        raise InputError(
+            None, "--topk", f"{engine.display} drafts chains: --topk 1 for a {engine.display} log"
+        )
     err.print(
         f"note: {safe(log.description)} from {safe(str(log.path))}: accept length "
         f"{fmt_float(log.accept_length)}; replaying "
-        + (f"vLLM num_speculative_tokens {spec.steps}" if engine is Engine.VLLM else spec.flags()),
+        + (
+            f"{engine.display} num_speculative_tokens {spec.steps}"
+            if engine is Engine.VLLM
+            else f"llama.cpp --spec-draft-n-max {spec.steps}"
+            if engine is Engine.LLAMACPP
+            else spec.flags()
+        ),
         highlight=False,
         soft_wrap=True,
     )

@@ -57,6 +57,7 @@ from inspector.doctor.synthetic_acceptance import (
     synthetic_reconciliation,
 )
 from inspector.doctor.trained_wiring import TrainedWiring
+from inspector.engine_names import engine_words
 from inspector.formats.engine_log import EngineLog, RequestFigures
 from inspector.serving.replay import AcceptReport, SampleReplay
 from inspector.serving.walk import AcceptStats
@@ -259,7 +260,7 @@ def reconcile(
         checks.append(
             WiringCheck(wa.label, wa.wiring.slots, stats, _equal(log, stats, bound is not None), eq)
         )
-    engine_name = "vLLM" if log.engine == "vllm" else "SGLang"
+    engine_name = engine_words(log.engine)
     figure = logged_text(log)
     scored = [c for c in checks if c.stats.accept_length is not None]
     if not scored or log.accept_length is None:

@@ -43,6 +43,7 @@ from inspector.doctor.reconciliation import (
     trained_clause,
 )
 from inspector.doctor.trained_wiring import TrainedWiring
+from inspector.engine_names import engine_words
 from inspector.formats.engine_log import EngineLog
 from inspector.formatting import fmt_float, pct
 from inspector.serving.expectation import Expectation
@@ -153,7 +154,7 @@ def reconcile_sampled(
         raise ValueError("a greedy report: reconcile counts it round for round, not by odds")
     settings = report.sampling.label()
     notes = list(notes)
-    engine_name = "vLLM" if log.engine == "vllm" else "SGLang"
+    engine_name = engine_words(log.engine)
     checks: list[WiringCheck] = []
     for wa in report.wirings:
         e = wa.expectation

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from inspector.doctor.reconcile_rounds import pooled
 from inspector.doctor.reconciliation import Reconciliation, Verdict, WiringCheck, logged_text
+from inspector.engine_names import engine_words
 from inspector.errors import InputError
 from inspector.formats.engine_log import EngineLog, RequestFigures
 from inspector.serving.replay import AcceptReport
@@ -135,7 +136,7 @@ def _draws(log: EngineLog, engine: str) -> int | None:
 
 def synthetic_check(log: EngineLog, setting: SyntheticSetting, steps: int) -> SyntheticCheck:
     """Whether `log`'s figure is what `setting` gives with `steps` drafted a round."""
-    engine = "vLLM" if setting.engine == "vllm" else "SGLang"
+    engine = engine_words(setting.engine)
     if log.engine != setting.engine:
         flag = "--synthetic-rates" if setting.engine == "vllm" else "--simulated-accept-len"
         raise InputError(log.path, None, f"{flag} is {engine}'s setting, the log is another's")
@@ -182,7 +183,7 @@ def synthetic_reconciliation(
         WiringCheck(wa.label, wa.wiring.slots, pooled(wa, pairs, log), False)
         for wa in report.wirings
     ]
-    engine_name = "vLLM" if log.engine == "vllm" else "SGLang"
+    engine_name = engine_words(log.engine)
     return Reconciliation(
         log,
         checks,

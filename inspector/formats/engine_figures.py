@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from inspector.engine_names import engine_words
+
 
 @dataclass
 class RequestFigures:
@@ -24,6 +26,7 @@ class RequestFigures:
     rounds: int | None = None  # verification rounds (SGLang: spec_verify_ct)
     accepted: int | None = None  # drafted tokens accepted over the request
     completion_tokens: int | None = None  # SGLang: the prefill's token included
+    drafted_tokens: int | None = None  # llama.cpp's timings.draft_n: tokens drafted
     spec_accept_length: float | None = None  # SGLang's per-request figure, as logged
     # `accepted` is completion_tokens - rounds: the log's figure is SGLang's per-request
     # spec_accept_length, not the accept length its log lines pool
@@ -63,7 +66,7 @@ class EngineLog:
     rounded mean, SGLang's windows)."""
 
     path: Path
-    engine: str  # "vllm" | "sglang"
+    engine: str  # "vllm" | "sglang" | "llamacpp"
     source: str  # "log" | "prometheus" | "requests" | "server-info"
     accept_length: float | None = None
     rounds: int | None = None
@@ -129,4 +132,4 @@ class EngineLog:
         how = {"running-req": " by #running-req", "unweighted": " unweighted"}.get(
             self.weighting or "", ""
         )
-        return f"{'vLLM' if self.engine == 'vllm' else 'SGLang'} {n}{what}{how}"
+        return f"{engine_words(self.engine)} {n}{what}{how}"

@@ -49,6 +49,9 @@ Where a text log says the engine's draft length adapts (`engine_settings`), a vL
 drafts are no longer its drafted tokens / k: each line is then weighted by the drafts its mean
 gives (accepted / (mean - 1)) and the pooled figure is a rounded one.
 
+llama.cpp's slot and statistics lines, `/metrics` text and per-request `timings`:
+`llamacpp_log`.
+
 Every malformed or truncated entry is one `InputError` naming the file and the line.
 """
 
@@ -58,10 +61,18 @@ import json
 import re
 from pathlib import Path
 
+from inspector.engine_names import ENGINE_WORDS, engine_words
 from inspector.errors import InputError
 from inspector.formats.engine_figures import EngineLog, EngineStart, RequestFigures
 from inspector.formats.engine_settings import adaptive_reason
 from inspector.formats.files import check_regular
+from inspector.formats.llamacpp_log import (
+    LLAMACPP_PROM,
+    is_llamacpp_text,
+    llamacpp_log,
+    llamacpp_prometheus,
+    llamacpp_request,
+)
 from inspector.formats.sglang_log_lines import sglang_log
 
 __all__ = ["EngineLog", "EngineStart", "RequestFigures", "read_engine_log"]
@@ -105,8 +116,12 @@ def read_engine_log(path: str | Path, *, decode_log_interval: int | None = None)
     first = next((ln.strip() for ln in lines if ln.strip()), "")
     if first.startswith("{") or (first.startswith("[") and _is_json(text)):
         return _json_entries(path, text, lines)
+    if any(LLAMACPP_PROM.match(ln) for ln in lines):
+        return llamacpp_prometheus(path, lines)
     if any(PROM_LINE.match(ln) for ln in lines):
         return _prometheus(path, lines)
+    if is_llamacpp_text(lines):
+        return llamacpp_log(path, lines)
     if any("SpecDecoding metrics:" in ln for ln in lines):
         return _vllm_log(path, lines, adaptive_reason(path, lines))
     if any("accept len:" in ln for ln in lines):
@@ -117,8 +132,9 @@ def read_engine_log(path: str | Path, *, decode_log_interval: int | None = None)
         path,
         None,
         "no speculative-decoding figures found: expected vLLM's 'SpecDecoding metrics' log "
-        "lines, its Prometheus text, per-request JSON lines (spec_decode_metrics or SGLang "
-        "meta_info), SGLang's 'accept len' log lines or its server info",
+        "lines, its Prometheus text, per-request JSON lines (spec_decode_metrics, SGLang "
+        "meta_info or llama.cpp timings), SGLang's 'accept len' log lines or its server info, "
+        "llama.cpp's 'draft acceptance' or statistics lines or its /metrics",
     )
 
 
@@ -269,7 +285,8 @@ def _json_entries(path: Path, text: str, lines: list[str]) -> EngineLog:
     requests = [_request(path, no, e) for no, e in entries]
     engines = {eng for eng, _ in requests}
     if len(engines) > 1:
-        raise InputError(path, None, "mixes vLLM and SGLang requests")
+        named = [engine_words(e) for e in ENGINE_WORDS if e in engines]
+        raise InputError(path, None, f"mixes {' and '.join(named)} requests")
     engine = engines.pop() if engines else "vllm"
     out = EngineLog(path, engine, "requests", lines=len(requests))
     out.requests = [r for _, r in requests]
@@ -277,6 +294,12 @@ def _json_entries(path: Path, text: str, lines: list[str]) -> EngineLog:
     if len(ks) > 1:
         raise InputError(path, "num_spec_tokens", f"requests logged with {sorted(ks)}")
     out.steps = ks.pop() if ks else None
+    if engine == "llamacpp":
+        out.drafted_tokens = sum(r.drafted_tokens or 0 for r in out.requests)
+        out.note = (
+            "llama-server's timings give each request's drafted and accepted tokens, not its "
+            "verification rounds: no accept length (its /metrics or log lines give one)"
+        )
     if all(r.rounds is not None for r in out.requests) and out.requests:
         out.rounds = sum(r.rounds or 0 for r in out.requests)
     if all(r.accepted is not None for r in out.requests) and out.requests:
@@ -314,6 +337,9 @@ def _request(path: Path, no: int, entry: object) -> tuple[str, RequestFigures]:
     if not isinstance(entry, dict):
         raise InputError(path, f"line {no}", "expected a JSON object per request")
     where = f"{path.name}:{no}"
+    timed = llamacpp_request(path, no, entry, _ints, _int)
+    if timed is not None:
+        return "llamacpp", timed
     meta = entry.get("meta_info")
     if isinstance(meta, dict) or "spec_verify_ct" in entry:
         m = meta if isinstance(meta, dict) else entry
@@ -338,8 +364,8 @@ def _request(path: Path, no: int, entry: object) -> tuple[str, RequestFigures]:
         raise InputError(
             path,
             f"line {no}",
-            "neither spec_decode_metrics.per_step_accepted (vLLM) nor meta_info.spec_verify_ct "
-            "(SGLang)",
+            "neither spec_decode_metrics.per_step_accepted (vLLM), meta_info.spec_verify_ct "
+            "(SGLang) nor timings.draft_n (llama.cpp)",
         )
     r = RequestFigures(where, no)
     r.per_step_accepted = _ints(path, no, "per_step_accepted", sdm.get("per_step_accepted"))

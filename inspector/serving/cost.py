@@ -98,8 +98,8 @@ def sweep_grid(
     out: list[DraftSpec] = []
     skipped: list[str] = []
     for k in sorted(set(topks)):
-        if k > 1 and engine is Engine.VLLM:
-            skipped.append(f"topk {k}: vLLM drafts chains only")
+        if k > 1 and engine is not None and engine is not Engine.SGLANG:
+            skipped.append(f"topk {k}: {engine.display} drafts chains only")
             continue
         for s in sorted(set(steps)):
             if k == 1:

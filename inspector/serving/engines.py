@@ -21,17 +21,36 @@ also past EOS or max_tokens: the stop trims the output after the count is taken.
   `internal_states`) pools the completed 40-batch windows; a request's
   `meta_info.spec_accept_length` is completion_tokens / spec_verify_ct, the prefill's token
   included, the stop token too.
-- Trees (topk > 1) are SGLang's alone: vLLM drafts chains.
+- llama.cpp (`llama-server`, llama.cpp@0c1e57098 as vendored by llama-cpp-python 0.3.36): the
+  prefill's token first (as vLLM); each round drafts at most min(k, remaining - 1) tokens, with
+  remaining = max new tokens - tokens generated (`get_n_draft_max`, tools/server/
+  server-context.cpp 453-471); a round where that is <= 0 drafts nothing and is a plain decode
+  (2983-2985), and only rounds that verified a draft are counted (`n_draft_verif_steps`, 3880-3887,
+  3961-3962). Per request it logs "mean len = 1 + accepted / steps" (628-648); `/metrics` has
+  `llamacpp:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total` and
+  `..._num_accepted_tokens_per_pos_total{position="i"}` (tools/server/server-task.cpp 1554-1615).
+  A request's last round therefore never drafts past max tokens; where the request stopped by
+  EOS its max tokens are not known and the round drafts k.
+- Trees (topk > 1) are SGLang's alone: vLLM and llama.cpp draft chains.
 """
 
 from __future__ import annotations
 
 from enum import Enum
 
+from inspector.engine_names import engine_words
+
 
 class Engine(str, Enum):
     VLLM = "vllm"
     SGLANG = "sglang"
+    LLAMACPP = "llamacpp"
+
+    @property
+    def caps_at_remaining(self) -> bool:
+        """Whether a round drafts at most the tokens left before max tokens, less one, and a
+        round with no room is a plain decode (llama.cpp's `llama-server`)."""
+        return self is Engine.LLAMACPP
 
     @property
     def overlap_round(self) -> bool:
@@ -41,10 +60,11 @@ class Engine(str, Enum):
 
     @property
     def display(self) -> str:
-        return "vLLM" if self is Engine.VLLM else "SGLang"
+        return engine_words(self.value)
 
 
 ENGINES = tuple(e.value for e in Engine)
+CHAIN_ONLY = (Engine.VLLM, Engine.LLAMACPP)
 
 
 def default_engine(is_chain: bool) -> Engine:
@@ -61,8 +81,10 @@ def parse_engine(text: str | None, is_chain: bool) -> Engine:
         engine = Engine(text.strip().lower())
     except ValueError:
         raise InputError(None, "--engine", f"{text!r}: one of {', '.join(ENGINES)}") from None
-    if engine is Engine.VLLM and not is_chain:
-        raise InputError(None, "--engine", "vllm drafts chains only (--topk 1): trees are SGLang's")
+    if engine in CHAIN_ONLY and not is_chain:
+        raise InputError(
+            None, "--engine", f"{engine.value} drafts chains only (--topk 1): trees are SGLang's"
+        )
     return engine
 
 
@@ -77,6 +99,22 @@ def conventions(engine: Engine) -> dict[str, str]:
         "emitted_per_round": "tokens the requests received per round (the last round cut at the stop)",
         "per_depth": "[k]: share of rounds accepting at least k + 1 drafted tokens",
     }
+    if engine is Engine.LLAMACPP:
+        return {
+            **common,
+            "engine": "llamacpp",
+            "rounds": (
+                "verification steps with a draft (llama-server n_draft_verif_steps): each round "
+                "drafts min(k, remaining - 1) tokens, a round with no room is a plain decode and "
+                "not counted"
+            ),
+            "logged_as": (
+                "llama-server's per-request 'mean len' (1 + accepted / steps) and 1 + "
+                "llamacpp:spec_decode_num_accepted_tokens_total / "
+                "llamacpp:spec_decode_num_drafts_total (/metrics, cumulative)"
+            ),
+            "per_sample": "accepted: each counted round's accepted draft tokens",
+        }
     if engine is Engine.VLLM:
         return {
             **common,

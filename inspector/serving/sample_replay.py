@@ -110,7 +110,7 @@ class SampleReplay:
             dtype=np.int64,
         ).reshape(-1, 5)
         drafted = None
-        if schedule is not None:
+        if schedule is not None or self.engine.caps_at_remaining:
             drafted = np.array([r.drafted for r in rounds], dtype=np.int64)
         return SampleReplay(
             self.index,

@@ -23,6 +23,12 @@ min(a, d). A round scheduled 0 drafts nothing: it emits the target's one token a
 vLLM 0.32 counts a round only where the request had scheduled draft tokens (v1/core/sched/
 scheduler.py 2110-2116 for the per-request metrics; `make_spec_decoding_stats` 2969 for the
 pooled `num_drafts`), so such a round is left out of the rounds, as it is of vLLM's counts.
+
+llama.cpp's `llama-server` caps every round by the request's room: it drafts min(k, remaining - 1)
+tokens, remaining = max new tokens - generated, and a round with no room (the request's last
+token) is a plain decode, not counted (`engines`). For a run that ended by length x_E is the
+max-tokens' last, so a round after x_n drafts at most E - n - 1; a run that stopped by EOS does
+not show its max tokens and drafts k.
 """
 
 from __future__ import annotations
@@ -162,7 +168,7 @@ def walk(
         n = p
         last: Round | None = None
         while n < e:
-            d = drafts()
+            d = _room_capped(engine, run, n, drafts(), depth)
             if d == 0:  # no draft: the target's one token
                 last = Round(n, 0, 1, drafted=0)
                 out.append(last)
@@ -185,6 +191,17 @@ def walk(
                 a, bounded = _counted(a_by_start, n2, run.known, depth_here)
                 out.append(Round(n2, a, 0, bounded, True, d))
     return out
+
+
+def _room_capped(engine: Engine, run: Run, n: int, d: int | None, depth: int | None) -> int | None:
+    """The tokens a round after x_n drafts under the engine's rule: llama.cpp's server drafts at
+    most the room left before max tokens less one (E - n - 1 in a run that ended by length,
+    `get_n_draft_max`, tools/server/server-context.cpp 453-471); no room: 0, a plain decode."""
+    if not engine.caps_at_remaining or run.finish != "length":
+        return d
+    room = max(run.end - n - 1, 0)
+    want = d if d is not None else depth
+    return room if want is None else min(want, room)
 
 
 @dataclass

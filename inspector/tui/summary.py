@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from inspector.engine_names import engine_words
 from inspector.tui.drafts import draft_letter, is_second, slots_of
 from inspector.wiring import Wiring
 
@@ -40,7 +41,7 @@ class LoggedFigure:
         if log.accept_length is None:
             raise InputError(log.path, None, "holds no accept length (no rounds counted)")
         return cls(
-            "vLLM" if log.engine == "vllm" else "SGLang",
+            engine_words(log.engine),
             float(log.accept_length),
             str(log.description),
             log.path.name,

@@ -216,3 +216,46 @@ def test_reconcile_names_the_layers_a_miswired_sglang_fed(mode, source, capsys):
     rounds = sum(r["meta_info"]["spec_verify_ct"] for r in reqs)
     accepted = sum(r["meta_info"]["spec_num_correct_drafts"] for r in reqs)
     assert (fed["rounds"], fed["accepted"]) == (rounds, accepted)
+
+
+@pytest.mark.parametrize("variant", ["demo", "miswired"])
+def test_reconcile_reads_sglangs_server_info(variant, generated, tmp_path, capsys):
+    """`get_server_info()`'s `internal_states[0].avg_spec_accept_length`, as SGLang returned it
+    after the batch (run_sglang.py keeps it in figures.json), in the server-info shape: the
+    shipped draft is as it is; the copy fed [L1, L3, L5] is the wrong layers (a pooled figure
+    alone, so only within its rounding). Server info does not say where it ran: the CPU run's
+    missing overlap round is given (`--sglang-overlap off`)."""
+    fig = json.loads((_folder(f"{variant}-k3-batch") / "figures.json").read_text())
+    info = tmp_path / "server_info.json"
+    value = fig["avg_spec_accept_length_after"]
+    info.write_text(json.dumps({"internal_states": [{"avg_spec_accept_length": value}]}))
+    if variant == "demo":
+        doc = _reconcile(
+            capsys,
+            str(DEMO / "draft"),
+            str(generated),
+            "--engine-log",
+            str(info),
+            "--sglang-overlap",
+            "off",
+        )
+        assert doc["verdict"] == "as_is", doc["summary"]
+        return
+    doc = _reconcile(
+        capsys,
+        str(DEMO / "draft"),
+        "--prompts",
+        str(DEMO / "prompts.jsonl"),
+        "--target",
+        str(DEMO / "target"),
+        "--dtype",
+        "float32",
+        "--max-new",
+        str(MAX_TOKENS),
+        "--engine-log",
+        str(info),
+        "--sglang-overlap",
+        "off",
+    )
+    assert doc["verdict"] == "wrong_wiring", doc["summary"]
+    assert doc["wirings_named"]["fed"] == "ids +1 [L1, L3, L5]"

@@ -1,0 +1,224 @@
+"""llama.cpp's speculative-decoding figures (llama.cpp@0c1e57098, the copy llama-cpp-python 0.3.36
+vendors; the acceptance metrics of PR #24536), as `engine_log` reads them:
+
+- `llama-server`'s per-request slot line, `print_timings` (tools/server/server-context.cpp
+  628-650): "draft acceptance = %0.5f (%5d accepted / %5d generated), mean len = %5.2f", then at
+  trace level "acc per pos = (%s)" (each "%.3f" = the rounds accepting position i / the rounds);
+  later builds print "..., mean acceptance length = 2.92, acceptance rate per position = (0.805,
+  ...)" on the one line. Both are read. The line's rounds (`n_draft_verif_steps`) are not
+  printed: they are the one count that gives the printed mean (1 + accepted / rounds, 2
+  decimals) and per-position rates whose counts sum to the accepted tokens; where several
+  counts do, the nearest to accepted / (mean - 1) is taken and the figure is a rounded one. The
+  counts reset with each request (server-context.cpp 354-355): the lines are summed.
+- The drafter's statistics line, `common_speculative_print_stats` (common/speculative.cpp
+  2933-2975): "statistics draft-eagle3: #calls(b,g,a) = 1 87 87, #gen drafts = 87, #acc drafts =
+  70, #gen tokens = 259, #acc tokens = 167, #mean acc len = 2.92, #acc rate/pos = (...)". Its
+  counts are the drafter's, cumulative over the server's life (printed after every request,
+  server-context.cpp 653): the last line per drafter counts, and a line whose counts fall below
+  the one before starts a new run (a restart) whose last line is added. Rounds = #gen drafts,
+  accepted = #acc tokens: exact. Where the log holds these lines the slot lines are not summed.
+- `/metrics` (tools/server/server-task.cpp 1554-1615): `llamacpp:spec_decode_num_drafts_total`,
+  `..._num_draft_tokens_total`, `..._num_accepted_tokens_total` and
+  `..._num_accepted_tokens_per_pos_total{position="i"}`, vLLM's schema.
+- The server's per-request JSON: `timings.draft_n` (drafted tokens) and `timings.draft_n_accepted`
+  (tools/server/server-common.cpp 99-102), with `prompt_token_ids` / `output_ids` (or `tokens`)
+  where the caller kept them, to pair the request with a sample. The timings do not give the
+  request's rounds.
+
+Every malformed line is one `InputError` naming the file and the line.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from inspector.errors import InputError
+from inspector.formats.engine_figures import EngineLog, RequestFigures
+
+__all__ = [
+    "LLAMACPP_PROM",
+    "is_llamacpp_text",
+    "llamacpp_log",
+    "llamacpp_prometheus",
+    "llamacpp_request",
+]
+
+NUM = r"(?:[0-9]+(?:\.[0-9]*)?|nan|-?inf)"
+SLOT_LINE = re.compile(
+    rf"draft acceptance = (?P<ratio>{NUM}) \(\s*(?P<acc>\d+) accepted /\s*(?P<gen>\d+) generated\)"
+    rf"(?:, mean (?:acceptance length|len) =\s*(?P<mean>{NUM}))?"
+    r"(?:, acceptance rate per position = \((?P<rates>[^)]*)\))?"
+)
+POS_LINE = re.compile(r"acc per pos = \((?P<rates>[^)]*)\)")
+STATS_LINE = re.compile(
+    r"statistics\s+(?P<impl>\S+): #calls\(b,g,a\) =\s*\d+\s+\d+\s+(?P<calls>\d+), "
+    r"#gen drafts =\s*(?P<drafts>\d+), #acc drafts =\s*\d+, #gen tokens =\s*(?P<gen>\d+), "
+    r"#acc tokens =\s*(?P<acc>\d+)"
+    rf"(?:, #mean acc len =\s*(?P<mean>{NUM}), #acc rate/pos = \((?P<rates>[^)]*)\))?"
+)
+LLAMACPP_PROM = re.compile(
+    r"^(?P<name>llamacpp:spec_decode_num_(?:drafts|draft_tokens|accepted_tokens|"
+    r"accepted_tokens_per_pos))(?:_total)?(?P<labels>\{[^}]*\})?\s+(?P<value>\S+)"
+)
+
+
+def is_llamacpp_text(lines: list[str]) -> bool:
+    return any("draft acceptance =" in ln or "#gen drafts =" in ln for ln in lines)
+
+
+def _rates(path: Path, no: int, text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not all(re.fullmatch(r"[0-9]+\.[0-9]{3}", x) for x in items):
+        raise InputError(path, f"line {no}", f"acceptance rates per position ({text}) unreadable")
+    return items
+
+
+def _rounds(acc: int, gen: int, mean: str | None, rates: list[str] | None) -> tuple[int, bool]:
+    """(rounds, exact) of one slot line: the counts that print its mean and rates."""
+    lo = max(1, -(-gen // max(len(rates or []), 1)) if rates else 1)
+    if acc == 0 and not rates:
+        return lo, False
+    cands = []
+    for s in range(lo, gen + 1):
+        if mean is not None and f"{1 + acc / s:.2f}" != f"{float(mean):.2f}":
+            continue
+        if rates:
+            counts = [round(float(r) * s) for r in rates]
+            if any(f"{c / s:.3f}" != r for c, r in zip(counts, rates, strict=True)):
+                continue
+            if sum(counts) != acc:
+                continue
+        cands.append(s)
+    if len(cands) == 1:
+        return cands[0], True
+    guess = acc / (float(mean) - 1) if mean is not None and float(mean) > 1 else lo
+    pool = cands or [max(lo, round(guess))]
+    return min(pool, key=lambda s: abs(s - guess)), False
+
+
+def llamacpp_log(path: Path, lines: list[str]) -> EngineLog:
+    """llama-server's slot lines and the drafter's statistics lines (the module docstring)."""
+    out = EngineLog(path, "llamacpp", "log")
+    stats: dict[str, list[tuple[int, int, int]]] = {}  # drafter -> runs' last (drafts, acc, gen)
+    slots: list[list] = []  # [line, accepted, generated, mean, rates]
+    for no, ln in enumerate(lines, start=1):
+        if "#gen drafts =" in ln:
+            m = STATS_LINE.search(ln)
+            if m is None:
+                raise InputError(path, f"line {no}", "a truncated or unknown statistics line")
+            _rates(path, no, m["rates"])
+            now = (int(m["drafts"]), int(m["acc"]), int(m["gen"]))
+            runs = stats.setdefault(m["impl"], [])
+            if runs and all(x >= y for x, y in zip(now, runs[-1], strict=True)):
+                runs[-1] = now
+            else:
+                runs.append(now)
+            continue
+        if "draft acceptance =" in ln:
+            m = SLOT_LINE.search(ln)
+            if m is None or m["mean"] == "nan":
+                raise InputError(
+                    path, f"line {no}", "a truncated or unknown 'draft acceptance' line"
+                )
+            slots.append(
+                [no, int(m["acc"]), int(m["gen"]), m["mean"], _rates(path, no, m["rates"])]
+            )
+            continue
+        if "acc per pos =" in ln:
+            m = POS_LINE.search(ln)
+            if m is None or not slots or slots[-1][4] is not None:
+                raise InputError(path, f"line {no}", "an 'acc per pos' line without its request's")
+            slots[-1][4] = _rates(path, no, m["rates"])
+    if stats:
+        runs = [r for rs in stats.values() for r in rs]
+        out.rounds = sum(d for d, _, _ in runs)
+        out.accepted = sum(a for _, a, _ in runs)
+        out.drafted_tokens = sum(g for _, _, g in runs)
+        out.lines = len(runs)
+        out.note = f"llama.cpp's drafter statistics ({', '.join(sorted(stats))}): exact counts"
+    else:
+        exact = True
+        rounds = acc = gen = 0
+        per_pos: list[int] | None = []
+        for no, a, g, mean, rates in slots:
+            if mean is None and not rates:
+                raise InputError(path, f"line {no}", "neither a mean length nor per-position rates")
+            n, ok = _rounds(a, g, mean, rates)
+            exact &= ok
+            rounds, acc, gen = rounds + n, acc + a, gen + g
+            if per_pos is not None and rates:
+                counts = [round(float(r) * n) for r in rates]
+                if per_pos and len(per_pos) != len(counts):
+                    raise InputError(path, f"line {no}", "a request with other positions")
+                per_pos = [x + y for x, y in zip(per_pos or [0] * len(counts), counts, strict=True)]
+            else:
+                per_pos = None
+        out.rounds, out.accepted, out.drafted_tokens, out.lines = rounds, acc, gen, len(slots)
+        out.accepted_per_pos = per_pos or None
+        out.rounded = not exact
+        if not exact:
+            out.note = (
+                "some requests' rounds are not pinned by their printed mean and rates: the "
+                "nearest count was taken, the figure is a rounded one"
+            )
+    if out.accepted_per_pos:
+        out.steps = len(out.accepted_per_pos)
+    out.accept_length = 1 + out.accepted / out.rounds if out.rounds else None
+    return out
+
+
+def llamacpp_prometheus(path: Path, lines: list[str]) -> EngineLog:
+    out = EngineLog(path, "llamacpp", "prometheus")
+    sums: dict[str, float] = {}
+    per_pos: dict[int, float] = {}
+    for no, ln in enumerate(lines, start=1):
+        m = LLAMACPP_PROM.match(ln)
+        if m is None:
+            continue
+        try:
+            value = float(m["value"])
+        except ValueError:
+            raise InputError(path, f"line {no}", f"{m['name']}: value {m['value']!r}") from None
+        name = m["name"].removeprefix("llamacpp:spec_decode_num_")
+        if name == "accepted_tokens_per_pos":
+            pos = re.search(r'position="(\d+)"', m["labels"] or "")
+            if pos is None:
+                raise InputError(path, f"line {no}", "accepted_tokens_per_pos without position")
+            per_pos[int(pos[1])] = per_pos.get(int(pos[1]), 0.0) + value
+        else:
+            sums[name] = sums.get(name, 0.0) + value
+        out.lines += 1
+    for key in ("drafts", "accepted_tokens"):
+        if key not in sums:
+            raise InputError(path, f"llamacpp:spec_decode_num_{key}_total", "counter missing")
+    out.rounds, out.accepted = int(sums["drafts"]), int(sums["accepted_tokens"])
+    out.drafted_tokens = int(sums["draft_tokens"]) if "draft_tokens" in sums else None
+    if per_pos:
+        out.accepted_per_pos = [int(per_pos.get(i, 0)) for i in range(max(per_pos) + 1)]
+        out.steps = len(out.accepted_per_pos)
+    out.accept_length = 1 + out.accepted / out.rounds if out.rounds else None
+    return out
+
+
+def llamacpp_request(path: Path, no: int, entry: dict, ints, count) -> RequestFigures | None:
+    """One llama-server response's `timings` (None: the entry is not one). `ints` and `count`
+    read a list of token ids and one count, refusing what is not (engine_log's readers)."""
+    timings = entry.get("timings")
+    if not isinstance(timings, dict) or "draft_n" not in timings:
+        return None
+    r = RequestFigures(f"{path.name}:{no}", no)
+    r.drafted_tokens = count(path, no, "timings.draft_n", timings.get("draft_n"))
+    r.accepted = count(path, no, "timings.draft_n_accepted", timings.get("draft_n_accepted"))
+    if r.accepted is None:
+        raise InputError(path, f"line {no}", "timings.draft_n without draft_n_accepted")
+    if r.drafted_tokens is not None and r.accepted > r.drafted_tokens:
+        raise InputError(path, f"line {no}", "timings: more tokens accepted than drafted")
+    r.prompt_ids = ints(path, no, "prompt_token_ids", entry.get("prompt_token_ids"))
+    for key in ("output_ids", "output_token_ids", "tokens"):
+        if entry.get(key) is not None:
+            r.output_ids = ints(path, no, key, entry.get(key))
+            break
+    return r
