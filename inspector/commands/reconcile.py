@@ -321,6 +321,10 @@ def _live(args, spec, engine, err, log):
     # the target's last one), as `accept --live` makes them
     narrow = _plan_infos(plan_slots(info.num_layers, draft=draft_ids(draft)))
     wirings, names, _, _ = _wirings(args, infos, n_blocks, draft, preset_infos=narrow)
+    if not wirings:  # no configured ids and no preset: any wiring captures every searched layer
+        from inspector.wiring import Wiring
+
+        wirings, names = [Wiring(tuple(range(n_blocks)))], [None]
     model = TargetModel(target, dtype=args.dtype, device=str(draft.device))
     opts = dict(
         max_new=max_new,
