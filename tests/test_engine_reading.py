@@ -357,3 +357,40 @@ def test_the_readings_mutation_testing_asked_for():
     assert fed_candidates(baked, 6, 3, None, gguf=True) == [
         ("llama.cpp @0c1e570 GGUF feeds", (0, 2, 4))
     ]
+
+
+def test_ids_written_in_places_that_disagree(capsys, demo, held, tmp_path):
+    """The top level says [2, 4, 6] (HF), eagle_config says [-1, 1, 3] (HF [0, 2, 4] as its
+    writers mean it): vLLM reads the first, SGLang the second, and the finding says the places
+    disagree; written alike ([0, 2, 4] and [-1, 1, 3]) they agree and nothing is said."""
+    from inspector.doctor.engine_reading import id_places
+
+    both = {"eagle_aux_hidden_state_layer_ids": [0, 2, 4]}
+    both["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [-1, 1, 3]}
+    assert id_places(both) == [
+        ("eagle_aux_hidden_state_layer_ids", (0, 2, 4), (0, 2, 4)),
+        ("eagle_config.eagle_aux_hidden_state_layer_ids", (-1, 1, 3), (0, 2, 4)),
+    ]
+    assert id_places({"target_layer_ids": [1, 3, 5]}) == [
+        ("target_layer_ids", (1, 3, 5), (2, 4, 6))
+    ]
+
+    def split(cfg):
+        cfg["eagle_aux_hidden_state_layer_ids"] = [2, 4, 6]
+        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [-1, 1, 3]}
+
+    f = _doctor(capsys, _copy(demo, tmp_path / "split", split), held, demo.target)
+    assert f["evidence"]["disagreeing_id_places"] == [
+        {"key": "eagle_aux_hidden_state_layer_ids", "ids": [2, 4, 6], "hf_indices": [2, 4, 6]},
+        {
+            "key": "eagle_config.eagle_aux_hidden_state_layer_ids",
+            "ids": [-1, 1, 3],
+            "hf_indices": [0, 2, 4],
+        },
+    ]
+
+    def alike(cfg):
+        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [-1, 1, 3]}
+
+    f = _doctor(capsys, _copy(demo, tmp_path / "alike", alike), held, demo.target)
+    assert f["evidence"]["disagreeing_id_places"] == []

@@ -295,7 +295,13 @@ def _final_findings(
     serving = serving_finding(serving_cfg, best.wiring, best.label, slots_reread=reread)
     long_context = long_context_finding(accept.rec_stats)
     feeds = engine_feeds_finding(
-        ctx.names, run.ws, rec, ctx.infos, accept.by_wiring, engines=engines
+        ctx.names,
+        run.ws,
+        rec,
+        ctx.infos,
+        accept.by_wiring,
+        engines=engines,
+        places=ctx.names.id_places,
     )
     extra = [f for f in (long_context, feeds) if f is not None]
     return [wiring, fingerprint, serving, *extra]

@@ -15,7 +15,7 @@ indices it feeds, the wiring, its counts and accept length, its problem, its nor
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from inspector.doctor.engine_reading import NEVER, EngineRead
 from inspector.doctor.finding import Finding, Kind, Severity
@@ -71,16 +71,28 @@ class FeedRow:
 class EngineFeeds:
     rows: list[FeedRow]
     norm_disagreements: list[str]
+    # the places the config writes ids in, where they disagree (each engine reads its own)
+    id_places: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
             "engines": [r.to_dict() for r in self.rows],
             "norm_disagreements": self.norm_disagreements,
+            "disagreeing_id_places": [
+                {"key": k, "ids": list(v), "hf_indices": list(h)} for k, v, h in self.id_places
+            ],
         }
 
     def lines(self) -> list[str]:
-        """One line per engine reading, then the norm flags they run differently."""
-        return [r.line() for r in self.rows] + self.norm_disagreements
+        """One line per engine reading, then the norm flags they run differently and the
+        places whose ids disagree."""
+        places = []
+        if self.id_places:
+            written = ", ".join(f"{k} {list(v)} (HF {list(h)})" for k, v, h in self.id_places)
+            places = [
+                f"the config writes ids that disagree: {written}; each engine reads its own place"
+            ]
+        return [r.line() for r in self.rows] + self.norm_disagreements + places
 
 
 def engine_feeds_finding(
@@ -91,6 +103,7 @@ def engine_feeds_finding(
     accept: Mapping[tuple[int, ...], float],
     *,
     engines: Sequence[str] | None = None,
+    places: Sequence[tuple[str, tuple[int, ...], tuple[int, ...]]] = (),
 ) -> Finding | None:
     """The finding (None: no engine reading, e.g. the target's layer count is unknown).
     engines: keep only these engines' rows ("vllm", "sglang", "llama.cpp"; None: all)."""
@@ -114,6 +127,7 @@ def engine_feeds_finding(
             )
         )
     disagree = _norm_disagreements([r for r, _ in reads])
+    split = list(places) if len({h for _, _, h in places}) > 1 else []
     bad = [x for x in rows if x.worse or x.read.problem]
     unread = [x for x in rows if x.read.unsupported]
     if bad:
@@ -127,10 +141,17 @@ def engine_feeds_finding(
             "write the trained wiring's ids where each engine reads them (the serving_config "
             "finding gives them per engine) and check each engine's row again"
         )
-    elif disagree:
+    elif disagree or split:
         severity = Severity.WARNING
-        summary = "every engine feeds the trained wiring, but they run the norm flags differently"
-        fix = "write each flag explicitly in the config (a reader's default then cannot differ)"
+        summary = (
+            "every engine feeds the trained wiring, but they run the norm flags differently"
+            if disagree
+            else "every engine feeds the trained wiring, but the config writes ids that disagree"
+        )
+        fix = (
+            "write each flag and the ids explicitly and alike in every place engines read them "
+            "(a reader's default, or another place, then cannot differ)"
+        )
     elif unread:
         # a layout the engine refuses is loud (it errors on load), not a silent mismatch
         severity = Severity.INFO
@@ -148,7 +169,7 @@ def engine_feeds_finding(
         severity,
         summary,
         fix,
-        EngineFeeds(rows, disagree),
+        EngineFeeds(rows, disagree, split),
         wiring=rec if bad else None,
     )
 

@@ -331,3 +331,28 @@ def fed_candidates(
             if len(hf) == n_blocks and all(0 <= k <= num_layers for k in hf):
                 out.setdefault(hf, f"ids {'+' if shift > 0 else '-'}1")
     return [(name, hf) for hf, name in out.items()]
+
+
+# Every place a config writes layer ids, and what its writers mean by them as HF indices: the
+# top level and eagle_config.layer_ids are HF indices (speculators, vLLM); eagle_config's
+# eagle_aux_hidden_state_layer_ids are the output of layer i (SpecForge, SGLang's Llama rule),
+# target_layer_ids the same (DFlash, DSpark; vLLM adds 1 to them).
+ID_PLACES = (
+    (TOP, 0),
+    (NESTED, 1),
+    (TARGET_IDS, 1),
+    ("dflash_config.target_layer_ids", 1),
+    (NESTED_LAYER_IDS, 0),
+)
+
+
+def id_places(config: Mapping) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
+    """Every place the config writes layer ids: (key, ids as written, HF indices as its writers
+    mean them). Readers that look in different places feed different layers where the HF
+    indices disagree."""
+    out = []
+    for key, shift in ID_PLACES:
+        ids = _ids(lookup(config, key))
+        if ids is not None:
+            out.append((key, ids, tuple(sorted({i + shift for i in ids}))))
+    return out

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inspector.doctor.engine_default import EngineFeed, engine_defaults
-from inspector.doctor.engine_reading import EngineRead, engine_reads
+from inspector.doctor.engine_reading import EngineRead, engine_reads, id_places
 from inspector.doctor.layer_ids import LayerIdFacts, layer_id_facts
 from inspector.doctor.report import WiringResult
 from inspector.doctor.search import WiringSearch
@@ -42,6 +42,8 @@ class NamedWirings:
     # what each engine release reads from the draft's config, and the wiring it feeds (None:
     # it feeds layers the samples lack, or cannot serve the draft)
     engine_reads: list[tuple[EngineRead, tuple[int, ...] | None]] = field(default_factory=list)
+    # every place the config writes ids (`engine_reading.id_places`)
+    id_places: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
 
     @property
     def configured(self) -> tuple[int, ...] | None:
@@ -96,7 +98,8 @@ def named_wirings(
         for r in engine_reads(raw, n_layers, ev.n_blocks, target=target, gguf=gguf):
             fed = slots_for_hf(r.hf, infos) if r.hf is not None and r.problem is None else None
             reads.append((r, fed))
-    return NamedWirings(named, ids, feeds, n_layers, reads)
+    places = id_places(raw) if raw is not None and not gguf else []
+    return NamedWirings(named, ids, feeds, n_layers, reads, places)
 
 
 def engine_config_of(draft: Draft) -> tuple[dict | None, bool]:
