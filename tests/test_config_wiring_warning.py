@@ -83,3 +83,47 @@ def test_sweep_notes_each_checkpoint_whose_config_is_wrong(capsys, demo, held, t
     notes = {r["name"]: r["note"] for r in doc["checkpoints"]}
     assert notes["epoch_0_step_50"] is None
     assert line in notes["epoch_1_step_100"]
+
+
+def test_the_layers_a_capture_needs_for_the_search():
+    """All of a small target's layers; a large one's embedding and last layer, each configured
+    id and its neighbours, and the default triples (vLLM/llama.cpp's and SpecForge's)."""
+    from inspector.doctor.trained_wiring import SEARCH_ALL_LAYERS, search_layers
+
+    assert search_layers(6, [2, 4, 6]) == list(range(7))
+    assert search_layers(SEARCH_ALL_LAYERS, None) == list(range(SEARCH_ALL_LAYERS + 1))
+    assert search_layers(13, None) == [0, 1, 2, 5, 6, 9, 10, 13]
+    assert search_layers(61, [1, 29, 57]) == [0, 1, 2, 28, 29, 30, 56, 57, 58, 61]
+    assert search_layers(61, [60]) == [0, 1, 2, 29, 30, 57, 58, 59, 60, 61]
+
+
+def test_the_warning_says_only_what_the_search_settled():
+    """No line without a configured wiring, when it is the trained one, or when the search
+    cannot tell them apart; the line with both figures otherwise."""
+    from dataclasses import replace
+
+    from inspector.doctor.trained_wiring import TrainedWiring
+    from inspector.metrics import Counts
+
+    t = TrainedWiring(
+        (0, 1, 2),
+        "[embed, L2, L4]",
+        Counts(60, 100),
+        (1, 2, 3),
+        "[L2, L4, L6]",
+        Counts(20, 100),
+        True,
+        9.0,
+        tuple(range(8)),
+        24,
+    )
+    assert t.warning() == (
+        "the draft's config names [L2, L4, L6] (20.0%), but the weights fit [embed, L2, L4] best "
+        "(60.0% step-0 all-tok on 8 samples): an engine reading this config feeds the wrong "
+        "layers (`eagle-inspect doctor` gives the serving ids)"
+    )
+    assert t.config_wrong and not t.config_is_trained
+    assert replace(t, clearly=False).warning() is None
+    assert replace(t, configured=None, configured_label=None).warning() is None
+    assert replace(t, configured=(0, 1, 2)).warning() is None
+    assert replace(t, configured=(0, 1, 2)).config_is_trained
