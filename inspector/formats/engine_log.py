@@ -67,13 +67,12 @@ from inspector.formats.engine_figures import EngineLog, EngineStart, RequestFigu
 from inspector.formats.engine_settings import adaptive_reason
 from inspector.formats.files import check_regular
 from inspector.formats.llamacpp_log import (
-    LLAMACPP_PROM,
     is_llamacpp_text,
     llamacpp_log,
-    llamacpp_prometheus,
     llamacpp_request,
 )
 from inspector.formats.sglang_log_lines import sglang_log
+from inspector.formats.spec_counters import LLAMACPP_COUNTER, VLLM_COUNTER, spec_counters
 
 __all__ = ["EngineLog", "EngineStart", "RequestFigures", "read_engine_log"]
 
@@ -92,10 +91,6 @@ VLLM_SPEC = re.compile(
     r"num_spec_tokens=(?P<k>\d+)"
 )
 VLLM_DEVICE = re.compile(r"device_config=(?P<device>[A-Za-z_]+)")
-PROM_LINE = re.compile(
-    r"^(?P<name>vllm:spec_decode_num_(?:drafts|draft_tokens|accepted_tokens|"
-    r"accepted_tokens_per_pos))(?:_total)?(?P<labels>\{[^}]*\})?\s+(?P<value>\S+)"
-)
 
 
 def read_engine_log(path: str | Path, *, decode_log_interval: int | None = None) -> EngineLog:
@@ -116,10 +111,9 @@ def read_engine_log(path: str | Path, *, decode_log_interval: int | None = None)
     first = next((ln.strip() for ln in lines if ln.strip()), "")
     if first.startswith("{") or (first.startswith("[") and _is_json(text)):
         return _json_entries(path, text, lines)
-    if any(LLAMACPP_PROM.match(ln) for ln in lines):
-        return llamacpp_prometheus(path, lines)
-    if any(PROM_LINE.match(ln) for ln in lines):
-        return _prometheus(path, lines)
+    for engine, pattern in (("llamacpp", LLAMACPP_COUNTER), ("vllm", VLLM_COUNTER)):
+        if any(pattern.match(ln) for ln in lines):
+            return spec_counters(path, lines, engine)
     if is_llamacpp_text(lines):
         return llamacpp_log(path, lines)
     if any("SpecDecoding metrics:" in ln for ln in lines):
@@ -220,40 +214,6 @@ def _vllm_start(path: Path, no: int, ln: str) -> EngineStart | None:
         draft=spec["model"] if spec else None,
         spec_tokens=int(spec["k"]) if spec else None,
     )
-
-
-def _prometheus(path: Path, lines: list[str]) -> EngineLog:
-    out = EngineLog(path, "vllm", "prometheus")
-    sums: dict[str, float] = {}
-    per_pos: dict[int, float] = {}
-    for no, ln in enumerate(lines, start=1):
-        m = PROM_LINE.match(ln)
-        if m is None:
-            continue
-        try:
-            value = float(m["value"])
-        except ValueError:
-            raise InputError(path, f"line {no}", f"{m['name']}: value {m['value']!r}") from None
-        name = m["name"].removeprefix("vllm:spec_decode_num_")
-        if name == "accepted_tokens_per_pos":
-            pos = re.search(r'position="(\d+)"', m["labels"] or "")
-            if pos is None:
-                raise InputError(path, f"line {no}", "accepted_tokens_per_pos without position")
-            per_pos[int(pos[1])] = per_pos.get(int(pos[1]), 0.0) + value
-        else:
-            sums[name] = sums.get(name, 0.0) + value
-        out.lines += 1
-    if "drafts" not in sums or "accepted_tokens" not in sums:
-        missing = "drafts" if "drafts" not in sums else "accepted_tokens"
-        raise InputError(path, f"vllm:spec_decode_num_{missing}", "counter missing")
-    out.rounds = int(sums["drafts"])
-    out.accepted = int(sums["accepted_tokens"])
-    out.drafted_tokens = int(sums["draft_tokens"]) if "draft_tokens" in sums else None
-    if per_pos:
-        out.accepted_per_pos = [int(per_pos.get(i, 0)) for i in range(max(per_pos) + 1)]
-        out.steps = len(out.accepted_per_pos)
-    out.accept_length = 1 + out.accepted / out.rounds if out.rounds else None
-    return out
 
 
 def _json_entries(path: Path, text: str, lines: list[str]) -> EngineLog:

@@ -37,10 +37,8 @@ from inspector.errors import InputError
 from inspector.formats.engine_figures import EngineLog, RequestFigures
 
 __all__ = [
-    "LLAMACPP_PROM",
     "is_llamacpp_text",
     "llamacpp_log",
-    "llamacpp_prometheus",
     "llamacpp_request",
 ]
 
@@ -56,10 +54,6 @@ STATS_LINE = re.compile(
     r"#gen drafts =\s*(?P<drafts>\d+), #acc drafts =\s*\d+, #gen tokens =\s*(?P<gen>\d+), "
     r"#acc tokens =\s*(?P<acc>\d+)"
     rf"(?:, #mean acc len =\s*(?P<mean>{NUM}), #acc rate/pos = \((?P<rates>[^)]*)\))?"
-)
-LLAMACPP_PROM = re.compile(
-    r"^(?P<name>llamacpp:spec_decode_num_(?:drafts|draft_tokens|accepted_tokens|"
-    r"accepted_tokens_per_pos))(?:_total)?(?P<labels>\{[^}]*\})?\s+(?P<value>\S+)"
 )
 
 
@@ -165,39 +159,6 @@ def llamacpp_log(path: Path, lines: list[str]) -> EngineLog:
                 "nearest count was taken, the figure is a rounded one"
             )
     if out.accepted_per_pos:
-        out.steps = len(out.accepted_per_pos)
-    out.accept_length = 1 + out.accepted / out.rounds if out.rounds else None
-    return out
-
-
-def llamacpp_prometheus(path: Path, lines: list[str]) -> EngineLog:
-    out = EngineLog(path, "llamacpp", "prometheus")
-    sums: dict[str, float] = {}
-    per_pos: dict[int, float] = {}
-    for no, ln in enumerate(lines, start=1):
-        m = LLAMACPP_PROM.match(ln)
-        if m is None:
-            continue
-        try:
-            value = float(m["value"])
-        except ValueError:
-            raise InputError(path, f"line {no}", f"{m['name']}: value {m['value']!r}") from None
-        name = m["name"].removeprefix("llamacpp:spec_decode_num_")
-        if name == "accepted_tokens_per_pos":
-            pos = re.search(r'position="(\d+)"', m["labels"] or "")
-            if pos is None:
-                raise InputError(path, f"line {no}", "accepted_tokens_per_pos without position")
-            per_pos[int(pos[1])] = per_pos.get(int(pos[1]), 0.0) + value
-        else:
-            sums[name] = sums.get(name, 0.0) + value
-        out.lines += 1
-    for key in ("drafts", "accepted_tokens"):
-        if key not in sums:
-            raise InputError(path, f"llamacpp:spec_decode_num_{key}_total", "counter missing")
-    out.rounds, out.accepted = int(sums["drafts"]), int(sums["accepted_tokens"])
-    out.drafted_tokens = int(sums["draft_tokens"]) if "draft_tokens" in sums else None
-    if per_pos:
-        out.accepted_per_pos = [int(per_pos.get(i, 0)) for i in range(max(per_pos) + 1)]
         out.steps = len(out.accepted_per_pos)
     out.accept_length = 1 + out.accepted / out.rounds if out.rounds else None
     return out

@@ -44,6 +44,16 @@ MAX_TOKENS = 128
 TRAIN = (0, 1, 2)  # embed, L2, L4 over the capture's slots HF [0, 2, 4, 6]
 CHAINS = [("demo-k1-batch", 1), ("demo-k3-one", 3), ("demo-k3-batch", 3), ("demo-k5-batch", 5)]
 TREE = "demo-k3-t4-n8-batch"
+# reconcile of the demo draft through the live loop over the engine's prompts (no samples)
+PROMPTS = (
+    str(DEMO / "draft"),
+    "--prompts",
+    str(DEMO / "prompts.jsonl"),
+    "--target",
+    str(DEMO / "target"),
+    "--dtype",
+    "float32",
+)
 
 
 def _folder(name: str) -> Path:
@@ -194,18 +204,7 @@ def test_reconcile_names_the_layers_a_miswired_sglang_fed(mode, source, capsys):
     layer of the 6-layer target, so the replay of what an engine reading the ids one off feeds
     is there to equal the log."""
     log = _folder(f"miswired-k3-{mode}") / source
-    doc = _reconcile(
-        capsys,
-        str(DEMO / "draft"),
-        "--prompts",
-        str(DEMO / "prompts.jsonl"),
-        "--target",
-        str(DEMO / "target"),
-        "--dtype",
-        "float32",
-        "--engine-log",
-        str(log),
-    )
+    doc = _reconcile(capsys, *PROMPTS, "--engine-log", str(log))
     assert doc["verdict"] == "wrong_wiring", doc["summary"]
     named = doc["wirings_named"]
     assert named["fed"] == "ids +1 [L1, L3, L5]", named
@@ -243,13 +242,7 @@ def test_reconcile_reads_sglangs_server_info(variant, generated, tmp_path, capsy
         return
     doc = _reconcile(
         capsys,
-        str(DEMO / "draft"),
-        "--prompts",
-        str(DEMO / "prompts.jsonl"),
-        "--target",
-        str(DEMO / "target"),
-        "--dtype",
-        "float32",
+        *PROMPTS,
         "--max-new",
         str(MAX_TOKENS),
         "--engine-log",
