@@ -133,8 +133,8 @@ def add_reconcile_args(p: argparse.ArgumentParser) -> None:
         "--wiring",
         action="append",
         metavar="W",
-        help="wirings to hold the figure against, besides the configured one (default train, "
-        "serve)",
+        help="wirings to hold the figure against, besides the configured one, the wiring "
+        "search's and what an engine may be feeding (default the presets train, serve)",
     )
     p.add_argument(
         "--steps",
@@ -157,7 +157,8 @@ def add_reconcile_args(p: argparse.ArgumentParser) -> None:
         default="float32",
         help="what the engine computed in (default float32: its figure must equal a replay's "
         "count for count); in bfloat16 or float16 near-ties move its output, and a figure "
-        "within 8%% of one wiring's replay, and nearer it than any other, is that wiring's",
+        "within 8%% of one wiring's replay, and at least twice as near it as any other, is that "
+        "wiring's",
     )
     p.add_argument("--limit", type=positive, metavar="N", help="only the first N samples")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")

@@ -26,6 +26,13 @@ NESTED_LAYER_IDS = "eagle_config.layer_ids"
 # vLLM's speculators reader defaults norm_before_residual to true, its plain reader to false
 SPECULATORS_TRUE = "vLLM: true in a speculators config, false in a plain one"
 NEVER = "read nowhere: it runs without it"  # a flag the reader never reads
+# vLLM 0.32's norm flags (both model runners load the draft the same way)
+VLLM_NORMS = (
+    ("norm_before_residual", SPECULATORS_TRUE, True),
+    ("norm_before_fc", "config", False),
+    ("fc_norm", "config", False),
+    ("norm_output", "config", False),
+)
 
 
 @dataclass(frozen=True)
@@ -65,12 +72,7 @@ READERS: tuple[Reader, ...] = (
         "0.32",
         "V1 model runner",
         ((TOP, 0), ("dflash_config.target_layer_ids", 1), (NESTED, 0)),
-        (
-            ("norm_before_residual", SPECULATORS_TRUE, True),
-            ("norm_before_fc", "config", False),
-            ("fc_norm", "config", False),
-            ("norm_output", "config", False),
-        ),
+        VLLM_NORMS,
         "vllm/v1/worker/gpu_model_runner.py 5251-5284 (ids), model_executor/models/"
         "interfaces.py 1733 (default), transformers_utils/configs/speculators/algos.py 33-38 and "
         "model_executor/models/llama_eagle3.py 101, 184-186, 231, 252 (norms)",
@@ -80,12 +82,7 @@ READERS: tuple[Reader, ...] = (
         "0.32",
         "model runner V2, VLLM_USE_V2_MODEL_RUNNER=1",
         ((TOP, 0), ("dflash_config.target_layer_ids", 1), (TARGET_IDS, 1), (NESTED_LAYER_IDS, 0)),
-        (
-            ("norm_before_residual", SPECULATORS_TRUE, True),
-            ("norm_before_fc", "config", False),
-            ("fc_norm", "config", False),
-            ("norm_output", "config", False),
-        ),
+        VLLM_NORMS,
         "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py 100-139: it never reads "
         "eagle_config.eagle_aux_hidden_state_layer_ids",
         tag="MRV2",
