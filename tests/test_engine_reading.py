@@ -71,12 +71,17 @@ def test_an_unknown_target_class_gives_sglang_both_readings():
 
 
 def test_configs_without_ids_collapse_on_a_small_target():
-    """No ids anywhere: every reader's default [2, L//2, L-3]; on 5 layers two coincide and no
-    engine can feed a 3-block fc."""
+    """No ids anywhere: every reader's default [2, L//2, L-3]; on 5 layers they coincide and no
+    engine but llama.cpp can feed a 3-block fc: llama.cpp feeds L2 to all three blocks."""
     cfg = public("specforge-llama3.3-70b.json")
     assert set(fed(cfg, 80, LLAMA).values()) == {(2, 40, 77)}
     small = fed(cfg, 5, LLAMA)
+    lc = small.pop("llama.cpp @0c1e570 converted")
     assert all("1 state for an fc that takes 3" in str(v) for v in small.values()), small
+    assert lc == (2,)
+    read = next(r for r in engine_reads(cfg, 5, 3, target=LLAMA) if r.reader.engine == "llama.cpp")
+    assert read.fed == (2, 2, 2) and read.problem is None
+    assert read.notes[-1] == "ids [2, 2, 2] repeat a layer: llama.cpp feeds it to 3 fc blocks"
 
 
 def test_the_last_layer_feeds_nothing_in_llama_cpp_only():
@@ -148,7 +153,8 @@ def held(demo) -> Path:
 def test_doctor_shows_what_each_engine_feeds_a_nested_config(capsys, demo, held, tmp_path):
     """The demo's ids written SGLang's way under eagle_config ([-1, 1, 3]): SGLang feeds the
     trained [embed, L2, L4]; vLLM reads -1 as an HF index (no such state); the V2 runner and
-    llama.cpp's converter find nothing and fall back to [2, 3, 3]: two states."""
+    llama.cpp's converter find nothing and fall back to [2, 3, 3]: two states for vLLM, L3 twice for
+    llama.cpp."""
 
     def nest(cfg):
         cfg.pop("eagle_aux_hidden_state_layer_ids")
@@ -163,8 +169,13 @@ def test_doctor_shows_what_each_engine_feeds_a_nested_config(capsys, demo, held,
     assert sg["hf_indices"] == [0, 2, 4] and sg["feeds_trained_wiring"] is True
     assert sg["wiring_label"] == "[embed, L2, L4]" and sg["accept_length"] > 1.5
     assert rows["vLLM 0.32"]["problem"] == "HF [-1] outside 0..6: no such state"
-    for label in ("vLLM 0.32 MRV2", "llama.cpp @0c1e570 converted"):
-        assert rows[label]["problem"] == "2 states for an fc that takes 3: it cannot serve it"
+    assert (
+        rows["vLLM 0.32 MRV2"]["problem"] == "2 states for an fc that takes 3: it cannot serve it"
+    )
+    # llama.cpp feeds each listed id's state, the repeat included: [L2, L3, L3]
+    lc = rows["llama.cpp @0c1e570 converted"]
+    assert lc["problem"] is None and lc["fed"] == [2, 3, 3]
+    assert lc["feeds_trained_wiring"] is False  # the held samples hold no L3 slot
     # --engine keeps one engine's rows
     only = _doctor(capsys, draft, held, demo.target, "--engine", "sglang")
     assert [e["engine"] for e in only["evidence"]["engines"]] == ["sglang"]
@@ -239,8 +250,9 @@ def test_the_words_and_fields_of_a_reading():
     assert conv.notes == (
         "no ids where it looks (eagle_aux_hidden_state_layer_ids): its default [2, L//2, L-3] = "
         "[2, 3, 3]",
-        "ids [2, 3, 3] repeat a layer: it is captured once",
+        "ids [2, 3, 3] repeat a layer: llama.cpp feeds it to 2 fc blocks",
     )
+    assert conv.problem is None and conv.fed == (2, 3, 3)
     ok = engine_reads({"eagle_aux_hidden_state_layer_ids": [0, 2, 4]}, 6, 3, target=LLAMA)[0]
     assert ok.notes == () and ok.problem is None and ok.hf == (0, 2, 4)
     assert ok.norms[0] == (
@@ -285,6 +297,7 @@ def test_the_words_and_fields_of_a_reading():
         },
         "notes": [],
         "unsupported": None,
+        "fed": [0, 2, 4],
         "source": ok.reader.source,
     }
     assert isinstance(ok, EngineRead)
@@ -314,6 +327,38 @@ def test_what_an_engine_may_be_feeding():
         (2, 4, 6): "SGLang 0.5.23 feeds",
     }
     assert fed_candidates(cfg, 6, 4, [0, 2, 4]) == []  # no reading gives a 4-block fc
+
+
+def test_llamacpp_feeds_as_listed_and_nothing_for_the_layer_count():
+    """llama.cpp concatenates the states in the order the ids are listed, and on a Llama-family
+    target an id equal to the layer count feeds nothing (None: its fc block gets zeros); vLLM
+    feeds ascending. Both are candidates for what the engine feeds."""
+    from inspector.doctor.engine_reading import fed_candidates
+
+    rev = {"eagle_aux_hidden_state_layer_ids": [4, 2, 0]}
+    reads = {r.reader.label: r for r in engine_reads(rev, 6, 3, target=LLAMA)}
+    assert reads["vLLM 0.32"].fed == (0, 2, 4)
+    assert reads["llama.cpp @0c1e570 converted"].fed == (4, 2, 0)
+    assert reads["llama.cpp @0c1e570 converted"].hf == (0, 2, 4)
+    assert fed_candidates(rev, 6, 3, None, target=LLAMA) == [
+        ("vLLM 0.32 feeds", (0, 2, 4)),
+        ("llama.cpp @0c1e570 converted feeds", (4, 2, 0)),
+    ]
+    last = {"eagle_aux_hidden_state_layer_ids": [2, 4, 6]}
+    lc = next(r for r in engine_reads(last, 6, 3, target=LLAMA) if r.reader.engine == "llama.cpp")
+    assert lc.fed == (2, 4, None) and lc.problem is not None and "feeds nothing" in lc.problem
+    assert lc.to_dict()["fed"] == [2, 4, None]
+    assert fed_candidates(last, 6, 3, None, target=LLAMA) == [
+        ("vLLM 0.32 feeds", (2, 4, 6)),
+        ("llama.cpp @0c1e570 converted feeds", (2, 4, None)),
+    ]
+    # a GGUF's baked ids, read as llama.cpp reads them
+    baked = {"eagle3": {"target_layers": [6, 2, 4]}}
+    g = engine_reads(baked, 6, 3, target=LLAMA, gguf=True)
+    assert [r.fed for r in g] == [(None, 2, 4)]
+    # an id past the layer count aborts: nothing is fed, nothing is a candidate
+    past = {"eagle_aux_hidden_state_layer_ids": [2, 4, 7]}
+    assert all(r.fed is None for r in engine_reads(past, 6, 3) if r.reader.engine == "llama.cpp")
 
 
 def test_the_readings_mutation_testing_asked_for():

@@ -8,6 +8,7 @@ import argparse
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import replace
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -15,6 +16,7 @@ from rich.text import Text
 
 from inspector.commands.common import open_evaluator
 from inspector.commands.output import report_table, safe, stdout_console, write_json
+from inspector.commands.reconcile_feeds import engine_fed, silent_feeds
 from inspector.errors import InputError
 from inspector.formatting import fmt_float, pct
 from inspector.progress import progress_bar, stage_progress_bar
@@ -28,6 +30,17 @@ COLOURS = {
     "other_data": "yellow",
     "synthetic": "magenta",
 }
+
+
+def engine_flags(spec, engine) -> str:
+    """The engine's own flags for these draft settings."""
+    from inspector.serving.engines import Engine
+
+    if engine is Engine.VLLM:
+        return f"{engine.display} num_speculative_tokens {spec.steps}"
+    if engine is Engine.LLAMACPP:
+        return f"llama.cpp --spec-draft-n-max {spec.steps}"
+    return spec.flags()
 
 
 def configured_wiring(draft, infos, n_blocks: int):
@@ -51,17 +64,18 @@ def _wirings(
     draft,
     contenders: Sequence[tuple[int, ...]] = (),
     preset_infos=None,
-    engine_fed: Sequence[tuple[str, tuple[int, ...]]] = (),
+    engine_fed: Sequence[tuple[str, tuple[int | None, ...]]] = (),
 ) -> tuple[list, list[str | None], int | None, list[int]]:
     """(wirings, names, index of the configured one, indices of the search's contenders): the
     configured wiring first, then the wiring search's contenders for the trained wiring, what
-    an engine may be feeding (`engine_fed`: (name, HF indices), where the slots hold them), the
-    presets and every --wiring, without repeats.
+    an engine may be feeding (`engine_fed`: (name, HF indices in block order), where the slots
+    hold them; a feed that leaves a block at zeros is `_silent`'s), the presets and every
+    --wiring, without repeats.
 
     preset_infos: the slots the presets are made of, when `infos` holds more (the live loop
     captures every searched layer; the presets stay those of the draft's configured layers and
     the target's last one), matched to `infos` by HF index."""
-    from inspector.doctor.serving import slots_for_hf
+    from inspector.doctor.fed_states import silent_blocks, slots_fed
     from inspector.wiring import PRESETS, Wiring, parse_wiring, preset_name
 
     out: list = []
@@ -78,8 +92,8 @@ def _wirings(
     conf = configured_wiring(draft, infos, n_blocks)
     ci = add(conf, "configured") if conf is not None else None
     ti = [add(Wiring(tuple(w)), "searched") for w in contenders]
-    for name, hf in engine_fed:
-        slots = slots_for_hf(hf, infos)
+    for name, fed in engine_fed:
+        slots = slots_fed(fed, infos) if not silent_blocks(fed) else None
         if slots is not None:
             add(Wiring(slots), name)
     for text in args.wiring or list(PRESETS):
@@ -142,14 +156,7 @@ def run_reconcile(args: argparse.Namespace) -> int:
         )
     err.print(
         f"note: {safe(log.description)} from {safe(str(log.path))}: accept length "
-        f"{fmt_float(log.accept_length)}; replaying "
-        + (
-            f"{engine.display} num_speculative_tokens {spec.steps}"
-            if engine is Engine.VLLM
-            else f"llama.cpp --spec-draft-n-max {spec.steps}"
-            if engine is Engine.LLAMACPP
-            else spec.flags()
-        ),
+        f"{fmt_float(log.accept_length)}; replaying " + engine_flags(spec, engine),
         highlight=False,
         soft_wrap=True,
     )
@@ -220,23 +227,6 @@ def _synthetic_setting(args):
     return None
 
 
-def _engine_fed(draft, num_layers: int | None, target: object) -> list:
-    """What an engine may be feeding this draft (`engine_reading.fed_candidates`): each
-    engine's reading of its config, and its ids one off either way."""
-    from inspector.doctor.engine_reading import fed_candidates
-    from inspector.doctor.layer_ids import configured_hf_ids
-    from inspector.doctor.named_wirings import engine_config_of
-
-    raw, gguf = engine_config_of(draft)
-    if raw is None or num_layers is None:
-        return []
-    readings = configured_hf_ids(draft.config.aux_layer_ids, draft.config.aux_layer_convention)
-    conf = readings[0] if len(readings) == 1 else None
-    return fed_candidates(
-        raw, num_layers, draft.config.num_fc_blocks, conf, target=target, gguf=gguf
-    )
-
-
 def _overlap(args, log) -> bool:
     """Whether SGLang's overlap scheduler ran: --sglang-overlap, or (auto) off where the log
     shows SGLang on a CPU (SGLang 0.5.23 srt/arg_groups/speculative_hook.py 66-78 forces it off
@@ -255,13 +245,9 @@ def _replay(args, spec, engine, err):
     infos = ev.slot_info
     layers = next((s.hf_index for s in infos if s.verifier and not s.post_norm), None)
     target = read_target_class(inputs.target) or data_config_target(ev.samples.data_config)
+    fed = engine_fed(ev.draft, layers, target)
     wirings, names, configured, ti = _wirings(
-        args,
-        infos,
-        ev.n_blocks,
-        ev.draft,
-        trained.contenders,
-        engine_fed=_engine_fed(ev.draft, layers, target),
+        args, infos, ev.n_blocks, ev.draft, trained.contenders, engine_fed=fed
     )
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
     with progress_bar("replaying", err) as advance:
@@ -271,6 +257,12 @@ def _replay(args, spec, engine, err):
             names=names,
             progress=advance,
         )
+    for name, label, w, silent_draft in silent_feeds(fed, infos, ev.draft, layers, err):
+        with progress_bar("replaying", err) as advance:
+            more = Replayer(ev.with_draft(silent_draft), spec, engine).run(
+                [w], limit=args.limit, names=[name], progress=advance
+            )
+        report.wirings.append(replace(more.wirings[0], label=label))
     samples = []
     for i in range(n):
         try:
@@ -352,7 +344,7 @@ def _live(args, spec, engine, err, log):
         trained = _search(Evaluator(draft, samples_set), err)
     from inspector.doctor.engine_conventions import read_target_class
 
-    fed = _engine_fed(draft, info.num_layers, read_target_class(target))
+    fed = engine_fed(draft, info.num_layers, read_target_class(target))
     wirings, names, configured, ti = _wirings(
         args, infos, n_blocks, draft, trained.contenders, preset_infos=narrow, engine_fed=fed
     )
@@ -371,6 +363,11 @@ def _live(args, spec, engine, err, log):
         )
         done.update({wa.wiring.slots: wa for wa in more.wirings})
     report.wirings = [done[w.slots] for w in wirings]
+    for name, label, w, silent_draft in silent_feeds(fed, infos, draft, info.num_layers, err):
+        more = run_loop(
+            err, silent_draft, target, prompts, spec, [list(w.slots)], names=[name], **opts
+        )
+        report.wirings.append(replace(more.wirings[0], label=label))
     from inspector.capture.inputs import read_input
 
     records, _ = read_input(prompts, target, vocab_size=info.vocab_size, max_length=10**9)
@@ -423,7 +420,7 @@ def render(result, report) -> Group:
     table = report_table(
         safe(
             f"the engine's figure against each wiring's {report.mode} of the same requests "
-            f"({report.spec.flags()})"
+            f"({engine_flags(report.spec, report.engine)})"
         )
     )
     table.add_column("", no_wrap=True)

@@ -56,6 +56,9 @@ class Reader:
     norms: tuple[tuple[str, str, bool], ...]
     source: str
     last_feeds_nothing: bool = False
+    # feeds the states in the order the ids are listed (llama.cpp concatenates them so,
+    # src/models/eagle3.cpp 6-15); vLLM and SGLang capture in layer order, ascending
+    as_listed: bool = False
     gguf: bool = False  # reads a GGUF's baked ids, not a config.json
     tag: str = ""  # how the label tells two paths of one release apart
     reads_speculators: bool = True  # loads a speculators-layout config (speculators_config)
@@ -116,6 +119,7 @@ READERS: tuple[Reader, ...] = (
         "llama.cpp 0c1e570 (vendored by llama-cpp-python 0.3.36) conversion/llama.py 74-83 (ids: top level only), 94-104 (norms); "
         "src/models/eagle3.cpp 24-33 (norm keys read back), the input of layer i captured",
         last_feeds_nothing=True,
+        as_listed=True,
         tag="converted",
     ),
     Reader(
@@ -129,6 +133,7 @@ READERS: tuple[Reader, ...] = (
         ),
         "llama.cpp 0c1e570 src/models/eagle3.cpp 24-33, the input of layer i captured",
         last_feeds_nothing=True,
+        as_listed=True,
         gguf=True,
         tag="GGUF",
     ),
@@ -152,6 +157,10 @@ class EngineRead:
     # the reader does not load this config's layout at all (SGLang and a speculators config):
     # the draft must be rewritten for it first, which is then what it reads
     unsupported: str | None = None
+    # what reaches the fc blocks, in block order: an HF index, or None where the engine feeds
+    # nothing (llama.cpp's id L on a Llama-family target: zeros, or stale bytes); None when it
+    # cannot serve the draft for another reason, or the reading is not one
+    fed: tuple[int | None, ...] | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -167,6 +176,7 @@ class EngineRead:
             "norms": {k: {"value": v, "how": how} for k, v, how in self.norms},
             "notes": list(self.notes),
             "unsupported": self.unsupported,
+            "fed": list(self.fed) if self.fed is not None else None,
             "source": self.reader.source,
         }
 
@@ -262,10 +272,19 @@ def _read(r: Reader, config: Mapping, L: int, n_blocks: int, target: object) -> 
         hf_list = [i + shift for i in ids]
     problem = None
     hf: tuple[int, ...] | None = None
+    fed_order: tuple[int | None, ...] | None = None
     if hf_list is not None:
         fed = sorted(set(hf_list))
+        # what reaches the fc: llama.cpp reads each listed id's state, a repeat included;
+        # the others capture each layer once
+        width = len(hf_list) if r.as_listed else len(fed)
         if len(fed) < len(hf_list):
-            notes.append(f"ids {sorted(hf_list)} repeat a layer: it is captured once")
+            notes.append(
+                f"ids {hf_list} repeat a layer: llama.cpp feeds it to {len(hf_list) - len(fed) + 1} "
+                "fc blocks"
+                if r.as_listed
+                else f"ids {sorted(hf_list)} repeat a layer: it is captured once"
+            )
         bad = [k for k in fed if k < 0 or k > L]
         if bad:
             problem = f"HF {bad} outside 0..{L}: no such state"
@@ -281,15 +300,18 @@ def _read(r: Reader, config: Mapping, L: int, n_blocks: int, target: object) -> 
                 f"id {L} (the last layer's output) feeds nothing: llama.cpp captures the input "
                 f"of layer i, and there is no layer {L} (zeros or stale bytes, no warning)"
             )
-        elif len(fed) != n_blocks:
-            n = len(fed)
+            if width == n_blocks:
+                fed_order = tuple(None if k == L else k for k in hf_list)
+        elif width != n_blocks:
             problem = (
-                f"{n} state{'' if n == 1 else 's'} for an fc that takes {n_blocks}: "
+                f"{width} state{'' if width == 1 else 's'} for an fc that takes {n_blocks}: "
                 "it cannot serve it"
             )
         hf = tuple(fed)
+        if problem is None:
+            fed_order = tuple(hf_list) if r.as_listed else hf
     norms = tuple(_norm(config, flag, default, how) for flag, how, default in r.norms)
-    return EngineRead(r, where, ids, hf, readings, problem, norms, tuple(notes))
+    return EngineRead(r, where, ids, hf, readings, problem, norms, tuple(notes), fed=fed_order)
 
 
 def _norm(config: Mapping, flag: str, default: bool, how: str) -> tuple[str, bool, str]:
@@ -313,15 +335,16 @@ def fed_candidates(
     *,
     target: object = None,
     gguf: bool = False,
-) -> list[tuple[str, tuple[int, ...]]]:
-    """The wirings, as HF indices, that an engine may be feeding this draft: what each reader
-    makes of the config (`engine_reads`), and the configured ids read one off either way (the
-    conventions differ by one: SGLang's +1, a converter that copies HF indices into
-    eagle_config). Each once, in that order, only those an fc of `n_blocks` takes."""
-    out: dict[tuple[int, ...], str] = {}
+) -> list[tuple[str, tuple[int | None, ...]]]:
+    """The wirings that an engine may be feeding this draft, as the HF indices reaching fc
+    blocks 0..N-1 (None: a block fed nothing, llama.cpp's id L): what each reader makes of the
+    config (`engine_reads`, in the order each feeds them), and the configured ids read one off
+    either way (the conventions differ by one: SGLang's +1, a converter that copies HF indices
+    into eagle_config). Each once, in that order, only those an fc of `n_blocks` takes."""
+    out: dict[tuple[int | None, ...], str] = {}
     for r in engine_reads(config, num_layers, n_blocks, target=target, gguf=gguf):
-        if r.hf is not None and r.problem is None and not r.unsupported:
-            out.setdefault(r.hf, f"{r.reader.label} feeds")
+        if r.fed is not None and not r.unsupported:
+            out.setdefault(r.fed, f"{r.reader.label} feeds")
     if configured_hf:
         for shift in (1, -1):
             hf = tuple(sorted({k + shift for k in configured_hf}))

@@ -20,7 +20,7 @@ the HF draft's wiring (what the conversion of weights and flags alone changed).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -35,6 +35,7 @@ from inspector.capture.conventions import (
     trainer_hf_indices,
 )
 from inspector.doctor.config_variants import residual_readings
+from inspector.doctor.fed_states import can_silence, silenced, silent_blocks, slots_fed
 from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.phrasing import Text, reconvert_command
 from inspector.draft import Draft
@@ -226,29 +227,6 @@ def _deltas(gguf: Draft, hf: Draft, types: dict[str, str]) -> list[WeightDelta]:
     return out
 
 
-def _slots_for(hf: Sequence[int | None], ev: Evaluator) -> tuple[int, ...] | None:
-    """The slots holding these HF indices in this order (None where one is not captured; an
-    index None, a state llama.cpp does not feed, takes any slot: its fc block is zeroed)."""
-    by_hf: dict[int, int] = {}
-    for i, s in enumerate(ev.slot_info):
-        if s.hf_index is not None and not s.post_norm:
-            by_hf.setdefault(s.hf_index, i)
-    try:
-        return tuple(0 if k is None else by_hf[k] for k in hf)
-    except KeyError:
-        return None
-
-
-def _zeroed(draft: Draft, blocks: Sequence[int]) -> Draft:
-    """The draft with these fc blocks' columns zeroed: what it computes when llama.cpp feeds
-    those blocks nothing (zeros), for a draft without norm_before_fc (whose norm spans blocks)."""
-    ht = draft.config.target_hidden_size
-    fc = draft.weights["fc.weight"].clone()
-    for b in blocks:
-        fc[:, b * ht : (b + 1) * ht] = 0
-    return replace(draft, weights={**draft.weights, "fc.weight": fc})
-
-
 def _score(ev: Evaluator, wiring: tuple[int, ...], samples: Sequence[int]) -> Counts:
     report = ev.run([Wiring(wiring)], indices=list(samples))
     return report.wirings[0].steps[0].all_tok
@@ -261,15 +239,15 @@ def _scored(
     ev_g = ev if ev.draft is gguf else ev.with_draft(gguf)
     out: list[Scored] = []
     hf_ids = tuple(sorted(facts.hf_trained_hf)) if facts.hf_trained_hf else None
-    hf_w = _slots_for(hf_ids, ev) if hf_ids is not None else None
+    hf_w = slots_fed(hf_ids, ev.slot_info) if hf_ids is not None else None
     if hf_w is not None and hf_ids is not None:
         how = f"the HF draft under its config's ids (HF {list(hf_ids)}, as vLLM feeds them)"
         out.append(Scored("hf", how, hf_ids, _score(ev_hf, hf_w, samples)))
     feed = facts.feed
-    g_w = _slots_for(feed.hf, ev)
-    nothing = [b for b, k in enumerate(feed.hf) if k is None]
-    if g_w is not None and not feed.aborts and not (nothing and gguf.config.norm_before_fc):
-        g_ev = ev_g.with_draft(_zeroed(gguf, nothing)) if nothing else ev_g
+    g_w = slots_fed(feed.hf, ev.slot_info)
+    nothing = silent_blocks(feed.hf)
+    if g_w is not None and not feed.aborts and not (nothing and not can_silence(gguf)):
+        g_ev = ev_g.with_draft(silenced(gguf, nothing)) if nothing else ev_g
         how = f"the GGUF as llama.cpp feeds its ids (HF {_hf_text(feed.hf)})"
         out.append(Scored("gguf", how, feed.hf, _score(g_ev, g_w, samples)))
     if hf_w is not None and hf_ids is not None and tuple(feed.hf) != hf_ids:

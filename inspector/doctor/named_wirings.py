@@ -16,10 +16,11 @@ from pathlib import Path
 
 from inspector.doctor.engine_default import EngineFeed, engine_defaults
 from inspector.doctor.engine_reading import EngineRead, engine_reads, id_places
+from inspector.doctor.fed_states import slots_fed
 from inspector.doctor.layer_ids import LayerIdFacts, layer_id_facts
 from inspector.doctor.report import WiringResult
 from inspector.doctor.search import WiringSearch
-from inspector.doctor.serving import hf_indices, slots_for_hf
+from inspector.doctor.serving import hf_indices
 from inspector.doctor.slot_identity import SlotIdentity
 from inspector.doctor.stats import clearly_better
 from inspector.draft import Draft
@@ -96,7 +97,8 @@ def named_wirings(
     raw, gguf = engine_config_of(ev.draft)
     if raw is not None and n_layers is not None:
         for r in engine_reads(raw, n_layers, ev.n_blocks, target=target, gguf=gguf):
-            fed = slots_for_hf(r.hf, infos) if r.hf is not None and r.problem is None else None
+            # in the order the engine feeds them (llama.cpp: as listed, a repeat included)
+            fed = slots_fed(r.fed, infos) if r.fed is not None and r.problem is None else None
             reads.append((r, fed))
     places = id_places(raw) if raw is not None and not gguf else []
     return NamedWirings(named, ids, feeds, n_layers, reads, places)

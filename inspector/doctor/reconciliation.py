@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from inspector.doctor.engine_conventions import TargetClass, read_target_class
+from inspector.doctor.phrasing import CONVERT_TO_GGUF
 from inspector.doctor.serving import engine_configs, hf_indices, sglang_ids_text
 from inspector.doctor.trained_wiring import TrainedWiring, pct_of
 from inspector.formats.engine_log import EngineLog
@@ -206,14 +207,26 @@ def config_for(
     }
 
 
-def fix_text(best: WiringCheck, label: dict[str, str], cfg: dict) -> str:
+def fix_text(best: WiringCheck, label: dict[str, str], cfg: dict, engine: str = "") -> str:
     """The fix's words: the ids each engine needs to feed `best` (`cfg`: from `config_for`,
-    which holds the target's class)."""
+    which holds the target's class). Under llama.cpp (`engine` "llamacpp") the ids are baked
+    into the GGUF at conversion: the fix is the HF config's top-level ids (the one place its
+    converter reads) and a reconversion, first."""
     vllm_ids = cfg["vllm"]["config"]["eagle_aux_hidden_state_layer_ids"]
-    return (
-        f"serve it fed {label[best.label]}: eagle_aux_hidden_state_layer_ids {vllm_ids} for "
-        f"vLLM, {sglang_ids_text(cfg['sglang'])}"
+    others = (
+        f"eagle_aux_hidden_state_layer_ids {vllm_ids} for vLLM, {sglang_ids_text(cfg['sglang'])}"
     )
+    if engine == "llamacpp":
+        cmd = CONVERT_TO_GGUF.format(
+            hf_draft="HF_DRAFT_DIR", target="TARGET_DIR", outfile="draft.gguf"
+        )
+        return (
+            f"serve it fed {label[best.label]}: llama.cpp bakes the ids into the GGUF, so write "
+            f"eagle_aux_hidden_state_layer_ids {vllm_ids} at the top level of the HF draft's "
+            f"config.json (the one place its converter reads them) and convert it again "
+            f"({cmd}); {others}"
+        )
+    return f"serve it fed {label[best.label]}: {others}"
 
 
 def report_target(report) -> TargetClass | None:
@@ -231,8 +244,11 @@ def serving_fix(
     if not (verdict in (Verdict.WRONG_WIRING, Verdict.AS_IS) or best is not conf):
         return None, None
     cfg = config_for(best.wiring, report.slots, report.spec.steps, target=report_target(report))
+    engine = getattr(getattr(report, "engine", None), "value", "")
     fix = (
-        fix_text(best, label, cfg) if verdict is Verdict.WRONG_WIRING and cfg is not None else None
+        fix_text(best, label, cfg, engine)
+        if verdict is Verdict.WRONG_WIRING and cfg is not None
+        else None
     )
     return cfg, fix
 
@@ -302,4 +318,7 @@ def config_fix(best: WiringCheck, conf: WiringCheck, report, label: dict[str, st
     cfg = config_for(best.wiring, report.slots, report.spec.steps, target=report_target(report))
     if cfg is None:
         return None
-    return "write the trained wiring's ids into the draft's config: " + fix_text(best, label, cfg)
+    engine = getattr(getattr(report, "engine", None), "value", "")
+    return "write the trained wiring's ids into the draft's config: " + fix_text(
+        best, label, cfg, engine
+    )

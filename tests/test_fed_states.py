@@ -1,0 +1,44 @@
+"""`doctor.fed_states`: what an engine feeds the fc blocks, as a wiring that replays it."""
+
+from __future__ import annotations
+
+import torch
+
+from inspector.doctor.fed_states import (
+    can_silence,
+    fed_label,
+    silenced,
+    silent_blocks,
+    slots_fed,
+)
+from inspector.formats.samples import v1_slot_info
+
+
+def _infos():
+    return v1_slot_info([0, 2, 4, 6, None])  # embed, L2, L4, L6, the post-norm final state
+
+
+def test_slots_in_the_order_fed_and_a_block_fed_nothing():
+    infos = _infos()
+    assert slots_fed((4, 2, 0), infos) == (2, 1, 0)  # as listed, not ascending
+    assert slots_fed((2, 2, 4), infos) == (1, 1, 2)  # a repeat feeds two blocks
+    assert slots_fed((2, 4, None), infos) == (1, 2, 0)  # nothing: any slot, its block zeroed
+    assert slots_fed((1, 2, 4), infos) is None  # L1 not captured
+    assert silent_blocks((2, None, 4, None)) == (1, 3)
+    assert silent_blocks((0, 2, 4)) == ()
+    assert fed_label((2, 4, None), infos) == "[L2, L4, nothing]"
+    assert fed_label((4, 3), infos) == "[L4, HF 3]"
+
+
+def test_silenced_zeroes_only_those_blocks_and_leaves_the_draft_alone(demo):
+    from inspector.formats import load_draft
+
+    demo_draft = load_draft(demo.draft, dtype="float32", device="cpu")
+    fc = demo_draft.weights["fc.weight"]
+    ht = demo_draft.config.target_hidden_size
+    out = silenced(demo_draft, [2])
+    assert out is not demo_draft and demo_draft.weights["fc.weight"] is fc
+    assert bool((fc[:, 2 * ht :] != 0).any())  # the input is untouched
+    assert bool((out.weights["fc.weight"][:, 2 * ht :] == 0).all())
+    assert torch.equal(out.weights["fc.weight"][:, : 2 * ht], fc[:, : 2 * ht])
+    assert can_silence(demo_draft)
