@@ -116,6 +116,20 @@ def test_statistics_lines_are_cumulative_and_exact(tmp_path):
     assert not log.rounded
 
 
+def test_the_logs_of_servers_one_after_another_are_summed(tmp_path):
+    """A fresh server per request, their logs concatenated: each server's statistics start
+    again at its start-up line, even where its counts exceed the previous server's."""
+    p = tmp_path / "server.log"
+    start = "0.00.003.631 I srv  llama_server: initializing ..."
+    lines = [start, stats_line(40, 30, 120, 70, [30, 25, 15])]
+    lines += [start, stats_line(50, 35, 150, 80, [35, 25, 20])]
+    lines += ["0.00.037.284 I srv  llama_server: listening on http://127.0.0.1:8080"]
+    lines += [stats_line(10, 5, 30, 6, [5, 1, 0]), stats_line(20, 9, 60, 12, [9, 2, 1])]
+    p.write_text("\n".join(lines) + "\n")
+    log = read_engine_log(p)
+    assert (log.rounds, log.accepted, log.drafted_tokens) == (110, 162, 330)
+
+
 def test_metrics_text_and_request_timings(tmp_path):
     p = tmp_path / "metrics.txt"
     p.write_text(metrics_text(491, 521, 1473, [263, 164, 94]))
@@ -228,10 +242,10 @@ def test_reconcile_of_llama_server_metrics(capsys, generated, tmp_path):
 
 
 def test_reconcile_of_the_2_4_6_copy_under_llama_cpp(capsys, generated, tmp_path):
-    """The copy configured [2, 4, 6]: llama-server logged 881 / 127 (id 6 = the layer count
-    feeds nothing on a Llama target, a zeroed fc block the replay does not model yet). Never
-    "as_is": the replay of [L2, L4, L6] under llama-server's schedule gives 1.27, above what
-    llama.cpp logged, which reads as an engine-side fault."""
+    """The copy configured [2, 4, 6]: llama-server logged 881 / 127 (a fresh server per
+    request). Id 6 = the layer count feeds nothing on a Llama target: the replay of
+    [L2, L4, nothing] (that fc block zeroed) under llama-server's schedule equals it, and the
+    verdict names the wrong wiring, the trained one and the fix."""
     import shutil
 
     from inspector.cli import main
@@ -247,6 +261,54 @@ def test_reconcile_of_the_2_4_6_copy_under_llama_cpp(capsys, generated, tmp_path
     argv = ["reconcile", str(folder), str(generated), "--engine-log", str(log), "--steps", "3"]
     assert main([*argv, "--json", "--device", "cpu"]) == 0
     r = json.loads(capsys.readouterr().out)
-    assert r["verdict"] != "as_is", r["summary"]
-    assert r["verdict"] == "engine_fault", r["summary"]
-    assert "below every wiring's replay" in r["summary"]
+    assert r["verdict"] == "wrong_wiring", r["summary"]
+    assert "exactly what this draft gives fed [L2, L4, nothing]" in r["summary"]
+    assert "trained on [embed, L2, L4]" in r["summary"]
+    silent = next(c for c in r["wirings"] if c["label"].endswith("[L2, L4, nothing]"))
+    assert (silent["rounds"], silent["accepted"]) == (881, 127)
+    plain = next(c for c in r["wirings"] if c["label"].endswith("[L2, L4, L6]"))
+    assert plain["accepted"] > 127  # fed L6, the draft does better than llama.cpp lets it
+
+
+def test_the_live_loop_runs_llama_servers_schedule(tmp_path):
+    """`accept --live --engine llamacpp`: each round drafts at most the room left less the
+    bonus (llama-server's cap), a request's last token with no room is a plain decode and no
+    round: the counts llama-server's /metrics gave (491 rounds, 521 accepted, 1459 drafted
+    tokens at k = 3), and the temperature rule is llama.cpp's own."""
+    doc = _json(
+        [
+            "accept",
+            str(DEMO / "draft"),
+            "--live",
+            "--prompts",
+            str(DEMO / "prompts.jsonl"),
+            "--target",
+            str(DEMO / "target"),
+            "--engine",
+            "llamacpp",
+            "--steps",
+            "3",
+            "--wiring",
+            "train",
+            "--dtype",
+            "float32",
+            "--json",
+            "--device",
+            "cpu",
+        ]
+    )
+    w = doc["wirings"][0]
+    assert (w["rounds"], w["accepted"]) == SERVER[3][:2]
+    assert w["accepted_per_pos"] == SERVER[3][2]
+    drafted = [d for s in w["per_sample"] for d in s.get("drafted", [3] * len(s["accepted"]))]
+    assert sum(drafted) == 1459 and max(drafted) == 3 and min(drafted) >= 1
+
+
+def test_llamacpps_verification_rule_is_its_own():
+    from inspector.serving.sampling_settings import VerifyRule, default_rule, parse_rule
+
+    assert default_rule("llamacpp") is VerifyRule.LLAMACPP_TARGET_ONLY
+    assert parse_rule(None, "llamacpp") is VerifyRule.LLAMACPP_TARGET_ONLY
+    assert not VerifyRule.LLAMACPP_TARGET_ONLY.samples_drafts
+    with pytest.raises(InputError, match="not llamacpp's rule"):
+        parse_rule("vllm-onehot", "llamacpp")

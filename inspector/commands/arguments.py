@@ -237,7 +237,8 @@ def add_sampling_args(
         "--verify",
         choices=RULES,
         help=f"{when} at a temperature: the engine's verification rule (default its own: "
-        "vllm-onehot for vLLM, sglang-target-only for SGLang; the -probabilistic / -rejection "
+        "vllm-onehot for vLLM, sglang-target-only for SGLang, llamacpp-target-only for "
+        "llama.cpp; the -probabilistic / -rejection "
         "rules sample the chain from the draft's q)",
     )
     p.add_argument(

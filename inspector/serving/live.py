@@ -291,7 +291,11 @@ def live_accept(
                     a_by_start,
                     spec.steps,
                     after_stop=np.array(seq.after_stop, dtype=bool),
-                    drafted=np.array(seq.drafted, dtype=np.int64) if spec.early_stop else None,
+                    drafted=(
+                        np.array(seq.drafted, dtype=np.int64)
+                        if spec.early_stop or any(d != spec.steps for d in seq.drafted)
+                        else None
+                    ),
                     completion_tokens=len(seq.ids) - seq.prompt_len,
                     odds=None if sampling.greedy else SampleOdds.of(seq.odds, spec.steps),
                     category=r.category,

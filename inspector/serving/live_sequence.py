@@ -145,9 +145,12 @@ def run_sequence(
     odds: list[RoundOdds] = []
     drafted: list[int] = []
 
-    def one_round(full: list[int]) -> tuple[list[int], list[int], list[torch.Tensor]]:
+    def one_round(
+        full: list[int], cap: int | None = None
+    ) -> tuple[list[int], list[int], list[torch.Tensor]]:
         """Draft after `full`, verify, keep the accepted path: (path tokens, new tokens: the
-        path and the bonus, the committed rows' features); its drafted count to `drafted`."""
+        path and the bonus, the committed rows' features); its drafted count to `drafted`.
+        `cap`: at most this many drafted tokens (llama-server's room left, a chain's prefix)."""
         nonlocal cache
         n = len(full) - 1
         q_draft = None
@@ -157,7 +160,11 @@ def run_sequence(
             tr = ld.tree()
         # the nodes verified: every one, or the prefix of the chain llama.cpp's drafter keeps
         m = ld.kept() if spec.early_stop else len(tr.tokens[0])
-        drafted.append(m if spec.early_stop else spec.steps)
+        if cap is not None and cap < m:
+            m = cap
+            drafted.append(m)
+        else:
+            drafted.append(m if spec.early_stop else spec.steps)
         tokens = d2t[tr.tokens[0][:m]].tolist()
         parent = tr.parent[0][:m].tolist()
         # The tree's ancestor mask (root column always on) and positions n + depth.
@@ -199,7 +206,19 @@ def run_sequence(
     while len(seq) - p_len < max_new and seq[-1] not in eos_set:
         n = len(seq) - 1
         room_before = max_new - (len(seq) - p_len)
-        path, new, committed = one_round(seq)
+        # llama-server drafts at most the room left less the bonus; with none left the last
+        # token is a plain decode, no round (tools/server/server-context.cpp 453-471)
+        cap = room_before - 1 if engine.caps_at_remaining else None
+        if cap is not None and cap <= 0:
+            logits, f, cache = target.forward_cached(
+                torch.tensor([seq[n]]), plan_slots, cache=cache, positions=torch.tensor([n])
+            )
+            for s, x in enumerate(f):
+                parts[s].append(x.cpu())
+            seq.append(pick(logits[-1]))
+            full = list(seq)
+            break
+        path, new, committed = one_round(seq, cap)
         stop = next((i + 1 for i, t in enumerate(new) if t in eos_set), len(new))
         out = new[: min(room_before, stop)]
         full = seq + new

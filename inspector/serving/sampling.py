@@ -19,6 +19,11 @@ The rules (`VerifyRule`), a node's children tried in node order (the draft's sco
   final token is sampled from relu(p - draft_probs), the rejected children's p in draft_probs
   (p with them removed). At the default thresholds 1.0 a child is accepted with probability
   p(child) exactly, as under vllm-onehot; lower thresholds accept more (lossy).
+- `llamacpp-target-only` (llama.cpp's only rule, common/sampling.cpp 678-709): drafts are the
+  draft's argmax; the target samples its own token from p under its sampler chain and the draft
+  token is accepted while they are equal, the sampled token emitted at the first mismatch. In
+  distribution that is vllm-onehot's: d accepted with probability p(d), else a token from p
+  without d; it is drawn here as vllm-onehot draws it. Chains only.
 - `vllm-probabilistic` (`draft_sample_method="probabilistic"`) and `sglang-rejection`
   (`--speculative-use-rejection-sampling`): the chain's tokens are sampled from the draft's q =
   softmax(draft logits / temperature) (the draft vocabulary's, mapped into the target's) and
@@ -205,7 +210,7 @@ def sample_verify(
             if v.rule is VerifyRule.SGLANG_TARGET_ONLY:
                 acc += pt
                 ok = coin <= acc / v.threshold_acc or pt >= v.threshold_single
-            else:  # vLLM: one uniform per draft token, q = 1
+            else:  # vLLM, llama.cpp: one uniform per draft token, q = 1
                 ok = uniform() <= pt
             if ok:
                 nxt = j

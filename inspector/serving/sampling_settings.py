@@ -51,6 +51,8 @@ class VerifyRule(str, Enum):
     VLLM_PROBABILISTIC = "vllm-probabilistic"
     SGLANG_TARGET_ONLY = "sglang-target-only"
     SGLANG_REJECTION = "sglang-rejection"
+    # llama.cpp: the draft's argmax, accepted while the target's own sample equals it
+    LLAMACPP_TARGET_ONLY = "llamacpp-target-only"
 
     @property
     def samples_drafts(self) -> bool:
@@ -105,6 +107,8 @@ class Verification:
 
 def default_rule(engine: str) -> VerifyRule:
     """Each engine's default at temperature > 0 (drafts from the draft's top-k, target-only)."""
+    if engine == "llamacpp":
+        return VerifyRule.LLAMACPP_TARGET_ONLY
     return VerifyRule.SGLANG_TARGET_ONLY if engine == "sglang" else VerifyRule.VLLM_ONEHOT
 
 
