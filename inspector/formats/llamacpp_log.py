@@ -15,7 +15,9 @@ vendors; the acceptance metrics of PR #24536), as `engine_log` reads them:
   70, #gen tokens = 259, #acc tokens = 167, #mean acc len = 2.92, #acc rate/pos = (...)". Its
   counts are the drafter's, cumulative over the server's life (printed after every request,
   server-context.cpp 653): the last line per drafter counts, and a line whose counts fall below
-  the one before starts a new run (a restart) whose last line is added. Rounds = #gen drafts,
+  the one before, or the first after a server's start-up lines ("llama_server: initializing",
+  "listening on", "main: build ="), starts a new run (a restart) whose last line is added: logs
+  of several servers, one after another, are summed. Rounds = #gen drafts,
   accepted = #acc tokens: exact. Where the log holds these lines the slot lines are not summed.
 - `/metrics` (tools/server/server-task.cpp 1554-1615): `llamacpp:spec_decode_num_drafts_total`,
   `..._num_draft_tokens_total`, `..._num_accepted_tokens_total` and
@@ -47,6 +49,11 @@ SLOT_LINE = re.compile(
     rf"draft acceptance = (?P<ratio>{NUM}) \(\s*(?P<acc>\d+) accepted /\s*(?P<gen>\d+) generated\)"
     rf"(?:, mean (?:acceptance length|len) =\s*(?P<mean>{NUM}))?"
     r"(?:, acceptance rate per position = \((?P<rates>[^)]*)\))?"
+)
+# a server starting (a new run of cumulative statistics): llama-server's first line, its
+# listening line, and the build line older builds print first
+START_LINE = re.compile(
+    r"llama_server: initializing|server is listening on|listening on http|main: build ="
 )
 POS_LINE = re.compile(r"acc per pos = \((?P<rates>[^)]*)\)")
 STATS_LINE = re.compile(
@@ -97,8 +104,12 @@ def llamacpp_log(path: Path, lines: list[str]) -> EngineLog:
     """llama-server's slot lines and the drafter's statistics lines (the module docstring)."""
     out = EngineLog(path, "llamacpp", "log")
     stats: dict[str, list[tuple[int, int, int]]] = {}  # drafter -> runs' last (drafts, acc, gen)
+    started: set[str] = set()  # drafters with a line since the last server start
     slots: list[list] = []  # [line, accepted, generated, mean, rates]
     for no, ln in enumerate(lines, start=1):
+        if START_LINE.search(ln):
+            started.clear()
+            continue
         if "#gen drafts =" in ln:
             m = STATS_LINE.search(ln)
             if m is None:
@@ -106,10 +117,12 @@ def llamacpp_log(path: Path, lines: list[str]) -> EngineLog:
             _rates(path, no, m["rates"])
             now = (int(m["drafts"]), int(m["acc"]), int(m["gen"]))
             runs = stats.setdefault(m["impl"], [])
-            if runs and all(x >= y for x, y in zip(now, runs[-1], strict=True)):
+            same = m["impl"] in started
+            if runs and same and all(x >= y for x, y in zip(now, runs[-1], strict=True)):
                 runs[-1] = now
             else:
                 runs.append(now)
+            started.add(m["impl"])
             continue
         if "draft acceptance =" in ln:
             m = SLOT_LINE.search(ln)
