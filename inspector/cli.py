@@ -227,13 +227,15 @@ def _add_reconcile_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from inspector.commands.help_text import Parser, add_examples
+
+    parser = Parser(
         prog="eagle-inspect",
         description="Inspect an EAGLE-3 draft: re-run it on saved samples, toggle the wiring of "
         "captured hidden states into fc, and find train/serve mismatches.",
     )
     parser.add_argument("--version", action="version", version=f"eagle-inspect {__version__}")
-    sub = parser.add_subparsers(dest="command")
+    sub = parser.add_subparsers(dest="command", parser_class=Parser)
 
     p_eval = sub.add_parser("eval", help="accuracy per wiring and TTT step, as a table or JSON")
     _add_model_args(p_eval)
@@ -349,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sweep_parser(sub)
 
     p_demo = sub.add_parser("demo", help="the bundled demo")
-    demo_sub = p_demo.add_subparsers(dest="demo_command")
+    demo_sub = p_demo.add_subparsers(dest="demo_command", parser_class=Parser)
     p_build = demo_sub.add_parser("build", help="rebuild the demo (trains a target and a draft)")
     p_build.add_argument("--out", metavar="DIR", help="output folder (default assets/demo)")
     p_build.add_argument("--seed", type=non_negative, default=0)
@@ -361,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("--epochs", type=positive, default=24)
     p_run.add_argument("--every", type=positive, default=9, help="steps between checkpoints")
     p_run.add_argument("--seed", type=non_negative, default=0)
+    add_examples(parser)
     return parser
 
 
@@ -453,7 +456,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 build_args += ["--out", args.out]
             return demo_main(build_args)
     except InputError as e:
+        from inspector.commands.help_text import triage
+
         _say(f"eagle-inspect: error: {visible(e)}")
+        _say(f"  {triage(command)} (eagle-inspect {command} --help: flags and an example)")
         return 2
     except KeyboardInterrupt:
         return 130

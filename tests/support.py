@@ -88,3 +88,13 @@ def reconcile_json(capsys, samples: Path, log: Path, *extra: str) -> dict:
     argv = ["reconcile", str(ROOT / "assets" / "demo" / "draft"), str(samples)]
     assert main([*argv, "--engine-log", str(log), "--json", "--device", "cpu", *extra]) == 0
     return json.loads(capsys.readouterr().out)
+
+
+def error_lines(err: str) -> list[str]:
+    """An error's own lines: stderr without the line under it that says what the command needs
+    (`inspector.commands.help_text.TRIAGE`)."""
+    return [
+        ln
+        for ln in err.strip().splitlines()
+        if not (ln.startswith("  ") and ln.endswith("flags and an example)"))
+    ]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import accumulation_tolerance
+from support import accumulation_tolerance, error_lines
 
 from inspector.capture.run import CaptureSettings, capture
 from inspector.cli import main
@@ -231,7 +231,7 @@ def test_engine_capture_on_the_demo(tmp_path, demo_ids_input, capsys) -> None:
     capsys.readouterr()
     code = main([*argv[:4], str(tmp_path / "sg"), *argv[5:], "--engine", "sglang"])
     err = capsys.readouterr().err
-    assert code == 2 and "cannot serve" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "cannot serve" in err and len(error_lines(err)) == 1
 
 
 # --- INPUT forms ---------------------------------------------------------------------------------
@@ -494,7 +494,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys, content, suffix, needl
     inp.write_text(content)
     code = main(["capture", str(TARGET), str(inp), "--out", str(tmp_path / "o"), "--layers", "2"])
     err = capsys.readouterr().err
-    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert code == 2 and needle in err and len(error_lines(err)) == 1, err
     assert not (tmp_path / "o").exists()
 
 
@@ -506,7 +506,7 @@ def test_text_without_a_tokenizer_is_a_one_line_error(tmp_path, capsys) -> None:
     inp = _jsonl(tmp_path / "t.jsonl", [{"text": "x = 1"}])
     code = main(["capture", str(bare), str(inp), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
-    assert code == 2 and "tokenizer" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "tokenizer" in err and len(error_lines(err)) == 1
     # Exact ids need no tokenizer.
     ids = _jsonl(tmp_path / "i.jsonl", [{"input_ids": [5, 6, 7, 8]}])
     assert (

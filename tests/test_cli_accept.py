@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from support import error_lines
 from test_tui_support import needs_demo
 
 from inspector.cli import main
@@ -90,7 +91,7 @@ def test_accept_refuses_settings_no_engine_has_in_one_line(tiny_synthetic, capsy
     draft, samples = tiny_synthetic
     rc, out, err = _run(capsys, [draft, samples, *flags])
     assert rc == 2 and out == ""
-    assert message in err and len(err.strip().splitlines()) == 1
+    assert message in err and len(error_lines(err)) == 1
 
 
 @needs_demo
@@ -336,7 +337,7 @@ def test_accept_sweep_refuses_what_it_cannot_run_in_one_line(
 ):
     draft, samples = tiny_synthetic
     rc, out, err = _run(capsys, [draft, samples, "--sweep", *flags])
-    assert rc == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+    assert rc == 2 and out == "" and message in err and len(error_lines(err)) == 1
 
 
 def test_accept_sweep_lists_are_positive_integers(capsys):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import error_lines
 
 from inspector.cli import main
 
@@ -50,7 +51,7 @@ def test_bad_values_exit_2_naming_the_flag(golden_copy, capsys, argv, flag):
 def test_bad_device_exits_2_with_one_line(golden_copy, capsys, device):
     ckpt, samples = golden_copy
     assert main(["eval", str(ckpt), str(samples), "--device", device]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    err = error_lines(capsys.readouterr().err)
     assert len(err) == 1 and "--device" in err[0]
 
 
@@ -81,7 +82,7 @@ def test_markup_and_control_characters_in_file_names(golden_copy, capsys):
     bad.write_bytes(b"not a torch file")
     assert main(["eval", str(ckpt), str(bad)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "bad\\nname\\x1b.pt" in err
+    assert len(error_lines(err)) == 1 and "bad\\nname\\x1b.pt" in err
 
 
 def test_skipped_samples_are_named_once_and_in_json(golden_copy, capsys):
@@ -251,7 +252,7 @@ def test_write_fixed_refuses_an_empty_or_input_out_before_the_diagnosis(golden_c
     try:
         for out, why in (("", "an empty path"), (str(samples / "fixed"), "outside the input")):
             rc = main(["doctor", str(ckpt), str(samples), "--write-fixed", out])
-            (line,) = capsys.readouterr().err.strip().splitlines()
+            (line,) = error_lines(capsys.readouterr().err)
             assert rc == 2 and "--write-fixed" in line and why in line, line
     finally:
         doctor.diagnose = diagnose

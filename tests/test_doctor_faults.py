@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import edited_copy
+from support import edited_copy, error_lines
 
 from inspector.doctor import ConfigFix, diagnose, write_fixed
 from inspector.evaluate import Evaluator
@@ -292,7 +292,7 @@ def test_slot_layers_bad_values_exit_2(demo, unstated, ids, capsys):
 
     assert main(["eval", str(demo.draft), str(unstated), "--slot-layers", ids, "--limit", "1"]) == 2
     err = capsys.readouterr().err
-    assert "--slot-layers" in err and len(err.strip().splitlines()) == 1
+    assert "--slot-layers" in err and len(error_lines(err)) == 1
 
 
 def _hidden_norm_scaled(c: float):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from support import edited_copy
+from support import edited_copy, error_lines
 
 from inspector.cli import main
 from inspector.doctor.lm_head import borrow_target_head, head_finding, head_status
@@ -125,7 +125,7 @@ def test_write_fixed_refuses_a_headless_draft(demo, headless, tmp_path, capsys):
     args = [str(headless), *_samples(), "--target", str(demo.target)]
     assert main(["doctor", *args, "--write-fixed", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert "lm_head.weight" in err and len(err.strip().splitlines()) == 1
+    assert "lm_head.weight" in err and len(error_lines(err)) == 1
 
 
 def _samples() -> list[str]:

@@ -22,7 +22,7 @@ import pytest
 import torch
 from gguf_writer import DRAFT, HELD, TARGET, Q, converter_permute, write_eagle3_gguf
 from safetensors.torch import load_file
-from support import edited_copy
+from support import edited_copy, error_lines
 
 from inspector.cli import main
 from inspector.errors import InputError
@@ -219,7 +219,7 @@ def test_eval_of_a_broken_gguf_is_one_line_exit_2(tmp_path, capsys):
     bad = write_eagle3_gguf(tmp_path / "bad.gguf", keys={"eagle3.target_layers": None})
     assert main(["eval", str(bad), str(HELD)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "eagle3.target_layers" in err and "bad.gguf" in err
+    assert len(error_lines(err)) == 1 and "eagle3.target_layers" in err and "bad.gguf" in err
 
 
 # --- variants the converter writes ------------------------------------------------------------------

@@ -22,6 +22,7 @@ from hostile import (
     copy_world,
     snapshot,
 )
+from support import error_lines
 
 from inspector.cli import build_parser, main
 from inspector.commands.common import load_evaluator, resolve_inputs
@@ -60,7 +61,7 @@ def _names(line: str, case: Case) -> None:
 
 
 def _one_line(err: str, case: Case) -> str:
-    lines = err.strip().splitlines()
+    lines = error_lines(err)
     assert len(lines) == 1, err
     _names(lines[0], case)
     return lines[0]
@@ -144,7 +145,7 @@ def test_write_fixed_out_refused(name, out_of, prepare, world: World, capsys) ->
     argv += ["--target", str(world.target), "--json", "--write-fixed", str(out)]
     rc, stdout, err = _run(capsys, argv)
     assert rc == 2 and stdout == ""
-    lines = err.strip().splitlines()
+    lines = error_lines(err)
     assert len(lines) == 1 and "--write-fixed" in lines[0], err
     assert "\0" not in lines[0]
     assert snapshot(world.root) == before  # nothing written, not even a partial OUT
@@ -158,5 +159,5 @@ def test_write_fixed_into_read_only_folder(world: World, capsys) -> None:
     before = snapshot(world.root)
     argv = ["doctor", str(world.ckpt), str(world.samples), "--device", "cpu", "--json"]
     rc, out, err = _run(capsys, [*argv, "--write-fixed", str(ro / "fixed")])
-    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert rc == 2 and out == "" and len(error_lines(err)) == 1
     assert snapshot(world.root) == before

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from support import error_lines
 
 from inspector.cli import main
 from inspector.errors import InputError
@@ -196,7 +197,7 @@ def test_cli_bad_input_exits_2_with_one_line(ckpt, samples, capsys):
     _edit_config(ckpt, lambda c: c["transformer_layer_config"].pop("num_attention_heads"))
     assert main(["eval", str(ckpt), str(samples)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0
+    assert len(error_lines(err)) == 1
     assert err.startswith("eagle-inspect: error: ") and "num_attention_heads" in err
 
 

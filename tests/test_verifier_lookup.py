@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support import error_lines
 
 from inspector.cli import main
 from inspector.formats.verifier import NAME_KEY, find_verifier, hub_cache_dir, verifier_name
@@ -139,7 +140,7 @@ def test_target_auto_refuses_a_verifier_that_does_not_fit(tmp_path, capsys):
     weights[head] = weights[head][:100].contiguous()  # a smaller vocabulary than the draft's
     save_file(weights, str(target / "model.safetensors"))
     rc, _, err = _eval(capsys, [str(ckpt), HELD, "--limit", "2", "--target", "auto"])
-    (line,) = err.strip().splitlines()
+    (line,) = error_lines(err)
     assert rc == 2 and str(target / "model.safetensors") in line and "lm_head.weight" in line
 
 
@@ -149,7 +150,7 @@ def test_target_auto_without_a_local_verifier_is_bad_input(tmp_path, capsys, mon
     ckpt = _draft(tmp_path, name)
     rc, out, err = _eval(capsys, [str(ckpt), HELD, "--limit", "2", "--target", "auto"])
     assert rc == 2 and out == ""
-    (line,) = err.strip().splitlines()
+    (line,) = error_lines(err)
     assert str(ckpt / "config.json") in line and NAME_KEY in line
     assert ("not on this machine" in line) if name else ("absent" in line)
 

@@ -138,15 +138,53 @@ def keys_markdown() -> str:
     return "\n".join(lines)
 
 
+# the docs page for each part of the main screen (by widget id, the focused one or its
+# parents'): the help screen names the page of what is under the cursor first
+DOCS = {
+    "samples": ("the sample list", "docs/quickstart.md"),
+    "strip": ("the token strip", "docs/reference/which-number.md"),
+    "spark-row": ("the p(true) sparkline", "docs/reference/which-number.md"),
+    "detail": ("the position panel", "docs/reference/which-number.md"),
+    "slots": ("the slot panel", "docs/guides/low-acceptance.md"),
+    "tree": ("the draft tree", "docs/guides/engine-figures.md"),
+    "accuracy": ("the accuracy bar", "docs/reference/which-number.md"),
+}
+ALL_DOCS = (
+    "Every key: docs/reference/keys.md; which number is which: docs/reference/which-number.md; "
+    "the task guides: docs/guides/ (the site: `mkdocs serve` in the project)."
+)
+
+
+def docs_line(focus_ids: list[str]) -> str:
+    """The docs page of the first of these widget ids (the focused widget, then its parents)
+    that has one, then where every other page is."""
+    for wid in focus_ids:
+        if wid in DOCS:
+            what, page = DOCS[wid]
+            return f"**Docs for {what}** (under the cursor): {page}. {ALL_DOCS}"
+    return ALL_DOCS
+
+
 class HelpScreen(Dialog[None]):
     BINDINGS = [
         Binding("escape,q,f1,question_mark", "close", "close"),
     ]
 
+    def __init__(self, focus_ids: list[str] | None = None) -> None:
+        super().__init__()
+        self.focus_ids = focus_ids or []
+
     def compose(self) -> ComposeResult:
         from rich.markdown import Markdown  # Rich's renderer: one widget, fast to draw
 
-        text = "# eagle-inspect\n\n" + keys_markdown() + "\n\n" + METRICS
+        text = (
+            "# eagle-inspect\n\n"
+            + docs_line(self.focus_ids)
+            + "\n\n"
+            + keys_markdown()
+            + "\n\n"
+            + METRICS
+        )
         with VerticalScroll(id="help-box", classes="dialog"):
             yield Static(Markdown(text, hyperlinks=False), id="help-md")
 

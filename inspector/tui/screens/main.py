@@ -459,7 +459,9 @@ class MainScreen(DeviceMessages):
     def action_help(self) -> None:
         from inspector.tui.screens.help import HelpScreen
 
-        self.app.push_screen(HelpScreen())
+        focused = self.app.focused
+        ids = [w.id for w in (focused, *focused.ancestors) if w.id] if focused is not None else []
+        self.app.push_screen(HelpScreen(ids))
 
     async def action_quit(self) -> None:
         self.app.exit()
