@@ -69,8 +69,8 @@ def _wirings(
     """(wirings, names, index of the configured one, indices of the search's contenders): the
     configured wiring first, then the wiring search's contenders for the trained wiring, what
     an engine may be feeding (`engine_fed`: (name, HF indices in block order), where the slots
-    hold them; a feed that leaves a block at zeros is `_silent`'s), the presets and every
-    --wiring, without repeats.
+    hold them; a feed that leaves a block at zeros is `reconcile_feeds.silent_feeds`'s, replayed
+    under llama.cpp only), the presets and every --wiring, without repeats.
 
     preset_infos: the slots the presets are made of, when `infos` holds more (the live loop
     captures every searched layer; the presets stay those of the draft's configured layers and
@@ -238,6 +238,7 @@ def _overlap(args, log) -> bool:
 
 def _replay(args, spec, engine, err):
     from inspector.doctor.engine_conventions import data_config_target, read_target_class
+    from inspector.serving.engines import Engine
     from inspector.serving.replay import Replayer
 
     inputs, ev = open_evaluator(args, err, args.device, spec.steps if spec.is_chain else 1)
@@ -257,7 +258,8 @@ def _replay(args, spec, engine, err):
             names=names,
             progress=advance,
         )
-    for name, label, w, silent_draft in silent_feeds(fed, infos, ev.draft, layers, err):
+    silent = silent_feeds(fed, infos, ev.draft, layers, err) if engine is Engine.LLAMACPP else []
+    for name, label, w, silent_draft in silent:
         with progress_bar("replaying", err) as advance:
             more = Replayer(ev.with_draft(silent_draft), spec, engine).run(
                 [w], limit=args.limit, names=[name], progress=advance
@@ -286,6 +288,7 @@ def _live(args, spec, engine, err, log):
     --target, the same rounds the engine runs at temperature 0, and at a temperature each
     round's odds under the engine's rule."""
     from inspector.commands.accept_live import load_live_draft, run_loop, sampling_options
+    from inspector.serving.engines import Engine
     from inspector.serving.live import draft_ids
 
     if args.samples:
@@ -363,7 +366,10 @@ def _live(args, spec, engine, err, log):
         )
         done.update({wa.wiring.slots: wa for wa in more.wirings})
     report.wirings = [done[w.slots] for w in wirings]
-    for name, label, w, silent_draft in silent_feeds(fed, infos, draft, info.num_layers, err):
+    silent = (
+        silent_feeds(fed, infos, draft, info.num_layers, err) if engine is Engine.LLAMACPP else []
+    )
+    for name, label, w, silent_draft in silent:
         more = run_loop(
             err, silent_draft, target, prompts, spec, [list(w.slots)], names=[name], **opts
         )
