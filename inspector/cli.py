@@ -185,6 +185,13 @@ def _add_accept_parser(sub: argparse._SubParsersAction) -> None:
         help=f"exit {EXIT_GATE} (one line on stderr) when a reported wiring's accept length is "
         "below X",
     )
+    p.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="also write the first wiring's acceptance profile (speculation_profile.json: "
+        "conditional and marginal rates per position, the accept-length histogram, the "
+        "conditions) to FILE",
+    )
     from inspector.commands.accept_sweep import add_sweep_args
 
     add_sweep_args(p)

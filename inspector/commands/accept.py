@@ -64,6 +64,8 @@ def run_accept(args: argparse.Namespace) -> int:
     if engine.overlap_round and args.sglang_overlap == "off":
         report = report.without_overlap_rounds()
     print_skips(err, report)
+    if args.profile:
+        _write_profile(args, report, err)
     for line in honesty_notes(report):
         err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
     if args.json:
@@ -74,6 +76,30 @@ def run_accept(args: argparse.Namespace) -> int:
         if any(len(w.stats.buckets) > 1 for w in report.wirings):
             out.print(render_by_position(report))
     return gate_exit(err, accept_gate, report, args.fail_under)
+
+
+def _write_profile(args, report, err) -> None:
+    """The first wiring's acceptance profile to --profile (`serving.profile`)."""
+    from inspector.serving.profile import profile_of, write_profile
+
+    if not report.wirings:
+        return
+    wa = report.wirings[0]
+    if args.live:
+        dataset = str(args.prompts)
+    elif args.samples:
+        dataset = " ".join(map(str, args.samples))
+    else:
+        from inspector.demo_paths import demo_paths
+
+        dataset = str(demo_paths().train_samples)
+    osl = args.max_new if args.live else None
+    path = write_profile(args.profile, profile_of(report, wa, dataset=dataset, osl=osl))
+    err.print(
+        f"wrote the acceptance profile of {safe(wa.label)} to {safe(str(path))}",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _replay(args, spec, err, init_from_env, engine):

@@ -45,6 +45,12 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=positive, metavar="N", help="only the first N samples")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p.add_argument("--svg", metavar="FILE", help="also draw accept length against step to FILE")
+    p.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="also write each checkpoint's acceptance profile to "
+        "DIR/<checkpoint>.speculation_profile.json (outside the run)",
+    )
     p.add_argument("--png", metavar="FILE", help="the same chart as a PNG image")
     p.add_argument(
         "--report",
@@ -90,6 +96,21 @@ def sweep_gate(report, threshold: float) -> str | None:
     return f"fail-under: the best checkpoint's accept length is {shown}, below {threshold:g}"
 
 
+def _write_profiles(folder: Path, report, spec, engine, args) -> None:
+    """DIR/<checkpoint>.speculation_profile.json for each evaluated checkpoint."""
+    from inspector.serving.profile import profile_of_checkpoint, write_profile
+
+    for r in report.results:
+        profile = profile_of_checkpoint(
+            r,
+            spec=spec.to_dict(),
+            engine=engine.value,
+            wiring=args.wiring,
+            dataset=" ".join(map(str, args.samples)),
+        )
+        write_profile(folder / f"{r.name}.speculation_profile.json", profile)
+
+
 def run_sweep_run(args: argparse.Namespace) -> int:
     from inspector.commands.accept import spec_from_args
     from inspector.commands.common import config_wiring_note
@@ -117,6 +138,7 @@ def run_sweep_run(args: argparse.Namespace) -> int:
         ("--tensorboard", args.tensorboard),
         ("--svg", args.svg),
         ("--png", args.png),
+        ("--profile", args.profile),
     ):
         if out:
             _check_outside(Path(out), flag, [run, *args.samples])
@@ -173,6 +195,13 @@ def run_sweep_run(args: argparse.Namespace) -> int:
         _write_chart(Path(args.png), "--png", png_chart(*_chart_args(report)))
     if args.report:
         _write_report(args, report)
+    if args.profile:
+        _write_profiles(Path(args.profile), report, spec, engine, args)
+        err.print(
+            f"note: an acceptance profile per checkpoint in {safe(args.profile)}",
+            highlight=False,
+            soft_wrap=True,
+        )
     if args.tensorboard:
         written = _write_tensorboard(Path(args.tensorboard), report, [run, *args.samples])
         err.print(
