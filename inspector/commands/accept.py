@@ -14,6 +14,7 @@ from inspector.commands.common import (
     open_evaluator,
     print_skips,
     warn_config_wiring,
+    warn_slot_faults,
     wirings_and_names,
 )
 from inspector.commands.gates import accept_gate, gate_exit
@@ -111,6 +112,7 @@ def _replay(args, spec, err, init_from_env, engine):
     _, ev = open_evaluator(args, err, device, spec.steps if spec.is_chain else 1)
     if dist_ctx is None or dist_ctx.is_main:
         warn_config_wiring(err, ev)
+        warn_slot_faults(err, ev)
     wirings, names = wirings_and_names(ev, args.wiring)
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
     with progress_bar(

@@ -133,6 +133,27 @@ def warn_config_wiring(err, ev) -> None:
         err.print(f"[yellow]warning[/] {safe(line)}", highlight=False, soft_wrap=True)
 
 
+def warn_slot_faults(err, ev) -> None:
+    """A warning line per slot the first samples hold no real state in (`doctor.sample_integrity`:
+    zeros, NaN or Inf, one constant state), so that no figure over it goes out unremarked."""
+    from inspector.doctor.sample_integrity import slots_at_fault
+
+    try:
+        faults = slots_at_fault(ev)
+    except InputError:  # an unreadable sample: the command itself says so
+        return
+    infos = ev.slot_info
+    for slot, words in faults.items():
+        label = infos[slot].label if slot < len(infos) else f"s{slot}"
+        err.print(
+            f"[yellow]warning[/] slot {slot} ({safe(label)}) holds no real hidden state: "
+            f"{safe(words)}; every figure over a wiring that feeds it measures the capture, not "
+            "the draft (eagle-inspect doctor: sample_integrity)",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
 def print_load_notes(err, inputs, ev) -> None:
     """The notes of resolving the inputs and of the dtype the draft is computed in."""
     dtype_note = [ev.draft.dtype_note] if ev.draft.dtype_note else []

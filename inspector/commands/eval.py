@@ -15,6 +15,7 @@ from inspector.commands.common import (
     Inputs,
     open_evaluator,
     print_skips,
+    warn_slot_faults,
     wirings_and_names,
 )
 from inspector.commands.output import (
@@ -36,6 +37,7 @@ def run_eval(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     dist_ctx, device = init_from_env(args.device)
     inputs, ev = open_evaluator(args, err, device, args.ttt_steps)
+    warn_slot_faults(err, ev)
     wirings, names = wirings_and_names(ev, args.wiring)
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
     with progress_bar(

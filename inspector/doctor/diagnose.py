@@ -37,6 +37,7 @@ from inspector.doctor.named_wirings import (
 )
 from inspector.doctor.norm_flags import norm_flag_checks
 from inspector.doctor.report import DoctorReport
+from inspector.doctor.sample_integrity import integrity_finding, measure_integrity
 from inspector.doctor.search import search_wirings
 from inspector.doctor.serving import ServingConfig, serving_config, serving_finding
 from inspector.doctor.skipped_samples import skipped_finding
@@ -211,10 +212,14 @@ def build_context(
 
 
 def _data_findings(ctx: DoctorContext) -> list[Finding]:
-    """The checks that need no wiring: the vocab map, the slots' identity, the data's source,
+    """The checks that need no wiring: the samples' integrity (slots of zeros, NaN, one constant
+    state), the vocab map, the slots' identity, the data's source,
     and (the target not run, its head given) whether the slot named final is the final state."""
     ev, identity = ctx.ev, ctx.identity
-    findings = [vocab_check(ev, list(ctx.samples))]
+    findings = [
+        integrity_finding(measure_integrity(ev, list(ctx.samples), ctx.infos)),
+        vocab_check(ev, list(ctx.samples)),
+    ]
     for f in (identity_finding(identity), target_data_finding(identity.measured)):
         if f is not None:
             findings.append(f)

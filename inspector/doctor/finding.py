@@ -45,6 +45,7 @@ class Severity(StrEnum):
 class Kind(StrEnum):
     """Every finding kind, one per concern (docs/doctor.md lists what each check tests)."""
 
+    SAMPLE_INTEGRITY = "sample_integrity"  # slots of zeros, NaN/Inf, one constant state
     SLOT_IDENTITY = "slot_identity"
     TARGET_DATA = "target_data"
     FINAL_STATE = "final_state"
