@@ -312,6 +312,12 @@ def build_parser() -> argparse.ArgumentParser:
         "ids, norm flags, d2t, the weights' rounding); SAMPLES become optional",
     )
     p_doc.add_argument(
+        "--parent",
+        metavar="CKPT",
+        help="the checkpoint CKPT was warm-started from: adds whether the vocabulary map moved "
+        "under the weights (d2t rows that map elsewhere, both maps scored on the samples)",
+    )
+    p_doc.add_argument(
         "--write-fixed",
         metavar="OUT",
         help="write a fixed checkpoint to the new folder OUT (fc blocks permuted for the engines' "

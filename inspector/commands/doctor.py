@@ -83,6 +83,10 @@ def run_doctor(args: argparse.Namespace) -> int:
 
     with stage_progress_bar(err) as advance:
         report = run(request, load, progress=advance)
+    if getattr(args, "parent", None) and loaded:
+        from inspector.doctor.pipeline import with_finding
+
+        with_finding(report, _parent_finding(Path(args.parent), inputs, loaded[-1], report))
     if source is not None and loaded:
         from inspector.doctor.pipeline import with_finding
 
@@ -91,6 +95,27 @@ def run_doctor(args: argparse.Namespace) -> int:
         )
         with_finding(report, finding)
     return _emit(args, report, err)
+
+
+def _parent_finding(parent: Path, inputs, ev: Evaluator, report: DoctorReport) -> Finding:
+    """Whether the vocabulary map moved against --parent's (`doctor.vocab_moved`), both maps
+    scored on the doctor's samples under its recommended wiring."""
+    from inspector.doctor.vocab_moved import compare_maps, score_maps, vocab_moved_finding
+    from inspector.formats import load_draft
+
+    other = load_draft(
+        parent,
+        target=inputs.target,
+        embed=inputs.embed,
+        dtype=ev.draft.dtype,
+        device=ev.draft.device,
+        strict=False,
+    )
+    facts = compare_maps(ev.draft, other)
+    wiring = report.recommended_wiring or report.best_wiring
+    if wiring:
+        facts = score_maps(facts, ev, other, report.sample_indices, tuple(wiring))
+    return vocab_moved_finding(facts)
 
 
 def _check_source(checkpoint: str | None, source: Path) -> None:

@@ -50,6 +50,7 @@ class Kind(StrEnum):
     TARGET_DATA = "target_data"
     FINAL_STATE = "final_state"
     VOCAB_MAP = "vocab_map"
+    VOCAB_MOVED = "vocab_moved"  # the map against a parent checkpoint's (doctor --parent)
     SAMPLES = "samples"  # samples that could not be scored
     ALIGNMENT = "alignment"
     NORM_BEFORE_RESIDUAL = "norm_before_residual"
