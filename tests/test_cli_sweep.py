@@ -302,7 +302,10 @@ def test_mixed_layouts_in_one_run_each_read_by_its_own_adapter(capsys, tmp_path)
     assert a["note"] is None
     assert "its layout is specforge, epoch_0_step_10's speculators" in b["note"]
     layout, vocab = c["note"].split("; ")
-    assert layout == b["note"] and vocab.startswith("its vocab map (d2t) differs")
+    assert layout == b["note"] and vocab.startswith(
+        "its vocab map (d2t) moved against epoch_0_step_10's: "
+    )
+    assert f"--parent {run / 'epoch_0_step_10'}` says whether its head followed" in vocab
     assert a["accept_length"] == b["accept_length"] and a["per_depth"] == b["per_depth"]
     (refused,) = doc["refused"]
     assert Path(refused["path"]).name == "epoch_2_step_30" and "mask_token_id" in refused["why"]

@@ -265,7 +265,12 @@ def sweep_run(
                     head = read_target_head(
                         target, vocab_size=cfg.vocab_size, hidden_size=cfg.target_hidden_size
                     )
-                first_vocab = (ckpt.name, draft.vocab.draft_to_target.cpu(), draft.layout)
+                first_vocab = (
+                    ckpt.name,
+                    draft.vocab.draft_to_target.cpu(),
+                    draft.layout,
+                    ckpt.path,
+                )
             elif (cfg.vocab_size, cfg.target_hidden_size) != (
                 sample_set.vocab_size,
                 sample_set.hidden_size,
@@ -284,10 +289,18 @@ def sweep_run(
                     "its own adapter: evaluated all the same)"
                 )
             d2t = draft.vocab.draft_to_target.cpu()
-            if d2t.shape != first_vocab[1].shape or not bool((d2t == first_vocab[1]).all()):
+            if d2t.shape != first_vocab[1].shape:
                 notes.append(
-                    f"its vocab map (d2t) differs from {first_vocab[0]}'s: its draft vocabulary "
-                    "covers other tokens (evaluated all the same)"
+                    f"its draft vocabulary ({d2t.numel()} tokens) is not {first_vocab[0]}'s "
+                    f"({first_vocab[1].numel()}): evaluated all the same"
+                )
+            elif not bool((d2t == first_vocab[1]).all()):
+                moved = int((d2t != first_vocab[1]).sum())
+                notes.append(
+                    f"its vocab map (d2t) moved against {first_vocab[0]}'s: {moved} of "
+                    f"{d2t.numel()} draft rows map to other target tokens, evaluated all the "
+                    f"same (`eagle-inspect doctor {ckpt.path} SAMPLES --parent {first_vocab[3]}` "
+                    "says whether its head followed)"
                 )
             ev = Evaluator(
                 draft,
