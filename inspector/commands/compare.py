@@ -27,14 +27,19 @@ def run_compare(args: argparse.Namespace) -> int:
     engine = parse_engine(args.engine, spec.is_chain)
     err = Console(stderr=True)
     reports = []
+    maps = []
     for side, ckpt, wiring in (
         ("A", args.checkpoint, args.wiring_a),
         ("B", args.checkpoint_b, args.wiring_b),
     ):
-        r = _replay(args, ckpt, wiring, spec, engine, err, side)
+        r, d2t = _replay(args, ckpt, wiring, spec, engine, err, side)
         if engine.overlap_round and args.sglang_overlap == "off":
             r = r.without_overlap_rounds()
         reports.append(r)
+        maps.append(d2t)
+    moved = _moved_note(maps, args)
+    if moved:
+        err.print(f"note: {safe(moved)}", highlight=False, soft_wrap=True)
     for r in reports:
         print_skips(err, r)
     for line in bound_notes([r.wirings[0] for r in reports]):
@@ -66,9 +71,26 @@ def _replay(args, checkpoint, wiring_text, spec, engine, err, side: str):
     warn_config_wiring(err, ev)
     wiring = ev.wiring(wiring_text)
     with progress_bar(f"replaying {side}", err) as advance:
-        return Replayer(ev, spec, engine).run(
+        report = Replayer(ev, spec, engine).run(
             [wiring], limit=args.limit, names=[preset_name(wiring_text)], progress=advance
         )
+    return report, ev.draft.vocab.draft_to_target.cpu()
+
+
+def _moved_note(maps, args) -> str | None:
+    """A line when B's vocabulary map is not A's (a warm-start that regenerated it): how many
+    draft rows moved, and the doctor command that says whether B's head followed."""
+    a, b = maps
+    if a.shape != b.shape:
+        return f"B's draft vocabulary ({b.numel()} tokens) is not A's ({a.numel()})"
+    moved = int((a != b).sum())
+    if not moved:
+        return None
+    return (
+        f"B's vocabulary map moved against A's: {moved} of {a.numel()} draft rows map to other "
+        f"target tokens (`eagle-inspect doctor {args.checkpoint_b} SAMPLES --parent "
+        f"{args.checkpoint}` says whether B's head followed)"
+    )
 
 
 def write_compare_report(args, reports, cmp) -> None:
