@@ -42,3 +42,37 @@ def test_silenced_zeroes_only_those_blocks_and_leaves_the_draft_alone(demo):
     assert bool((out.weights["fc.weight"][:, 2 * ht :] == 0).all())
     assert torch.equal(out.weights["fc.weight"][:, : 2 * ht], fc[:, : 2 * ht])
     assert can_silence(demo_draft)
+
+
+def test_a_post_norm_slot_is_never_what_an_engine_feeds():
+    """The target's post-norm final state carries the last layer's index: an engine feeds the
+    pre-norm state of that index, never the post-norm one (what mutation testing asked)."""
+    from inspector.sample import SlotInfo
+
+    infos = [
+        SlotInfo("final(post-norm)", 6, post_norm=True),
+        SlotInfo("embed", 0),
+        SlotInfo("L6", 6),
+    ]
+    assert slots_fed((0, 6), infos) == (1, 2)
+    assert fed_label((6, 0), infos) == "[L6, embed]"
+    assert slots_fed((6,), infos[:1]) is None
+
+
+def test_silenced_zeroes_the_first_block_alone_and_refuses_norm_before_fc(demo):
+    from dataclasses import replace
+
+    import pytest
+
+    from inspector.formats import load_draft
+
+    draft = load_draft(demo.draft, dtype="float32", device="cpu")
+    ht = draft.config.target_hidden_size
+    fc = draft.weights["fc.weight"]
+    out = silenced(draft, [0]).weights["fc.weight"]
+    assert bool((out[:, :ht] == 0).all())
+    assert torch.equal(out[:, ht:], fc[:, ht:])  # the next block untouched
+    normed = replace(draft, config=replace(draft.config, norm_before_fc=True))
+    assert not can_silence(normed)
+    with pytest.raises(ValueError, match="^norm_before_fc: a zero block changes the norm"):
+        silenced(normed, [0])
