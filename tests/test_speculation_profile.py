@@ -109,3 +109,51 @@ def test_a_profile_inside_the_run_is_refused(tmp_path, capsys):
     argv = ["sweep", str(run), str(DEMO / "samples" / "held"), "--profile", str(run / "p")]
     assert main(argv) == 2
     assert "--profile" in capsys.readouterr().err
+
+
+def test_the_conditions_and_the_per_request_mean(tmp_path, capsys):
+    out = tmp_path / "profile.json"
+    argv = ["accept", str(DEMO / "draft"), str(DEMO / "samples" / "held"), "--wiring", "train"]
+    assert main([*argv, "--limit", "6", "--json", "--profile", str(out)]) == 0
+    w = json.loads(capsys.readouterr().out)["wirings"][0]
+    profile = json.loads(out.read_text())
+    assert profile["measurement_conditions"] == {
+        "dataset": str(DEMO / "samples" / "held"),
+        "osl": None,
+        "num_samples": 6,
+        "validation": "eagle3-inspector accept (replay)",
+    }
+    per = [1 + sum(s["accepted"]) / len(s["accepted"]) for s in w["per_sample"] if s["accepted"]]
+    assert profile["eagle3_inspector"]["per_request"] == [round(x, 6) for x in per]
+    assert profile["mean_accept_length_per_request"] == pytest.approx(sum(per) / len(per), abs=1e-6)
+    assert profile["eagle3_inspector"]["temperature"] == 0.0
+    assert profile["eagle3_inspector"]["verification"] == "greedy"
+
+
+def test_at_a_temperature_the_rates_are_the_rules_expectation(tmp_path, capsys):
+    out = tmp_path / "profile.json"
+    argv = ["accept", str(DEMO / "draft"), str(DEMO / "samples" / "held"), "--wiring", "train"]
+    argv += ["--limit", "3", "--target", str(DEMO / "target"), "--temperature", "0.7"]
+    assert main([*argv, "--json", "--profile", str(out), "--device", "cpu"]) == 0
+    w = json.loads(capsys.readouterr().out)["wirings"][0]
+    profile = json.loads(out.read_text())
+    check(profile, greedy=False)
+    exp = w["expected"]
+    rounds = profile["eagle3_inspector"]["rounds"]
+    want = [round(x / rounds, 6) for x in exp["expected_accepted_per_pos"]]
+    assert profile["marginal_accept_rates"] == want
+    assert profile["mean_accept_length"] == pytest.approx(exp["accept_length"], abs=1e-5)
+    assert profile["eagle3_inspector"]["temperature"] == 0.7
+    assert profile["eagle3_inspector"]["verification"] == "vllm-onehot"
+
+
+def test_the_live_loop_states_its_output_length(tmp_path, capsys):
+    out = tmp_path / "profile.json"
+    argv = ["accept", str(DEMO / "draft"), "--live", "--prompts", str(DEMO / "prompts.jsonl")]
+    argv += ["--target", str(DEMO / "target"), "--max-new", "24", "--limit", "2"]
+    assert main([*argv, "--wiring", "train", "--json", "--profile", str(out)]) == 0
+    profile = json.loads(out.read_text())
+    check(profile)
+    cond = profile["measurement_conditions"]
+    assert cond["osl"] == 24 and cond["dataset"] == str(DEMO / "prompts.jsonl")
+    assert cond["validation"] == "eagle3-inspector accept (live)"
