@@ -99,6 +99,18 @@ def test_sweep_writes_one_profile_per_checkpoint(tmp_path, capsys):
         check(profile)
         assert profile["mean_accept_length"] == pytest.approx(r["accept_length"], abs=1e-6)
         assert profile["mean_accept_length_per_request"] is None
+        assert profile["measurement_conditions"] == {
+            "dataset": str(DEMO / "samples" / "held"),
+            "osl": None,
+            "num_samples": None,
+            "validation": "eagle3-inspector sweep (replay)",
+        }
+        ours = profile["eagle3_inspector"]
+        assert (ours["rounds"], ours["accepted"], ours["step"]) == (
+            r["rounds"],
+            r["accepted"],
+            r["step"],
+        )
 
 
 def test_a_profile_inside_the_run_is_refused(tmp_path, capsys):
