@@ -57,6 +57,8 @@ def test_a_post_norm_slot_is_never_what_an_engine_feeds():
     assert slots_fed((0, 6), infos) == (1, 2)
     assert fed_label((6, 0), infos) == "[L6, embed]"
     assert slots_fed((6,), infos[:1]) is None
+    after = [SlotInfo("L6", 6), SlotInfo("final(post-norm)", 6, post_norm=True)]
+    assert fed_label((6,), after) == "[L6]"
 
 
 def test_silenced_zeroes_the_first_block_alone_and_refuses_norm_before_fc(demo):

@@ -138,8 +138,24 @@ def test_the_conditions_and_the_per_request_mean(tmp_path, capsys):
     per = [1 + sum(s["accepted"]) / len(s["accepted"]) for s in w["per_sample"] if s["accepted"]]
     assert profile["eagle3_inspector"]["per_request"] == [round(x, 6) for x in per]
     assert profile["mean_accept_length_per_request"] == pytest.approx(sum(per) / len(per), abs=1e-6)
-    assert profile["eagle3_inspector"]["temperature"] == 0.0
-    assert profile["eagle3_inspector"]["verification"] == "greedy"
+    ours = profile["eagle3_inspector"]
+    assert set(ours) == {
+        "checkpoint",
+        "engine",
+        "draft",
+        "temperature",
+        "verification",
+        "wiring",
+        "wiring_label",
+        "rounds",
+        "accepted",
+        "accept_length_is_lower_bound",
+        "per_request",
+    }
+    assert ours["checkpoint"] == str(DEMO / "draft") and ours["engine"] == "vllm"
+    assert ours["temperature"] == 0.0 and ours["verification"] == "greedy"
+    assert ours["accept_length_is_lower_bound"] is w["accept_length_is_lower_bound"]
+    assert ours["draft"] == {"steps": 3, "topk": 1, "draft_tokens": 4}
 
 
 def test_at_a_temperature_the_rates_are_the_rules_expectation(tmp_path, capsys):
