@@ -59,6 +59,25 @@ def test_a_slot_of_zeros_is_named_with_its_samples(capsys, tmp_path):
     assert "PR #46301" in f["summary"] and "capture" in f["fix"]
     bad = [s for s in f["evidence"]["slots"] if s["faults"]]
     assert [(s["label"], s["faults"]) for s in bad] == [("L4", ["zeros"])]
+    (l4,) = bad
+    lengths = [
+        torch.load(samples / f"data_{i}.pt", weights_only=True)["input_ids"].numel()
+        for i in range(4)
+    ]
+    assert l4 == {
+        "slot": 2,
+        "label": "L4",
+        "positions": sum(lengths),
+        "zero_rows": sum(lengths),
+        "nonfinite_rows": 0,
+        "median_norm": 0.0,
+        "zero_samples": [0, 1, 2, 3],
+        "nonfinite_samples": [],
+        "constant_samples": [],
+        "vanishing": False,
+        "faults": ["zeros"],
+    }
+    assert f["evidence"]["samples"] == [0, 1, 2, 3]
 
 
 def test_nan_and_one_constant_state_are_named(capsys, tmp_path):
@@ -71,6 +90,7 @@ def test_nan_and_one_constant_state_are_named(capsys, tmp_path):
     assert f["severity"] == "error"
     bad = {s["label"]: s for s in f["evidence"]["slots"] if s["faults"]}
     assert bad["L2"]["faults"] == ["non-finite"] and bad["L2"]["nonfinite_samples"] == [0, 1]
+    assert bad["L2"]["nonfinite_rows"] == 2 and bad["L2"]["zero_rows"] == 0
     assert bad["L6"]["faults"] == ["constant"] and bad["L6"]["constant_samples"] == [0, 1]
     assert set(bad) == {"L2", "L6"}
 
