@@ -105,12 +105,18 @@ def test_sweep_writes_one_profile_per_checkpoint(tmp_path, capsys):
             "num_samples": None,
             "validation": "eagle3-inspector sweep (replay)",
         }
-        ours = profile["eagle3_inspector"]
-        assert (ours["rounds"], ours["accepted"], ours["step"]) == (
-            r["rounds"],
-            r["accepted"],
-            r["step"],
-        )
+        assert profile["eagle3_inspector"] == {
+            "checkpoint": r["path"],
+            "step": r["step"],
+            "engine": "vllm",
+            "draft": {"steps": 3, "topk": 1, "draft_tokens": 4},
+            "temperature": 0.0,
+            "verification": "greedy",
+            "wiring": "train",
+            "rounds": r["rounds"],
+            "accepted": r["accepted"],
+            "accept_length_is_lower_bound": r["is_bound"],
+        }
 
 
 def test_a_profile_inside_the_run_is_refused(tmp_path, capsys):
