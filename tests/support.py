@@ -98,3 +98,36 @@ def error_lines(err: str) -> list[str]:
         for ln in err.strip().splitlines()
         if not (ln.startswith("  ") and ln.endswith("flags and an example)"))
     ]
+
+
+def engine_run_folder(runs: str | None, name: str, stage: str) -> Path:
+    """An engine stage's results for one setting (`<runs>/<name>/requests.jsonl`); a test
+    failure naming the stage where it did not run that setting."""
+    import pytest
+
+    folder = Path(runs or "") / name
+    if not (folder / "requests.jsonl").is_file():
+        pytest.fail(f"{folder}: no requests.jsonl (the {stage} stage did not run this setting)")
+    return folder
+
+
+def engine_requests(folder: Path) -> list[dict]:
+    """The requests an engine stage kept, one JSON object per line."""
+    lines = (folder / "requests.jsonl").read_text().splitlines()
+    return [json.loads(x) for x in lines if x.strip()]
+
+
+def first_differences(samples: Path, reqs: list[dict]) -> list[tuple[int, int]]:
+    """(request, first differing output token) where the engine's greedy text is not the one
+    `capture --generate` wrote into `samples` (request i is data_i.pt)."""
+    import torch
+
+    out = []
+    for i, r in enumerate(reqs):
+        ids = torch.load(samples / f"data_{i}.pt", weights_only=True)["input_ids"].tolist()
+        ours = ids[len(r["prompt_token_ids"]) :]
+        theirs = r["output_ids"]
+        j = next((j for j, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), None)
+        if j is not None:
+            out.append((i, j))
+    return out

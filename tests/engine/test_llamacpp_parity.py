@@ -41,7 +41,12 @@ pytestmark = pytest.mark.skipif(
 pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 
-from support import capture_generated  # noqa: E402
+from support import (  # noqa: E402
+    capture_generated,
+    engine_requests,
+    engine_run_folder,
+    first_differences,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "assets" / "demo"
@@ -53,15 +58,11 @@ RUNS_K += [("reversed", 5), ("last", 1), ("last", 3)]
 
 
 def _folder(name: str) -> Path:
-    folder = Path(RUNS or "") / name
-    if not (folder / "requests.jsonl").is_file():
-        pytest.fail(f"{folder}: no requests.jsonl (the llama.cpp stage did not run this setting)")
-    return folder
+    return engine_run_folder(RUNS, name, "llama.cpp")
 
 
 def _requests(name: str) -> list[dict]:
-    lines = (_folder(name) / "requests.jsonl").read_text().splitlines()
-    return [json.loads(x) for x in lines if x.strip()]
+    return engine_requests(_folder(name))
 
 
 @pytest.fixture(scope="module")
@@ -99,21 +100,6 @@ def _replay(samples: Path, k: int, fed: tuple) -> list:
     return Replayer(ev, DraftSpec(k), Engine.LLAMACPP).run([wiring]).wirings[0].per_sample
 
 
-def _first_difference(samples: Path, reqs: list[dict]) -> list[tuple[int, int]]:
-    """(request, first differing output token) where llama.cpp's greedy text is not ours."""
-    import torch
-
-    out = []
-    for i, r in enumerate(reqs):
-        ids = torch.load(samples / f"data_{i}.pt", weights_only=True)["input_ids"].tolist()
-        ours = ids[len(r["prompt_token_ids"]) :]
-        theirs = r["output_ids"]
-        j = next((j for j, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), None)
-        if j is not None:
-            out.append((i, j))
-    return out
-
-
 def _counts(s) -> tuple[int, int, int]:
     """(rounds with a draft, accepted, drafted tokens) of one request's replay."""
     drafted = s.drafted if s.drafted is not None else [s.depth] * len(s.accepted)
@@ -124,7 +110,7 @@ def _counts(s) -> tuple[int, int, int]:
 def _assert_counts(per_sample: list, name: str, samples: Path) -> None:
     reqs = _requests(name)
     assert len(per_sample) == len(reqs)
-    differ = _first_difference(samples, reqs)
+    differ = first_differences(samples, reqs)
     assert not differ, f"{name}: llama.cpp's greedy text leaves ours at (request, token) {differ}"
     for s, r in zip(per_sample, reqs, strict=True):
         c = r["server_counters"]
@@ -162,7 +148,7 @@ def test_zeros_replay_llama_server_at_k5_but_for_bytes_it_never_wrote(generated)
     that: at most 2 requests differ, each by one round and one token at most."""
     per_sample = _replay(generated, 5, FED["last"])
     reqs = _requests("last-k5")
-    assert not _first_difference(generated, reqs)
+    assert not first_differences(generated, reqs)
     off = []
     for s, r in zip(per_sample, reqs, strict=True):
         c = r["server_counters"]

@@ -36,7 +36,12 @@ pytestmark = pytest.mark.skipif(
 )
 pytest.importorskip("transformers")
 
-from support import capture_generated  # noqa: E402
+from support import (  # noqa: E402
+    capture_generated,
+    engine_requests,
+    engine_run_folder,
+    first_differences,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "assets" / "demo"
@@ -57,15 +62,11 @@ PROMPTS = (
 
 
 def _folder(name: str) -> Path:
-    folder = Path(RUNS or "") / name
-    if not (folder / "requests.jsonl").is_file():
-        pytest.fail(f"{folder}: no requests.jsonl (the SGLang stage did not run this setting)")
-    return folder
+    return engine_run_folder(RUNS, name, "SGLang")
 
 
 def _requests(name: str) -> list[dict]:
-    lines = (_folder(name) / "requests.jsonl").read_text().splitlines()
-    return [json.loads(x) for x in lines if x.strip()]
+    return engine_requests(_folder(name))
 
 
 @pytest.fixture(scope="module")
@@ -92,26 +93,10 @@ def _replay(samples: Path, spec) -> list:
     return report.wirings[0].per_sample
 
 
-def _first_difference(samples: Path, reqs: list[dict]) -> list[tuple[int, int]]:
-    """(request, first differing output token) where SGLang's greedy text is not ours."""
-    import torch
-
-    out = []
-    for i, r in enumerate(reqs):
-        ids = torch.load(samples / f"data_{i}.pt", weights_only=True)["input_ids"].tolist()
-        ours = ids[len(r["prompt_token_ids"]) :]
-        j = next(
-            (j for j, (a, b) in enumerate(zip(ours, r["output_ids"], strict=False)) if a != b), None
-        )
-        if j is not None:
-            out.append((i, j))
-    return out
-
-
 def _assert_counts(per_sample: list, name: str, samples: Path) -> None:
     reqs = _requests(name)
     assert len(per_sample) == len(reqs)
-    differ = _first_difference(samples, reqs)
+    differ = first_differences(samples, reqs)
     assert not differ, f"{name}: SGLang's greedy text leaves ours at (request, token) {differ}"
     for s, r in zip(per_sample, reqs, strict=True):
         m = r["meta_info"]
