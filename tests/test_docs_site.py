@@ -25,8 +25,11 @@ def test_the_site_builds_strict(tmp_path):
         env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
     )
     assert p.returncode == 0, p.stdout + p.stderr
-    for page in ("reference/commands/index.html", "reference/keys/index.html", "img/app.svg"):
+    pages = ("index.html", "reference/commands/index.html", "reference/keys/index.html")
+    for page in (*pages, "img/app.svg"):
         assert (tmp_path / "site" / page).is_file(), page
+    home = (tmp_path / "site" / "index.html").read_text()
+    assert 'href="reference/commands/"' in home and 'src="img/app.svg"' in home
 
 
 def _parsers(parser: argparse.ArgumentParser, name: str = "eagle-inspect"):
