@@ -21,7 +21,15 @@ from torch import Tensor
 
 from inspector.demo.target import lr_at, progress_fraction
 from inspector.formats.writer import DraftFiles, write_draft
-from inspector.model import Draft, DraftConfig, RopeConfig, VocabMap, fc_project, forward_steps
+from inspector.model import (
+    Draft,
+    DraftConfig,
+    RopeConfig,
+    VocabMap,
+    fc_input,
+    fc_project,
+    forward_steps,
+)
 
 TRAIN_WIRING = (0, 1, 2)  # speculators v1 standardize_data_v1: cat(hidden_states[:-1])
 SERVE_WIRING = (1, 2, 3)  # an engine capturing only the aux layers: [low, middle, last]
@@ -67,30 +75,51 @@ def draft_config(vocab_size: int, draft_vocab_size: int, hidden: int = 128) -> D
 
 
 def init_draft(
-    config: DraftConfig, vocab: VocabMap, target_embed: Tensor, target_lm_head: Tensor, seed: int
+    config: DraftConfig,
+    vocab: VocabMap,
+    target_embed: Tensor,
+    target_lm_head: Tensor,
+    seed: int,
+    *,
+    qk_norm: bool = False,
 ) -> Draft:
     """Random init like HF (normal 0.02, norms at one); ``lm_head`` starts as the target's rows of
-    the draft vocab (speculators ``load_verifier_weights``); ``embed_tokens`` is the target's (frozen)."""
+    the draft vocab (speculators ``load_verifier_weights``); ``embed_tokens`` is the target's (frozen).
+
+    Every shape the model runs: N fc blocks, the optional fc norms (`fc_norm.{i}`, `input_norm`),
+    layers after the first (reading H, not the 2H concat), and Qwen3-style q/k norms per head."""
     g = torch.Generator().manual_seed(seed)
     H, inter, hd = config.hidden_size, config.intermediate_size, config.head_dim
-    nh, nkv = config.num_heads, config.num_kv_heads
+    nh, nkv, ht = config.num_heads, config.num_kv_heads, config.target_hidden_size
 
     def rnd(*shape: int) -> Tensor:
         return torch.randn(*shape, generator=g) * 0.02
 
-    p = "layers.0."
-    w = {
-        "fc.weight": rnd(H, config.num_fc_blocks * config.target_hidden_size),
-        p + "self_attn.q_proj.weight": rnd(nh * hd, 2 * H),
-        p + "self_attn.k_proj.weight": rnd(nkv * hd, 2 * H),
-        p + "self_attn.v_proj.weight": rnd(nkv * hd, 2 * H),
-        p + "self_attn.o_proj.weight": rnd(H, nh * hd),
-        p + "mlp.gate_proj.weight": rnd(inter, H),
-        p + "mlp.up_proj.weight": rnd(inter, H),
-        p + "mlp.down_proj.weight": rnd(H, inter),
-        p + "input_layernorm.weight": torch.ones(H),
-        p + "hidden_norm.weight": torch.ones(H),
-        p + "post_attention_layernorm.weight": torch.ones(H),
+    w = {"fc.weight": rnd(H, config.num_fc_blocks * ht)}
+    for i in range(config.num_layers):
+        p = f"layers.{i}."
+        fan_in = 2 * H if i == 0 else H  # layer 0 reads [norm(embed) | hidden_norm(h)]
+        w |= {
+            p + "self_attn.q_proj.weight": rnd(nh * hd, fan_in),
+            p + "self_attn.k_proj.weight": rnd(nkv * hd, fan_in),
+            p + "self_attn.v_proj.weight": rnd(nkv * hd, fan_in),
+            p + "self_attn.o_proj.weight": rnd(H, nh * hd),
+            p + "mlp.gate_proj.weight": rnd(inter, H),
+            p + "mlp.up_proj.weight": rnd(inter, H),
+            p + "mlp.down_proj.weight": rnd(H, inter),
+            p + "input_layernorm.weight": torch.ones(H),
+            p + "post_attention_layernorm.weight": torch.ones(H),
+        }
+        if i == 0:
+            w[p + "hidden_norm.weight"] = torch.ones(H)
+        if qk_norm:
+            w[p + "self_attn.q_norm.weight"] = torch.ones(hd)
+            w[p + "self_attn.k_norm.weight"] = torch.ones(hd)
+    if config.fc_norm:
+        w |= {f"fc_norm.{b}.weight": torch.ones(ht) for b in range(config.num_fc_blocks)}
+    if config.norm_before_fc:
+        w["input_norm.weight"] = torch.ones(config.num_fc_blocks * ht)
+    w |= {
         "norm.weight": torch.ones(H),
         "lm_head.weight": target_lm_head[vocab.t2d].clone().float(),
         "embed_tokens.weight": target_embed.clone().float(),
@@ -119,6 +148,12 @@ def _batch(records: Sequence[dict], wiring: Sequence[int]) -> tuple[Tensor, Tens
     return g, ids, mask, valid
 
 
+def fc_wired_batch(draft: Draft, gin: Tensor) -> Tensor:
+    """fc of a batch's concatenated slots [B, T, N*Ht], through the draft's optional norms."""
+    slots = list(gin.split(draft.config.target_hidden_size, dim=-1))
+    return fc_project(draft, fc_input(draft, slots))
+
+
 def step_labels(ids: Tensor, mask: Tensor, valid: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """Labels and weights for TTT step k, for rows j = 0..T-3-k (the rows that have a true label).
 
@@ -140,12 +175,15 @@ def train_draft(
     seed: int,
     lr: float = 3e-3,
     step_weights: Sequence[float] = (1.0, 0.8, 0.64),
+    wiring: Sequence[int] = TRAIN_WIRING,
     time_budget_s: float | None = None,
     progress: Callable[[str], None] = lambda s: None,
     on_step: Callable[[int, int], None] | None = None,
 ) -> dict:
-    """Teacher-forced TTT training (3 steps) on the training wiring, cross-entropy against the true
-    next token mapped into the draft vocab (out-of-vocab labels are skipped, as EAGLE/SpecForge do).
+    """Teacher-forced TTT training (one step per entry of `step_weights`) on `wiring` (the slots
+    fed to fc blocks 0..N-1), cross-entropy against the true next token mapped into the draft
+    vocab (out-of-vocab labels are skipped, as EAGLE/SpecForge do). Any draft shape the model
+    runs trains: the optional fc norms, norm_output, q/k norms, N slots, several layers.
 
     Trains ``draft.weights`` in place (all but the frozen target embedding); returns stats.
     ``on_step(step, epoch)`` runs after each optimizer step (a training run's checkpoints).
@@ -176,10 +214,10 @@ def train_draft(
                 break
             compressed = compressed or frac > step / total
             chunk = [records[j] for j in perm[i : i + batch]]
-            gin, ids, mask, valid = _batch(chunk, TRAIN_WIRING)
+            gin, ids, mask, valid = _batch(chunk, wiring)
             # Row j: slots at j, token x_{j+1}; there is no row for the last position.
-            h = fc_project(draft, gin[:, :-1])
-            logits = forward_steps(draft, h, ids[:, 1:], steps=TTT_STEPS)
+            h = fc_wired_batch(draft, gin[:, :-1])
+            logits = forward_steps(draft, h, ids[:, 1:], steps=len(step_weights))
             loss = torch.zeros(())
             for k, lg in enumerate(logits):
                 labels, use = step_labels(ids, mask, valid, k)
@@ -238,7 +276,7 @@ def evaluate(
     chain_rows = 0
     for r in records:
         gin, ids, mask, valid = _batch([r], wiring)
-        h = fc_project(draft, gin[:, :-1])
+        h = fc_wired_batch(draft, gin[:, :-1])
         logits = forward_steps(draft, h, ids[:, 1:], steps=steps)
         T = ids.shape[1]
         rows = T - 1 - steps  # rows j = 0..T-2-steps have a label at every step
@@ -273,18 +311,29 @@ def evaluate(
     }
 
 
-def speculators_config(config: DraftConfig, verifier_name: str) -> dict:
-    """config.json in the layout speculators 0.9 ``save_pretrained`` writes (see golden/)."""
+def speculators_config(config: DraftConfig, verifier_name: str, layer_type: str = "llama") -> dict:
+    """config.json in the layout speculators 0.9 ``save_pretrained`` writes (see golden/): the
+    aux ids (the demo's [0, 2, 4] when the config names none), the norm flags, and the decoder
+    layer's type ("qwen3": q/k RMSNorm per head, as speculators' `--draft-arch qwen3`)."""
+    ids = list(config.aux_layer_ids) if config.aux_layer_ids is not None else [0, 2, 4]
+    layer = {"model_type": layer_type}
+    if layer_type == "qwen3":  # what transformers' Qwen3Config adds (golden/speculators-qwen3)
+        layer |= {
+            "layer_types": ["full_attention"] * config.num_layers,
+            "max_window_layers": 28,
+            "sliding_window": None,
+            "use_sliding_window": False,
+        }
     return {
         "architectures": ["Eagle3DraftModel"],
         "draft_vocab_size": config.draft_vocab_size,
         "dtype": "float32",
-        "eagle_aux_hidden_state_layer_ids": [0, 2, 4],
+        "eagle_aux_hidden_state_layer_ids": ids,
         "embed_requires_grad": False,
-        "fc_norm": False,
-        "norm_before_fc": False,
-        "norm_before_residual": False,
-        "norm_output": False,
+        "fc_norm": config.fc_norm,
+        "norm_before_fc": config.norm_before_fc,
+        "norm_before_residual": config.norm_before_residual,
+        "norm_output": config.norm_output,
         "speculators_config": {
             "algorithm": "eagle3",
             "default_proposal_method": "greedy",
@@ -314,7 +363,6 @@ def speculators_config(config: DraftConfig, verifier_name: str) -> dict:
             "intermediate_size": config.intermediate_size,
             "max_position_embeddings": 512,
             "mlp_bias": False,
-            "model_type": "llama",
             "num_attention_heads": config.num_heads,
             "num_hidden_layers": config.num_layers,
             "num_key_value_heads": config.num_kv_heads,
@@ -325,17 +373,20 @@ def speculators_config(config: DraftConfig, verifier_name: str) -> dict:
             "tie_word_embeddings": False,
             "use_cache": True,
             "vocab_size": config.vocab_size,
-        },
+        }
+        | layer,
     }
 
 
 def draft_files(draft: Draft, verifier_name: str = "../target") -> DraftFiles:
-    """The demo draft as a checkpoint: float32 tensors under speculators names, d2t/t2d
-    included, and the config speculators writes (keys sorted)."""
+    """A draft as a speculators checkpoint: float32 tensors under speculators names, d2t/t2d
+    included, and the config speculators writes (keys sorted; a Qwen3 layer when the first layer
+    has q/k norms)."""
     tensors = {k: v.detach().float() for k, v in draft.weights.items()}
     tensors["d2t"] = draft.vocab.d2t.to(torch.int64)
     tensors["t2d"] = draft.vocab.t2d.to(torch.bool)
-    cfg = speculators_config(draft.config, verifier_name)
+    qk_norm = "layers.0.self_attn.q_norm.weight" in tensors
+    cfg = speculators_config(draft.config, verifier_name, "qwen3" if qk_norm else "llama")
     return DraftFiles(config=cfg, tensors=tensors, sort_keys=True)
 
 
