@@ -19,6 +19,7 @@ from inspector.doctor.norm_flags import (
     missing_norm_findings,
     norm_flag_checks,
     norm_flag_text,
+    raw_config,
 )
 from inspector.doctor.stats import MARGIN_CLEAR, MARGIN_ERROR, counts_of, severity_for_gain
 from inspector.evaluate import Evaluator
@@ -175,10 +176,18 @@ def test_config_flags():
     assert not _config_flag({"fc_norm": "true"}, "fc_norm")  # only a JSON true
     assert not _config_flag({"transformer_layer_config": "fc_norm"}, "fc_norm")
     assert not _config_flag({}, "fc_norm")
+    # SpecForge's name for the per-slot norms, which SGLang reads as fc_norm
+    assert _config_flag({"use_aux_norm": True}, "fc_norm")
+    assert not _config_flag({"use_aux_norm": True}, "norm_before_fc")
+    assert not _config_flag({"use_aux_norm": 1}, "fc_norm")
 
 
 def test_stated_flags(demo, ev, tmp_path):
-    assert _stated_flags(ev.draft) == {"norm_before_fc": False, "fc_norm": False}
+    assert _stated_flags(ev.draft) == {
+        "norm_before_fc": False,
+        "fc_norm": False,
+        "norm_output": False,
+    }
     assert _stated_flags(replace(ev.draft, path="")) is None
     assert _stated_flags(replace(ev.draft, path=str(tmp_path))) is None  # no config.json
     bad = tmp_path / "bad"
@@ -189,7 +198,13 @@ def test_stated_flags(demo, ev, tmp_path):
     assert _stated_flags(replace(ev.draft, path=str(on))) == {
         "norm_before_fc": False,
         "fc_norm": True,
+        "norm_output": False,
     }
+    # a JSON list is not a config: no flags read from it
+    lst = tmp_path / "list"
+    lst.mkdir()
+    (lst / "config.json").write_text("[]")
+    assert raw_config(replace(ev.draft, path=str(lst))) is None
 
 
 def test_a_draft_without_a_folder_reads_no_config_json(demo, ev, tmp_path, monkeypatch):

@@ -35,7 +35,7 @@ from inspector.doctor.named_wirings import (
     recommend,
     wiring_results,
 )
-from inspector.doctor.norm_flags import norm_flag_checks
+from inspector.doctor.norm_flags import draft_shape_finding, norm_flag_checks
 from inspector.doctor.report import DoctorReport
 from inspector.doctor.sample_integrity import integrity_finding, measure_integrity
 from inspector.doctor.search import search_wirings
@@ -413,6 +413,9 @@ def diagnose(
 
     rec = recommend(run.ws, run.results, ctx.infos)
     findings.extend(norm_flag_checks(ctx.ev, ctx.samples, rec, shift=run.shift, draft=run.draft))
+    shape = draft_shape_finding(run.draft or ctx.ev.draft, engines)
+    if shape is not None:
+        findings.append(shape)
     head = ctx.ev.target_head
     if target is not None and head is not None and not head_borrowed:
         # The draft's own head against the target's (with a head borrowed for a draft that

@@ -59,6 +59,7 @@ class Kind(StrEnum):
     NORM_BEFORE_FC = "norm_before_fc"
     FC_NORM = "fc_norm"
     NORM_OUTPUT = "norm_output"
+    DRAFT_SHAPE = "draft_shape"  # EAGLE-3.1's two meanings, N slots, layers: who serves it
     LM_HEAD = "lm_head"
     WIRING = "wiring"
     FC_FINGERPRINT = "fc_fingerprint"

@@ -29,6 +29,7 @@ import numpy as np
 from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.phrasing import Text
 from inspector.doctor.search import Scorer
+from inspector.doctor.shape_support import shape_finding, shape_of
 from inspector.doctor.stats import clearly_better, counts_of, severity_for_gain
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
@@ -80,6 +81,8 @@ class NormFacts:
 
 def _config_flag(cfg: dict, key: str) -> bool:
     layer = cfg.get("transformer_layer_config")
+    if key == "fc_norm" and cfg.get("use_aux_norm") is True:  # SpecForge's name; SGLang reads both
+        return True
     return cfg.get(key) is True or (isinstance(layer, dict) and layer.get(key) is True)
 
 
@@ -123,9 +126,9 @@ def draft_hits(ev: Evaluator, samples: Sequence[int], draft, wiring: tuple[int, 
     return np.concatenate(parts) if parts else np.zeros(0, bool)
 
 
-def _stated_flags(draft) -> dict[str, bool] | None:
-    """The flags as config.json states them (the loader turns a flag on when its tensors are
-    stored, engines do not); None when the draft was not loaded from a folder."""
+def raw_config(draft) -> dict | None:
+    """The draft's config.json as written; None when the draft was not loaded from a folder
+    (a GGUF) or the file does not read."""
     folder = Path(draft.path) if draft.path else None
     if folder is None or not (folder / "config.json").is_file():
         return None
@@ -133,7 +136,37 @@ def _stated_flags(draft) -> dict[str, bool] | None:
         cfg = read_json(folder / "config.json")
     except InputError:
         return None
-    return {flag: _config_flag(cfg, flag) for flag in FLAGS}
+    return cfg if isinstance(cfg, dict) else None
+
+
+def _stated_flags(draft) -> dict[str, bool] | None:
+    """The flags as config.json states them (the loader turns a flag on when its tensors are
+    stored, engines do not); None when the draft was not loaded from a folder."""
+    cfg = raw_config(draft)
+    if cfg is None:
+        return None
+    return {flag: _config_flag(cfg, flag) for flag in (*FLAGS, "norm_output")}
+
+
+def draft_shape_finding(draft, engines: Sequence[str] | None = None) -> Finding | None:
+    """The `draft_shape` finding (shape_support) of a draft loaded from a folder: its shape as
+    config.json states the norm flags (what engines follow) and as its tensors hold the rest."""
+    cfg = raw_config(draft)
+    if cfg is None:
+        return None
+    c = draft.config
+    shape = shape_of(
+        cfg,
+        slots=c.num_fc_blocks,
+        layers=c.num_layers,
+        qk_norm="layers.0.self_attn.q_norm.weight" in draft.weights,
+        mla=c.mla is not None,
+        flags=_stated_flags(draft) or {},
+        later_hidden_norms=all(
+            f"layers.{i}.hidden_norm.weight" in draft.weights for i in range(1, c.num_layers)
+        ),
+    )
+    return shape_finding(shape, engines)
 
 
 def norm_flag_checks(

@@ -1,0 +1,164 @@
+"""The draft-shape table (inspector/doctor/shape_support.py) on raw configs: what each engine
+release does with each shape, as its own source says and as it did when run here on drafts of
+each shape (docs/guides/draft-shapes.md has the runs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from inspector.doctor.finding import Kind, Severity
+from inspector.doctor.shape_support import (
+    Support,
+    llamacpp_0c1e570,
+    sglang_0523,
+    shape_finding,
+    shape_of,
+    vllm_032,
+)
+
+
+def _speculators(ids, **layer) -> dict:
+    return {
+        "eagle_aux_hidden_state_layer_ids": ids,
+        "transformer_layer_config": {"model_type": "llama", "num_hidden_layers": 1, **layer},
+    }
+
+
+def _shape(raw, *, slots=3, layers=1, qk_norm=False, mla=False, **flags):
+    return shape_of(raw, slots=slots, layers=layers, qk_norm=qk_norm, mla=mla, flags=flags)
+
+
+def test_where_n_is_stated():
+    raw = _speculators([2, 4], num_aux_hidden_states=2)
+    assert _shape(raw, slots=2).n_stated == {"num_aux_hidden_states": 2, "top": 2}
+    plain = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 5, 7]}}
+    s = _shape(plain, slots=4)
+    assert s.n_stated == {"eagle_config": 4} and not s.speculators
+    # a plain config's own num_aux_hidden_states is read at its top level
+    assert _shape({"num_aux_hidden_states": 4}, slots=4).n_stated == {"num_aux_hidden_states": 4}
+    # and a speculators config's top-level one is not what vLLM builds the draft from
+    top = {**_speculators([0, 2, 4, 6]), "num_aux_hidden_states": 4}
+    assert "num_aux_hidden_states" not in _shape(top, slots=4).n_stated
+
+
+def test_the_classic_shape_gets_no_finding():
+    assert shape_finding(_shape(_speculators([0, 2, 4]))) is None
+
+
+@pytest.mark.parametrize(
+    "flags,variant",
+    [
+        ({"fc_norm": True, "norm_output": True}, "the paper and vLLM"),
+        ({"norm_before_fc": True, "norm_output": True}, "as speculators first shipped it"),
+        ({"norm_before_fc": True}, "EAGLE-3 with norm_before_fc"),
+    ],
+)
+def test_the_two_meanings_of_eagle_3_1(flags, variant):
+    assert variant in _shape(_speculators([0, 2, 4]), **flags).variant
+
+
+def _verdicts(shape):
+    return {f.__name__: f(shape) for f in (vllm_032, sglang_0523, llamacpp_0c1e570)}
+
+
+def test_fc_norm_eagle_3_1():
+    v = _verdicts(_shape(_speculators([0, 2, 4]), fc_norm=True, norm_output=True))
+    assert v["vllm_032"].support is Support.SERVES
+    assert v["sglang_0523"].support is Support.SERVES
+    lc = v["llamacpp_0c1e570"]
+    assert lc.support is Support.REFUSES and "fc_norm.0.weight" in lc.why[0]
+
+
+def test_speculators_eagle_3_1_runs_on_llamacpp_without_norm_output():
+    lc = llamacpp_0c1e570(_shape(_speculators([0, 2, 4]), norm_before_fc=True, norm_output=True))
+    assert lc.support is Support.DROPS and lc.dropped == "norm_output"
+    # norm_before_fc alone it serves (0c1e570 reads it from the GGUF)
+    lc = llamacpp_0c1e570(_shape(_speculators([0, 2, 4]), norm_before_fc=True))
+    assert lc.support is Support.SERVES
+
+
+def test_n_slots_in_a_speculators_config():
+    """vLLM's Llama class sizes fc from num_aux_hidden_states or eagle_config's ids, never the
+    top-level ids: a speculators draft of 2 or 4 slots stops at fc.weight, until its
+    transformer_layer_config says num_aux_hidden_states."""
+    for n, ids in ((2, [2, 4]), (4, [0, 2, 4, 6]), (1, [6])):
+        v = vllm_032(_shape(_speculators(ids), slots=n))
+        assert v.support is Support.REFUSES and f"takes {n}" in v.why[0]
+        assert v.fix == f'write "num_aux_hidden_states": {n} in transformer_layer_config'
+        fixed = _speculators(ids, num_aux_hidden_states=n)
+        assert vllm_032(_shape(fixed, slots=n)).support is Support.SERVES
+        # SGLang serves it from its own layout (the N ids under eagle_config)
+        assert sglang_0523(_shape(_speculators(ids), slots=n)).support is Support.SERVES
+        lc = llamacpp_0c1e570(_shape(fixed, slots=n))
+        assert lc.support is Support.REFUSES and "exactly 3 entries" in lc.why[0]
+
+
+def test_n_slots_in_a_plain_config():
+    top = {"eagle_aux_hidden_state_layer_ids": [1, 3]}
+    for f in (vllm_032, sglang_0523):
+        v = f(_shape(top, slots=2))
+        assert v.support is Support.REFUSES, f.__name__
+    nested = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3]}}
+    for f in (vllm_032, sglang_0523):
+        assert f(_shape(nested, slots=2)).support is Support.SERVES, f.__name__
+
+
+def test_a_qwen3_layer():
+    shape = _shape(_speculators([0, 2, 4], model_type="qwen3"), qk_norm=True)
+    v = _verdicts(shape)
+    assert v["vllm_032"].support is Support.SERVES
+    sg = v["sglang_0523"]
+    assert sg.support is Support.DROPS and sg.dropped == "its q/k norms"
+    lc = v["llamacpp_0c1e570"]
+    assert lc.support is Support.REFUSES and "k_norm" in lc.why[0]
+    # vLLM's Qwen3 class reads the top-level ids for N, unlike its Llama class
+    four = _shape(_speculators([0, 2, 4, 6], model_type="qwen3"), slots=4, qk_norm=True)
+    assert vllm_032(four).support is Support.SERVES
+
+
+def test_two_layers_on_llamacpp_stop_in_the_converter():
+    lc = llamacpp_0c1e570(_shape(_speculators([2, 4], num_aux_hidden_states=2), slots=2, layers=2))
+    assert lc.support is Support.REFUSES
+    assert len(lc.why) == 1 and "'d2t'" in lc.why[0]  # the server is never reached
+
+
+def test_later_layers_on_sglang():
+    """SGLang 0.5.23 normalises layers >= 1 with layers.{i}.hidden_norm: a checkpoint that
+    names that norm input_layernorm (speculators, vLLM) runs with a unit weight there."""
+    raw = _speculators([2, 4], num_aux_hidden_states=2)
+    sg = sglang_0523(_shape(raw, slots=2, layers=2))
+    assert sg.support is Support.DROPS and sg.dropped == "the input norms of layers 1 and up"
+    assert "layers.{i}.hidden_norm.weight" in sg.fix
+    fixed = shape_of(
+        raw, slots=2, layers=2, qk_norm=False, mla=False, flags={}, later_hidden_norms=True
+    )
+    assert sglang_0523(fixed).support is Support.SERVES
+    both = _shape(_speculators([0, 2, 4], model_type="qwen3"), layers=2, qk_norm=True)
+    assert sglang_0523(both).dropped == "its q/k norms and the input norms of layers 1 and up"
+    assert vllm_032(_shape(raw, slots=2, layers=2)).support is Support.SERVES
+
+
+def test_mla_drafts_are_not_judged():
+    shape = _shape({"eagle_config": {}}, mla=True, fc_norm=True)
+    assert all(v is None for v in _verdicts(shape).values())
+    assert shape_finding(shape) is None
+
+
+def test_the_finding():
+    shape = _shape(_speculators([0, 2, 4], model_type="qwen3"), qk_norm=True)
+    f = shape_finding(shape)
+    assert f.kind is Kind.DRAFT_SHAPE and f.severity is Severity.WARNING
+    assert f.summary.startswith("draft shape: EAGLE-3, 3 slots, 1 decoder layer, Qwen3 layer")
+    assert "vLLM 0.32 serves it" in f.summary
+    assert "SGLang 0.5.23 runs it without its q/k norms" in f.summary
+    assert "SGLang 0.5.23: serve it on vLLM" in f.fix
+    # an engine the user named that runs it without a feature: an error
+    assert shape_finding(shape, ["sglang"]).severity is Severity.ERROR
+    named = shape_finding(shape, ["vllm"])
+    assert named.severity is Severity.INFO and "SGLang" not in named.summary and named.fix is None
+    # refusing is a warning even when named: the engine says so itself
+    four = _shape(_speculators([0, 2, 4, 6]), slots=4)
+    assert shape_finding(four, ["vllm"]).severity is Severity.WARNING
+    d = f.evidence
+    assert d["shape"]["layer"] == "qwen3"
+    assert [e["support"] for e in d["engines"]] == ["serves", "runs without", "refuses"]
