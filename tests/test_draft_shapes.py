@@ -25,7 +25,10 @@ def trained(demo, tmp_path_factory):
     """name -> (checkpoint folder, sample folder), every shape trained once per module."""
     root = tmp_path_factory.mktemp("shapes")
     return {
-        name: (ts.train_shape(shape, demo, root, epochs=15), ts.samples_for(shape, demo, root))
+        name: (
+            ts.train_shape(shape, demo, root, epochs=12, ttt=1),
+            ts.samples_for(shape, demo, root),
+        )
         for name, shape in ts.SHAPES.items()
     }
 

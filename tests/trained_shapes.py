@@ -89,8 +89,11 @@ def samples_for(shape: Shape, demo, root: Path, split: str = "train") -> Path:
     return out if out.exists() else post_norm_samples(src, demo.root / "target", out)
 
 
-def train_shape(shape: Shape, demo, root: Path, *, epochs: int = 4, seed: int = 0) -> Path:
-    """Train `shape` on the demo's training samples; returns its checkpoint folder."""
+def train_shape(
+    shape: Shape, demo, root: Path, *, epochs: int = 20, ttt: int = 2, seed: int = 0
+) -> Path:
+    """Train `shape` on the demo's training samples (`ttt` teacher-forced steps); returns its
+    checkpoint folder."""
     samples = samples_for(shape, demo, root)
     records = _records(samples)
     target = load_file(str(demo.root / "target" / "model.safetensors"))
@@ -115,7 +118,7 @@ def train_shape(shape: Shape, demo, root: Path, *, epochs: int = 4, seed: int = 
         batch=8,
         seed=seed,
         lr=1e-2,
-        step_weights=(1.0, 0.8),
+        step_weights=(1.0, 0.8)[:ttt],
         wiring=shape.wiring,
     )
     out = root / shape.name
