@@ -12,14 +12,12 @@ import pytest
 import torch
 from support import edited_copy
 
+from inspector.doctor.draft_shape import config_flag, raw_config, stated_flags
 from inspector.doctor.norm_flags import (
-    _config_flag,
-    _stated_flags,
     draft_hits,
     missing_norm_findings,
     norm_flag_checks,
     norm_flag_text,
-    raw_config,
 )
 from inspector.doctor.stats import MARGIN_CLEAR, MARGIN_ERROR, counts_of, severity_for_gain
 from inspector.evaluate import Evaluator
@@ -170,32 +168,32 @@ def test_draft_hits_skips_samples_that_cannot_be_read(demo, ev, tmp_path):
 
 
 def test_config_flags():
-    assert _config_flag({"fc_norm": True}, "fc_norm")
-    assert _config_flag({"transformer_layer_config": {"fc_norm": True}}, "fc_norm")
-    assert not _config_flag({"transformer_layer_config": {"fc_norm": False}}, "fc_norm")
-    assert not _config_flag({"fc_norm": "true"}, "fc_norm")  # only a JSON true
-    assert not _config_flag({"transformer_layer_config": "fc_norm"}, "fc_norm")
-    assert not _config_flag({}, "fc_norm")
+    assert config_flag({"fc_norm": True}, "fc_norm")
+    assert config_flag({"transformer_layer_config": {"fc_norm": True}}, "fc_norm")
+    assert not config_flag({"transformer_layer_config": {"fc_norm": False}}, "fc_norm")
+    assert not config_flag({"fc_norm": "true"}, "fc_norm")  # only a JSON true
+    assert not config_flag({"transformer_layer_config": "fc_norm"}, "fc_norm")
+    assert not config_flag({}, "fc_norm")
     # SpecForge's name for the per-slot norms, which SGLang reads as fc_norm
-    assert _config_flag({"use_aux_norm": True}, "fc_norm")
-    assert not _config_flag({"use_aux_norm": True}, "norm_before_fc")
-    assert not _config_flag({"use_aux_norm": 1}, "fc_norm")
+    assert config_flag({"use_aux_norm": True}, "fc_norm")
+    assert not config_flag({"use_aux_norm": True}, "norm_before_fc")
+    assert not config_flag({"use_aux_norm": 1}, "fc_norm")
 
 
-def test_stated_flags(demo, ev, tmp_path):
-    assert _stated_flags(ev.draft) == {
+def teststated_flags(demo, ev, tmp_path):
+    assert stated_flags(ev.draft) == {
         "norm_before_fc": False,
         "fc_norm": False,
         "norm_output": False,
     }
-    assert _stated_flags(replace(ev.draft, path="")) is None
-    assert _stated_flags(replace(ev.draft, path=str(tmp_path))) is None  # no config.json
+    assert stated_flags(replace(ev.draft, path="")) is None
+    assert stated_flags(replace(ev.draft, path=str(tmp_path))) is None  # no config.json
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "config.json").write_text("{not json")
-    assert _stated_flags(replace(ev.draft, path=str(bad))) is None
+    assert stated_flags(replace(ev.draft, path=str(bad))) is None
     on = edited_copy(demo.draft, tmp_path / "on", config=lambda c: c.update(fc_norm=True))
-    assert _stated_flags(replace(ev.draft, path=str(on))) == {
+    assert stated_flags(replace(ev.draft, path=str(on))) == {
         "norm_before_fc": False,
         "fc_norm": True,
         "norm_output": False,
@@ -211,7 +209,7 @@ def test_a_draft_without_a_folder_reads_no_config_json(demo, ev, tmp_path, monke
     # Not even one in the working directory: the flags then come from the config object.
     (tmp_path / "config.json").write_text(json.dumps({"fc_norm": True}))
     monkeypatch.chdir(tmp_path)
-    assert _stated_flags(replace(ev.draft, path="")) is None
+    assert stated_flags(replace(ev.draft, path="")) is None
 
 
 def test_missing_fc_norms_count_the_blocks_stored(demo, tmp_path):

@@ -162,3 +162,41 @@ def test_a_head_trained_on_the_post_norm_state(reports):
     feeds = report.finding("engine_feeds")
     assert feeds is not None and feeds.severity is Severity.ERROR
     assert "final(post-norm)" in feeds.summary
+
+
+def _accept(capsys, folder, samples, engine: str) -> tuple[dict, str]:
+    from inspector.cli import main
+
+    capsys.readouterr()
+    argv = ["accept", str(folder), str(samples), "--engine", engine, "--limit", "3"]
+    assert main([*argv, "--json", "--device", "cpu", "--sglang-overlap", "off"]) == 0
+    out = capsys.readouterr()
+    return json.loads(out.out), out.err
+
+
+def test_accept_counts_the_draft_the_engine_runs(trained, capsys):
+    """`accept --engine sglang` on a Qwen3-layer draft replays it without its q/k norms, as
+    SGLang 0.5.23 runs it (its counts equalled SGLang's own, request for request), and says so;
+    vLLM runs the draft as trained."""
+    from inspector.doctor.draft_shape import as_engine_runs
+    from inspector.serving.engines import Engine
+    from inspector.serving.replay import Replayer
+    from inspector.serving.spec import DraftSpec
+    from inspector.wiring import Wiring
+
+    folder, samples = trained["qwen3"]
+    vllm, vllm_err = _accept(capsys, folder, samples, "vllm")
+    sglang, sglang_err = _accept(capsys, folder, samples, "sglang")
+    assert "runs this draft without" not in vllm_err
+    assert "note: SGLang 0.5.23 runs this draft without its q/k norms" in sglang_err
+    served, verdict = as_engine_runs(load_draft(folder), "sglang")
+    assert "layers.0.self_attn.q_norm.weight" not in served.weights and verdict is not None
+    ev = Evaluator(served, SampleSet(samples), ttt_steps=3)
+    want = Replayer(ev, DraftSpec(3), Engine.SGLANG).run([Wiring((0, 1, 2))], limit=3)
+    want = want.without_overlap_rounds().wirings[0].to_dict()
+    got = sglang["wirings"][0]
+    assert (got["rounds"], got["accepted"]) == (want["rounds"], want["accepted"])
+    assert (got["rounds"], got["accepted"]) != (
+        vllm["wirings"][0]["rounds"],
+        vllm["wirings"][0]["accepted"],
+    )

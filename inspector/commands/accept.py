@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from inspector.commands.common import (
+    as_engine_runs_it,
     open_evaluator,
     print_skips,
     warn_config_wiring,
@@ -110,7 +111,10 @@ def _replay(args, spec, err, init_from_env, engine):
     dist_ctx, device = init_from_env(args.device)
     # A chain reads the evaluator's TTT predictions; a tree runs its own forwards.
     _, ev = open_evaluator(args, err, device, spec.steps if spec.is_chain else 1)
-    if dist_ctx is None or dist_ctx.is_main:
+    quiet = Console(stderr=True, quiet=True)
+    main = dist_ctx is None or dist_ctx.is_main
+    ev = ev.with_draft(as_engine_runs_it(err if main else quiet, ev.draft, engine))
+    if main:
         warn_config_wiring(err, ev)
         warn_slot_faults(err, ev)
     wirings, names = wirings_and_names(ev, args.wiring)

@@ -86,9 +86,11 @@ def run_loop(err: Console, draft, target: Path, prompts: Path, spec, wirings, **
 
 
 def run_live(args: argparse.Namespace, spec, err: Console, engine=None):
+    from inspector.commands.common import as_engine_runs_it
     from inspector.serving.engines import default_engine
 
     draft_dir, target, prompts, draft = load_live_draft(args)
+    draft = as_engine_runs_it(err, draft, engine or default_engine(spec.is_chain))
     report = run_loop(
         err,
         draft,

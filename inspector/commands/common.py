@@ -154,6 +154,25 @@ def warn_slot_faults(err, ev) -> None:
         )
 
 
+def as_engine_runs_it(err, draft, engine):
+    """The draft as `engine` runs it (`doctor.draft_shape.as_engine_runs`: SGLang 0.5.23 drops a
+    Qwen3 layer's q/k norms and later layers' input norms, llama.cpp 0c1e570 norm_output), with
+    a note saying so when that is another draft than the weights: the figures are the engine's."""
+    from inspector.doctor.draft_shape import as_engine_runs
+
+    key = "llama.cpp" if engine.value == "llamacpp" else engine.value
+    served, verdict = as_engine_runs(draft, key)
+    if verdict is not None:
+        err.print(
+            f"note: {verdict.engine} runs this draft without {safe(verdict.dropped)} "
+            f"({safe('; '.join(verdict.why))}): the figures are that draft's, as the engine "
+            "logs them (eagle-inspect doctor: draft_shape)",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return served
+
+
 def print_load_notes(err, inputs, ev) -> None:
     """The notes of resolving the inputs and of the dtype the draft is computed in."""
     dtype_note = [ev.draft.dtype_note] if ev.draft.dtype_note else []

@@ -14,7 +14,7 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.text import Text
 
-from inspector.commands.common import open_evaluator
+from inspector.commands.common import as_engine_runs_it, open_evaluator
 from inspector.commands.output import report_table, safe, stdout_console, write_json
 from inspector.commands.reconcile_feeds import engine_fed, silent_feeds
 from inspector.errors import InputError
@@ -251,17 +251,19 @@ def _replay(args, spec, engine, err):
         args, infos, ev.n_blocks, ev.draft, trained.contenders, engine_fed=fed
     )
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
+    served = ev.with_draft(as_engine_runs_it(err, ev.draft, engine))  # the search keeps ev
     with progress_bar("replaying", err) as advance:
-        report = Replayer(ev, spec, engine).run(
+        report = Replayer(served, spec, engine).run(
             wirings,
             limit=args.limit,
             names=names,
             progress=advance,
         )
-    silent = silent_feeds(fed, infos, ev.draft, layers, err) if engine is Engine.LLAMACPP else []
+    llamacpp = engine is Engine.LLAMACPP
+    silent = silent_feeds(fed, infos, served.draft, layers, err) if llamacpp else []
     for name, label, w, silent_draft in silent:
         with progress_bar("replaying", err) as advance:
-            more = Replayer(ev.with_draft(silent_draft), spec, engine).run(
+            more = Replayer(served.with_draft(silent_draft), spec, engine).run(
                 [w], limit=args.limit, names=[name], progress=advance
             )
         report.wirings.append(replace(more.wirings[0], label=label))
@@ -295,6 +297,7 @@ def _live(args, spec, engine, err, log):
         raise InputError(None, "--prompts", "replaces SAMPLES: pass one or the other")
     ns = argparse.Namespace(**{**vars(args), "samples": []})
     _, target, prompts, draft = load_live_draft(ns)
+    served = as_engine_runs_it(err, draft, engine)  # the wiring search keeps the weights
     max_new = args.max_new
     if max_new is None:
         lengths = [len(r.output_ids) for r in log.requests if r.output_ids is not None]
@@ -334,7 +337,7 @@ def _live(args, spec, engine, err, log):
     with tempfile.TemporaryDirectory(prefix="eagle-reconcile-") as tmp:
         # the first wiring's realised sequences, every searched layer kept: the search's samples
         report = run_loop(
-            err, draft, target, prompts, spec, first, names=names[:1], out=tmp, **opts
+            err, served, target, prompts, spec, first, names=names[:1], out=tmp, **opts
         )
         folder = live_folder(tmp, first[0], wirings[0])
         cfg = draft.config
@@ -356,7 +359,7 @@ def _live(args, spec, engine, err, log):
     if rest:
         more = run_loop(
             err,
-            draft,
+            served,
             target,
             prompts,
             spec,
@@ -367,7 +370,7 @@ def _live(args, spec, engine, err, log):
         done.update({wa.wiring.slots: wa for wa in more.wirings})
     report.wirings = [done[w.slots] for w in wirings]
     silent = (
-        silent_feeds(fed, infos, draft, info.num_layers, err) if engine is Engine.LLAMACPP else []
+        silent_feeds(fed, infos, served, info.num_layers, err) if engine is Engine.LLAMACPP else []
     )
     for name, label, w, silent_draft in silent:
         more = run_loop(

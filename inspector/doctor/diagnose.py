@@ -23,6 +23,7 @@ from inspector.doctor.alignment import alignment_check
 from inspector.doctor.budget import ACCEPT_STEPS, SampleShape, plan
 from inspector.doctor.config_alternatives import ConfigCheckResult, config_checks
 from inspector.doctor.context import DoctorContext, Searched
+from inspector.doctor.draft_shape import draft_shape_finding
 from inspector.doctor.engine_conventions import TargetClass, data_config_target, read_target_class
 from inspector.doctor.engine_feeds import engine_feeds_finding
 from inspector.doctor.final_state import final_state_finding, measure_final_state
@@ -35,7 +36,7 @@ from inspector.doctor.named_wirings import (
     recommend,
     wiring_results,
 )
-from inspector.doctor.norm_flags import draft_shape_finding, norm_flag_checks
+from inspector.doctor.norm_flags import norm_flag_checks
 from inspector.doctor.report import DoctorReport
 from inspector.doctor.sample_integrity import integrity_finding, measure_integrity
 from inspector.doctor.search import search_wirings

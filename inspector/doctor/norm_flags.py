@@ -26,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
+from inspector.doctor.draft_shape import config_flag, stated_flags
 from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.phrasing import Text
 from inspector.doctor.search import Scorer
-from inspector.doctor.shape_support import shape_finding, shape_of
 from inspector.doctor.stats import clearly_better, counts_of, severity_for_gain
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
@@ -79,13 +79,6 @@ class NormFacts:
         return out
 
 
-def _config_flag(cfg: dict, key: str) -> bool:
-    layer = cfg.get("transformer_layer_config")
-    if key == "fc_norm" and cfg.get("use_aux_norm") is True:  # SpecForge's name; SGLang reads both
-        return True
-    return cfg.get(key) is True or (isinstance(layer, dict) and layer.get(key) is True)
-
-
 def missing_norm_findings(checkpoint: str | Path, n_blocks: int = 3) -> list[Finding]:
     """Flags set without their tensors (the loader refuses such a draft): an error each, read
     from config.json and the tensor names only. [] when the folder cannot be read."""
@@ -98,7 +91,7 @@ def missing_norm_findings(checkpoint: str | Path, n_blocks: int = 3) -> list[Fin
         return []
     out = []
     for flag in FLAGS:
-        if not _config_flag(cfg, flag):
+        if not config_flag(cfg, flag):
             continue
         if flag == "fc_norm":
             n = sum(1 for k in names if k.startswith("fc_norm.") and k.endswith(".weight"))
@@ -126,49 +119,6 @@ def draft_hits(ev: Evaluator, samples: Sequence[int], draft, wiring: tuple[int, 
     return np.concatenate(parts) if parts else np.zeros(0, bool)
 
 
-def raw_config(draft) -> dict | None:
-    """The draft's config.json as written; None when the draft was not loaded from a folder
-    (a GGUF) or the file does not read."""
-    folder = Path(draft.path) if draft.path else None
-    if folder is None or not (folder / "config.json").is_file():
-        return None
-    try:
-        cfg = read_json(folder / "config.json")
-    except InputError:
-        return None
-    return cfg if isinstance(cfg, dict) else None
-
-
-def _stated_flags(draft) -> dict[str, bool] | None:
-    """The flags as config.json states them (the loader turns a flag on when its tensors are
-    stored, engines do not); None when the draft was not loaded from a folder."""
-    cfg = raw_config(draft)
-    if cfg is None:
-        return None
-    return {flag: _config_flag(cfg, flag) for flag in (*FLAGS, "norm_output")}
-
-
-def draft_shape_finding(draft, engines: Sequence[str] | None = None) -> Finding | None:
-    """The `draft_shape` finding (shape_support) of a draft loaded from a folder: its shape as
-    config.json states the norm flags (what engines follow) and as its tensors hold the rest."""
-    cfg = raw_config(draft)
-    if cfg is None:
-        return None
-    c = draft.config
-    shape = shape_of(
-        cfg,
-        slots=c.num_fc_blocks,
-        layers=c.num_layers,
-        qk_norm="layers.0.self_attn.q_norm.weight" in draft.weights,
-        mla=c.mla is not None,
-        flags=_stated_flags(draft) or {},
-        later_hidden_norms=all(
-            f"layers.{i}.hidden_norm.weight" in draft.weights for i in range(1, c.num_layers)
-        ),
-    )
-    return shape_finding(shape, engines)
-
-
 def norm_flag_checks(
     ev: Evaluator, samples: Sequence[int], wiring: tuple[int, ...], *, shift: int = 0, draft=None
 ) -> list[Finding]:
@@ -177,7 +127,7 @@ def norm_flag_checks(
     tensors allow: engines follow config.json, so "as configured" is the stated flag."""
     draft = draft if draft is not None else ev.draft
     cfg = draft.config
-    stated = _stated_flags(draft) or {flag: bool(getattr(cfg, flag)) for flag in FLAGS}
+    stated = stated_flags(draft) or {flag: bool(getattr(cfg, flag)) for flag in FLAGS}
     out: list[Finding] = []
     for flag in FLAGS:
         on = stated[flag]
