@@ -215,8 +215,7 @@ def sglang_0523(shape: DraftShape) -> Verdict | None:
     src = "SGLang 0.5.23 srt/models/llama_eagle3.py 156-207, 325-378 (run)"
     why: list[str] = []
     if shape.speculators:
-        why.append("from a config in its own layout, the ids under eagle_config")
-        n = shape.slots  # that config's eagle_config holds the draft's N ids
+        n = shape.slots  # the config in its layout holds the draft's N ids under eagle_config
     else:
         n = shape.n_stated.get("num_aux_hidden_states", shape.n_stated.get("eagle_config", 3))
     if n != shape.slots:
@@ -256,6 +255,8 @@ def sglang_0523(shape: DraftShape) -> Verdict | None:
             "copy layers.{i}.input_layernorm.weight to layers.{i}.hidden_norm.weight (i >= 1) "
             "in the checkpoint SGLang loads"
         )
+    if shape.speculators:
+        why.append("served from a config in its own layout, the ids under eagle_config")
     if dropped:
         return Verdict(
             "SGLang 0.5.23",
