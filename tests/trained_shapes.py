@@ -126,3 +126,52 @@ def train_shape(
         shutil.rmtree(out)
     write_draft(draft_files(draft, verifier_name=str((demo.root / "target").resolve())), out)
     return out
+
+
+def with_num_aux(src: Path, out: Path) -> Path:
+    """A copy whose transformer_layer_config says num_aux_hidden_states (vLLM 0.32's Llama class
+    sizes fc from it, never from the top-level ids)."""
+    shutil.copytree(src, out)
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["transformer_layer_config"]["num_aux_hidden_states"] = len(
+        cfg["eagle_aux_hidden_state_layer_ids"]
+    )
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    return out
+
+
+def with_hidden_norms(src: Path, out: Path) -> Path:
+    """A copy holding layers.{i}.hidden_norm.weight = layers.{i}.input_layernorm.weight for
+    i >= 1 (SGLang 0.5.23 normalises those layers' input with hidden_norm)."""
+    from safetensors.torch import save_file
+
+    shutil.copytree(src, out)
+    w = load_file(str(out / "model.safetensors"))
+    layers = json.loads((out / "config.json").read_text())["transformer_layer_config"]
+    for i in range(1, layers["num_hidden_layers"]):
+        w[f"layers.{i}.hidden_norm.weight"] = w[f"layers.{i}.input_layernorm.weight"].clone()
+    save_file(w, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+def main(out: Path) -> None:
+    """Every shape trained (20 epochs, two TTT steps) into OUT/<name>, the N != 3 ones also as
+    OUT/<name>-n (num_aux_hidden_states stated), the two-layer one as OUT/deep-hidden-norm: what
+    the engine stages serve (.ci/vllm, .ci/sglang, .ci/llamacpp)."""
+    from inspector.demo_paths import demo_paths
+
+    demo = demo_paths()
+    out.mkdir(parents=True, exist_ok=True)
+    for name, shape in SHAPES.items():
+        folder = train_shape(shape, demo, out, epochs=20, ttt=2)
+        if len(shape.wiring) != 3:
+            with_num_aux(folder, out / f"{name}-n")
+        print(f"trained_shapes.py: {name} -> {folder}", flush=True)
+    with_hidden_norms(out / "deep-n", out / "deep-hidden-norm")
+
+
+if __name__ == "__main__":
+    import sys
+
+    torch.set_num_threads(2)
+    main(Path(sys.argv[1]))
