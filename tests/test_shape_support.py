@@ -4,6 +4,8 @@ each shape (docs/guides/draft-shapes.md has the runs)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from inspector.doctor.finding import Kind, Severity
@@ -114,6 +116,19 @@ def test_a_qwen3_layer():
     # vLLM's Qwen3 class reads the top-level ids for N, unlike its Llama class
     four = _shape(_speculators([0, 2, 4, 6], model_type="qwen3"), slots=4, qk_norm=True)
     assert vllm_032(four).support is Support.SERVES
+    # but num_aux_hidden_states, read first, wins over them
+    odd = _shape(_speculators([0, 2, 4, 6], model_type="qwen3", num_aux_hidden_states=3), slots=4)
+    v = vllm_032(replace(odd, layer="qwen3"))
+    assert v.support is Support.REFUSES
+    assert v.why[0] == (
+        "it sizes fc for 3 slots (num_aux_hidden_states gives 3) and stops at loading "
+        "fc.weight, which takes 4"
+    )
+    llama = vllm_032(_shape(_speculators([0, 2, 4, 6]), slots=4))
+    assert llama.why[0] == (
+        "it sizes fc for 3 slots (no num_aux_hidden_states, no eagle_config ids; the top-level "
+        "ids are not read for this) and stops at loading fc.weight, which takes 4"
+    )
 
 
 def test_two_layers_on_llamacpp_stop_in_the_converter():

@@ -196,8 +196,9 @@ def vllm_032(shape: DraftShape) -> Verdict | None:
             "vLLM 0.32",
             Support.REFUSES,
             (
-                f"it sizes fc for {n} slots ({read}; the top-level ids are not read for this) "
-                f"and stops at loading fc.weight, which takes {shape.slots}",
+                f"it sizes fc for {n} slots ({read}"
+                + ("" if "top" in order else "; the top-level ids are not read for this")
+                + f") and stops at loading fc.weight, which takes {shape.slots}",
             ),
             _n_key_fix(shape),
             src + " (run)",
