@@ -177,3 +177,54 @@ def test_the_finding():
     d = f.evidence
     assert d["shape"]["layer"] == "qwen3"
     assert [e["support"] for e in d["engines"]] == ["serves", "runs without", "refuses"]
+
+
+def test_the_shape_in_words_and_json():
+    fc = _shape(_speculators([0, 2, 4]), fc_norm=True, norm_output=True)
+    assert fc.words() == (
+        "EAGLE-3.1 as the paper and vLLM mean it (fc_norm: one RMSNorm per slot), norm_output, "
+        "3 slots, 1 decoder layer"
+    )
+    one = _shape(_speculators([6], model_type="qwen3"), slots=1, layers=2, qk_norm=True)
+    assert one.words() == "EAGLE-3, 1 slot, 2 decoder layers, Qwen3 layer (q/k norms)"
+    assert _shape({}, mla=True).words() == "EAGLE-3, 3 slots, 1 decoder layer, MLA layer"
+    assert one.to_dict() == {
+        "variant": "EAGLE-3",
+        "slots": 1,
+        "layers": 2,
+        "layer": "qwen3",
+        "fc_norm": False,
+        "norm_before_fc": False,
+        "norm_output": False,
+        "speculators": True,
+        "n_stated": {"top": 1},
+    }
+    assert not one.classic and not fc.classic
+    for changed in ({"slots": 2}, {"layers": 2}, {"layer": "qwen3"}, {"norm_output": True}):
+        assert not replace(_shape(_speculators([0, 2, 4])), **changed).classic, changed
+
+
+def test_a_verdict_in_words_and_json():
+    sg = sglang_0523(_shape(_speculators([0, 2, 4], model_type="qwen3"), qk_norm=True))
+    assert sg.to_dict() == {
+        "engine": "SGLang 0.5.23",
+        "support": "runs without",
+        "why": [
+            "its one EAGLE-3 class is a Llama layer, whose load_weights skips q_norm and k_norm "
+            "(no such parameters)",
+            "served from a config in its own layout, the ids under eagle_config",
+        ],
+        "fix": "serve it on vLLM, whose Eagle3Qwen3ForCausalLM applies them",
+        "source": "SGLang 0.5.23 srt/models/llama_eagle3.py 156-207, 325-378 (run)",
+        "dropped": "its q/k norms",
+    }
+    served = vllm_032(_shape(_speculators([0, 2, 4]), fc_norm=True))
+    assert served.words() == "vLLM 0.32 serves it" and served.to_dict()["dropped"] is None
+    plain = sglang_0523(_shape({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 5]}}))
+    assert plain.support is Support.SERVES and plain.why == ()
+    lc = llamacpp_0c1e570(_shape(_speculators([0, 2, 4]), fc_norm=True))
+    assert lc.words() == (
+        'llama.cpp @0c1e570 refuses it (its converter stops: "Can not map tensor '
+        "'fc_norm.0.weight'\")"
+    )
+    assert lc.fix == "serve it on vLLM or SGLang"

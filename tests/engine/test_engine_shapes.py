@@ -81,9 +81,7 @@ def _live(runs, name: str, engine: str, *, as_served: bool = True) -> list:
         ["train"],
         max_new=128,
         target_dtype="float32",
-        engine={"vllm": Engine.VLLM, "sglang": Engine.SGLANG, "llama.cpp": Engine.LLAMACPP}[
-            engine
-        ],
+        engine={"vllm": Engine.VLLM, "sglang": Engine.SGLANG, "llama.cpp": Engine.LLAMACPP}[engine],
     )
     if engine == "sglang":
         report = report.without_overlap_rounds()
