@@ -228,3 +228,77 @@ def test_a_verdict_in_words_and_json():
         "'fc_norm.0.weight'\")"
     )
     assert lc.fix == "serve it on vLLM or SGLang"
+
+
+LC_SOURCE = (
+    "llama.cpp 0c1e570 conversion/llama.py 49-104, 208-262, src/models/eagle3.cpp 6-33 (run)"
+)
+
+
+@pytest.mark.parametrize(
+    "shape,support,why,fix",
+    [
+        (
+            _shape(_speculators([2, 4]), slots=2, layers=2),
+            "refuses",
+            [
+                "its converter takes a draft for EAGLE-3 only with num_hidden_layers 1, and "
+                "stops on the rest: \"Can not map tensor 'd2t'\""
+            ],
+            "serve it on vLLM or SGLang",
+        ),
+        (
+            _shape(_speculators([0, 2, 4], model_type="qwen3"), qk_norm=True),
+            "refuses",
+            [
+                'its converter stops on the q/k norms: "Can not map tensor '
+                "'model.layers.0.self_attn.k_norm.weight'\""
+            ],
+            "serve it on vLLM",
+        ),
+        (
+            _shape(_speculators([0, 2, 4, 6]), slots=4),
+            "refuses",
+            [
+                'llama-server stops at loading it: "EAGLE3 requires exactly 3 entries in '
+                "'extract_layers'\""
+            ],
+            "serve it on vLLM or SGLang",
+        ),
+        (
+            _shape(_speculators([0, 2, 4]), norm_before_fc=True, norm_output=True),
+            "runs without",
+            [
+                "neither its converter nor its graph reads it: every drafting step after the "
+                "first is fed the pre-norm output"
+            ],
+            "serve it on vLLM or SGLang, which apply norm_output",
+        ),
+    ],
+)
+def test_each_llamacpp_verdict_in_full(shape, support, why, fix):
+    v = llamacpp_0c1e570(shape).to_dict()
+    assert (v["support"], v["why"], v["fix"], v["source"]) == (support, why, fix, LC_SOURCE)
+    assert llamacpp_0c1e570(_shape(_speculators([0, 2, 4]), norm_before_fc=True)).source == (
+        LC_SOURCE
+    )
+
+
+def test_verdict_words_join_their_reasons():
+    both = _shape(_speculators([0, 2, 4], model_type="qwen3"), layers=2, qk_norm=True)
+    assert (
+        sglang_0523(both)
+        .words()
+        .startswith(
+            "SGLang 0.5.23 runs it without its q/k norms and the input norms of layers 1 and up "
+            "(its one EAGLE-3 class is a Llama layer, whose load_weights skips q_norm and k_norm "
+            "(no such parameters); its layers after the first"
+        )
+    )
+    served = sglang_0523(_shape(_speculators([0, 2, 4]), fc_norm=True))
+    assert served.words() == (
+        "SGLang 0.5.23 serves it (served from a config in its own layout, the ids under "
+        "eagle_config)"
+    )
+    plain = vllm_032(_shape({"eagle_aux_hidden_state_layer_ids": [1, 3]}, slots=2))
+    assert plain.fix == 'write "num_aux_hidden_states": 2 in config.json'
