@@ -3,6 +3,8 @@ checkpoint folder, each engine's verdict on it, and the draft as the engine runs
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -40,9 +42,12 @@ def test_the_shape_of_each_golden_draft(golden, name, want):
     assert s.speculators and s.n_stated == {"top": want[0]}
 
 
-def test_no_folder_no_shape(golden):
-    from dataclasses import replace
+def test_an_mla_draft_is_read_as_one(golden):
+    d = load_draft(golden / "specforge-mla" / "checkpoint")
+    assert draft_shape(d).layer == "mla" and draft_shape_finding(d) is None
 
+
+def test_no_folder_no_shape(golden):
     d = replace(_load(golden, "qwen3"), path="")
     assert draft_shape(d) is None and draft_shape_finding(d) is None
     assert engine_verdict(d, "sglang") is None and as_engine_runs(d, "sglang") == (d, None)
@@ -97,7 +102,7 @@ def test_llamacpp_runs_speculators_eagle_3_1_without_norm_output(golden):
     d = _load(golden, "normfc")
     served, verdict = as_engine_runs(d, "llama.cpp")
     assert verdict.dropped == "norm_output"
-    assert d.config.norm_output and not served.config.norm_output
+    assert d.config.norm_output and served.config == replace(d.config, norm_output=False)
     assert served.config.norm_before_fc and served.weights == d.weights
 
 

@@ -302,3 +302,183 @@ def test_verdict_words_join_their_reasons():
     )
     plain = vllm_032(_shape({"eagle_aux_hidden_state_layer_ids": [1, 3]}, slots=2))
     assert plain.fix == 'write "num_aux_hidden_states": 2 in config.json'
+
+
+VLLM_SRC = (
+    "vLLM 0.32.0 llama_eagle3.py 209-221, qwen3_eagle3.py 201-213, speculators/algos.py 15-50 (run)"
+)
+SGLANG_SRC = "SGLang 0.5.23 srt/models/llama_eagle3.py 156-207, 325-378 (run)"
+
+
+def _v(engine, support, why=(), fix=None, source="", dropped=None) -> dict:
+    return {
+        "engine": engine,
+        "support": support,
+        "why": list(why),
+        "fix": fix,
+        "source": source,
+        "dropped": dropped,
+    }
+
+
+def _nested(ids):
+    return {"eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}}
+
+
+@pytest.mark.parametrize(
+    "rule,shape,want",
+    [
+        (
+            vllm_032,
+            _shape(_speculators([2, 4]), slots=2),
+            _v(
+                "vLLM 0.32",
+                "refuses",
+                [
+                    "it sizes fc for 3 slots (no num_aux_hidden_states, no eagle_config ids; the "
+                    "top-level ids are not read for this) and stops at loading fc.weight, which "
+                    "takes 2"
+                ],
+                'write "num_aux_hidden_states": 2 in transformer_layer_config',
+                VLLM_SRC,
+            ),
+        ),
+        (
+            vllm_032,
+            _shape(_nested([1, 3, 5]), slots=4),
+            _v(
+                "vLLM 0.32",
+                "refuses",
+                [
+                    "it sizes fc for 3 slots (eagle_config gives 3; the top-level ids are not "
+                    "read for this) and stops at loading fc.weight, which takes 4"
+                ],
+                'write "num_aux_hidden_states": 4 in config.json',
+                VLLM_SRC,
+            ),
+        ),
+        (vllm_032, _shape(_nested([1, 3, 5])), _v("vLLM 0.32", "serves", source=VLLM_SRC)),
+        (
+            sglang_0523,
+            _shape({**_nested([1, 3, 5]), "num_aux_hidden_states": 2}),
+            _v(
+                "SGLang 0.5.23",
+                "refuses",
+                [
+                    "it sizes fc for 2 slots (num_aux_hidden_states; it never reads the "
+                    "top-level ids) and stops at loading fc.weight, which takes 3"
+                ],
+                "write the ids under eagle_config.eagle_aux_hidden_state_layer_ids",
+                SGLANG_SRC,
+            ),
+        ),
+        (
+            sglang_0523,
+            _shape(_nested([1, 3, 5, 7])),
+            _v(
+                "SGLang 0.5.23",
+                "refuses",
+                [
+                    "it sizes fc for 4 slots (eagle_config's ids; it never reads the top-level "
+                    "ids) and stops at loading fc.weight, which takes 3"
+                ],
+                "write the ids under eagle_config.eagle_aux_hidden_state_layer_ids",
+                SGLANG_SRC,
+            ),
+        ),
+        (
+            sglang_0523,
+            _shape({"eagle_aux_hidden_state_layer_ids": [1, 3]}, slots=2),
+            _v(
+                "SGLang 0.5.23",
+                "refuses",
+                [
+                    "it sizes fc for 3 slots (no eagle_config ids; it never reads the top-level "
+                    "ids) and stops at loading fc.weight, which takes 2"
+                ],
+                "write the ids under eagle_config.eagle_aux_hidden_state_layer_ids",
+                SGLANG_SRC,
+            ),
+        ),
+        (sglang_0523, _shape(_nested([1, 3, 5])), _v("SGLang 0.5.23", "serves", source=SGLANG_SRC)),
+        (
+            sglang_0523,
+            _shape(_speculators([2, 4]), slots=2, layers=2),
+            _v(
+                "SGLang 0.5.23",
+                "runs without",
+                [
+                    "its layers after the first normalise their input with "
+                    "layers.{i}.hidden_norm, which this checkpoint does not hold (it names that "
+                    "norm input_layernorm), so a unit weight stands in for it",
+                    "served from a config in its own layout, the ids under eagle_config",
+                ],
+                "copy layers.{i}.input_layernorm.weight to layers.{i}.hidden_norm.weight "
+                "(i >= 1) in the checkpoint SGLang loads",
+                SGLANG_SRC,
+                "the input norms of layers 1 and up",
+            ),
+        ),
+        (
+            llamacpp_0c1e570,
+            _shape(_nested([1, 3, 5]), norm_before_fc=True),
+            _v("llama.cpp @0c1e570", "serves", source=LC_SOURCE),
+        ),
+    ],
+)
+def test_each_verdict_in_full(rule, shape, want):
+    assert rule(shape).to_dict() == want
+
+
+def test_a_qwen3_layer_in_a_plain_config_is_not_judged_by_vllm():
+    assert vllm_032(_shape(_nested([1, 3, 5]), qk_norm=True)) is None
+
+
+def test_ids_that_are_not_a_list_state_nothing():
+    assert _shape({"eagle_aux_hidden_state_layer_ids": "0,2,4"}).n_stated == {}
+    assert _shape({"eagle_aux_hidden_state_layer_ids": []}).n_stated == {}
+    assert _shape({"eagle_config": {"eagle_aux_hidden_state_layer_ids": 3}}).n_stated == {}
+    assert _shape({"eagle_config": "x", "num_aux_hidden_states": "3"}).n_stated == {}
+
+
+def test_the_finding_joins_every_engine():
+    f = shape_finding(_shape(_speculators([0, 2, 4], model_type="qwen3"), qk_norm=True))
+    assert f.summary == (
+        "draft shape: EAGLE-3, 3 slots, 1 decoder layer, Qwen3 layer (q/k norms): vLLM 0.32 "
+        "serves it; SGLang 0.5.23 runs it without its q/k norms (its one EAGLE-3 class is a "
+        "Llama layer, whose load_weights skips q_norm and k_norm (no such parameters); served "
+        "from a config in its own layout, the ids under eagle_config); llama.cpp @0c1e570 "
+        'refuses it (its converter stops on the q/k norms: "Can not map tensor '
+        "'model.layers.0.self_attn.k_norm.weight'\")"
+    )
+    assert f.fix == (
+        "SGLang 0.5.23: serve it on vLLM, whose Eagle3Qwen3ForCausalLM applies them; "
+        "llama.cpp @0c1e570: serve it on vLLM"
+    )
+
+
+def test_the_joins_and_labels_the_table_above_leaves_out():
+    """Two llama.cpp refusals in one sentence; SGLang's two fixes in one; the label of every
+    llama.cpp verdict; vLLM's Qwen3 class falling back to eagle_config's ids."""
+    both = llamacpp_0c1e570(_shape(_speculators([0, 2, 4]), layers=2, fc_norm=True))
+    assert both.words() == (
+        "llama.cpp @0c1e570 refuses it (its converter takes a draft for EAGLE-3 only with "
+        "num_hidden_layers 1, and stops on the rest: \"Can not map tensor 'd2t'\"; its "
+        "converter stops: \"Can not map tensor 'fc_norm.0.weight'\")"
+    )
+    drop = llamacpp_0c1e570(_shape(_speculators([0, 2, 4]), norm_output=True))
+    assert drop.engine == "llama.cpp @0c1e570" and drop.words().startswith(
+        "llama.cpp @0c1e570 runs it without norm_output (neither"
+    )
+    assert both.engine == drop.engine == llamacpp_0c1e570(_shape(_nested([1, 3, 5]))).engine
+    two = sglang_0523(_shape(_speculators([0, 2, 4], model_type="qwen3"), layers=2, qk_norm=True))
+    assert two.fix == (
+        "serve it on vLLM, whose Eagle3Qwen3ForCausalLM applies them; copy "
+        "layers.{i}.input_layernorm.weight to layers.{i}.hidden_norm.weight (i >= 1) in the "
+        "checkpoint SGLang loads"
+    )
+    nested = {
+        "transformer_layer_config": {"model_type": "qwen3"},
+        **_nested([0, 2, 4, 6]),
+    }
+    assert vllm_032(_shape(nested, slots=4, qk_norm=True)).support is Support.SERVES

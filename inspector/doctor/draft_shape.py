@@ -43,15 +43,14 @@ def config_flag(cfg: dict, key: str) -> bool:
 
 def raw_config(draft: Draft) -> dict | None:
     """The draft's config.json as written; None when the draft was not loaded from a folder
-    (a GGUF) or the file does not read as a JSON object."""
+    (a GGUF) or the file does not read as a JSON object (`read_json` refuses anything else)."""
     folder = Path(draft.path) if draft.path else None
     if folder is None or not (folder / "config.json").is_file():
         return None
     try:
-        cfg = read_json(folder / "config.json")
+        return read_json(folder / "config.json")
     except InputError:
         return None
-    return cfg if isinstance(cfg, dict) else None
 
 
 def stated_flags(draft: Draft) -> dict[str, bool] | None:
