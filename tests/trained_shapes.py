@@ -5,8 +5,11 @@ norm checks need a draft that was trained on one wiring (random weights fit none
 Each shape is trained on one wiring of the demo's slots [embed, L2, L4, L6] (HF 0, 2, 4, 6 of its
 6-layer target) and, for the single-slot head, on the target's final post-norm state (the demo's
 L6 through the target's own final norm), added to a copy of the samples as slot 3 of
-[embed, L2, L4, post-norm, L6]. Training is short (step 0 and 1 of TTT, a few epochs): enough for
-the trained wiring to stand clearly above the others, which is all the doctor needs.
+[embed, L2, L4, post-norm, L6]. Training is short: the doctor's tests train TTT step 0 for 12
+epochs (18 s for all six), enough for the trained wiring to stand clearly above the others; the
+engine stages (`python tests/trained_shapes.py OUT`) train two TTT steps for 20 epochs, so that the
+engines' later drafting steps have something to accept. Deterministic: the same seed and thread
+count give the same weights.
 """
 
 from __future__ import annotations
