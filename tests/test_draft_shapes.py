@@ -200,3 +200,32 @@ def test_accept_counts_the_draft_the_engine_runs(trained, capsys):
         vllm["wirings"][0]["rounds"],
         vllm["wirings"][0]["accepted"],
     )
+
+
+def test_reconcile_replays_the_draft_sglang_runs(trained, capsys, tmp_path):
+    """reconcile of an SGLang log: the configured wiring replayed on the Qwen3 draft without
+    its q/k norms, as `accept --engine sglang` counts it; the wiring search keeps the weights."""
+    from inspector.cli import main
+
+    folder, samples = trained["qwen3"]
+    log = tmp_path / "sglang.log"
+    log.write_text(
+        "[2026-12-01 16:29:00] server_args={'speculative_num_steps': 3, "
+        "'speculative_eagle_topk': 1}\n"
+        "[2026-12-01 16:30:02] Decode batch, #running-req: 1, #token: 900, token usage: 0.01, "
+        "accept len: 1.31, accept rate: 0.44, cpu graph: True, gen throughput (token/s): 300.1, "
+        "#queue-req: 0\n"
+    )
+    capsys.readouterr()
+    argv = ["reconcile", str(folder), str(samples), "--engine-log", str(log), "--limit", "3"]
+    assert main([*argv, "--device", "cpu", "--json"]) == 0
+    out = capsys.readouterr()
+    assert "note: SGLang 0.5.23 runs this draft without its q/k norms" in out.err
+    configured = json.loads(out.out)["wirings"][0]
+    assert configured["wiring"] == [0, 1, 2]
+    sglang, _ = _accept(capsys, folder, samples, "sglang")
+    assert (configured["rounds"], configured["accepted"]) == (
+        sglang["wirings"][0]["rounds"],
+        sglang["wirings"][0]["accepted"],
+    )
+    assert json.loads(out.out)["trained_search"]  # searched on the weights as trained
