@@ -131,3 +131,11 @@ def first_differences(samples: Path, reqs: list[dict]) -> list[tuple[int, int]]:
         if j is not None:
             out.append((i, j))
     return out
+
+
+def llamacpp_counts(s) -> tuple[int, int, int]:
+    """(rounds with a draft, accepted, drafted tokens) of one request's replay, as llama-server
+    counts them (a round with no room drafts nothing and is not a draft)."""
+    drafted = s.drafted if s.drafted is not None else [s.depth] * len(s.accepted)
+    rounds = sum(1 for d in drafted if d > 0)
+    return rounds, int(s.accepted.sum()), int(sum(drafted))

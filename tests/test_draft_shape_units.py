@@ -15,7 +15,7 @@ from inspector.doctor.draft_shape import (
     engine_verdict,
     without_dropped,
 )
-from inspector.doctor.shape_support import Support, Verdict
+from inspector.doctor.shape_support import Drop, Support, Verdict
 from inspector.formats import load_draft
 
 
@@ -109,7 +109,7 @@ def test_llamacpp_runs_speculators_eagle_3_1_without_norm_output(golden):
 def test_without_dropped_leaves_a_served_draft_alone(golden):
     d = _load(golden, "qwen3")
     assert without_dropped(d, Verdict("vLLM 0.32", Support.SERVES)) is d
-    assert without_dropped(d, Verdict("x", Support.REFUSES, dropped="its q/k norms")) is d
+    assert without_dropped(d, Verdict("x", Support.REFUSES, drops=(Drop.QK_NORMS,))) is d
 
 
 def test_the_finding_of_a_folder(golden):

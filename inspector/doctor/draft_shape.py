@@ -20,6 +20,7 @@ from inspector.doctor.finding import Finding
 from inspector.doctor.shape_support import (
     RULES,
     DraftShape,
+    Drop,
     Support,
     Verdict,
     shape_finding,
@@ -101,14 +102,14 @@ def without_dropped(draft: Draft, verdict: Verdict) -> Draft:
         return draft
     w = dict(draft.weights)
     cfg = draft.config
-    if "q/k norms" in verdict.dropped:
+    if Drop.QK_NORMS in verdict.drops:
         for name in [n for n in w if n.endswith(("self_attn.q_norm.weight", "k_norm.weight"))]:
             del w[name]
-    if "input norms of layers 1 and up" in verdict.dropped:
+    if Drop.LATER_INPUT_NORMS in verdict.drops:
         for i in range(1, cfg.num_layers):
             name = f"layers.{i}.input_layernorm.weight"
             w[name] = torch.ones_like(w[name])
-    if "norm_output" in verdict.dropped:
+    if Drop.NORM_OUTPUT in verdict.drops:
         cfg = replace(cfg, norm_output=False)
     return replace(draft, config=cfg, weights=w)
 

@@ -30,6 +30,14 @@ from enum import StrEnum
 from inspector.doctor.finding import Finding, Kind, Severity
 
 
+class Drop(StrEnum):
+    """A feature an engine runs a draft without (`draft_shape.without_dropped` removes it)."""
+
+    QK_NORMS = "its q/k norms"
+    LATER_INPUT_NORMS = "the input norms of layers 1 and up"
+    NORM_OUTPUT = "norm_output"
+
+
 class Support(StrEnum):
     SERVES = "serves"
     REFUSES = "refuses"  # errors at conversion or load: the user sees it
@@ -149,7 +157,11 @@ class Verdict:
     why: tuple[str, ...] = ()
     fix: str | None = None
     source: str = ""
-    dropped: str = ""  # what it runs the draft without (DROPS)
+    drops: tuple[Drop, ...] = ()  # what it runs the draft without (DROPS)
+
+    @property
+    def dropped(self) -> str:
+        return " and ".join(self.drops)
 
     def to_dict(self) -> dict:
         return {
@@ -237,16 +249,17 @@ def sglang_0523(shape: DraftShape) -> Verdict | None:
             "write the ids under eagle_config.eagle_aux_hidden_state_layer_ids",
             src,
         )
-    dropped, fixes = [], []
+    dropped: list[Drop] = []
+    fixes = []
     if shape.layer == "qwen3":
-        dropped.append("its q/k norms")
+        dropped.append(Drop.QK_NORMS)
         why.append(
             "its one EAGLE-3 class is a Llama layer, whose load_weights skips q_norm and k_norm "
             "(no such parameters)"
         )
         fixes.append("serve it on vLLM, whose Eagle3Qwen3ForCausalLM applies them")
     if shape.layers > 1 and not shape.later_hidden_norms:
-        dropped.append("the input norms of layers 1 and up")
+        dropped.append(Drop.LATER_INPUT_NORMS)
         why.append(
             "its layers after the first normalise their input with layers.{i}.hidden_norm, "
             "which this checkpoint does not hold (it names that norm input_layernorm), so a "
@@ -265,7 +278,7 @@ def sglang_0523(shape: DraftShape) -> Verdict | None:
             tuple(why),
             "; ".join(fixes),
             src,
-            dropped=" and ".join(dropped),
+            drops=tuple(dropped),
         )
     return Verdict("SGLang 0.5.23", Support.SERVES, tuple(why), source=src)
 
@@ -308,7 +321,7 @@ def llamacpp_0c1e570(shape: DraftShape) -> Verdict | None:
             ),
             "serve it on vLLM or SGLang, which apply norm_output",
             src,
-            dropped="norm_output",
+            drops=(Drop.NORM_OUTPUT,),
         )
     return Verdict("llama.cpp @0c1e570", Support.SERVES, source=src)
 

@@ -29,7 +29,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from support import engine_requests, engine_run_folder  # noqa: E402
+from support import engine_requests, engine_run_folder, llamacpp_counts  # noqa: E402
 
 from inspector.doctor.shape_support import Support  # noqa: E402
 
@@ -143,11 +143,6 @@ def test_sglang_runs_the_draft_the_verdict_describes(name, support):
 
 
 # --- llama.cpp 0c1e570 --------------------------------------------------------------------------
-def _counts(s) -> tuple[int, int, int]:
-    drafted = s.drafted if s.drafted is not None else [s.depth] * len(s.accepted)
-    return sum(1 for d in drafted if d > 0), int(s.accepted.sum()), int(sum(drafted))
-
-
 @needs_llamacpp
 def test_llamacpp_runs_speculators_eagle_3_1_without_norm_output():
     v = _verdict(LLAMACPP, "normfc", "llama.cpp")
@@ -158,9 +153,9 @@ def test_llamacpp_runs_speculators_eagle_3_1_without_norm_output():
         + (r["server_counters"]["draft_tokens"],)
         for r in reqs
     ]
-    assert [_counts(s) for s in _live(LLAMACPP, "normfc", "llama.cpp")] == logged
+    assert [llamacpp_counts(s) for s in _live(LLAMACPP, "normfc", "llama.cpp")] == logged
     trained = _live(LLAMACPP, "normfc", "llama.cpp", as_served=False)
-    assert [_counts(s) for s in trained] != logged
+    assert [llamacpp_counts(s) for s in trained] != logged
 
 
 @needs_llamacpp

@@ -46,6 +46,7 @@ from support import (  # noqa: E402
     engine_requests,
     engine_run_folder,
     first_differences,
+    llamacpp_counts,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,23 +101,22 @@ def _replay(samples: Path, k: int, fed: tuple) -> list:
     return Replayer(ev, DraftSpec(k), Engine.LLAMACPP).run([wiring]).wirings[0].per_sample
 
 
-def _counts(s) -> tuple[int, int, int]:
-    """(rounds with a draft, accepted, drafted tokens) of one request's replay."""
-    drafted = s.drafted if s.drafted is not None else [s.depth] * len(s.accepted)
-    rounds = sum(1 for d in drafted if d > 0)
-    return rounds, int(s.accepted.sum()), int(sum(drafted))
-
-
-def _assert_counts(per_sample: list, name: str, samples: Path) -> None:
+def _assertllamacpp_counts(per_sample: list, name: str, samples: Path) -> None:
     reqs = _requests(name)
     assert len(per_sample) == len(reqs)
     differ = first_differences(samples, reqs)
     assert not differ, f"{name}: llama.cpp's greedy text leaves ours at (request, token) {differ}"
     for s, r in zip(per_sample, reqs, strict=True):
         c = r["server_counters"]
-        assert _counts(s) == (c["drafts"], c["accepted"], c["draft_tokens"]), (name, s.index)
+        assert llamacpp_counts(s) == (c["drafts"], c["accepted"], c["draft_tokens"]), (
+            name,
+            s.index,
+        )
         t = r["timings"]
-        assert (_counts(s)[1], _counts(s)[2]) == (t["draft_n_accepted"], t["draft_n"])
+        assert (llamacpp_counts(s)[1], llamacpp_counts(s)[2]) == (
+            t["draft_n_accepted"],
+            t["draft_n"],
+        )
 
 
 @pytest.mark.parametrize(("variant", "k"), RUNS_K)
@@ -127,9 +127,9 @@ def test_the_replay_gives_llama_servers_counts_exactly(variant, k, generated):
 
     name = f"{variant}-k{k}"
     per_sample = _replay(generated, k, FED[variant])
-    _assert_counts(per_sample, name, generated)
-    rounds = sum(_counts(s)[0] for s in per_sample)
-    accepted = sum(_counts(s)[1] for s in per_sample)
+    _assertllamacpp_counts(per_sample, name, generated)
+    rounds = sum(llamacpp_counts(s)[0] for s in per_sample)
+    accepted = sum(llamacpp_counts(s)[1] for s in per_sample)
     log = read_engine_log(_folder(name) / "server.log")
     assert (log.rounds, log.accepted, log.rounded) == (rounds, accepted, False), name
     if variant == "demo":  # one server for all 8 requests: its /metrics is the run's
@@ -152,7 +152,7 @@ def test_zeros_replay_llama_server_at_k5_but_for_bytes_it_never_wrote(generated)
     off = []
     for s, r in zip(per_sample, reqs, strict=True):
         c = r["server_counters"]
-        ours, theirs = _counts(s), (c["drafts"], c["accepted"], c["draft_tokens"])
+        ours, theirs = llamacpp_counts(s), (c["drafts"], c["accepted"], c["draft_tokens"])
         if ours != theirs:
             off.append(s.index)
             assert abs(ours[0] - theirs[0]) <= 1 and abs(ours[1] - theirs[1]) <= 1, (s.index, ours)
@@ -177,7 +177,9 @@ def test_the_live_loop_gives_llamacpps_counts_and_tokens(tmp_path):
         engine=Engine.LLAMACPP,
         out=tmp_path / "live",
     )
-    _assert_counts(report.wirings[0].per_sample, "demo-k3", tmp_path / "live" / "wiring-0-1-2")
+    _assertllamacpp_counts(
+        report.wirings[0].per_sample, "demo-k3", tmp_path / "live" / "wiring-0-1-2"
+    )
 
 
 def _eval(draft: Path, samples: Path) -> dict:
