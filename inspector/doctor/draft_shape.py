@@ -58,8 +58,10 @@ def stated_flags(draft: Draft) -> dict[str, bool] | None:
     """The norm flags as config.json states them (the loader turns a flag on when its tensors
     are stored, engines do not); None when the draft was not loaded from a folder."""
     cfg = raw_config(draft)
-    if cfg is None:
-        return None
+    return _flags(cfg) if cfg is not None else None
+
+
+def _flags(cfg: dict) -> dict[str, bool]:
     return {flag: config_flag(cfg, flag) for flag in NORM_FLAGS}
 
 
@@ -76,7 +78,7 @@ def draft_shape(draft: Draft) -> DraftShape | None:
         layers=c.num_layers,
         qk_norm="layers.0.self_attn.q_norm.weight" in draft.weights,
         mla=c.mla is not None,
-        flags=stated_flags(draft) or {},
+        flags=_flags(cfg),  # config.json read once
         later_hidden_norms=all(
             f"layers.{i}.hidden_norm.weight" in draft.weights for i in range(1, c.num_layers)
         ),
