@@ -39,6 +39,7 @@ class Shape:
     fc_norm: bool = False
     norm_before_fc: bool = False
     norm_output: bool = False
+    norm_before_residual: bool = False
     post_norm_samples: bool = False  # trained on samples with the post-norm slot added
 
 
@@ -52,6 +53,8 @@ SHAPES = {
         # SpecDrift: two layers fed two slots
         Shape("deep", (2, 4), (1, 2), layers=2),
         Shape("wide", (0, 2, 4, 6), (0, 1, 2, 3)),
+        # the first layer's residual is hidden_norm(fc output): a flag SGLang 0.5.23 reads nowhere
+        Shape("nbr", (0, 2, 4), (0, 1, 2), norm_before_residual=True),
         # gpt-oss short-context heads: the final post-norm state alone; its config names the
         # last layer (the boundary after the last block), which engines capture before the norm
         Shape("single", (6,), (POST_NORM_SLOT,), post_norm_samples=True),
@@ -112,6 +115,7 @@ def train_shape(
         fc_norm=shape.fc_norm,
         norm_before_fc=shape.norm_before_fc,
         norm_output=shape.norm_output,
+        norm_before_residual=shape.norm_before_residual,
     )
     draft = init_draft(cfg, vocab, embed, head, seed, qk_norm=shape.qk_norm)
     train_draft(

@@ -376,3 +376,16 @@ def id_places(config: Mapping) -> list[tuple[str, tuple[int, ...], tuple[int, ..
         if ids is not None:
             out.append((key, ids, tuple(sorted({i + shift for i in ids}))))
     return out
+
+
+def reader_norms(reader: Reader, config: Mapping) -> tuple[tuple[str, bool, str], ...]:
+    """The norm flags `reader` runs a draft with, from `config` (the draft's config.json, or a
+    GGUF's keys): (flag, value, how it got it). Whether or not it loads the config's layout: an
+    engine that needs the config rewritten still ignores a flag it reads nowhere."""
+    return tuple(_norm(config, flag, default, how) for flag, how, default in reader.norms)
+
+
+def primary_reader(engine: str, *, gguf: bool = False) -> Reader | None:
+    """The reading path a plain launch of `engine` ("vllm", "sglang", "llama.cpp") takes: vLLM's
+    V1 model runner, SGLang's, llama.cpp's converter (a config.json) or its GGUF reader."""
+    return next((r for r in READERS if r.engine == engine and r.gguf == gguf), None)
