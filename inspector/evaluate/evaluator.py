@@ -50,7 +50,7 @@ from inspector.model import (
 from inspector.model.linear import linear
 from inspector.sample import SlotInfo, with_layer_ids
 from inspector.serving.walk import AcceptStats
-from inspector.wiring import Wiring, named_label, parse_wiring
+from inspector.wiring import Wiring, configured_layers, named_label, parse_wiring
 
 T = TypeVar("T")
 
@@ -153,7 +153,11 @@ class Evaluator:
         return self.target_head is not None
 
     def wiring(self, text: str | Sequence[int]) -> Wiring:
-        return parse_wiring(text, self.slot_info, self.n_blocks)
+        """`text` over the samples' slots; a preset resolves through the draft's configured
+        layers (`configured_layers`) by the slots' HF indices."""
+        cfg = self.draft.config
+        layers = configured_layers(cfg.aux_layer_ids, cfg.aux_layer_convention)
+        return parse_wiring(text, self.slot_info, self.n_blocks, layers)
 
     def cache_bytes(self) -> dict[str, int]:
         """Bytes held per cache (for the benchmarks and the app's status)."""

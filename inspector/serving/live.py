@@ -35,7 +35,7 @@ from inspector.serving.sampling_settings import (
     default_rule,
 )
 from inspector.serving.spec import DraftSpec
-from inspector.wiring import Wiring, named_label, parse_wiring, preset_name
+from inspector.wiring import Wiring, configured_layers, named_label, parse_wiring, preset_name
 
 if TYPE_CHECKING:  # capture loads transformers; only the loop itself needs it
     from inspector.capture.plan import DraftIds
@@ -185,7 +185,9 @@ def live_accept(
     plan = prep.plan
     infos: list[SlotInfo] = v1_slot_info([None if s == "post-norm" else s for s in plan.slots])
     n_blocks = draft.config.num_fc_blocks
-    parsed = [parse_wiring(w, infos, n_blocks) for w in wirings]
+    cfg = draft.config
+    layers = configured_layers(cfg.aux_layer_ids, cfg.aux_layer_convention)
+    parsed = [parse_wiring(w, infos, n_blocks, layers) for w in wirings]
     folders: list[Path | None] = [None] * len(parsed)
     if out is not None:
         folders = [live_folder(out, t, w) for t, w in zip(wirings, parsed, strict=True)]
