@@ -14,6 +14,7 @@ from inspector.commands.common import (
     as_engine_runs_it,
     open_evaluator,
     print_skips,
+    target_facts,
     warn_config_wiring,
     warn_slot_faults,
     wirings_and_names,
@@ -110,25 +111,44 @@ def _replay(args, spec, err, init_from_env, engine):
 
     dist_ctx, device = init_from_env(args.device)
     # A chain reads the evaluator's TTT predictions; a tree runs its own forwards.
-    _, ev = open_evaluator(args, err, device, spec.steps if spec.is_chain else 1)
+    inputs, ev = open_evaluator(args, err, device, spec.steps if spec.is_chain else 1)
     quiet = Console(stderr=True, quiet=True)
     main = dist_ctx is None or dist_ctx.is_main
-    ev = ev.with_draft(as_engine_runs_it(err if main else quiet, ev.draft, engine))
+    layers, target = target_facts(inputs, ev)
+    run = as_engine_runs_it(
+        err if main else quiet, ev.draft, engine, num_layers=layers, target=target
+    )
+    ev = ev.with_draft(run.draft)
     if main:
         warn_config_wiring(err, ev)
         warn_slot_faults(err, ev)
     wirings, names = wirings_and_names(ev, args.wiring)
+    # what the engine feeds this draft, read from its config as that engine reads it: a row of
+    # its own where no preset is that wiring; a feed that leaves a block at zeros runs its own
+    # draft (those fc columns zeroed), replayed beside the others
+    feed = None if args.wiring else run.feed(ev.slot_info)
+    if (
+        feed is not None
+        and feed[1] is run.draft
+        and feed[0].slots not in {w.slots for w in wirings}
+    ):
+        wirings.append(feed[0])
+        names.append(feed[2])
+        feed = None
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
-    with progress_bar(
-        "replaying", err, hidden=dist_ctx is not None and not dist_ctx.is_main
-    ) as advance:
+    indices = dist_ctx.shard(n) if dist_ctx else None
+    hidden = dist_ctx is not None and not dist_ctx.is_main
+    with progress_bar("replaying", err, hidden=hidden) as advance:
         report = Replayer(ev, spec, engine).run(
-            wirings,
-            limit=args.limit,
-            names=names,
-            indices=dist_ctx.shard(n) if dist_ctx else None,
-            progress=advance,
+            wirings, limit=args.limit, names=names, indices=indices, progress=advance
         )
+    if feed is not None and feed[1] is not run.draft:
+        wiring, silent, label = feed
+        with progress_bar("replaying", err, hidden=hidden) as advance:
+            more = Replayer(ev.with_draft(silent), spec, engine).run(
+                [wiring], limit=args.limit, names=[label], indices=indices, progress=advance
+            )
+        report.wirings.extend(more.wirings)
     if dist_ctx is not None:
         return gather_accept(dist_ctx, report), ev
     return report, ev

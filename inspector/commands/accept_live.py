@@ -88,23 +88,43 @@ def run_loop(err: Console, draft, target: Path, prompts: Path, spec, wirings, **
 def run_live(args: argparse.Namespace, spec, err: Console, engine=None):
     from inspector.commands.common import as_engine_runs_it
     from inspector.serving.engines import default_engine
+    from inspector.wiring import parse_wiring, preset_name
 
+    engine = engine or default_engine(spec.is_chain)
     draft_dir, target, prompts, draft = load_live_draft(args)
-    draft = as_engine_runs_it(err, draft, engine or default_engine(spec.is_chain))
-    report = run_loop(
-        err,
-        draft,
-        target,
-        prompts,
-        spec,
-        args.wiring or list(PRESETS),
+    num_layers, target_class, infos = _live_slots(target, draft)
+    run = as_engine_runs_it(err, draft, engine, num_layers=num_layers, target=target_class)
+    wirings: list = list(args.wiring or PRESETS)
+    names: list = [preset_name(w) for w in wirings]
+    # what the engine feeds, as `accept` replays it: its own row, its own draft where it leaves
+    # a block at zeros
+    feed = None if args.wiring else run.feed(infos)
+    silent = None
+    if feed is not None:
+        wiring, fed_draft, label = feed
+        if fed_draft is run.draft:
+            shown = {parse_wiring(w, infos, draft.config.num_fc_blocks).slots for w in wirings}
+            if wiring.slots not in shown:
+                wirings.append(list(wiring.slots))
+                names.append(label)
+        else:
+            silent = feed
+    opts = dict(
         max_new=args.max_new,
-        out=args.out,
         target_dtype=args.dtype,
         limit=args.limit,
         engine=engine,
-        **sampling_options(args, engine or default_engine(spec.is_chain)),
+        **sampling_options(args, engine),
     )
+    report = run_loop(
+        err, run.draft, target, prompts, spec, wirings, names=names, out=args.out, **opts
+    )
+    if silent is not None:
+        wiring, fed_draft, label = silent
+        more = run_loop(
+            err, fed_draft, target, prompts, spec, [list(wiring.slots)], names=[label], **opts
+        )
+        report.wirings.extend(more.wirings)
     if args.out:
         err.print(
             f"wrote the realised sequences per wiring under {safe(args.out)}: "
@@ -113,3 +133,18 @@ def run_live(args: argparse.Namespace, spec, err: Console, engine=None):
             soft_wrap=True,
         )
     return report
+
+
+def _live_slots(target: Path, draft) -> tuple[int | None, object, list]:
+    """(the target's layer count, its class, the slots the live loop captures for `draft`: its
+    configured ids and the target's last state, as `serving.live` plans them)."""
+    from inspector.capture.plan import plan_slots
+    from inspector.capture.target import read_target_info
+    from inspector.doctor.engine_conventions import read_target_class
+    from inspector.formats.samples import v1_slot_info
+    from inspector.serving.live import draft_ids
+
+    info = read_target_info(target)
+    plan = plan_slots(info.num_layers, draft=draft_ids(draft))
+    infos = v1_slot_info([None if s == "post-norm" else s for s in plan.slots])
+    return info.num_layers, read_target_class(target), infos

@@ -154,23 +154,33 @@ def warn_slot_faults(err, ev) -> None:
         )
 
 
-def as_engine_runs_it(err, draft, engine):
-    """The draft as `engine` runs it (`doctor.draft_shape.as_engine_runs`: SGLang 0.5.23 drops a
-    Qwen3 layer's q/k norms and later layers' input norms, llama.cpp 0c1e570 norm_output), with
-    a note saying so when that is another draft than the weights: the figures are the engine's."""
-    from inspector.doctor.draft_shape import as_engine_runs
+def as_engine_runs_it(err, draft, engine, *, num_layers=None, target=None):
+    """The run of `draft` by `engine` (`doctor.engine_run`: the flags it reads otherwise, such as
+    SGLang 0.5.23's `norm_before_residual`, read nowhere; the features it runs without, such as
+    SGLang's q/k norms or llama.cpp's norm_output; with the target's layer count, the layers it
+    feeds), with a note on `err` for each way its draft is another than the weights': the
+    figures are the engine's. `.draft` is the draft it runs."""
+    from inspector.doctor.engine_run import engine_run
 
-    key = "llama.cpp" if engine.value == "llamacpp" else engine.value
-    served, verdict = as_engine_runs(draft, key)
-    if verdict is not None:
+    run = engine_run(draft, engine.value, num_layers=num_layers, target=target)
+    for line in run.notes():
         err.print(
-            f"note: {verdict.engine} runs this draft without {safe(verdict.dropped)} "
-            f"({safe('; '.join(verdict.why))}): the figures are that draft's, as the engine "
-            "logs them (eagle-inspect doctor: draft_shape)",
+            f"note: {safe(line)}: the figures are that draft's, as the engine logs them "
+            "(eagle-inspect doctor: draft_shape, engine_feeds)",
             highlight=False,
             soft_wrap=True,
         )
-    return served
+    return run
+
+
+def target_facts(inputs, ev) -> tuple[int | None, object]:
+    """(the target's layer count, its class) as the inputs tell them: the verifier's pre-norm
+    slot's HF index, and the target's config.json or the samples' data_config.json."""
+    from inspector.doctor.engine_conventions import data_config_target, read_target_class
+
+    layers = next((s.hf_index for s in ev.slot_info if s.verifier and not s.post_norm), None)
+    target = read_target_class(inputs.target) or data_config_target(ev.samples.data_config)
+    return layers, target
 
 
 def print_load_notes(err, inputs, ev) -> None:

@@ -251,7 +251,7 @@ def _replay(args, spec, engine, err):
         args, infos, ev.n_blocks, ev.draft, trained.contenders, engine_fed=fed
     )
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
-    served = ev.with_draft(as_engine_runs_it(err, ev.draft, engine))  # the search keeps ev
+    served = ev.with_draft(as_engine_runs_it(err, ev.draft, engine).draft)  # the search keeps ev
     with progress_bar("replaying", err) as advance:
         report = Replayer(served, spec, engine).run(
             wirings,
@@ -297,7 +297,7 @@ def _live(args, spec, engine, err, log):
         raise InputError(None, "--prompts", "replaces SAMPLES: pass one or the other")
     ns = argparse.Namespace(**{**vars(args), "samples": []})
     _, target, prompts, draft = load_live_draft(ns)
-    served = as_engine_runs_it(err, draft, engine)  # the wiring search keeps the weights
+    served = as_engine_runs_it(err, draft, engine).draft  # the wiring search keeps the weights
     max_new = args.max_new
     if max_new is None:
         lengths = [len(r.output_ids) for r in log.requests if r.output_ids is not None]
