@@ -5,15 +5,20 @@ The engine stages train the shapes on the demo (tests/trained_shapes.py) into
 `<runs>/shapes/drafts/` and serve them at k = 3, greedy float32, the 8 demo prompts one at a time:
 
 - `.ci/vllm`: fc_norm EAGLE-3.1, speculators' EAGLE-3.1 (norm_before_fc + norm_output), a Qwen3
-  layer, two layers fed two slots (with num_aux_hidden_states); the two-slot draft without it,
-  which vLLM 0.32 must refuse;
+  layer, two layers fed two slots (with num_aux_hidden_states), a draft with
+  norm_before_residual: true (which vLLM reads); the two-slot draft without
+  num_aux_hidden_states, which vLLM 0.32 must refuse;
 - `.ci/sglang`: fc_norm EAGLE-3.1, the Qwen3 layer (run without its q/k norms), the two-layer
-  draft (run without layer 1's input norm), and its copy that names that norm hidden_norm;
-- `.ci/llamacpp`: speculators' EAGLE-3.1 (run without norm_output), and four it refuses.
+  draft (run without layer 1's input norm), and its copy that names that norm hidden_norm, the
+  norm_before_residual draft (run with the flag false: SGLang 0.5.23 reads it nowhere);
+- `.ci/llamacpp`: speculators' EAGLE-3.1 (run without norm_output), the norm_before_residual
+  draft (the converter writes the flag to the GGUF, the graph reads it back), and four it refuses.
 
-Here our live loop runs each draft as the verdict says the engine runs it (`as_engine_runs`) and
-must give the engine's rounds and accepted tokens request for request; where the engine drops a
-feature, the draft as trained must not. A refusal's log must hold the message the verdict quotes.
+Here our live loop runs each draft as the engine runs it (`doctor.engine_run`: the flags it
+ignores, the features it drops) and must give the engine's rounds and accepted tokens request for
+request; where the engine runs another draft than the weights make, the draft as trained must not,
+and where it reads a flag the draft sets, the draft with that flag flipped must not. A refusal's
+log must hold the message the verdict quotes.
 Each engine's tests skip without its stage's runs (EAGLE_VLLM_RUNS, EAGLE_SGLANG_RUNS,
 EAGLE_LLAMACPP_RUNS).
 """
@@ -56,22 +61,38 @@ def _verdict(runs, name: str, engine: str):
     return engine_verdict(load_draft(_shapes(runs) / "drafts" / name), engine)
 
 
-def _live(runs, name: str, engine: str, *, as_served: bool = True) -> list:
+def _run(runs, name: str, engine: str):
+    """`engine_run` of the trained draft: the draft `engine` runs and why."""
+    from inspector.doctor.engine_run import engine_run
+    from inspector.formats import load_draft
+
+    draft = load_draft(
+        _shapes(runs) / "drafts" / name, target=DEMO / "target", dtype="float32", device="cpu"
+    )
+    return engine_run(draft, engine)
+
+
+def _live(runs, name: str, engine: str, *, as_served: bool = True, flip: str = "") -> list:
     """Our live loop's per-request rounds over the demo prompts, the draft as `engine` runs it
-    (or as trained)."""
+    (or as trained; `flip`: with that config flag of the trained draft flipped)."""
+    from dataclasses import replace
+
     import torch
 
-    from inspector.doctor.draft_shape import as_engine_runs
     from inspector.formats import load_draft
     from inspector.serving.engines import Engine
     from inspector.serving.live import live_accept
     from inspector.serving.spec import DraftSpec
 
-    draft = load_draft(
-        _shapes(runs) / "drafts" / name, target=DEMO / "target", dtype="float32", device="cpu"
-    )
     if as_served:
-        draft, _ = as_engine_runs(draft, engine)
+        draft = _run(runs, name, engine).draft
+    else:
+        draft = load_draft(
+            _shapes(runs) / "drafts" / name, target=DEMO / "target", dtype="float32", device="cpu"
+        )
+    if flip:
+        cfg = draft.config
+        draft = replace(draft, config=replace(cfg, **{flip: not getattr(cfg, flip)}))
     torch.set_num_threads(1)
     report = live_accept(
         draft,
@@ -89,19 +110,41 @@ def _live(runs, name: str, engine: str, *, as_served: bool = True) -> list:
 
 
 # --- vLLM 0.32 ----------------------------------------------------------------------------------
-VLLM_SERVED = [("fcnorm", "fcnorm"), ("normfc", "normfc"), ("qwen3", "qwen3"), ("deep", "deep-n")]
+VLLM_SERVED = [
+    ("fcnorm", "fcnorm"),
+    ("normfc", "normfc"),
+    ("qwen3", "qwen3"),
+    ("deep", "deep-n"),
+    ("nbr", "nbr"),
+]
+
+
+def _vllm_steps(variant: str) -> tuple[dict, list[list[int]]]:
+    figures = json.loads((_shapes(VLLM) / f"{variant}-k3-one" / "figures.json").read_text())
+    steps = [r["spec_decode_metrics"]["per_step_accepted"] for r in figures["requests"]]
+    return figures, steps
 
 
 @needs_vllm
 @pytest.mark.parametrize("variant,name", VLLM_SERVED)
 def test_vllm_serves_the_shape_as_trained(variant, name):
     assert _verdict(VLLM, name, "vllm").support is Support.SERVES
-    figures = json.loads((_shapes(VLLM) / f"{variant}-k3-one" / "figures.json").read_text())
+    assert not _run(VLLM, name, "vllm").changed
+    figures, steps = _vllm_steps(variant)
     ours = _live(VLLM, name, "vllm")
     assert sum(len(s.accepted) for s in ours) == figures["num_drafts"]
     assert sum(int(s.accepted.sum()) for s in ours) == figures["num_accepted_tokens"]
-    for s, r in zip(ours, figures["requests"], strict=True):
-        assert s.accepted.tolist() == r["spec_decode_metrics"]["per_step_accepted"], s.index
+    for s, r in zip(ours, steps, strict=True):
+        assert s.accepted.tolist() == r, s.index
+
+
+@needs_vllm
+def test_vllm_reads_norm_before_residual():
+    """vLLM 0.32 runs the nbr draft with the flag true (the test above); the same weights with
+    the flag false would have been counted otherwise."""
+    _, steps = _vllm_steps("nbr")
+    flipped = _live(VLLM, "nbr", "vllm", flip="norm_before_residual")
+    assert [s.accepted.tolist() for s in flipped] != steps
 
 
 @needs_vllm
@@ -124,20 +167,28 @@ def _sglang_rounds(name: str) -> list[list[int]]:
 
 @needs_sglang
 @pytest.mark.parametrize(
-    "name,support",
+    "name,support,flags",
     [
-        ("fcnorm", Support.SERVES),
-        ("qwen3", Support.DROPS),
-        ("deep-n", Support.DROPS),
-        ("deep-hidden-norm", Support.SERVES),
+        ("fcnorm", Support.SERVES, {}),
+        ("qwen3", Support.DROPS, {}),
+        ("deep-n", Support.DROPS, {}),
+        ("deep-hidden-norm", Support.SERVES, {}),
+        # norm_before_residual: true, read nowhere: SGLang adds the raw fc output as the residual
+        ("nbr", Support.SERVES, {"norm_before_residual": False}),
     ],
 )
-def test_sglang_runs_the_draft_the_verdict_describes(name, support):
+def test_sglang_runs_the_draft_engine_run_describes(name, support, flags):
     assert _verdict(SGLANG, name, "sglang").support is support
+    run = _run(SGLANG, name, "sglang")
+    assert {f.flag: f.value for f in run.flags} == flags
+    for flag, value in flags.items():
+        assert getattr(run.draft.config, flag) is value
+        assert any(flag in n for n in run.notes()), run.notes()
+    assert run.changed is (support is Support.DROPS or bool(flags))
     rounds = _sglang_rounds(name)
     ours = _live(SGLANG, name, "sglang")
     assert [s.accepted.tolist() for s in ours] == rounds
-    if support is Support.DROPS:  # the weights as trained would have been counted otherwise
+    if run.changed:  # the weights as trained (the flags as the config states them) differ
         trained = _live(SGLANG, name, "sglang", as_served=False)
         assert [s.accepted.tolist() for s in trained] != rounds
 
@@ -156,6 +207,24 @@ def test_llamacpp_runs_speculators_eagle_3_1_without_norm_output():
     assert [llamacpp_counts(s) for s in _live(LLAMACPP, "normfc", "llama.cpp")] == logged
     trained = _live(LLAMACPP, "normfc", "llama.cpp", as_served=False)
     assert [llamacpp_counts(s) for s in trained] != logged
+
+
+@needs_llamacpp
+def test_llamacpp_reads_norm_before_residual_back_from_the_gguf():
+    """The converter writes norm_before_residual: true to the GGUF and the eagle3 graph reads it
+    back: the draft as trained, and the flag-false loop would have been counted otherwise."""
+    assert _verdict(LLAMACPP, "nbr", "llama.cpp").support is Support.SERVES
+    run = _run(LLAMACPP, "nbr", "llama.cpp")
+    assert not run.changed and run.draft.config.norm_before_residual is True
+    reqs = engine_requests(engine_run_folder(str(_shapes(LLAMACPP)), "nbr-k3", "llama.cpp"))
+    logged = [
+        (r["server_counters"]["drafts"], r["server_counters"]["accepted"])
+        + (r["server_counters"]["draft_tokens"],)
+        for r in reqs
+    ]
+    assert [llamacpp_counts(s) for s in _live(LLAMACPP, "nbr", "llama.cpp")] == logged
+    flipped = _live(LLAMACPP, "nbr", "llama.cpp", flip="norm_before_residual")
+    assert [llamacpp_counts(s) for s in flipped] != logged
 
 
 @needs_llamacpp
