@@ -47,17 +47,18 @@ def test_ids_past_the_target_are_a_finding_per_engine(capsys, tmp_path):
         assert rows[label]["fed"] is None
 
 
-def test_a_negative_top_level_id_is_one_line_naming_the_file_and_field(capsys, tmp_path):
+def test_a_negative_top_level_id_is_a_finding_not_a_refusal(capsys, tmp_path):
     """Below 0 no convention reads a top-level id (SGLang's -1 for the embedding lives under
-    eagle_config): a malformed config, refused at load."""
-    from support import error_lines
-
+    eagle_config): the loader keeps it, and the wiring finding says what each engine feeds
+    (tests/test_malformed_ids.py holds the words)."""
     ckpt = tmp_path / "draft"
     shutil.copytree(DEMO / "draft", ckpt)
     cfg = json.loads((ckpt / "config.json").read_text())
     cfg["eagle_aux_hidden_state_layer_ids"] = [-3, 2, 4]
     (ckpt / "config.json").write_text(json.dumps(cfg))
     capsys.readouterr()
-    assert main(["doctor", str(ckpt), str(DEMO / "samples" / "held"), "--samples", "2"]) == 2
-    (line,) = error_lines(capsys.readouterr().err)
-    assert "config.json" in line and "eagle_aux_hidden_state_layer_ids: -3 is below 0" in line
+    argv = ["doctor", str(ckpt), str(DEMO / "samples" / "held"), "--samples", "2", "--json"]
+    assert main(argv) == 1
+    doc = json.loads(capsys.readouterr().out)
+    w = next(f for f in doc["findings"] if f["kind"] == "wiring")
+    assert w["severity"] == "error" and w["evidence"]["malformed_ids"]["negative"] == [-3]

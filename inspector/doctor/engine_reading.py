@@ -285,6 +285,10 @@ def _read(r: Reader, config: Mapping, L: int, n_blocks: int, target: object) -> 
                 if r.as_listed
                 else f"ids {sorted(hf_list)} repeat a layer: it is captured once"
             )
+        negative = [k for k in fed if k < 0]
+        if negative:
+            held = [k for k in fed if 0 <= k <= L]
+            notes.append(_negative_note(r, negative, held, L, n_blocks))
         bad = [k for k in fed if k < 0 or k > L]
         if bad:
             problem = f"HF {bad} outside 0..{L}: no such state"
@@ -312,6 +316,25 @@ def _read(r: Reader, config: Mapping, L: int, n_blocks: int, target: object) -> 
             fed_order = tuple(hf_list) if r.as_listed else hf
     norms = tuple(_norm(config, flag, default, how) for flag, how, default in r.norms)
     return EngineRead(r, where, ids, hf, readings, problem, norms, tuple(notes), fed=fed_order)
+
+
+def _negative_note(
+    r: Reader, negative: Sequence[int], held: Sequence[int], L: int, n_blocks: int
+) -> str:
+    """What a reader does with an id below 0. vLLM 0.32 and SGLang capture a layer when its
+    index is in the set of ids (vllm/model_executor/models/interfaces.py 1577-1611: `layer_idx in
+    self.aux_hidden_state_layers`, indices 0..L): a negative id matches none, no Python negative
+    indexing. llama.cpp taps the input of layer i: there is no layer below 0."""
+    ids = f"id {negative[0]}" if len(negative) == 1 else f"ids {list(negative)}"
+    if r.as_listed:
+        return f"{ids}: llama.cpp captures the input of layer i, and there is no such layer"
+    n = len(held)
+    return (
+        f"{ids} match{'es' if len(negative) == 1 else ''} no layer: it captures a layer whose "
+        f"index (0..{L}) is among the ids, with no negative indexing, so {n} state"
+        f"{'' if n == 1 else 's'} (HF {list(held)}) reach an fc that takes {n_blocks} "
+        "(a shape error when the draft first runs)"
+    )
 
 
 def _norm(config: Mapping, flag: str, default: bool, how: str) -> tuple[str, bool, str]:

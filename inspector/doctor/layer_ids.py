@@ -38,6 +38,7 @@ from inspector.errors import InputError
 from inspector.formats.layer_convention import read_layer_ids
 from inspector.formats.tensorfiles import read_json
 from inspector.sample import SlotInfo
+from inspector.wiring import id_readings
 
 HF = "hf"  # id = HF index
 LAYER_OUTPUT = "layer_output"  # id = the decoder layer whose output is captured: HF index id + 1
@@ -55,16 +56,14 @@ def hf_of(ids: Sequence[int], convention: str) -> tuple[int, ...]:
     return tuple(int(i) + (1 if convention == LAYER_OUTPUT else 0) for i in ids)
 
 
+def well_formed(hf: Sequence[int]) -> bool:
+    """Whether HF indices name each layer once and none below 0 (the embedding, HF 0)."""
+    return len(set(hf)) == len(hf) and all(k >= 0 for k in hf)
+
+
 def configured_hf_ids(aux_ids: Sequence[int] | None, convention: str | None) -> list[list[int]]:
     """HF indices a config's aux ids select: one list, or two for SGLang (before / since #25454)."""
-    if not aux_ids:
-        return []
-    ids = list(aux_ids)
-    if convention == SGLANG:
-        pre = [i + 1 for i in ids]
-        since = pre if ids[0] == 1 else ids
-        return [pre] if since == pre else [pre, since]
-    return [ids]
+    return id_readings(aux_ids, convention)
 
 
 @dataclass(frozen=True)
@@ -255,11 +254,13 @@ def layer_id_facts(
         return facts
     if facts.draft.convention == LLAMA_CPP:  # fed as listed, not in ascending order
         hf = facts.draft.hf[0]
-        w = _slots_in_order(hf, infos)
+        w = _slots_in_order(hf, infos) if well_formed(hf) else None
         if w is not None:
             facts.configured, facts.configured_hf = w, tuple(hf)
         return facts
     for hf in facts.draft.hf:
+        if not well_formed(hf):  # a repeated or negative id selects no wiring (malformed_ids)
+            continue
         w = slots_for_hf(hf, infos)
         if w is not None:
             facts.configured, facts.configured_hf = w, tuple(sorted(hf))
@@ -287,7 +288,7 @@ def other_readings(
     for d_conv, config_hf in draft_readings:
         for s_conv, slot_hf in slot_readings:
             as_assumed = config_hf in assumed_draft and slot_hf == facts.slot_hf
-            if as_assumed or len(config_hf) != n_blocks:
+            if as_assumed or len(config_hf) != n_blocks or not well_formed(config_hf):
                 continue
             w = slots_for_hf(config_hf, infos, slot_layers=slot_hf)
             if w is None:

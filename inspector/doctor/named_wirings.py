@@ -1,7 +1,8 @@
 """The wirings the doctor quotes by name, and the one it recommends.
 
 - configured: what the draft's aux layer ids select on an engine (read as `layer_ids` decides);
-- train / serve: the presets of `inspector.wiring` (all but the last slot; the last N slots);
+- train / serve: the presets of `inspector.wiring`, resolved through the slots' HF indices (the
+  draft's configured layers; the train layers but the embedding, plus the last layer);
 - engine default: what engines feed a config without ids (`engine_default`).
 
 The search always evaluates these to the end (the wiring finding quotes their margins).
@@ -18,6 +19,7 @@ from inspector.doctor.engine_default import EngineFeed, engine_defaults
 from inspector.doctor.engine_reading import EngineRead, engine_reads, id_places
 from inspector.doctor.fed_states import slots_fed
 from inspector.doctor.layer_ids import LayerIdFacts, layer_id_facts
+from inspector.doctor.malformed_ids import MalformedIds, malformed_ids
 from inspector.doctor.report import WiringResult
 from inspector.doctor.search import WiringSearch
 from inspector.doctor.serving import hf_indices
@@ -27,7 +29,7 @@ from inspector.draft import Draft
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.sample import SlotInfo
-from inspector.wiring import Wiring, serve_wiring, train_wiring
+from inspector.wiring import Wiring, configured_layers, serve_wiring, train_wiring
 
 ENGINE_DEFAULT = "engine default"  # the named wiring engines feed a config without ids
 
@@ -45,6 +47,8 @@ class NamedWirings:
     engine_reads: list[tuple[EngineRead, tuple[int, ...] | None]] = field(default_factory=list)
     # every place the config writes ids (`engine_reading.id_places`)
     id_places: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
+    # the draft's ids when they repeat a layer or name one below 0 (they then select no wiring)
+    malformed: MalformedIds | None = None
 
     @property
     def configured(self) -> tuple[int, ...] | None:
@@ -83,9 +87,11 @@ def named_wirings(
     named: dict[str, tuple[int, ...]] = {}
     if ids.configured is not None:
         named["configured"] = ids.configured
+    cfg = ev.draft.config
+    layers = configured_layers(cfg.aux_layer_ids, cfg.aux_layer_convention)
     for name, fn in (("train", train_wiring), ("serve", serve_wiring)):
         try:
-            named[name] = fn(infos, ev.n_blocks).slots
+            named[name] = fn(infos, ev.n_blocks, layers).slots
         except InputError:
             pass
     n_layers = identity.num_layers if identity is not None else None
@@ -101,7 +107,8 @@ def named_wirings(
             fed = slots_fed(r.fed, infos) if r.fed is not None and r.problem is None else None
             reads.append((r, fed))
     places = id_places(raw) if raw is not None and not gguf else []
-    return NamedWirings(named, ids, feeds, n_layers, reads, places)
+    bad = malformed_ids(ids.draft, reads, infos)
+    return NamedWirings(named, ids, feeds, n_layers, reads, places, bad)
 
 
 def engine_config_of(draft: Draft) -> tuple[dict | None, bool]:

@@ -6,8 +6,10 @@ wiring (or on a non-ascending order no engine can feed) loses accuracy in servin
 
 Evidence: the recommended wiring and the next best with their all-tok counts; the named wirings
 (configured, train, serve) with their margins and paired z; how each source's layer ids were read
-(see `layer_ids`); the search's size. Fix: the engine ids for the recommended wiring, or
-`--write-fixed` for an order no engine can feed.
+(see `layer_ids`); the search's size. Ids that repeat a layer or name one below 0 select no
+wiring: the finding is then an error that says what each engine release feeds
+(`malformed_ids`), never that the draft fits its configured wiring. Fix: the engine ids for the
+recommended wiring, or `--write-fixed` for an order no engine can feed.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from inspector.doctor.layer_ids import (
     reread_fix_text,
     slots_source_text,
 )
+from inspector.doctor.malformed_ids import MalformedIds, feeds_text
 from inspector.doctor.named_wirings import ENGINE_DEFAULT, NamedWirings, is_ascending
 from inspector.doctor.phrasing import WRITE_FIXED, Text
 from inspector.doctor.report import WiringResult
@@ -42,6 +45,7 @@ class WiringCase(Enum):
     CONFIG_WRONG = "config_wrong"  # the config selects a clearly worse wiring
     CONFIG_CLOSE = "config_close"  # the config selects another wiring, not clearly worse
     CONFIG_UNMATCHED = "config_unmatched"  # the config's ids match no slot as read
+    CONFIG_MALFORMED = "config_malformed"  # the config's ids repeat a layer or name one below 0
     UNCONFIGURED = "unconfigured"  # the config names no aux layer ids
     CONFIGURED = "configured"  # the config selects the recommended wiring
 
@@ -98,6 +102,7 @@ class WiringFacts:
     accept_samples: tuple[int, ...] = ()  # the samples the accept lengths were replayed on
     # what the accept lengths are: 'greedy' (replayed), or the sampling they are expected at
     accept_settings: str = "greedy"
+    malformed: MalformedIds | None = None  # the config's ids, when they name no wiring
 
     def to_dict(self) -> dict:
         out: dict = {
@@ -119,6 +124,8 @@ class WiringFacts:
         if self.accept_samples:
             out["accept_samples"] = list(self.accept_samples)
             out["accept_settings"] = self.accept_settings
+        if self.malformed is not None:
+            out["malformed_ids"] = self.malformed.to_dict()
         if self.case == WiringCase.UNCONFIGURED:
             out["engine_defaults"] = [f.to_dict() for f in self.engine_defaults]
             out["num_layers"] = self.num_layers
@@ -146,6 +153,8 @@ def _case(
 ) -> WiringCase:
     if serving_cfg.ascending is False:
         return WiringCase.NOT_ASCENDING
+    if names.malformed is not None:
+        return WiringCase.CONFIG_MALFORMED
     conf = names.configured
     if conf is None:
         return WiringCase.CONFIG_UNMATCHED if names.layer_ids.draft else WiringCase.UNCONFIGURED
@@ -158,7 +167,7 @@ def _case(
 
 def _severity(facts: WiringFacts) -> Severity:
     case = facts.case
-    if case in (WiringCase.NOT_ASCENDING, WiringCase.CONFIG_WRONG):
+    if case in (WiringCase.NOT_ASCENDING, WiringCase.CONFIG_WRONG, WiringCase.CONFIG_MALFORMED):
         return Severity.ERROR
     if case == WiringCase.CONFIG_UNMATCHED:
         return Severity.WARNING
@@ -237,6 +246,7 @@ def wiring_finding(
         num_layers=names.num_layers,
         accept_samples=accept_samples if accept else (),
         accept_settings=accept_settings,
+        malformed=names.malformed,
         default_clearly_worse=ENGINE_DEFAULT in names.named
         and bool(clearly_better(bh, ws.hits(names.named[ENGINE_DEFAULT]))),
     )
@@ -336,13 +346,24 @@ def _wiring_fix(facts: WiringFacts, cfg_line: str) -> str:
             f"same function: {WRITE_FIXED}; then configure the engines as in serving_config"
         )
     set_line = f"set {cfg_line} in the draft's config.json" if cfg_line else ""
+    if case == WiringCase.CONFIG_MALFORMED and not _baked(facts):
+        if set_line:
+            return f"{set_line}: the ids that name the trained wiring {lab}, each layer once"
+        return (
+            f"write the ids of the trained wiring {lab} in the draft's config.json, each layer "
+            "once (pass --slot-layers to get them as each engine reads them)"
+        )
     if _baked(facts):
         # a GGUF's layers are baked in: the fix is the HF draft's config and a reconversion
         set_line = (
             "write the trained wiring's ids at the top level of the HF draft's config.json and "
             "convert it again (the gguf_layers finding gives the ids and the command)"
         )
-        if case in (WiringCase.CONFIG_WRONG, WiringCase.CONFIG_UNMATCHED):
+        if case in (
+            WiringCase.CONFIG_WRONG,
+            WiringCase.CONFIG_UNMATCHED,
+            WiringCase.CONFIG_MALFORMED,
+        ):
             return set_line
     reread = reread_fix_text(facts.layer_ids)
     if case in (WiringCase.CONFIG_UNMATCHED, WiringCase.CONFIG_WRONG) and reread:
@@ -411,6 +432,12 @@ def wiring_text(facts: WiringFacts) -> Text:
         summary = (
             f"the best wiring {lab} ({bfmt}) is not clearly better than the configured "
             f"{ref.label} ({ref.all_tok.fmt()}){readings}"
+        )
+    elif case == WiringCase.CONFIG_MALFORMED and facts.malformed is not None:
+        m = facts.malformed
+        summary = (
+            f"its {m.where} {list(m.ids)} {m.fault()}, so they select no wiring and each engine "
+            f"reads them its own way. {feeds_text(m)}. The draft fits {lab} best ({bfmt}{margin})"
         )
     elif case == WiringCase.CONFIG_UNMATCHED:
         summary = f"the draft fits {lab} best ({bfmt}{margin}); {_unmatched(facts)}{readings}"

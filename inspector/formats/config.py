@@ -114,15 +114,20 @@ class ConfigReader:
             raise self.error(key, f"expected a string, got {v!r}")
         return v
 
-    def int_list(self, key: str, minimum: int) -> tuple[int, ...] | None:
+    def int_list(self, key: str, minimum: int | None) -> tuple[int, ...] | None:
+        """A list of integers (None when absent); `minimum`: the least one allowed (None: any,
+        a negative one included, stored as written for the checks that read it)."""
         v = self.obj.get(key)
         if v is None:
             return None
         if not isinstance(v, list) or not all(
             isinstance(i, int) and not isinstance(i, bool) for i in v
         ):
-            raise self.error(key, f"expected a list of integers, got {v!r}")
-        low = [i for i in v if i < minimum]
+            raise self.error(key, f"expected a list of integers, got {_short(v)}")
+        huge = [i for i in v if abs(i) > MAX_INT]
+        if huge:
+            raise self.error(key, f"{_short(huge[0])} is no layer index")
+        low = [i for i in v if minimum is not None and i < minimum]
         if low:
             raise self.error(key, f"{low[0]} is below {minimum}")
         return tuple(v)
@@ -426,14 +431,15 @@ def _top_or_layer(top: ConfigReader, layer: ConfigReader, key: str, default: int
 
 def aux_layer_ids(top: ConfigReader) -> tuple[tuple[int, ...] | None, str | None]:
     """The aux layer ids a config names and their numbering: top-level ids are HF
-    `hidden_states` indices (>= 0); `eagle_config` ids are SGLang's (HF index - 1, so -1 is the
-    embedding)."""
-    ids = top.int_list("eagle_aux_hidden_state_layer_ids", 0)
+    `hidden_states` indices; `eagle_config` ids are SGLang's (HF index - 1, so -1 is the
+    embedding). Stored as written, a repeated or negative id included: which layers each engine
+    then feeds is the doctor's finding (`doctor.malformed_ids`), not a load error."""
+    ids = top.int_list("eagle_aux_hidden_state_layer_ids", None)
     if ids is not None:
         return ids, "hf"
     eagle = top.sub("eagle_config")
     if eagle is not None:
-        ids = eagle.int_list("eagle_aux_hidden_state_layer_ids", -1)
+        ids = eagle.int_list("eagle_aux_hidden_state_layer_ids", None)
         if ids is not None:
             return ids, "sglang"
     return None, None
