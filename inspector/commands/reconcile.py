@@ -29,6 +29,7 @@ COLOURS = {
     "engine_fault": "red",
     "other_data": "yellow",
     "synthetic": "magenta",
+    "undecided": "yellow",
 }
 
 

@@ -51,6 +51,7 @@ from inspector.doctor.reconciliation import (
     short_label,
     trained_clause,
 )
+from inspector.doctor.settle import Settlement, replay_diff, settle
 from inspector.doctor.synthetic_acceptance import (
     SyntheticSetting,
     synthetic_check,
@@ -266,8 +267,14 @@ def reconcile(
     if not scored or log.accept_length is None:
         raise ValueError("nothing to reconcile: no rounds replayed or no figure logged")
     exactly = "exactly what" if bound is None else "at most what"
-    best = reference(checks, scored, trained)
     conf = checks[configured] if configured is not None else None
+    counts = {c.wiring: _request_counts(wa, pairs) for c, wa in zip(checks, wirings, strict=True)}
+    settlement = None
+    if trained is not None:
+        settlement = settled(checks, counts, trained, conf, label_of)
+        best = _check_of(checks, settlement.wiring) or checks[trained[0][0]]
+    else:
+        best = reference(checks, scored, trained)
     ref = configured if configured is not None else checks.index(best)
     per_request = {s.index: s for s in wirings[ref].per_sample}
     # a per-request match decides between wirings a pooled figure cannot tell apart
@@ -291,19 +298,47 @@ def reconcile(
     if matches:
         m = best if best in matches else matches[0]
         served = m.label
-        if trained is not None:
-            worse = _worse(m, best)
-            verdict = Verdict.WRONG_WIRING if worse else Verdict.AS_IS
-            conclusion = (
-                ": your engine feeds the wrong layers"
-                + (", the ones its config names" if m is conf else "")
-                if worse
-                else ": the draft is what it is. More draft steps, a tree (SGLang's topk > 1) or "
-                "training data closer to the served traffic raise it"
-            )
+        if settlement is not None and settlement.wiring is None:
+            verdict = Verdict.UNDECIDED
             summary = (
                 f"{engine_name} logged {figure}, {exactly} this draft gives fed "
-                f"{label[m.label]}" + trained_clause(trained[1], m, best, conf, label) + conclusion
+                f"{label[m.label]}; which wiring the weights were trained on is undecided: "
+                f"{settlement.undecided}"
+            )
+        elif trained is not None and settlement is not None:
+            worse = _clearly_worse(m, best, counts)
+            verdict = Verdict.WRONG_WIRING if worse else Verdict.AS_IS
+            if worse:
+                conclusion = ": your engine feeds the wrong layers" + (
+                    ", the ones its config names" if m is conf else ""
+                )
+            elif m is conf and settlement.configured_stands:
+                conclusion = (
+                    ": served as configured, and the draft is what it is. More draft steps, a "
+                    "tree (SGLang's topk > 1) or training data closer to the served traffic "
+                    "raise it"
+                )
+            else:
+                conclusion = (
+                    ": the draft is what it is. More draft steps, a tree (SGLang's topk > 1) or "
+                    "training data closer to the served traffic raise it"
+                )
+            if m is best or worse:
+                clause = trained_clause(trained[1], m, best, conf, label)
+                if settlement.ambiguous:
+                    others = [c.label for c in checks if c.wiring in settlement.indistinct]
+                    clause += (
+                        f" (or {', '.join(label[o] for o in others)}: these samples cannot tell "
+                        "them apart)"
+                    )
+            else:
+                clause = (
+                    f", which these requests cannot tell from {label[best.label]} "
+                    f"({fmt_figure(best.stats.accept_length)}), the wiring the evidence names"
+                )
+            summary = (
+                f"{engine_name} logged {figure}, {exactly} this draft gives fed "
+                f"{label[m.label]}" + clause + conclusion
             )
         elif m is best:
             verdict = Verdict.AS_IS
@@ -362,8 +397,20 @@ def reconcile(
                 "(vLLM's per_step_drafted) hold that figure"
             )
     serving_config, fix = serving_fix(verdict, best, conf, report, label)
-    if trained is not None and conf is not None and conf is not best and fix is None:
+    if verdict is Verdict.UNDECIDED:
+        serving_config, fix = None, None
+    elif (
+        trained is not None
+        and conf is not None
+        and conf is not best
+        and fix is None
+        and _clearly_worse(conf, best, counts)
+    ):
         fix = config_fix(best, conf, report, label)
+    if fix is not None and settlement is not None and settlement.ambiguous:
+        fix = ambiguous_fix(settlement, checks, best, report, label)
+    if settlement is not None:
+        notes.extend(evidence_lines(settlement, checks, label))
     if any(c.stats.is_bound for c in checks):
         notes.append(
             "some replayed requests end in a round drafted past what their samples hold of the "
@@ -394,6 +441,7 @@ def reconcile(
         configured=conf.label if conf is not None else None,
         bound=bound,
         scheduled=scheduled,
+        settlement=settlement,
     )
 
 
@@ -417,6 +465,88 @@ def near_match(log: EngineLog, scored: Sequence[WiringCheck]) -> WiringCheck | N
 
 def label_of(c: WiringCheck) -> str:
     return short_label(c.label)
+
+
+def _request_counts(wa, pairs) -> dict[int, tuple[int, int]]:
+    """(accepted, rounds) per request the engine counted, as the engine counts it (the paired
+    ones where requests were paired)."""
+    out = {}
+    for s in wa.per_sample:
+        if pairs and s.index not in pairs:
+            continue
+        rounds = request_rounds(s)
+        out[s.index] = (int(sum(rounds)), len(rounds))
+    return out
+
+
+def _check_of(checks: Sequence[WiringCheck], wiring) -> WiringCheck | None:
+    return next((c for c in checks if wiring is not None and c.wiring == tuple(wiring)), None)
+
+
+def settled(checks, counts, trained, conf, label) -> Settlement:
+    """The trained wiring as the step-0 search, the fc fingerprint and the replays of these
+    requests settle it (`settle`)."""
+    ti, t = trained
+    contenders = [checks[i].wiring for i in ti]
+    by = {c.wiring: c for c in checks}
+
+    def words(w) -> str:
+        c = by.get(tuple(w))
+        return label(c) if c is not None else str(list(w))
+
+    return settle(
+        contenders[0] if contenders else t.wiring,
+        contenders,
+        conf.wiring if conf is not None else None,
+        t.clearly,
+        counts,
+        fingerprint_flags_configured=t.fingerprint_flags,
+        label=words,
+    )
+
+
+def _clearly_worse(m: WiringCheck, best: WiringCheck, counts) -> bool:
+    """The replay of `m` accepts clearly less than `best`'s on the same requests (the paired
+    interval excludes 0): noise in a few requests is never a wrong wiring."""
+    if m is best or m.wiring not in counts or best.wiring not in counts:
+        return False
+    d = replay_diff(counts[m.wiring], counts[best.wiring])
+    return d.excludes_zero and d.diff is not None and d.diff > 0
+
+
+def ambiguous_fix(settlement: Settlement, checks, best, report, label) -> str:
+    """The fix where the evidence cannot tell the trained wiring from its neighbours: each of
+    them with its serving ids, and what would settle between them."""
+    from inspector.doctor.reconciliation import config_for, report_target
+
+    by = {c.wiring: c for c in checks}
+    options = [best, *(by[w] for w in settlement.indistinct if w in by)]
+    parts = []
+    for c in options:
+        cfg = config_for(c.wiring, report.slots, report.spec.steps, target=report_target(report))
+        hf = cfg.get("hf_indices") if isinstance(cfg, dict) else None
+        parts.append(f"{label[c.label]}" + (f" (HF indices {list(hf)})" if hf else ""))
+    return (
+        "serve it fed the wiring it was trained on, which these samples cannot settle among "
+        + ", ".join(parts)
+        + ": more samples (eagle-inspect doctor on the training data), or --target for "
+        "serving-exact samples, settle it"
+    )
+
+
+def evidence_lines(settlement: Settlement, checks, label) -> list[str]:
+    """Each witness on the trained wiring, and the wirings the evidence cannot tell apart."""
+    out = [f"{w.name}: {w.says}" for w in settlement.witnesses]
+    by = {c.wiring: c for c in checks}
+    same = [label[by[w].label] for w in settlement.indistinct if w in by]
+    if settlement.wiring is not None and same:
+        named = by.get(settlement.wiring)
+        out.append(
+            f"the evidence cannot tell {', '.join(same)} from "
+            f"{label[named.label] if named is not None else settlement.wiring}: within noise "
+            "on these samples and requests"
+        )
+    return out
 
 
 def _same(req: RequestFigures, s: SampleReplay) -> bool:

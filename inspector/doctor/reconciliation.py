@@ -11,6 +11,7 @@ from enum import Enum
 from inspector.doctor.engine_conventions import TargetClass, read_target_class
 from inspector.doctor.phrasing import CONVERT_TO_GGUF
 from inspector.doctor.serving import engine_configs, hf_indices, sglang_ids_text
+from inspector.doctor.settle import Settlement
 from inspector.doctor.trained_wiring import TrainedWiring, pct_of
 from inspector.formats.engine_log import EngineLog
 from inspector.formatting import fmt_float
@@ -26,6 +27,9 @@ class Verdict(str, Enum):
     OTHER_DATA = "other_data"  # above every replay, or matching none
     # the figure is what the engine's synthetic (forced) acceptance gives: nothing of the draft
     SYNTHETIC = "synthetic"
+    # the log equals a replay, but the witnesses disagree on which wiring the weights were
+    # trained on (`settle`): no wiring is blamed and no fix given
+    UNDECIDED = "undecided"
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,8 @@ class Reconciliation:
     bound: str | None = None
     scheduled: int = 0  # paired requests replayed under the engine's own schedule
     synthetic: dict | None = None  # the synthetic-acceptance setting held against the figure
+    # how the evidence settled the trained wiring (`settle`; None: no wiring search ran)
+    settlement: Settlement | None = None
 
     def to_dict(self) -> dict:
         log = self.log
@@ -165,6 +171,7 @@ class Reconciliation:
             "replay_is_upper_bound": self.bound is not None,
             "adaptive": self.bound,
             "synthetic": self.synthetic,
+            "settlement": self.settlement.to_dict() if self.settlement is not None else None,
             "notes": self.notes,
         }
 

@@ -59,6 +59,9 @@ class TrainedWiring:
     contenders: tuple[tuple[int, ...], ...] = ()
     # every wiring the search scored on all its samples -> its step-0 all-tok counts
     scored: dict[tuple[int, ...], Counts] = field(default_factory=dict, compare=False)
+    # the fc fingerprint flags a block of the configured wiring against the top one's (a slot
+    # whose projected norm is off by over 2x); None: not measured (the same wiring, or none)
+    fingerprint_flags: bool | None = None
 
     def all_tok_of(self, wiring: Sequence[int]) -> Counts | None:
         return self.scored.get(tuple(wiring))
@@ -100,6 +103,7 @@ class TrainedWiring:
             "samples": list(self.samples),
             "wirings_scored": self.searched,
             "contenders": [list(w) for w in self.contenders],
+            "fingerprint_flags_configured": self.fingerprint_flags,
         }
 
 
@@ -172,7 +176,22 @@ def find_trained_wiring(
         len(results),
         contenders=tuple(_contenders(ws, results, best)),
         scored={r.wiring: r.all_tok for r in results if r.complete},
+        fingerprint_flags=_fingerprint_flags(ev, chosen, best, conf, infos),
     )
+
+
+def _fingerprint_flags(ev, samples, best, conf, infos) -> bool | None:
+    """Whether the fc fingerprint flags the configured wiring against the top one (None: the
+    same wiring, none configured, or no sample readable)."""
+    from inspector.doctor.fingerprint import FingerprintFacts, fc_fingerprint
+
+    if conf is None or conf == best:
+        return None
+    found = fc_fingerprint(ev, samples, best, {"configured": conf}, infos)
+    facts = found.facts
+    if not isinstance(facts, FingerprintFacts):
+        return None
+    return "configured" in facts.flagged_wirings
 
 
 def _contenders(ws, results, best: tuple[int, ...]) -> list[tuple[int, ...]]:
