@@ -177,7 +177,7 @@ def settle(
                 "replays",
                 f"no wiring tried accepts clearly more than {label(base)} on these requests "
                 "(every paired interval holds 0)",
-                base,
+                None,
             )
         )
     if replay_pref is not None and replay_pref == configured and not stands:
@@ -193,6 +193,17 @@ def settle(
         )
     chosen = replay_pref if replay_pref is not None else base
     stands = stands and chosen == configured
-    beaten = {b[1] for b in better}
-    indistinct = tuple(w for w in pool if w != chosen and w not in beaten and w in contenders)
+    indistinct = tuple(
+        w
+        for w in pool
+        if w != chosen and w in contenders and not _clearly_below(w, chosen, replays)
+    )
     return Settlement(chosen, stands, indistinct, tuple(witnesses))
+
+
+def _clearly_below(w: tuple[int, ...], than: tuple[int, ...], replays) -> bool:
+    """`w` replays clearly below `than` on the same requests (the paired interval excludes 0)."""
+    if w not in replays or than not in replays:
+        return False
+    d = replay_diff(replays[w], replays[than])
+    return d.excludes_zero and d.diff is not None and d.diff > 0
