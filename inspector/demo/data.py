@@ -126,16 +126,36 @@ def make_sequences(
 
 
 @torch.no_grad()
-def capture_slots(model: Target, seq: GeneratedSequence) -> list[Tensor]:
-    """The four speculators-v1 slots of one sequence, float32 [T, H] each (HF indices 0, 2, 4, 6;
-    index 6 is the last layer's output before the final norm)."""
+def capture_slots(
+    model: Target, seq: GeneratedSequence, layer_ids: Sequence[int] = SLOT_HF_INDICES
+) -> list[Tensor]:
+    """The speculators-v1 slots of one sequence, float32 [T, H] each: by default the demo's four
+    (HF indices 0, 2, 4, 6; index 6 is the last layer's output before the final norm); any HF
+    indices 0..L of the target otherwise (L: its last layer's output, pre-norm)."""
     hs: list[Tensor] = []
     model(seq.ids[None], hidden_states=hs)
-    return [hs[i][0].float() for i in SLOT_HF_INDICES]
+    return [hs[i][0].float() for i in layer_ids]
 
 
-def save_samples(folder: Path, records: list[dict], meta: dict) -> None:
-    """Write ``data_{i}.pt`` (speculators v1) and ``data_config.json`` into ``folder``."""
+def slot_labels(layer_ids: Sequence[int], num_layers: int) -> list[str]:
+    """data_config.json's label of each HF index of an L-layer target (the demo's SLOT_LABELS)."""
+    return [
+        "embed"
+        if k == 0
+        else f"layer {k} output" + (" (pre-norm, verifier last state)" if k == num_layers else "")
+        for k in layer_ids
+    ]
+
+
+def save_samples(
+    folder: Path,
+    records: list[dict],
+    meta: dict,
+    layer_ids: Sequence[int] = SLOT_HF_INDICES,
+    labels: Sequence[str] = SLOT_LABELS,
+) -> None:
+    """Write ``data_{i}.pt`` (speculators v1) and ``data_config.json`` into ``folder`` (the
+    slots' HF indices and labels: the demo's unless given)."""
     folder.mkdir(parents=True, exist_ok=True)
     for i, rec in enumerate(records):
         torch.save(
@@ -149,23 +169,28 @@ def save_samples(folder: Path, records: list[dict], meta: dict) -> None:
     lengths = {str(i): int(r["input_ids"].numel()) for i, r in enumerate(records)}
     (folder / "sample_lengths.json").write_text(json.dumps(lengths, indent=1) + "\n")
     (folder / "data_config.json").write_text(
-        json.dumps(data_config(meta, len(records)), indent=2) + "\n"
+        json.dumps(data_config(meta, len(records), layer_ids, labels), indent=2) + "\n"
     )
 
 
-def data_config(meta: dict, n: int) -> dict:
+def data_config(
+    meta: dict,
+    n: int,
+    layer_ids: Sequence[int] = SLOT_HF_INDICES,
+    labels: Sequence[str] = SLOT_LABELS,
+) -> dict:
     """speculators-style data_config.json, with the slot indices spelled out unambiguously."""
     return {
         "format": {"schema": "speculators-v1", "file_pattern": "data_{i}.pt", "num_samples": n},
         "hidden_states": {
-            "layer_ids": list(SLOT_HF_INDICES),
+            "layer_ids": list(layer_ids),
             "index_convention": "hf",
             "index_note": (
                 "layer_ids are indices into HF output_hidden_states (0 = embedding output, "
-                "k = output of decoder layer k-1); the last one (6) is the final decoder layer's "
-                "output taken BEFORE the final norm (the verifier's last state)"
+                f"k = output of decoder layer k-1); the last one ({layer_ids[-1]}) is the final "
+                "decoder layer's output taken BEFORE the final norm (the verifier's last state)"
             ),
-            "labels": list(SLOT_LABELS),
+            "labels": list(labels),
             "dtype": "bfloat16",
         },
         "loss_mask": "0 on the real prompt, 1 on the continuation sampled from the target",

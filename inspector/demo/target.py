@@ -224,15 +224,18 @@ def train_target(
     lr: float = 3e-3,
     time_budget_s: float | None = None,
     progress: Callable[[str], None] = lambda s: None,
+    init: Target | None = None,
 ) -> tuple[Target, dict]:
     """Train on random windows of the token ``stream`` (documents joined by EOS).
 
     ``time_budget_s`` bounds the wall time on slow machines (see :func:`progress_fraction`).
+    ``init``: a model of ``config`` to train further (default: a fresh one, HF-initialised).
     Returns the model and a stats dict.
     """
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    model = Target(config)
+    model = init if init is not None else Target(config)
+    model.train()
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     opt = torch.optim.AdamW(
