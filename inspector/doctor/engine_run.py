@@ -68,6 +68,7 @@ class EngineRun:
     flags: tuple[FlagChange, ...] = ()
     shape: Verdict | None = None  # the shape rule's verdict where it drops a feature
     read: EngineRead | None = None  # its reading of the config (None: no config, no layer count)
+    who: str = ""  # the release as reports name it ("SGLang 0.5.23")
 
     @property
     def changed(self) -> bool:
@@ -87,7 +88,7 @@ class EngineRun:
                 f"{self.shape.engine} runs this draft without {self.shape.dropped} "
                 f"({'; '.join(self.shape.why)})"
             )
-        who = self.read.reader.label if self.read is not None else self.engine
+        who = self.who or self.engine
         for f in self.flags:
             out.append(f"{who} runs this draft with {f.words()}")
         return out
@@ -149,4 +150,5 @@ def engine_run(
             gguf=gguf,
             readers=(reader,),
         )[0]
-    return EngineRun(engine, served, flags, verdict, read)
+    who = f"{reader.label.split(' ')[0]} {reader.version}" if reader is not None else engine
+    return EngineRun(engine, served, flags, verdict, read, who)

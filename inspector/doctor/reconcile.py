@@ -30,6 +30,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from inspector.doctor.reconcile_evidence import (
+    ambiguous_fix,
+    check_of,
+    clearly_worse,
+    evidence_lines,
+    request_counts,
+    settled,
+)
 from inspector.doctor.reconcile_rounds import (
     bound_reason,
     counted,
@@ -51,7 +59,6 @@ from inspector.doctor.reconciliation import (
     short_label,
     trained_clause,
 )
-from inspector.doctor.settle import Settlement, replay_diff, settle
 from inspector.doctor.synthetic_acceptance import (
     SyntheticSetting,
     synthetic_check,
@@ -268,11 +275,11 @@ def reconcile(
         raise ValueError("nothing to reconcile: no rounds replayed or no figure logged")
     exactly = "exactly what" if bound is None else "at most what"
     conf = checks[configured] if configured is not None else None
-    counts = {c.wiring: _request_counts(wa, pairs) for c, wa in zip(checks, wirings, strict=True)}
+    counts = {c.wiring: request_counts(wa, pairs) for c, wa in zip(checks, wirings, strict=True)}
     settlement = None
     if trained is not None:
         settlement = settled(checks, counts, trained, conf, label_of)
-        best = _check_of(checks, settlement.wiring) or checks[trained[0][0]]
+        best = check_of(checks, settlement.wiring) or checks[trained[0][0]]
     else:
         best = reference(checks, scored, trained)
     ref = configured if configured is not None else checks.index(best)
@@ -306,7 +313,7 @@ def reconcile(
                 f"{settlement.undecided}"
             )
         elif trained is not None and settlement is not None:
-            worse = _clearly_worse(m, best, counts)
+            worse = clearly_worse(m, best, counts)
             verdict = Verdict.WRONG_WIRING if worse else Verdict.AS_IS
             if worse:
                 conclusion = ": your engine feeds the wrong layers" + (
@@ -404,7 +411,7 @@ def reconcile(
         and conf is not None
         and conf is not best
         and fix is None
-        and _clearly_worse(conf, best, counts)
+        and clearly_worse(conf, best, counts)
     ):
         fix = config_fix(best, conf, report, label)
     if fix is not None and settlement is not None and settlement.ambiguous:
@@ -465,88 +472,6 @@ def near_match(log: EngineLog, scored: Sequence[WiringCheck]) -> WiringCheck | N
 
 def label_of(c: WiringCheck) -> str:
     return short_label(c.label)
-
-
-def _request_counts(wa, pairs) -> dict[int, tuple[int, int]]:
-    """(accepted, rounds) per request the engine counted, as the engine counts it (the paired
-    ones where requests were paired)."""
-    out = {}
-    for s in wa.per_sample:
-        if pairs and s.index not in pairs:
-            continue
-        rounds = request_rounds(s)
-        out[s.index] = (int(sum(rounds)), len(rounds))
-    return out
-
-
-def _check_of(checks: Sequence[WiringCheck], wiring) -> WiringCheck | None:
-    return next((c for c in checks if wiring is not None and c.wiring == tuple(wiring)), None)
-
-
-def settled(checks, counts, trained, conf, label) -> Settlement:
-    """The trained wiring as the step-0 search, the fc fingerprint and the replays of these
-    requests settle it (`settle`)."""
-    ti, t = trained
-    contenders = [checks[i].wiring for i in ti]
-    by = {c.wiring: c for c in checks}
-
-    def words(w) -> str:
-        c = by.get(tuple(w))
-        return label(c) if c is not None else str(list(w))
-
-    return settle(
-        contenders[0] if contenders else t.wiring,
-        contenders,
-        conf.wiring if conf is not None else None,
-        t.clearly,
-        counts,
-        fingerprint_flags_configured=t.fingerprint_flags,
-        label=words,
-    )
-
-
-def _clearly_worse(m: WiringCheck, best: WiringCheck, counts) -> bool:
-    """The replay of `m` accepts clearly less than `best`'s on the same requests (the paired
-    interval excludes 0): noise in a few requests is never a wrong wiring."""
-    if m is best or m.wiring not in counts or best.wiring not in counts:
-        return False
-    d = replay_diff(counts[m.wiring], counts[best.wiring])
-    return d.excludes_zero and d.diff is not None and d.diff > 0
-
-
-def ambiguous_fix(settlement: Settlement, checks, best, report, label) -> str:
-    """The fix where the evidence cannot tell the trained wiring from its neighbours: each of
-    them with its serving ids, and what would settle between them."""
-    from inspector.doctor.reconciliation import config_for, report_target
-
-    by = {c.wiring: c for c in checks}
-    options = [best, *(by[w] for w in settlement.indistinct if w in by)]
-    parts = []
-    for c in options:
-        cfg = config_for(c.wiring, report.slots, report.spec.steps, target=report_target(report))
-        hf = cfg.get("hf_indices") if isinstance(cfg, dict) else None
-        parts.append(f"{label[c.label]}" + (f" (HF indices {list(hf)})" if hf else ""))
-    return (
-        "serve it fed the wiring it was trained on, which these samples cannot settle among "
-        + ", ".join(parts)
-        + ": more samples (eagle-inspect doctor on the training data), or --target for "
-        "serving-exact samples, settle it"
-    )
-
-
-def evidence_lines(settlement: Settlement, checks, label) -> list[str]:
-    """Each witness on the trained wiring, and the wirings the evidence cannot tell apart."""
-    out = [f"{w.name}: {w.says}" for w in settlement.witnesses]
-    by = {c.wiring: c for c in checks}
-    same = [label[by[w].label] for w in settlement.indistinct if w in by]
-    if settlement.wiring is not None and same:
-        named = by.get(settlement.wiring)
-        out.append(
-            f"the evidence cannot tell {', '.join(same)} from "
-            f"{label[named.label] if named is not None else settlement.wiring}: within noise "
-            "on these samples and requests"
-        )
-    return out
 
 
 def _same(req: RequestFigures, s: SampleReplay) -> bool:
