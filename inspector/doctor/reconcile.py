@@ -416,7 +416,13 @@ def reconcile(
         fix = config_fix(best, conf, report, label)
     if fix is not None and settlement is not None and settlement.ambiguous:
         fix = ambiguous_fix(settlement, checks, best, report, label)
-    if settlement is not None:
+    if settlement is not None and (
+        settlement.wiring is None
+        or settlement.ambiguous
+        or verdict is Verdict.WRONG_WIRING
+        and settlement.indistinct
+    ):
+        # the witnesses bear on the verdict: say what each found (the JSON holds them always)
         notes.extend(evidence_lines(settlement, checks, label))
     if any(c.stats.is_bound for c in checks):
         notes.append(
