@@ -257,16 +257,23 @@ class EvaluatorBackend:
     ) -> tuple[Evaluator, Wiring, SampleReplay]:
         """The walk through sample i of the draft `key` feeds (with its evaluator and wiring),
         one Replayer per draft."""
+        from inspector.doctor.engine_run import engine_run
+        from inspector.serving.engines import default_engine
         from inspector.serving.replay import Replayer
         from inspector.tui.drafts import draft_letter
 
         ev, w = self._feed(key)
-        letter = draft_letter(key)
-        replayer = self._replayers.get(letter)
+        engine = default_engine(spec.is_chain)
+        at = f"{draft_letter(key)}:{engine.value}"
+        replayer = self._replayers.get(at)
         if replayer is None:
-            replayer = self._replayers[letter] = Replayer(ev, spec)
-        replayer.spec = spec  # the cache key holds the settings (and so the convention)
-        return ev, w, replayer.replay(i, w)
+            # τ counts the draft as that engine runs it (`doctor.engine_run`: SGLang without
+            # norm_before_residual, ...), as `accept` does; an unchanged draft keeps its caches
+            run = engine_run(ev.draft, engine.value)
+            served = ev.with_draft(run.draft) if run.changed else ev
+            replayer = self._replayers[at] = Replayer(served, spec, engine)
+        replayer.spec = spec  # the cache key holds the settings
+        return replayer.ev, w, replayer.replay(i, w)
 
     def compare(self, i: int, wiring: WiringKey, spec: DraftSpec) -> SampleComparison:
         from inspector.tui.drafts import second_key
