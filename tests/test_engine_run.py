@@ -53,7 +53,7 @@ def _json(capsys, argv: list[str]) -> tuple[int, dict]:
 
 
 def _rows(doc: dict) -> dict[str, tuple[int, int]]:
-    return {(w["name"] or w["label"]): (w["rounds"], w["accepted"]) for w in doc["wirings"]}
+    return {w["label"]: (w["rounds"], w["accepted"]) for w in doc["wirings"]}
 
 
 def test_engine_run_says_sglang_runs_the_flag_false(nbr):
@@ -135,7 +135,7 @@ def test_accept_feeds_llamacpp_nothing_for_id_l(capsys):
     rows = _rows(doc)
     feed = "llama.cpp @0c1e570 GGUF feeds [L2, L4, nothing]"
     assert feed in rows
-    assert rows[feed] != rows["serve"]  # [L2, L4, L6] fed whole is another count
+    assert rows[feed] != rows["serve [L2, L4, L6]"]  # [L2, L4, L6] fed whole: another count
     log = DEMO.root / "engine-logs" / "llamacpp-deployed-k3.log"
     argv = ["reconcile", str(gguf), str(samples), "--engine-log", str(log), "--limit", "8"]
     argv += ["--target", str(DEMO.target)]

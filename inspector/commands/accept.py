@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
 from rich.console import Console, Group
 from rich.table import Table
@@ -127,6 +128,7 @@ def _replay(args, spec, err, init_from_env, engine):
     # its own where no preset is that wiring; a feed that leaves a block at zeros runs its own
     # draft (those fc columns zeroed), replayed beside the others
     feed = None if args.wiring else run.feed(ev.slot_info)
+    fed_label = None
     if (
         feed is not None
         and feed[1] is run.draft
@@ -134,6 +136,7 @@ def _replay(args, spec, err, init_from_env, engine):
     ):
         wirings.append(feed[0])
         names.append(feed[2])
+        fed_label = feed[2]
         feed = None
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
     indices = dist_ctx.shard(n) if dist_ctx else None
@@ -149,6 +152,12 @@ def _replay(args, spec, err, init_from_env, engine):
                 [wiring], limit=args.limit, names=[label], indices=indices, progress=advance
             )
         report.wirings.extend(more.wirings)
+        fed_label = label
+    # the feed's row is labelled as reconcile labels it ("... feeds [L2, L4, nothing]")
+    report.wirings = [
+        replace(w, label=w.name) if fed_label is not None and w.name == fed_label else w
+        for w in report.wirings
+    ]
     if dist_ctx is not None:
         return gather_accept(dist_ctx, report), ev
     return report, ev

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,10 @@ def run_live(args: argparse.Namespace, spec, err: Console, engine=None):
             err, fed_draft, target, prompts, spec, [list(wiring.slots)], names=[label], **opts
         )
         report.wirings.extend(more.wirings)
+    if feed is not None:  # the feed's row labelled as reconcile labels it
+        report.wirings = [
+            replace(w, label=w.name) if w.name == feed[2] else w for w in report.wirings
+        ]
     if args.out:
         err.print(
             f"wrote the realised sequences per wiring under {safe(args.out)}: "

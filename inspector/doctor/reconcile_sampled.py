@@ -167,8 +167,8 @@ def reconcile_sampled(
     scored = [c for c in checks if _expected(c).accept_length is not None]
     if not scored or log.accept_length is None:
         raise ValueError("nothing to reconcile: no rounds run or no figure logged")
-    best = reference(checks, scored, trained, key=_expected_length)
     conf = checks[configured] if configured is not None else None
+    best = _sampled_reference(checks, scored, trained, conf)
     ref = conf if conf is not None else best
     label = {c.label: short_label(c.label) for c in checks}
     figure = logged_text(log)
@@ -185,7 +185,7 @@ def reconcile_sampled(
             f"{label[m.label]} ({expected_text(_expected(m))})"
         )
         if trained is not None:
-            worse = m is not best and _expected_length(m) < _expected_length(best)
+            worse = _clearly_below(m, best)
             verdict = Verdict.WRONG_WIRING if worse else Verdict.AS_IS
             finding = (
                 f"; that is what this draft is expected to give fed {label[m.label]} "
@@ -274,6 +274,34 @@ def reconcile_sampled(
         trained=trained[1] if trained is not None else None,
         configured=conf.label if conf is not None else None,
     )
+
+
+def _clearly_below(a: WiringCheck, b: WiringCheck) -> bool:
+    """a's expected accept length lies clearly below b's: their intervals do not overlap (an
+    expectation without an interval: by its value alone)."""
+    if a is b:
+        return False
+    ea, eb = _expected(a), _expected(b)
+    if ea.high is not None and eb.low is not None:
+        return ea.high < eb.low
+    return _expected_length(a) < _expected_length(b)
+
+
+def _sampled_reference(checks, scored, trained, conf) -> WiringCheck:
+    """The wiring the verdict holds the others to at a temperature (`settle`'s rule over the
+    expectations): the configured wiring where the step-0 search does not clearly beat it and no
+    contender's expected accept length lies clearly above it, else the step-0 top unless a
+    contender lies clearly above that; without a search, the best expectation."""
+    if trained is None:
+        return reference(checks, scored, trained, key=_expected_length)
+    contenders = [checks[i] for i in trained[0] if checks[i] in scored]
+    if not contenders:
+        return reference(checks, scored, trained, key=_expected_length)
+    base = contenders[0]
+    if conf is not None and conf in scored and not trained[1].clearly:
+        base = conf
+    above = [c for c in contenders if _clearly_below(base, c)]
+    return max(above, key=_expected_length) if above else base
 
 
 def _expected(c: WiringCheck) -> Expectation:
