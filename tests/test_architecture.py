@@ -109,3 +109,102 @@ def test_no_private_name_is_imported_across_modules():
         if t in MODULES and n and n.startswith("_") and not n.startswith("__")
     ]
     assert private == []
+
+
+# The layers of docs/architecture.md, lowest first: a module may import its own layer and those
+# below it, never one above. Top-level names of the package (`inspector.<name>`).
+LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
+    (
+        "shared leaves",
+        frozenset(
+            {
+                "errors",
+                "progress",
+                "strict_json",
+                "input_folders",
+                "stats",
+                "engine_names",
+                "demo_paths",
+                "formatting",
+                "cache",
+                "memory",
+            }
+        ),
+    ),
+    ("inputs", frozenset({"sample", "draft", "formats"})),
+    ("forward, wiring", frozenset({"model", "wiring"})),
+    ("engine", frozenset({"metrics", "evaluate"})),
+    ("capture", frozenset({"capture"})),
+    ("serving", frozenset({"serving", "distributed"})),
+    ("diagnoses", frozenset({"doctor"})),
+    ("session", frozenset({"session"})),
+    (
+        "views and tools",
+        frozenset(
+            {"cli", "commands", "tui", "export", "reference_pages", "__main__", "demo", "synthetic"}
+        ),
+    ),
+)
+# The one admitted exception (docs/architecture.md): the engine's eval reads the rounds through a
+# sample (`serving.walk`, plain numpy) for its accept len column, and the walk names the
+# engine whose counting it follows.
+EXCEPTIONS = frozenset(
+    {
+        ("inspector.evaluate.evaluator", "inspector.serving.walk"),
+        ("inspector.evaluate.predictions", "inspector.serving.walk"),
+        ("inspector.evaluate.report", "inspector.serving.walk"),
+        ("inspector.serving.walk", "inspector.serving.engines"),
+    }
+)
+
+
+def _rank(module: str) -> int | None:
+    """The layer of `inspector.<top>...`; None for the package itself (its __init__ re-exports)."""
+    parts = module.split(".")
+    if len(parts) < 2:
+        return None
+    for i, (_, names) in enumerate(LAYERS):
+        if parts[1] in names:
+            return i
+    raise AssertionError(
+        f"{module}: in no layer of LAYERS (add it where docs/architecture.md says)"
+    )
+
+
+def _upward(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Every import of a module in a higher layer, the admitted exceptions left out."""
+    out = []
+    for m, deps in graph.items():
+        rm = _rank(m)
+        for d in deps:
+            rd = _rank(d)
+            if rm is None or rd is None or rd <= rm:
+                continue
+            # an exception admits the walk's own imports too (its module, whatever serving holds)
+            if (m, d) in EXCEPTIONS:
+                continue
+            out.append((m, d))
+    return sorted(out)
+
+
+def test_every_module_is_in_a_layer():
+    for m in MODULES:
+        _rank(m)
+
+
+def test_no_module_imports_a_higher_layer():
+    assert _upward(_graph()) == []
+
+
+def test_the_layer_check_sees_a_planted_import():
+    """A lower layer importing a higher one fails: the forward importing the doctor, the inputs
+    importing a view, and the engine reading the serving layer beyond the admitted walk."""
+    graph = {m: set(d) for m, d in _graph().items()}
+    graph["inspector.model.forward"].add("inspector.doctor.settle")
+    graph["inspector.formats.engine_log"].add("inspector.commands.reconcile")
+    graph["inspector.evaluate.evaluator"].add("inspector.serving.replay")
+    assert _upward(graph) == [
+        ("inspector.evaluate.evaluator", "inspector.serving.replay"),
+        ("inspector.formats.engine_log", "inspector.commands.reconcile"),
+        ("inspector.model.forward", "inspector.doctor.settle"),
+    ]
