@@ -1,8 +1,9 @@
 """JSON export of one sample's predictions under every wiring computed for it (the app's `e` key).
 
-The file goes into the current working directory, written atomically (a temporary file in the same
-folder, then os.replace), and never into a folder the inputs were read from: an export must not
-land among checkpoint or sample files that a trainer or server will later glob.
+The file goes into the folder `open --out DIR` names, else `./eagle-inspect-exports/` (made on the
+first export, so exports never litter the working directory), written atomically (a temporary file
+in the same folder, then os.replace), and never into a folder the inputs were read from: an export
+must not land among checkpoint or sample files that a trainer or server will later glob.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from inspector.input_folders import enclosing_input
 from inspector.strict_json import json_safe
 
 FORMAT = "eagle-inspect-sample-export/1"
+DEFAULT_DIR = "eagle-inspect-exports"  # under the working directory, where no --out is given
 
 
 def check_out_dir(out_dir: Path, input_paths: Sequence[str | Path]) -> Path:
@@ -124,7 +126,19 @@ def export_sample(
     out_dir: str | Path | None = None,
     **meta: Any,
 ) -> Path:
-    """Write the export for one sample into out_dir (default: the working directory); its path."""
-    out = check_out_dir(Path.cwd() if out_dir is None else Path(out_dir), input_paths)
+    """Write the export for one sample into out_dir (default: ./eagle-inspect-exports), the
+    folder made where missing; its path."""
+    out = check_out_dir(Path.cwd() / DEFAULT_DIR if out_dir is None else Path(out_dir), input_paths)
+    out.mkdir(parents=True, exist_ok=True)
     doc = build_document(predictions, sample_index=sample_index, sample_path=sample_path, **meta)
     return write_json_atomic(out / export_filename(sample_index, sample_path), doc)
+
+
+def shown_path(path: str | Path) -> str:
+    """A written file as the notification names it: relative to the working directory where it
+    lies under it (eagle-inspect-exports/...), else absolute."""
+    p = Path(path)
+    try:
+        return str(p.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)

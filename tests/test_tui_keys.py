@@ -306,8 +306,13 @@ async def test_export(opened, tmp_path, monkeypatch):
     await settle(pilot, fill=False)
     await pilot.press("e")
     await until(pilot, lambda: any(m.startswith("exported to") for m in app.main.messages))
-    files = list(tmp_path.glob("eagle-inspect-sample*.json"))
-    assert len(files) == 1 and not list(tmp_path.glob(".*.tmp"))
+    # into ./eagle-inspect-exports/, made on demand and named in the notification
+    assert not list(tmp_path.glob("eagle-inspect-sample*.json"))
+    out = tmp_path / "eagle-inspect-exports"
+    files = list(out.glob("eagle-inspect-sample*.json"))
+    assert len(files) == 1 and not list(out.glob(".*.tmp"))
+    said = [m for m in app.main.messages if m.startswith("exported to")]
+    assert said[-1] == f"exported to eagle-inspect-exports/{files[0].name}"
     doc = json.loads(files[0].read_text())
     slots = {tuple(w["wiring"]) for w in doc["wirings"]}
     assert {

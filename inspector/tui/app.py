@@ -53,6 +53,7 @@ class InspectorApp(App):
         loader: Loader | None = None,
         fill: bool = True,
         input_paths: Sequence[str] | None = None,
+        export_dir: str | None = None,
     ) -> None:
         super().__init__()
         if loader is None:
@@ -74,6 +75,7 @@ class InspectorApp(App):
         self.initial_wiring = wiring
         self.fill = fill
         self.input_paths = list(input_paths)
+        self.export_dir = export_dir  # `e` writes here (None: ./eagle-inspect-exports)
         self.engine: Engine | None = None
         self.t_created = time.perf_counter()
         self.t_first_paint: float | None = None

@@ -23,9 +23,11 @@ def export_task(
     sample: int,
     wirings: Sequence[WiringKey],
     input_ids: np.ndarray | None,
+    out_dir: str | Path | None = None,
 ) -> Callable[[Backend], Path]:
-    """Write sample `sample`'s predictions under `wirings` to JSON in the working directory
-    (`inspector.export`, which refuses input folders); returns the file written."""
+    """Write sample `sample`'s predictions under `wirings` to JSON in `out_dir` (default
+    ./eagle-inspect-exports, made on demand; `inspector.export`, which refuses input folders);
+    returns the file written."""
     s = session
     labels = [
         (named_label(Wiring(tuple(w)), s.slot_info, s.preset_name(w)), tuple(w)) for w in wirings
@@ -43,6 +45,7 @@ def export_task(
             sample_index=sample,
             sample_path=s.files[sample],
             input_paths=s.input_paths,
+            out_dir=out_dir,
             checkpoint=s.checkpoint,
             layout=s.layout,
             slot_labels=[x.label for x in s.slot_info],

@@ -247,7 +247,9 @@ class DeviceMessages(Screen):
             if e.error:
                 self.say(f"export failed: {e.error}", severity="error", timeout=12)
             else:
-                self.say(f"exported to {e.result}")
+                from inspector.export import shown_path
+
+                self.say(f"exported to {shown_path(e.result)}")
         elif e.kind != "doctor" and e.error:  # the doctor screen receives its own outcome
             self.say(f"internal error: {e.error}", severity="error", timeout=20)
 

@@ -399,7 +399,10 @@ class MainScreen(DeviceMessages):
         if not wirings:
             self.say("the export writes draft A's predictions: show one of its wirings (B)")
             return
-        engine.submit("export", export_task(st.session, st.sample, wirings, v.data.input_ids))
+        out_dir = getattr(self.app, "export_dir", None)
+        engine.submit(
+            "export", export_task(st.session, st.sample, wirings, v.data.input_ids, out_dir)
+        )
         self.say(f"exporting sample #{st.sample} ({len(wirings)} wirings)…", timeout=3)
 
     def action_compare(self) -> None:
