@@ -356,6 +356,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--web", action="store_true", help="serve the app in a browser on localhost"
     )
     p_open.add_argument("--port", type=port, default=8000, help="port for --web (default 8000)")
+    p_open.add_argument(
+        "--out",
+        metavar="DIR",
+        help="the folder `e` exports a sample's JSON into (default ./eagle-inspect-exports, "
+        "made on the first export; never a folder the inputs came from)",
+    )
 
     _add_capture_parser(sub)
     _add_reconcile_parser(sub)

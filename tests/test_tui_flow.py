@@ -343,6 +343,9 @@ def test_first_paint_before_torch(syn):
 
 
 def test_open_with_missing_demo_fails_before_the_ui(tmp_path, monkeypatch, capsys):
+    from inspector.commands import open as open_cmd
+
+    monkeypatch.setattr(open_cmd, "missing_terminal", lambda: None)  # as in a terminal
     monkeypatch.setenv("EAGLE_INSPECT_DEMO", str(tmp_path))
     assert cli_main(["open"]) == 2
     assert "demo not found" in capsys.readouterr().err

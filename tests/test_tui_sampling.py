@@ -189,9 +189,12 @@ async def test_a_temperature_without_a_target_leaves_tau_greedy_and_no_sample_fa
         assert st.set_accept(st.wiring).n_samples == st.n_samples
 
 
-def test_open_at_a_temperature_needs_a_target(tmp_path, capsys):
+def test_open_at_a_temperature_needs_a_target(tmp_path, capsys, monkeypatch):
     from inspector.cli import main
+    from inspector.commands import open as open_cmd
     from inspector.commands.open import web_command
+
+    monkeypatch.setattr(open_cmd, "missing_terminal", lambda: None)  # as in a terminal
     from inspector.serving.sampling_settings import VerifyRule
 
     inputs = synthetic_inputs(tmp_path)

@@ -10,6 +10,31 @@ from pathlib import Path
 
 from inspector.commands.common import resolve_inputs
 
+HEADLESS = ("eval", "accept", "doctor", "reconcile")
+
+
+def missing_terminal() -> str | None:
+    """The standard stream (stdin, stdout) that is not a terminal, which the app needs to read
+    keys from and draw on; None where both are."""
+    for name in ("stdin", "stdout"):
+        stream = getattr(sys, name, None)
+        try:
+            tty = stream is not None and stream.isatty()
+        except (OSError, ValueError):  # a closed or detached stream
+            tty = False
+        if not tty:
+            return name
+    return None
+
+
+def no_terminal_line(stream: str) -> str:
+    """The one line `open` says where it has no terminal."""
+    return (
+        f"eagle-inspect: error: the app needs a terminal ({stream} is not one): serve it in a "
+        f"browser with `eagle-inspect open --web`, or run a headless command: "
+        f"{', '.join(HEADLESS)} (eagle-inspect COMMAND --help)"
+    )
+
 
 def build_app(args: argparse.Namespace):
     """The app for these arguments (inputs resolved; nothing heavy imported yet)."""
@@ -26,6 +51,7 @@ def build_app(args: argparse.Namespace):
         engine_log=args.engine_log,
         sampling=initial_sampling(args, inputs.target is not None),
         compare=None if args.compare is None else (args.compare, args.compare_wiring),
+        export_dir=getattr(args, "out", None),
     )
 
 
@@ -65,6 +91,7 @@ def web_command(args: argparse.Namespace) -> str:
         ("--prompts", args.prompts),
         ("--engine-log", args.engine_log),
         ("--compare", args.compare),
+        ("--out", getattr(args, "out", None)),
     ):
         if value:
             argv += [flag, value if value == "auto" else str(Path(value).absolute())]
@@ -84,6 +111,13 @@ def web_command(args: argparse.Namespace) -> str:
 
 
 def run_open(args: argparse.Namespace) -> int:
+    if not args.web:
+        # Without a terminal the app would wait for keys that never come and write escape codes
+        # into a pipe: one line instead, before anything heavy loads.
+        stream = missing_terminal()
+        if stream is not None:
+            print(no_terminal_line(stream), file=sys.stderr)
+            return 2
     resolve_inputs(args)  # a missing demo or SAMPLES fails here, before any UI
     if args.web:
         try:
