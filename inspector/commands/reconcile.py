@@ -27,6 +27,8 @@ COLOURS = {
     "as_is": "green",
     "wrong_wiring": "red",
     "engine_fault": "red",
+    "engine_gate": "red",
+    "engine_slot": "red",
     "other_data": "yellow",
     "synthetic": "magenta",
     "undecided": "yellow",

@@ -15,6 +15,8 @@ log lines and Prometheus counters print accepted tokens and drafts; a request's
   engine-side fault classes that fit;
 - it lies above every replay, or between them matching none: the samples are not the requests
   the engine served (other prompts, other sampling, other limits);
+- either, where the per-request figures show the engine's side: from one point on it accepted
+  nothing where the replay does (a gate), or one server slot departs (`reconcile_blame`);
 - it is what the engine's synthetic acceptance gives (a benchmark setting the user names:
   `synthetic_acceptance`): it says nothing about the draft, and no wiring is blamed.
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from inspector.doctor.reconcile_blame import blamed
 from inspector.doctor.reconcile_evidence import (
     ambiguous_fix,
     check_of,
@@ -437,7 +440,7 @@ def reconcile(
         )
         summary += ". " + sentence
         notes.append(sentence)
-    return Reconciliation(
+    result = Reconciliation(
         log,
         checks,
         verdict,
@@ -456,6 +459,7 @@ def reconcile(
         scheduled=scheduled,
         settlement=settlement,
     )
+    return blamed(result, per_request, pairs)  # a gate or a slot, where the figures show one
 
 
 def near_match(log: EngineLog, scored: Sequence[WiringCheck]) -> WiringCheck | None:
@@ -490,9 +494,3 @@ def _same(req: RequestFigures, s: SampleReplay) -> bool:
     if req.rounds is not None and req.accepted is not None and not req.per_request_figure:
         return (req.rounds, req.accepted) == (len(ours), sum(ours))
     return False
-
-
-def _worse(m: WiringCheck, best: WiringCheck) -> bool:
-    """The engine fed a wiring whose replay accepts less than the trained one's."""
-    a, b = m.stats.accept_length, best.stats.accept_length
-    return m is not best and a is not None and b is not None and a < b

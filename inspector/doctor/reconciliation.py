@@ -30,6 +30,14 @@ class Verdict(str, Enum):
     # the log equals a replay, but the witnesses disagree on which wiring the weights were
     # trained on (`settle`): no wiring is blamed and no fix given
     UNDECIDED = "undecided"
+    # below the replay, and the per-request figures say why on the engine's side
+    # (`reconcile_blame`): from one point on it drafted or accepted nothing, where the replay
+    # of those rounds accepts (a gate that switched speculation off, as TensorRT-LLM's
+    # SpeculationGate does for good) ...
+    ENGINE_GATE = "engine_gate"
+    # ... or one server slot's requests accept far less than the replay while another slot's
+    # equal it (llama.cpp -np 2)
+    ENGINE_SLOT = "engine_slot"
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,112 @@ class Gap:
             "engine_accepted": self.engine,
             "replay_accepted": self.replay,
             "position": self.position,
+        }
+
+
+@dataclass(frozen=True)
+class GateOff:
+    """Where the engine stopped speculating: from `request` (its file:line; `round` of it where
+    the log gives each round, else the whole request) on, it accepted nothing, where the replay
+    of the same rounds accepts `replay_accepted`. Accept lengths before and after that point,
+    the engine's against the replay's."""
+
+    request: str
+    sample: int
+    round: int | None  # None: request-level figures (the gate is at the request's start)
+    position: int | None  # the round's start in the sample
+    requests_after: int  # requests from that point on (the first included)
+    engine_rounds_after: int | None  # rounds the engine still counted (None: not logged)
+    engine_accepted_after: int  # 0
+    replay_rounds_after: int
+    replay_accepted_after: int
+    engine_accept_length_before: float
+    replay_accept_length_before: float
+    replay_accept_length_after: float
+
+    def to_dict(self) -> dict:
+        return {
+            "request": self.request,
+            "sample": self.sample,
+            "round": self.round,
+            "position": self.position,
+            "requests_after": self.requests_after,
+            "engine_rounds_after": self.engine_rounds_after,
+            "engine_accepted_after": self.engine_accepted_after,
+            "engine_accept_length_after": 1.0,
+            "replay_rounds_after": self.replay_rounds_after,
+            "replay_accepted_after": self.replay_accepted_after,
+            "replay_accept_length_after": self.replay_accept_length_after,
+            "engine_accept_length_before": self.engine_accept_length_before,
+            "replay_accept_length_before": self.replay_accept_length_before,
+        }
+
+
+@dataclass(frozen=True)
+class SlotCheck:
+    """One server slot's paired requests: the engine's figures against the replay's."""
+
+    slot: int
+    requests: int
+    engine_accepted: int
+    engine_drafted: int | None  # drafted tokens (None: not logged)
+    engine_rounds: int | None  # None: not logged (llama-server's timings)
+    replay_accepted: int
+    replay_rounds: int
+    departs: bool  # far below the replay
+    equal: bool  # the replay's figure (count for count, or within rounding)
+
+    @property
+    def engine_accept_length(self) -> float | None:
+        r = self.engine_rounds
+        return 1 + self.engine_accepted / r if r else None
+
+    @property
+    def replay_accept_length(self) -> float | None:
+        r = self.replay_rounds
+        return 1 + self.replay_accepted / r if r else None
+
+    def to_dict(self) -> dict:
+        return {
+            "slot": self.slot,
+            "requests": self.requests,
+            "engine_accepted": self.engine_accepted,
+            "engine_drafted": self.engine_drafted,
+            "engine_rounds": self.engine_rounds,
+            "engine_accept_length": self.engine_accept_length,
+            "replay_accepted": self.replay_accepted,
+            "replay_rounds": self.replay_rounds,
+            "replay_accept_length": self.replay_accept_length,
+            "departs": self.departs,
+            "equal": self.equal,
+        }
+
+
+@dataclass(frozen=True)
+class Blame:
+    """Which side a shortfall is on, where the per-request figures say (`reconcile_blame`):
+    "gate" (`gate`) or "slot" (`slot`, the departing slot; `slots`, every slot's figures)."""
+
+    kind: str  # "gate" | "slot"
+    words: str
+    paired_by: str  # how the engine's requests were paired with samples
+    gate: GateOff | None = None
+    slot: int | None = None
+    slots: tuple[SlotCheck, ...] = ()
+
+    @property
+    def side(self) -> str:
+        return "engine"
+
+    def to_dict(self) -> dict:
+        return {
+            "side": self.side,
+            "kind": self.kind,
+            "words": self.words,
+            "paired_by": self.paired_by,
+            "gate": self.gate.to_dict() if self.gate is not None else None,
+            "slot": self.slot,
+            "slots": [c.to_dict() for c in self.slots],
         }
 
 
@@ -133,6 +247,8 @@ class Reconciliation:
     synthetic: dict | None = None  # the synthetic-acceptance setting held against the figure
     # how the evidence settled the trained wiring (`settle`; None: no wiring search ran)
     settlement: Settlement | None = None
+    # the engine's side named from its per-request figures (`reconcile_blame`; None: not found)
+    blame: Blame | None = None
 
     def to_dict(self) -> dict:
         log = self.log
@@ -172,6 +288,7 @@ class Reconciliation:
             "adaptive": self.bound,
             "synthetic": self.synthetic,
             "settlement": self.settlement.to_dict() if self.settlement is not None else None,
+            "blame": self.blame.to_dict() if self.blame is not None else None,
             "notes": self.notes,
         }
 

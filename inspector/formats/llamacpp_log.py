@@ -24,8 +24,13 @@ vendors; the acceptance metrics of PR #24536), as `engine_log` reads them:
   `..._num_accepted_tokens_per_pos_total{position="i"}`, vLLM's schema.
 - The server's per-request JSON: `timings.draft_n` (drafted tokens) and `timings.draft_n_accepted`
   (tools/server/server-common.cpp 99-102), with `prompt_token_ids` / `output_ids` (or `tokens`)
-  where the caller kept them, to pair the request with a sample. The timings do not give the
-  request's rounds.
+  where the caller kept them, to pair the request with a sample, and `id_slot`, the slot that
+  served it. The timings do not give the request's rounds.
+
+Each slot line is kept as one request's figures too (`LlamacppLog.slot_requests`, a
+`SlotFigures` each: its slot id and task id from SLT_INF's prefix "slot %12.*s: id %2d | task %d
+| ", tools/server/server-common.h 28), in the order the requests reached the server (by server
+run, then task id): a slot whose requests depart from the others' is `reconcile_blame`'s.
 
 Every malformed line is one `InputError` naming the file and the line.
 """
@@ -33,12 +38,15 @@ Every malformed line is one `InputError` naming the file and the line.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from inspector.errors import InputError
 from inspector.formats.engine_figures import EngineLog, RequestFigures
 
 __all__ = [
+    "LlamacppLog",
+    "SlotFigures",
     "is_llamacpp_text",
     "llamacpp_log",
     "llamacpp_request",
@@ -55,6 +63,8 @@ SLOT_LINE = re.compile(
 START_LINE = re.compile(
     r"llama_server: initializing|server is listening on|listening on http|main: build ="
 )
+# SLT_INF's prefix: the slot and the task (the request) a slot line is about
+SLOT_ID = re.compile(r"\bid\s*(?P<slot>\d+) \| task (?P<task>\d+) \|")
 POS_LINE = re.compile(r"acc per pos = \((?P<rates>[^)]*)\)")
 STATS_LINE = re.compile(
     r"statistics\s+(?P<impl>\S+): #calls\(b,g,a\) =\s*\d+\s+\d+\s+(?P<calls>\d+), "
@@ -62,6 +72,23 @@ STATS_LINE = re.compile(
     r"#acc tokens =\s*(?P<acc>\d+)"
     rf"(?:, #mean acc len =\s*(?P<mean>{NUM}), #acc rate/pos = \((?P<rates>[^)]*)\))?"
 )
+
+
+@dataclass
+class SlotFigures(RequestFigures):
+    """One llama-server request's figures with the slot that served it (None: not logged)."""
+
+    slot: int | None = None
+    task: int | None = None  # llama-server's task id (a slot line's), in arrival order
+
+
+@dataclass
+class LlamacppLog(EngineLog):
+    """llama-server's log: the pooled figures, and each slot line as one request's."""
+
+    # the slot lines' requests in arrival order (server run, then task id); rounds as
+    # `_rounds` pins them (`rounded`: some are the nearest count)
+    slot_requests: list[SlotFigures] = field(default_factory=list)
 
 
 def is_llamacpp_text(lines: list[str]) -> bool:
@@ -102,13 +129,16 @@ def _rounds(acc: int, gen: int, mean: str | None, rates: list[str] | None) -> tu
 
 def llamacpp_log(path: Path, lines: list[str]) -> EngineLog:
     """llama-server's slot lines and the drafter's statistics lines (the module docstring)."""
-    out = EngineLog(path, "llamacpp", "log")
+    out = LlamacppLog(path, "llamacpp", "log")
+    run = 0  # server start-ups seen: a restarted server numbers its tasks again
     stats: dict[str, list[tuple[int, int, int]]] = {}  # drafter -> runs' last (drafts, acc, gen)
     started: set[str] = set()  # drafters with a line since the last server start
     slots: list[list] = []  # [line, accepted, generated, mean, rates]
+    ids_of: list[tuple[int, int | None, int | None]] = []  # each slot line's (run, task, slot)
     for no, ln in enumerate(lines, start=1):
         if START_LINE.search(ln):
             started.clear()
+            run += 1
             continue
         if "#gen drafts =" in ln:
             m = STATS_LINE.search(ln)
@@ -132,6 +162,10 @@ def llamacpp_log(path: Path, lines: list[str]) -> EngineLog:
                 )
             slots.append(
                 [no, int(m["acc"]), int(m["gen"]), m["mean"], _rates(path, no, m["rates"])]
+            )
+            ids = SLOT_ID.search(ln, 0, m.start())
+            ids_of.append(
+                (run, int(ids["task"]) if ids else None, int(ids["slot"]) if ids else None)
             )
             continue
         if "acc per pos =" in ln:
@@ -171,6 +205,16 @@ def llamacpp_log(path: Path, lines: list[str]) -> EngineLog:
                 "some requests' rounds are not pinned by their printed mean and rates: the "
                 "nearest count was taken, the figure is a rounded one"
             )
+    arrived = []  # (server run, task id, the request): the order requests reached the server
+    for (no, a, g, mean, rates), (run_no, task, slot) in zip(slots, ids_of, strict=True):
+        req = SlotFigures(f"{path.name}:{no}", no, slot=slot, task=task)
+        req.accepted, req.drafted_tokens = a, g
+        if mean is not None or rates:
+            req.rounds = _rounds(a, g, mean, rates)[0]
+        arrived.append((run_no, task, req))
+    if all(task is not None for _, task, _ in arrived):
+        arrived.sort(key=lambda x: (x[0], x[1]))
+    out.slot_requests = [req for _, _, req in arrived]
     if out.accepted_per_pos:
         out.steps = len(out.accepted_per_pos)
     out.accept_length = 1 + out.accepted / out.rounds if out.rounds else None
@@ -183,7 +227,10 @@ def llamacpp_request(path: Path, no: int, entry: dict, ints, count) -> RequestFi
     timings = entry.get("timings")
     if not isinstance(timings, dict) or "draft_n" not in timings:
         return None
-    r = RequestFigures(f"{path.name}:{no}", no)
+    slot = entry.get("id_slot")
+    r = SlotFigures(f"{path.name}:{no}", no)
+    if isinstance(slot, int) and not isinstance(slot, bool) and slot >= 0:
+        r.slot = slot
     r.drafted_tokens = count(path, no, "timings.draft_n", timings.get("draft_n"))
     r.accepted = count(path, no, "timings.draft_n_accepted", timings.get("draft_n_accepted"))
     if r.accepted is None:
