@@ -249,7 +249,7 @@ def _config_stage(
     ctx: DoctorContext, run: Searched, target_config: str | Path | None
 ) -> ConfigCheckResult:
     """Config alternatives, each scored with its own best among the leading wirings."""
-    rec = recommend(run.ws, run.results, ctx.infos)
+    rec = recommend(run.ws, run.results, ctx.infos, ctx.names.configured)
     return config_checks(
         ctx.ev,
         ctx.samples,
@@ -412,7 +412,7 @@ def diagnose(
         run = search(ctx, shift=run.shift, draft=config.corrected)
     clock.lap("config")
 
-    rec = recommend(run.ws, run.results, ctx.infos)
+    rec = recommend(run.ws, run.results, ctx.infos, ctx.names.configured)
     findings.extend(norm_flag_checks(ctx.ev, ctx.samples, rec, shift=run.shift, draft=run.draft))
     shape = draft_shape_finding(run.draft or ctx.ev.draft, engines)
     if shape is not None:

@@ -160,11 +160,25 @@ def is_ascending(w: Sequence[int], infos: Sequence[SlotInfo]) -> bool:
 
 
 def recommend(
-    ws: WiringSearch, results: list[WiringResult], infos: Sequence[SlotInfo]
+    ws: WiringSearch,
+    results: list[WiringResult],
+    infos: Sequence[SlotInfo],
+    configured: tuple[int, ...] | None = None,
 ) -> tuple[int, ...]:
-    """The wiring to serve: the top-ranked one, unless it is not ascending and not clearly better
-    than the best ascending one (which then needs no permuted checkpoint)."""
+    """The wiring to serve: the configured one while the top-ranked one does not clearly beat it
+    (adjacent layers carry nearly the same information: a neighbour ranked first by a few
+    positions is noise, never a reason to change the ids); else the top-ranked one, unless it is
+    not ascending and not clearly better than the best ascending one (which then needs no
+    permuted checkpoint)."""
     top = results[0]
+    if configured is not None and configured != top.wiring:
+        conf = next((r for r in results if r.wiring == configured and r.complete), None)
+        if (
+            conf is not None
+            and is_ascending(configured, infos)
+            and not clearly_better(ws.hits(top.wiring), ws.hits(configured))
+        ):
+            return configured
     if is_ascending(top.wiring, infos):
         return top.wiring
     asc = next((r for r in results if r.complete and is_ascending(r.wiring, infos)), None)

@@ -152,7 +152,7 @@ def find_trained_wiring(
         protected.insert(0, conf)
     ws = search_wirings(ev, chosen, protected=protected, start=conf, progress=progress, prune=True)
     results = wiring_results(ws, infos, names.named)
-    best = recommend(ws, results, infos)
+    best = recommend(ws, results, infos, conf)
     by = {r.wiring: r for r in results}
     conf_result = by.get(conf) if conf is not None else None
     clearly = bool(

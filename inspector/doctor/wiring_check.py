@@ -388,7 +388,17 @@ def wiring_text(facts: WiringFacts) -> Text:
         margin = f", {100 * (second.margin or 0.0):+.1f} points over the next {second.label}"
     if facts.top_ranked is not None:
         top = facts.top_ranked
-        margin += f"; the top-ranked {top.label} ({top.all_tok.fmt()}) is not clearly better and needs a permuted checkpoint"
+        if case == WiringCase.CONFIGURED:
+            # a neighbour ranked first within noise: the configured wiring stands
+            margin += (
+                f"; the top-ranked {top.label} ({top.all_tok.fmt()}) is not clearly better: "
+                "these samples cannot tell them apart, so the configured ids stand"
+            )
+        else:
+            margin += (
+                f"; the top-ranked {top.label} ({top.all_tok.fmt()}) is not clearly better and "
+                "needs a permuted checkpoint"
+            )
     serve = facts.named.get("serve")
     asc = facts.best_ascending
     serve_txt = ""
