@@ -199,15 +199,15 @@ def gate_off(log: EngineLog, paired: list[Paired], how: str) -> Blame | None:
     engine = engine_words(log.engine)
     at = f"round {round_} at position {position} of " if round_ is not None else ""
     if rounds_after == 0:
-        counted_rounds = "no round drafted"
+        what = f"drafted nothing ({len(after)} requests without a drafted round)"
     else:
-        counted_rounds = f"{rounds_after} rounds, " if rounds_after else ""
-        counted_rounds += "accept length exactly 1.00"
+        n = f"{rounds_after} rounds, " if rounds_after else ""
+        what = f"accepted nothing ({n}accept length exactly 1.00, over {len(after)} requests)"
     words = (
-        f"from {at}request {first.req.where} (sample {first.sample}) on, {engine} accepted "
-        f"nothing ({counted_rounds} over {len(after)} requests), where this draft's replay of "
-        f"those rounds accepts {y} tokens in {len(post_ours)} rounds (accept length "
-        f"{fmt_figure(gate.replay_accept_length_after)}); before it the engine's accept length "
+        f"from {at}request {first.req.where} (sample {first.sample}) on, {engine} {what}, "
+        f"where this draft's replay of those rounds accepts {y} tokens in {len(post_ours)} "
+        f"rounds (accept length {fmt_figure(gate.replay_accept_length_after)}); before it the "
+        "engine's accept length "
         f"was {fmt_figure(al_e)}, the replay's {fmt_figure(al_r)}: speculation was switched off "
         "part-way on the engine's side (a gate such as TensorRT-LLM's SpeculationGate, which "
         "turns it off for good once the rolling accept length falls below its threshold), "
