@@ -418,7 +418,7 @@ def reconcile(
     ):
         fix = config_fix(best, conf, report, label)
     if fix is not None and settlement is not None and settlement.ambiguous:
-        fix = ambiguous_fix(settlement, checks, best, report, label)
+        fix = ambiguous_fix(fix, settlement, checks, report, label)
     if settlement is not None and (
         settlement.wiring is None
         or settlement.ambiguous

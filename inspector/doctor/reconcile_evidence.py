@@ -59,21 +59,26 @@ def clearly_worse(m: WiringCheck, best: WiringCheck, counts) -> bool:
     return d.excludes_zero and d.diff is not None and d.diff > 0
 
 
-def ambiguous_fix(settlement: Settlement, checks, best, report, label) -> str:
-    """The fix where the evidence cannot tell the trained wiring from its neighbours: each of
-    them with its serving ids, and what would settle between them."""
+def ambiguous_fix(fix: str, settlement: Settlement, checks, report, label) -> str:
+    """The fix where the evidence cannot tell the trained wiring from its neighbours: the fix
+    for the wiring named (its engine's own steps kept), then each neighbour with its HF
+    indices, and what would settle between them."""
     by = {c.wiring: c for c in checks}
-    options = [best, *(by[w] for w in settlement.indistinct if w in by)]
     parts = []
-    for c in options:
+    for w in settlement.indistinct:
+        c = by.get(w)
+        if c is None:
+            continue
         cfg = config_for(c.wiring, report.slots, report.spec.steps, target=report_target(report))
         hf = cfg.get("hf_indices") if isinstance(cfg, dict) else None
         parts.append(f"{label[c.label]}" + (f" (HF indices {list(hf)})" if hf else ""))
+    if not parts:
+        return fix
     return (
-        "serve it fed the wiring it was trained on, which these samples cannot settle among "
+        f"{fix}. These samples cannot settle the trained wiring among it and "
         + ", ".join(parts)
-        + ": more samples (eagle-inspect doctor on the training data), or --target for "
-        "serving-exact samples, settle it"
+        + ": if the figure stays low served so, serve those; more samples (eagle-inspect "
+        "doctor on the training data), or --target for serving-exact samples, settle it"
     )
 
 
