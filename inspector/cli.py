@@ -14,11 +14,14 @@ from collections.abc import Sequence
 
 from inspector import __version__
 from inspector.commands.arguments import (
+    SuggestingParser,
     add_compare_parser,
     add_early_stop_args,
     add_engine_args,
     add_reconcile_args,
     add_sampling_args,
+    doctor_engine,
+    lowercase,
     non_negative,
     port,
     positive,
@@ -112,6 +115,7 @@ def _add_capture_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--draft", metavar="CKPT", help="draft checkpoint, for --layers auto / --engine")
     p.add_argument(
         "--engine",
+        type=lowercase,
         choices=ENGINES,
         help="write the slots exactly as this engine feeds --draft, given its config "
         "(sglang = since PR #25454, vllm = EagleModelMixin capture)",
@@ -234,15 +238,15 @@ def _add_reconcile_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from inspector.commands.help_text import Parser, add_examples
+    from inspector.commands.help_text import add_examples
 
-    parser = Parser(
+    parser = SuggestingParser(
         prog="eagle-inspect",
         description="Inspect an EAGLE-3 draft: re-run it on saved samples, toggle the wiring of "
         "captured hidden states into fc, and find train/serve mismatches.",
     )
     parser.add_argument("--version", action="version", version=f"eagle-inspect {__version__}")
-    sub = parser.add_subparsers(dest="command", parser_class=Parser)
+    sub = parser.add_subparsers(dest="command", parser_class=SuggestingParser)
 
     p_eval = sub.add_parser("eval", help="accuracy per wiring and TTT step, as a table or JSON")
     _add_model_args(p_eval)
@@ -298,10 +302,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_doc.add_argument(
         "--engine",
         action="append",
-        choices=("vllm", "sglang", "llama.cpp"),
+        type=doctor_engine,
         metavar="ENGINE",
         help="the engine_feeds finding shows only this engine's readings of the config "
-        "(repeatable: vllm, sglang, llama.cpp; default every engine)",
+        "(repeatable: vllm, sglang, llama.cpp, in any spelling: vLLM, llamacpp; default every "
+        "engine)",
     )
     p_doc.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p_doc.add_argument(
@@ -370,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sweep_parser(sub)
 
     p_demo = sub.add_parser("demo", help="the bundled demo")
-    demo_sub = p_demo.add_subparsers(dest="demo_command", parser_class=Parser)
+    demo_sub = p_demo.add_subparsers(dest="demo_command", parser_class=SuggestingParser)
     p_build = demo_sub.add_parser("build", help="rebuild the demo (trains a target and a draft)")
     p_build.add_argument("--out", metavar="DIR", help="output folder (default assets/demo)")
     p_build.add_argument("--seed", type=non_negative, default=0)

@@ -195,3 +195,125 @@ def test_gitignore_keeps_scratch_folders_out():
     lines = (ROOT / ".gitignore").read_text().splitlines()
     assert "eagle-inspect-exports/" in lines
     assert "/cap/" in lines and "/deployed/" in lines
+
+
+# --- help that corrects ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spelling", "canonical"),
+    [
+        ("llamacpp", "llamacpp"),
+        ("llama.cpp", "llamacpp"),
+        ("llama-cpp", "llamacpp"),
+        ("llama_cpp", "llamacpp"),
+        ("LLaMA.cpp", "llamacpp"),
+        ("Llama_CPP", "llamacpp"),
+        ("vllm", "vllm"),
+        ("vLLM", "vllm"),
+        ("sglang", "sglang"),
+        ("SGLang", "sglang"),
+    ],
+)
+def test_engine_spellings(spelling, canonical):
+    from inspector.serving.engines import Engine, parse_engine
+
+    assert parse_engine(spelling, is_chain=True) is Engine(canonical)
+    parser = build_parser()
+    for argv in (
+        ["accept", "--engine", spelling, "ck", "s"],
+        ["compare", "a", "b", "s", "--engine", spelling],
+        ["sweep", "run", "s", "--engine", spelling],
+    ):
+        assert parser.parse_args(argv).engine == canonical  # the Engine value, kept internally
+    # the doctor names llama.cpp as its engine readings do
+    doctor = parser.parse_args(["doctor", "ck", "--engine", spelling]).engine
+    assert doctor == ["llama.cpp" if canonical == "llamacpp" else canonical]
+
+
+def test_capture_engine_in_any_case():
+    args = build_parser().parse_args(["capture", "t", "i", "--out", "o", "--engine", "SGLang"])
+    assert args.engine == "sglang"
+
+
+def test_unknown_engine_says_did_you_mean():
+    from inspector.errors import InputError
+    from inspector.serving.engines import parse_engine
+
+    with pytest.raises(InputError) as e:
+        parse_engine("vlm", True)
+    assert e.value.field == "--engine"
+    assert e.value.message == "'vlm': one of vllm, sglang, llamacpp; did you mean 'vllm'?"
+    with pytest.raises(InputError) as e:
+        parse_engine("lama-cp", True)
+    assert e.value.message.endswith("did you mean 'llamacpp'?")
+    with pytest.raises(InputError) as e:
+        parse_engine("trtllm", True)
+    assert "did you mean" not in e.value.message  # nothing near: no guess
+    with pytest.raises(InputError):  # a spelling of a chain-only engine still refuses a tree
+        parse_engine("llama.cpp", False)
+
+
+def _error(capsys, argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    return err.splitlines()[0]
+
+
+def test_misspelt_engine_on_the_command_line(capsys):
+    line = _error(capsys, ["accept", "ck", "s", "--engine", "sglnag"])
+    assert line.startswith("eagle-inspect accept: error: argument --engine: ")
+    assert line.endswith("did you mean 'sglang'?")
+    line = _error(capsys, ["doctor", "ck", "--engine", "vlm"])
+    assert line.endswith("did you mean 'vllm'?")
+
+
+def test_misspelt_flag_says_did_you_mean(capsys):
+    line = _error(capsys, ["accept", "ck", "s", "--stpes", "3"])
+    # the subcommand's own error (its triage line follows), naming its nearest flag
+    assert line.startswith("eagle-inspect accept: error: unrecognized arguments: --stpes")
+    assert line.endswith("did you mean --steps?")
+    line = _error(capsys, ["eval", "ck", "s", "--ttt-stpes=2", "--jsno"])
+    assert "did you mean --ttt-steps?" in line and "did you mean --json?" in line
+    assert _error(capsys, ["--verison"]).endswith("did you mean --version?")
+    line = _error(capsys, ["eval", "ck", "s", "--zzzzzz"])  # nothing near: no guess
+    assert line.endswith("unrecognized arguments: --zzzzzz")
+
+
+def test_misspelt_choice_and_command_say_did_you_mean(capsys):
+    line = _error(capsys, ["evl", "ck"])
+    assert "invalid choice: 'evl'" in line and line.endswith("did you mean 'eval'?")
+    line = _error(capsys, ["eval", "ck", "s", "--metrics", "ourz"])
+    assert line.endswith("did you mean 'ours'?")
+    line = _error(capsys, ["accept", "ck", "s", "--kv", "SGLANG"])
+    assert line.endswith("did you mean 'sglang'?")
+    line = _error(capsys, ["demo", "bild"])
+    assert line.endswith("did you mean 'build'?")
+    line = _error(capsys, ["eval", "ck", "s", "--metrics", "qqqq"])
+    assert "did you mean" not in line
+
+
+def test_width_of_another_model_says_how_to_capture(tmp_path):
+    import torch
+
+    from inspector.errors import InputError
+    from inspector.formats.sample_set import SampleSet
+
+    torch.save(
+        {
+            "input_ids": torch.arange(5),
+            "hidden_states": [torch.randn(5, 6) for _ in range(3)],
+            "loss_mask": torch.ones(5, dtype=torch.long),
+        },
+        tmp_path / "data_0.pt",
+    )
+    ss = SampleSet(tmp_path, hidden_size=8)
+    with pytest.raises(InputError) as e:
+        ss[0]
+    assert e.value.field == "hidden_states[0]"
+    assert e.value.message == (
+        "width 6 but the draft's fc expects target_hidden_size 8: samples of another model? "
+        "capture them from the draft's target (eagle-inspect capture TARGET PROMPTS --draft CKPT)"
+    )

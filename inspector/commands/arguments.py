@@ -4,8 +4,86 @@ replay runs under), and `compare`'s parser; `inspector.cli` builds the rest."""
 from __future__ import annotations
 
 import argparse
+import difflib
+from collections.abc import Sequence
 
 from inspector.commands.gates import EXIT_GATE
+from inspector.commands.help_text import Parser
+
+
+def nearest(text: str, known: Sequence[str], cutoff: float = 0.7) -> str | None:
+    """The known spelling nearest `text` (any case; difflib's ratio at least `cutoff`)."""
+    by_lower = {k.lower(): k for k in known}
+    near = difflib.get_close_matches(text.lower(), list(by_lower), n=1, cutoff=cutoff)
+    return by_lower[near[0]] if near else None
+
+
+class SuggestingParser(Parser):
+    """The project's parser (`help_text.Parser`: one error line, then what the command needs)
+    that also corrects: a misspelt command, choice or flag gets the nearest right one (Python
+    3.11's argparse has no suggest_on_error)."""
+
+    def _check_value(self, action: argparse.Action, value) -> None:
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as e:
+            near = nearest(str(value), [str(c) for c in action.choices or ()])
+            if near is None:
+                raise
+            raise argparse.ArgumentError(action, f"{e.message}; did you mean {near!r}?") from None
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = self._chosen(ns)
+            hints = []
+            for extra in extras:
+                if extra.startswith("-") and len(extra) > 1:
+                    options = [o for a in parser._actions for o in a.option_strings]
+                    near = nearest(extra.split("=", 1)[0], options)
+                    hint = f"did you mean {near}?"
+                    if near is not None and hint not in hints:
+                        hints.append(hint)
+            message = f"unrecognized arguments: {' '.join(extras)}"
+            parser.error("; ".join([message, *hints]))
+        return ns
+
+    def _chosen(self, ns: argparse.Namespace) -> argparse.ArgumentParser:
+        """The (sub)command's parser the arguments went to, so its flags are the ones offered
+        and its error line says what it needs."""
+        parser: argparse.ArgumentParser = self
+        while True:
+            sub = next(
+                (a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None
+            )
+            name = None if sub is None else getattr(ns, sub.dest, None)
+            if sub is None or name not in sub.choices:
+                return parser
+            parser = sub.choices[name]
+
+
+def engine_name(text: str) -> str:
+    """--engine: vllm / vLLM, sglang / SGLang, llamacpp / llama.cpp / llama-cpp / llama_cpp (any
+    case), as the canonical value (`Engine`'s: vllm, sglang, llamacpp)."""
+    from inspector.errors import InputError
+    from inspector.serving.engines import parse_engine
+
+    try:
+        return parse_engine(text, True).value
+    except InputError as e:
+        raise argparse.ArgumentTypeError(e.message) from None
+
+
+def doctor_engine(text: str) -> str:
+    """doctor's --engine, spelt as `engine_name` reads it, as the doctor names the engine
+    (vllm, sglang, llama.cpp)."""
+    name = engine_name(text)
+    return "llama.cpp" if name == "llamacpp" else name
+
+
+def lowercase(text: str) -> str:
+    """A choice read in any case (capture --engine vLLM)."""
+    return text.strip().lower()
 
 
 def integer(text: str) -> int:
@@ -70,8 +148,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--engine",
-        choices=("vllm", "sglang", "llamacpp"),
-        help="whose counting to follow (default vllm for a chain, sglang for a tree): all log "
+        type=engine_name,
+        metavar="{vllm,sglang,llamacpp}",
+        help="whose counting to follow (llama.cpp, vLLM, SGLang in any spelling) (default vllm for a chain, sglang for a tree): all log "
         "1 + accepted / rounds; SGLang's overlap scheduler runs and counts one more round after "
         "a request's stop; llama.cpp's llama-server drafts at most the tokens left before max "
         "tokens less one, and its last token is a plain decode (chains only)",

@@ -26,7 +26,9 @@ def check_width(sample: Sample, width: int, slots: Sequence[int] | None = None) 
             raise InputError(
                 sample.path,
                 f"hidden_states[{k}]",
-                f"width {got} but the draft's fc expects target_hidden_size {width}",
+                f"width {got} but the draft's fc expects target_hidden_size {width}: samples "
+                "of another model? capture them from the draft's target (eagle-inspect capture "
+                "TARGET PROMPTS --draft CKPT)",
             )
 
 

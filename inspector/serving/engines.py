@@ -73,14 +73,22 @@ def default_engine(is_chain: bool) -> Engine:
 
 
 def parse_engine(text: str | None, is_chain: bool) -> Engine:
+    """The engine `text` names, in any of the spellings people type: vllm / vLLM, sglang /
+    SGLang, llamacpp / llama.cpp / llama-cpp / llama_cpp (any case); an unknown name is an
+    InputError that says the nearest one. None: the default for a chain or a tree."""
+    import difflib
+
     from inspector.errors import InputError
 
     if text is None:
         return default_engine(is_chain)
+    key = "".join(c for c in text.strip().lower() if c not in ".-_ ")
     try:
-        engine = Engine(text.strip().lower())
+        engine = Engine(key)
     except ValueError:
-        raise InputError(None, "--engine", f"{text!r}: one of {', '.join(ENGINES)}") from None
+        near = difflib.get_close_matches(key, ENGINES, n=1, cutoff=0.65)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise InputError(None, "--engine", f"{text!r}: one of {', '.join(ENGINES)}{hint}") from None
     if engine in CHAIN_ONLY and not is_chain:
         raise InputError(
             None, "--engine", f"{engine.value} drafts chains only (--topk 1): trees are SGLang's"
