@@ -241,7 +241,7 @@ MAIN_KEYS: list[Binding] = [
         "export",
         "Export the sample",
         "write the current sample's predictions under every wiring computed so far to a JSON "
-        "file in the working directory",
+        "file in ./eagle-inspect-exports/ (open --out DIR: another folder)",
         show=False,
     ),
     key("d", "doctor", "doctor", "Doctor", "diagnose the wiring and config from a few samples"),

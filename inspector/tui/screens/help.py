@@ -118,8 +118,8 @@ fc takes N slots in order. **train** feeds what the trainer fed; **serve** feeds
 slots, which is what an engine capturing decoder-layer outputs feeds. A gap between them is a
 train/serve mismatch; `d` runs the doctor, which searches for the wiring the draft was trained on.
 
-Exports (`e`) go to the working directory as `eagle-inspect-sample<i>-<name>.json`, never into an
-input folder.
+Exports (`e`) go to `./eagle-inspect-exports/` (made on the first export; `open --out DIR`: another
+folder) as `eagle-inspect-sample<i>-<name>.json`, never into an input folder.
 """
 
 
