@@ -141,7 +141,9 @@ def gate_off(log: EngineLog, paired: list[Paired], how: str) -> Blame | None:
     """From the last request that accepted anything on, in the log's order: where every later
     round (of that request past its last accepted round, and every later request) accepted
     nothing while the replay of them accepts at least MIN_SHORT tokens, and the engine's accept
-    length before that point is the replay's (within DRIFT), a gate switched speculation off."""
+    length before that point is the replay's (within DRIFT), a gate switched speculation off.
+    A gate weighs completed requests: at least one whole request lies before the point; and it
+    stays off: at least two requests lie after it (the one it switched in counted)."""
     j = len(paired) - 1
     while j >= 0 and paired[j].accepted == 0:
         j -= 1
@@ -163,6 +165,8 @@ def gate_off(log: EngineLog, paired: list[Paired], how: str) -> Blame | None:
         pre = [(p.accepted, p.rounds, sum(p.ours), len(p.ours)) for p in before]
         post_ours = [x for p in after for x in p.ours]
         post_engine = [p.rounds for p in after]
+    elif j == 0:
+        return None  # the gate weighs completed requests: none completed before this point
     else:
         first, after = last, paired[j + 1 :]
         assert last.logged is not None
@@ -172,6 +176,8 @@ def gate_off(log: EngineLog, paired: list[Paired], how: str) -> Blame | None:
         post_ours = last.ours[cut:] + [x for p in after for x in p.ours]
         post_engine = [len(last.logged) - cut] + [p.rounds for p in after]
         after = [last, *after]
+    if len(after) < 2:
+        return None  # "for good": one request short is a fault of that request's
     y = sum(post_ours)
     e_pre = sum(a for a, _, _, _ in pre)
     r_pre = sum(r for _, _, _, r in pre)
