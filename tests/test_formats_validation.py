@@ -145,12 +145,6 @@ def test_speculators_layout_and_top_level_keys() -> None:
             "eagle_aux_hidden_state_layer_ids",
             "list of integers",
         ),
-        (
-            "eagle_aux_hidden_state_layer_ids",
-            [0, -1],
-            "eagle_aux_hidden_state_layer_ids",
-            "-1 is below 0",
-        ),
         ("eagle_config", [1], "eagle_config", "expected an object, got list"),
         ("rope_scaling", "linear", "rope_scaling", "expected an object, got str"),
         ("rope_parameters", 3, "rope_parameters", "expected an object, got int"),
@@ -167,10 +161,20 @@ def test_config_errors_name_the_key(key, value, field, text) -> None:
     assert text in e.value.message
 
 
-def test_eagle_config_ids_below_minus_one() -> None:
-    with pytest.raises(InputError, match="-2 is below -1") as e:
-        parse_draft_config("c", _flat(eagle_config={"eagle_aux_hidden_state_layer_ids": [-2]}))
-    assert e.value.field == "eagle_config.eagle_aux_hidden_state_layer_ids"
+def test_negative_and_repeated_ids_load_as_written() -> None:
+    """Which layers an engine feeds for such ids is the doctor's finding (malformed_ids), not a
+    load error: the user gets each engine's reading and the fix."""
+    c = parse_draft_config(
+        "c", _flat(eagle_config={"eagle_aux_hidden_state_layer_ids": [-2]})
+    ).config
+    assert c.aux_layer_ids == (-2,) and c.aux_layer_convention == "sglang"
+    c = parse_draft_config("c", _flat(eagle_aux_hidden_state_layer_ids=[0, -1])).config
+    assert c.aux_layer_ids == (0, -1) and c.aux_layer_convention == "hf"
+    c = parse_draft_config("c", _flat(eagle_aux_hidden_state_layer_ids=[2, 2, 4])).config
+    assert c.aux_layer_ids == (2, 2, 4)
+    with pytest.raises(InputError, match="is no layer index") as e:
+        parse_draft_config("c", _flat(eagle_aux_hidden_state_layer_ids=[2**41]))
+    assert e.value.field == "eagle_aux_hidden_state_layer_ids"
 
 
 def test_layout_errors() -> None:
