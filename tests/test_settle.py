@@ -210,3 +210,20 @@ def test_undecided_names_the_witnesses_on_each_side():
 def test_a_custom_label():
     s = settle(A, [A], C, True, {}, label=lambda w: "W" + "".join(map(str, w)))
     assert s.witnesses[0].says == "W012 clearly beats the configured W123"
+
+
+def test_the_witness_names_and_who_agrees():
+    s = settle(A, [A, B], C, True, {A: NOISE_A, B: MID, C: counts([(5, 20)] * 8)})
+    assert s.wiring == B
+    assert [w.name for w in s.witnesses] == ["step-0 search", "replays"]
+    assert s.agreeing() == ["replays"]  # the step-0 search preferred A over the configured C
+    q = settle(B, [B, A], A, False, {}, fingerprint_flags_configured=False)
+    assert [w.name for w in q.witnesses] == ["step-0 search", "fc fingerprint"]
+    assert q.agreeing() == []
+    u = settle(A, [A], C, True, {A: NOISE_A, C: HIGH})
+    assert u.configured_stands is False and u.agreeing() == []
+
+
+def test_a_neighbour_a_hair_below_within_noise_stays_indistinct():
+    s = settle(A, [A, B], A, False, {A: NOISE_B, B: NOISE_A})
+    assert s.wiring == A and s.indistinct == (B,)
