@@ -96,3 +96,11 @@ def test_the_notes_name_the_release_and_the_shape(tmp_path):
     assert len(notes) == 1 and notes[0].startswith(
         "llama.cpp @0c1e570 runs this draft without norm_output ("
     )
+
+
+def test_a_draft_without_a_file_runs_as_its_config_says():
+    d = load_draft(DEMO.draft)
+    bare = replace(d, path="", config=replace(d.config, norm_before_residual=True))
+    for engine in ("vllm", "sglang", "llama.cpp"):
+        assert flag_changes(bare, engine) == ()
+        assert engine_run(bare, engine).draft is bare

@@ -116,11 +116,10 @@ def flag_changes(draft: Draft, engine: str) -> tuple[FlagChange, ...]:
     """The run flags `engine`'s primary reader takes otherwise than the draft's config."""
     raw, gguf = engine_config_of(draft)
     reader = primary_reader(engine, gguf=gguf)
-    if reader is None:
+    if reader is None or raw is None:  # no file the engine would read: nothing to say
         return ()
-    config = raw if raw is not None else {}
     out = []
-    for flag, value, how in reader_norms(reader, config):
+    for flag, value, how in reader_norms(reader, raw):
         if flag in RUN_FLAGS and value != getattr(draft.config, flag):
             out.append(FlagChange(flag, value, how))
     return tuple(out)
