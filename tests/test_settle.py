@@ -227,3 +227,9 @@ def test_the_witness_names_and_who_agrees():
 def test_a_neighbour_a_hair_below_within_noise_stays_indistinct():
     s = settle(A, [A, B], A, False, {A: NOISE_B, B: NOISE_A})
     assert s.wiring == A and s.indistinct == (B,)
+
+
+def test_of_two_replays_clearly_higher_the_highest_is_named():
+    D = (0, 2, 2)
+    s = settle(A, [A, B, D], A, False, {A: NOISE_A, B: MID, D: HIGH})
+    assert s.wiring == D and s.witnesses[1].prefers == D
