@@ -40,19 +40,28 @@ class Alternative:
 def residual_readings(cfg) -> dict[str, bool]:
     """norm_before_residual as each reader takes it from this config.json.
 
-    The key present: every reader that honours it takes its value; SGLang's llama_eagle3 has no
-    such branch and always adds the raw fc output. The key absent: speculators' config class
-    defaults to false, vLLM's parser of speculators configs sets true, and vLLM's flat Llama
-    draft (SpecForge, EAGLE layouts) reads the missing attribute as false.
+    The engines' readings are `engine_reading`'s rows (the one place that says what each engine
+    reads): the key present, every reader that honours it takes its value, and SGLang 0.5.23's
+    llama_eagle3 reads it nowhere and always adds the raw fc output; the key absent, vLLM's
+    parser of speculators configs sets true and its flat Llama draft (SpecForge, EAGLE layouts)
+    reads the missing attribute as false. speculators' own config class defaults to false.
     """
+    from inspector.doctor.engine_reading import primary_reader, reader_norms
+
+    raw: dict = {}
     if cfg.norm_before_residual_explicit:
-        vllm = speculators = cfg.norm_before_residual
-    else:
-        speculators = False
-        vllm = cfg.source_format == "speculators"
-    out = {"vLLM": vllm, "SGLang": False}
+        raw["norm_before_residual"] = bool(cfg.norm_before_residual)
     if cfg.source_format == "speculators":
-        out["speculators"] = speculators
+        raw["speculators_config"] = {}
+    out = {}
+    for engine, name in (("vllm", "vLLM"), ("sglang", "SGLang")):
+        reader = primary_reader(engine)
+        assert reader is not None
+        out[name] = next(
+            v for flag, v, _ in reader_norms(reader, raw) if flag == "norm_before_residual"
+        )
+    if cfg.source_format == "speculators":
+        out["speculators"] = bool(cfg.norm_before_residual_explicit and cfg.norm_before_residual)
     return out
 
 
