@@ -6,10 +6,14 @@ log lines and Prometheus counters print accepted tokens and drafts; a request's
 `per_step_accepted` gives every round) and within its rounding where it gives a mean only
 (SGLang's windows). Then one of:
 
-- it equals the replay of the wiring the weights fit best (the most accepted of those tried):
-  the draft is what it is; more steps, a tree or closer training data raise the figure;
-- it equals another wiring's replay: the engine feeds the draft the wrong layers; the fix is the
-  serving config of the best wiring;
+- it equals the replay of the wiring the weights were trained on, as the evidence settles it
+  (`settle`: the configured wiring stands unless the step-0 search, the fc fingerprint or a
+  paired replay interval clearly prefers another), or of one within noise of it: the draft is
+  what it is ("served as configured" when the engine fed the configured wiring);
+- it equals another wiring's replay, clearly below the trained one's on these requests: the
+  engine feeds the draft the wrong layers; the fix is the serving config of the trained wiring
+  (naming the neighbours the samples cannot tell from it);
+- it equals a replay, but the witnesses disagree on the trained wiring: undecided, no fix;
 - it lies below every wiring's replay: an engine-side fault (the engine accepted less than this
   draft accepts on these very requests); the first request and round where it did, and the
   engine-side fault classes that fit;
