@@ -112,9 +112,12 @@ class EngineRun:
         return Wiring(slots), draft, f"{self.read.reader.label} feeds {fed_label(fed, infos)}"
 
 
-def flag_changes(draft: Draft, engine: str) -> tuple[FlagChange, ...]:
-    """The run flags `engine`'s primary reader takes otherwise than the draft's config."""
-    raw, gguf = engine_config_of(draft)
+def flag_changes(
+    draft: Draft, engine: str, read: tuple[dict | None, bool] | None = None
+) -> tuple[FlagChange, ...]:
+    """The run flags `engine`'s primary reader takes otherwise than the draft's config. `read`:
+    `engine_config_of(draft)` where the caller has it (the config is read once)."""
+    raw, gguf = read if read is not None else engine_config_of(draft)
     reader = primary_reader(engine, gguf=gguf)
     if reader is None or raw is None:  # no file the engine would read: nothing to say
         return ()
@@ -133,12 +136,12 @@ def engine_run(
     SGLang's +1 rule)."""
     engine = "llama.cpp" if engine == "llamacpp" else engine
     served, verdict = as_engine_runs(draft, engine)
-    flags = flag_changes(draft, engine)
+    raw, gguf = engine_config_of(draft)
+    flags = flag_changes(draft, engine, (raw, gguf))
     if flags:
         cfg = served.config
         served = replace(served, config=replace(cfg, **{f.flag: f.value for f in flags}))
     read = None
-    raw, gguf = engine_config_of(draft)
     reader = primary_reader(engine, gguf=gguf)
     if raw is not None and num_layers is not None and reader is not None:
         read = engine_reads(

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from inspector.doctor.reconcile_rounds import request_rounds
 from inspector.doctor.reconciliation import WiringCheck, config_for, report_target
-from inspector.doctor.settle import Settlement, replay_diff, settle
+from inspector.doctor.settle import Settlement, clearly_below, settle
 
 
 def request_counts(wa, pairs) -> dict[int, tuple[int, int]]:
@@ -53,10 +53,7 @@ def settled(checks, counts, trained, conf, label) -> Settlement:
 def clearly_worse(m: WiringCheck, best: WiringCheck, counts) -> bool:
     """The replay of `m` accepts clearly less than `best`'s on the same requests (the paired
     interval excludes 0): noise in a few requests is never a wrong wiring."""
-    if m is best or m.wiring not in counts or best.wiring not in counts:
-        return False
-    d = replay_diff(counts[m.wiring], counts[best.wiring])
-    return d.excludes_zero and d.diff is not None and d.diff > 0
+    return m is not best and clearly_below(m.wiring, best.wiring, counts)
 
 
 def ambiguous_fix(fix: str, settlement: Settlement, checks, report, label) -> str:

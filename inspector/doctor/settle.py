@@ -194,14 +194,12 @@ def settle(
     chosen = replay_pref if replay_pref is not None else base
     stands = stands and chosen == configured
     indistinct = tuple(
-        w
-        for w in pool
-        if w != chosen and w in contenders and not _clearly_below(w, chosen, replays)
+        w for w in pool if w != chosen and w in contenders and not clearly_below(w, chosen, replays)
     )
     return Settlement(chosen, stands, indistinct, tuple(witnesses))
 
 
-def _clearly_below(w: tuple[int, ...], than: tuple[int, ...], replays) -> bool:
+def clearly_below(w: tuple[int, ...], than: tuple[int, ...], replays) -> bool:
     """`w` replays clearly below `than` on the same requests (the paired interval excludes 0)."""
     if w not in replays or than not in replays:
         return False
