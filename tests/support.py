@@ -139,3 +139,20 @@ def llamacpp_counts(s) -> tuple[int, int, int]:
     drafted = s.drafted if s.drafted is not None else [s.depth] * len(s.accepted)
     rounds = sum(1 for d in drafted if d > 0)
     return rounds, int(s.accepted.sum()), int(sum(drafted))
+
+
+# vLLM's SpecDecoding log line, the format string of its metrics.py
+VLLM_LINE = (
+    "INFO 12-01 16:29:19 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: "
+    "{mean:.2f}, Accepted throughput: 54.57 tokens/s, Drafted throughput: 154.05 tokens/s, "
+    "Accepted: {acc} tokens, Drafted: {drafted} tokens, Per-position acceptance rate: {rates}, "
+    "Avg Draft acceptance rate: 35.4%"
+)
+
+
+def vllm_line(w: dict, k: int) -> str:
+    """The line vLLM logs for a wiring `accept --json` replayed at k drafted tokens a round."""
+    rates = ", ".join(f"{c / w['rounds']:.3f}" for c in w["accepted_per_pos"])
+    return VLLM_LINE.format(
+        mean=w["accept_length"], acc=w["accepted"], drafted=w["rounds"] * k, rates=rates
+    )

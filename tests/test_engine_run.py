@@ -20,17 +20,10 @@ from inspector.formats import load_draft
 
 pytest.importorskip("transformers")
 
-from support import capture_generated  # noqa: E402
+from support import capture_generated, vllm_line  # noqa: E402
 from trained_shapes import SHAPES, train_shape  # noqa: E402
 
 DEMO = demo_paths()
-
-VLLM = (
-    "INFO 12-01 16:29:19 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: "
-    "{mean:.2f}, Accepted throughput: 54.57 tokens/s, Drafted throughput: 154.05 tokens/s, "
-    "Accepted: {acc} tokens, Drafted: {drafted} tokens, Per-position acceptance rate: {rates}, "
-    "Avg Draft acceptance rate: 35.4%"
-)
 
 
 @pytest.fixture(scope="module")
@@ -103,16 +96,7 @@ def test_every_command_counts_sglang_without_the_flag(capsys, nbr, generated, tm
     assert (vllm["rounds"], vllm["accepted"]) != (on["rounds"], on["accepted"])
     # vLLM serves the draft as configured: its log equals the configured replay
     log = tmp_path / "vllm.log"
-    rates = ", ".join(f"{c / vllm['rounds']:.3f}" for c in vllm["accepted_per_pos"])
-    log.write_text(
-        VLLM.format(
-            mean=vllm["accept_length"],
-            acc=vllm["accepted"],
-            drafted=vllm["rounds"] * 3,
-            rates=rates,
-        )
-        + "\n"
-    )
+    log.write_text(vllm_line(vllm, 3) + "\n")
     rc, r = _json(capsys, ["reconcile", str(nbr), str(generated), "--engine-log", str(log)])
     assert rc == 0
     assert r["verdict"] == "as_is", r["summary"]

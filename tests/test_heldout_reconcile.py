@@ -14,17 +14,12 @@ from pathlib import Path
 
 import pytest
 from heldout import CASES, HeldOutDraft, with_ids
+from support import vllm_line
 
 from inspector.cli import main
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 LIMIT = "8"
-VLLM = (
-    "INFO 12-01 16:29:19 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: "
-    "{mean:.2f}, Accepted throughput: 54.57 tokens/s, Drafted throughput: 154.05 tokens/s, "
-    "Accepted: {acc} tokens, Drafted: {drafted} tokens, Per-position acceptance rate: {rates}, "
-    "Avg Draft acceptance rate: 35.4%"
-)
 FEEDABLE = [n for n, c in CASES.items() if list(c.shape.ids) == sorted(c.shape.ids)]
 
 
@@ -39,10 +34,7 @@ def _served_log(capsys, draft: Path, d: HeldOutDraft, hf: tuple[int, ...], out: 
     """What vLLM logs serving `draft` fed the layers `hf`: our replay of that wiring."""
     wiring = ",".join(str(d.slot_hf.index(k)) for k in hf)
     w = _json(capsys, ["accept", str(draft), str(d.samples), "--wiring", wiring])["wirings"][0]
-    rates = ", ".join(f"{c / w['rounds']:.3f}" for c in w["accepted_per_pos"])
-    line = VLLM.format(
-        mean=w["accept_length"], acc=w["accepted"], drafted=w["rounds"] * 3, rates=rates
-    )
+    line = vllm_line(w, 3)
     out.write_text(line + "\n")
     return out
 

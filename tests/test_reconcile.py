@@ -12,17 +12,11 @@ from support import error_lines
 
 pytest.importorskip("transformers")
 
-from support import capture_generated, reconcile_json  # noqa: E402
+from support import capture_generated, reconcile_json, vllm_line  # noqa: E402
 
 from inspector.cli import main  # noqa: E402
 
 DEMO = Path(__file__).resolve().parent.parent / "assets" / "demo"
-VLLM = (
-    "INFO 12-01 16:29:19 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: "
-    "{mean:.2f}, Accepted throughput: 54.57 tokens/s, Drafted throughput: 154.05 tokens/s, "
-    "Accepted: {acc} tokens, Drafted: {drafted} tokens, Per-position acceptance rate: {rates}, "
-    "Avg Draft acceptance rate: 35.4%"
-)
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +51,7 @@ def _reconcile(capsys, samples: Path, log: Path, *extra: str) -> dict:
 
 
 def _vllm_line(w: dict, k: int) -> str:
-    rates = ", ".join(f"{c / w['rounds']:.3f}" for c in w["accepted_per_pos"])
-    return VLLM.format(
-        mean=w["accept_length"], acc=w["accepted"], drafted=w["rounds"] * k, rates=rates
-    )
+    return vllm_line(w, k)
 
 
 def test_the_continuation_makes_the_count_exact(capsys, generated, replayed):
