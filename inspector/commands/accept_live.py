@@ -140,16 +140,21 @@ def run_live(args: argparse.Namespace, spec, err: Console, engine=None):
     return report
 
 
+def plan_infos(plan) -> list:
+    """The slots a capture plan gives, as the live loop and `reconcile --prompts` label them."""
+    from inspector.formats.samples import v1_slot_info
+
+    return v1_slot_info([None if s == "post-norm" else s for s in plan.slots])
+
+
 def _live_slots(target: Path, draft) -> tuple[int | None, object, list]:
     """(the target's layer count, its class, the slots the live loop captures for `draft`: its
     configured ids and the target's last state, as `serving.live` plans them)."""
     from inspector.capture.plan import plan_slots
     from inspector.capture.target import read_target_info
     from inspector.doctor.engine_conventions import read_target_class
-    from inspector.formats.samples import v1_slot_info
     from inspector.serving.live import draft_ids
 
     info = read_target_info(target)
-    plan = plan_slots(info.num_layers, draft=draft_ids(draft))
-    infos = v1_slot_info([None if s == "post-norm" else s for s in plan.slots])
+    infos = plan_infos(plan_slots(info.num_layers, draft=draft_ids(draft)))
     return info.num_layers, read_target_class(target), infos

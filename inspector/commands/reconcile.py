@@ -292,7 +292,12 @@ def _live(args, spec, engine, err, log):
     """The live loop over the prompts (the engine's requests): real speculative decoding against
     --target, the same rounds the engine runs at temperature 0, and at a temperature each
     round's odds under the engine's rule."""
-    from inspector.commands.accept_live import load_live_draft, run_loop, sampling_options
+    from inspector.commands.accept_live import (
+        load_live_draft,
+        plan_infos,
+        run_loop,
+        sampling_options,
+    )
     from inspector.serving.engines import Engine
     from inspector.serving.live import draft_ids
 
@@ -317,10 +322,10 @@ def _live(args, spec, engine, err, log):
     info = read_target_info(target)
     n_blocks = draft.config.num_fc_blocks
     layers = ",".join(map(str, search_layers(info.num_layers, draft.config.aux_layer_ids)))
-    infos = _plan_infos(plan_slots(info.num_layers, layers=layers))
+    infos = plan_infos(plan_slots(info.num_layers, layers=layers))
     # the presets: over the slots capture's plan gives this draft (its configured layers and
     # the target's last one), as `accept --live` makes them
-    narrow = _plan_infos(plan_slots(info.num_layers, draft=draft_ids(draft)))
+    narrow = plan_infos(plan_slots(info.num_layers, draft=draft_ids(draft)))
     wirings, names, _, _ = _wirings(args, infos, n_blocks, draft, preset_infos=narrow)
     if not wirings:  # no configured ids and no preset: any wiring captures every searched layer
         from inspector.wiring import Wiring
@@ -390,12 +395,6 @@ def _live(args, spec, engine, err, log):
             samples.append((i, list(r.prompt), []))
     # a live request's tokens are its prompt + what the engine emitted: pair by prompt
     return report, _prompt_pairs(samples, log), configured, (ti, trained)
-
-
-def _plan_infos(plan):
-    from inspector.formats.samples import v1_slot_info
-
-    return v1_slot_info([None if s == "post-norm" else s for s in plan.slots])
 
 
 def _prompt_pairs(samples, log):
