@@ -104,3 +104,16 @@ def test_a_draft_without_a_file_runs_as_its_config_says():
     for engine in ("vllm", "sglang", "llama.cpp"):
         assert flag_changes(bare, engine) == ()
         assert engine_run(bare, engine).draft is bare
+
+
+def test_the_fingerprint_witness_is_measured_only_when_asked(tmp_path):
+    from inspector.doctor.trained_wiring import find_trained_wiring
+    from inspector.evaluate import Evaluator
+    from inspector.formats import SampleSet
+
+    d = _copy(tmp_path, eagle_aux_hidden_state_layer_ids=[2, 4, 6])
+    ev = Evaluator(d, SampleSet([str(DEMO.train_samples)]))
+    assert find_trained_wiring(ev, samples=[0, 1]).fingerprint_flags is None
+    asked = find_trained_wiring(ev, samples=[0, 1], fingerprint=True)
+    assert asked.configured == (1, 2, 3) and asked.wiring == (0, 1, 2)
+    assert asked.fingerprint_flags is True  # L6 fed where embed was trained: off by far over 2x

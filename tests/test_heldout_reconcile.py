@@ -60,6 +60,8 @@ def test_a_mis_served_draft_gets_the_fix_that_restores_its_trained_layers(
     log = _served_log(capsys, copy, d, d.serve_ids, tmp_path / "vllm.log")
     r = _json(capsys, ["reconcile", str(copy), str(d.samples), "--engine-log", str(log)])
     assert r["verdict"] == "wrong_wiring", r["summary"]
+    # the fc fingerprint is measured as a witness where the config names another wiring
+    assert isinstance(r["trained_search"]["fingerprint_flags_configured"], bool)
     trained = list(d.trained_wiring)
     settled = r["settlement"]
     assert trained in [settled["wiring"], *settled["indistinct"]], settled

@@ -285,7 +285,7 @@ def _search(ev, err):
     from inspector.doctor.trained_wiring import find_trained_wiring
 
     with stage_progress_bar(err) as advance:
-        return find_trained_wiring(ev, progress=advance)
+        return find_trained_wiring(ev, progress=advance, fingerprint=True)
 
 
 def _live(args, spec, engine, err, log):

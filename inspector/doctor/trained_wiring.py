@@ -133,12 +133,15 @@ def find_trained_wiring(
     configured: Sequence[int] | None = None,
     extra: Sequence[Sequence[int]] = (),
     progress: StageProgress | None = None,
+    fingerprint: bool = False,
 ) -> TrainedWiring:
     """The doctor's wiring search on `samples` (default: the first `DEFAULT_SAMPLES` readable).
 
     configured: the configured wiring as the caller resolved it (None: as `named_wirings` reads
       the draft's config over these slots).
-    extra: more wirings to score to the end (the caller quotes them)."""
+    extra: more wirings to score to the end (the caller quotes them).
+    fingerprint: measure the fc fingerprint of the configured wiring against the top one (a
+      witness `settle` weighs; the one-line warnings need none)."""
     infos = list(ev.slot_info)
     if len(infos) < ev.n_blocks:
         raise InputError(None, "samples", f"{len(infos)} slots, but fc takes {ev.n_blocks}")
@@ -176,7 +179,9 @@ def find_trained_wiring(
         len(results),
         contenders=tuple(_contenders(ws, results, best)),
         scored={r.wiring: r.all_tok for r in results if r.complete},
-        fingerprint_flags=_fingerprint_flags(ev, chosen, best, conf, infos),
+        fingerprint_flags=(
+            _fingerprint_flags(ev, chosen, best, conf, infos) if fingerprint else None
+        ),
     )
 
 
