@@ -64,6 +64,48 @@ class ParallelConfig:
     num_depths: int = 8  # K, speculators' default (proposal_methods[0].speculative_tokens)
 
 
+BLOCK_FAMILIES = ("dflash", "dflash2")
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    """A block draft (z-lab's DFlash and DFlash2): one forward drafts a whole block.
+
+    The block is [last verified token, mask, ..., mask] (`block_size` rows, the mask token's
+    embedding in every row but the first); its rows attend to the context keys and values (each
+    draft layer's k/v projections of `hidden_norm(fc(context features))`, one row per verified
+    position) and to each other, bidirectionally unless `causal` says so for that layer. The
+    draft has no embedding or head of its own: the target's embedding (times
+    `input_embedding_scale`) feeds it and the target's lm_head reads it (times
+    `output_multiplier`, then `final_logit_softcapping`). Rows 1.. of the block are the drafts.
+    """
+
+    family: str  # "dflash" | "dflash2"
+    # The ids as the config writes them (or the reference's default): decoder-layer numbering,
+    # the reference reads hidden_states[id + 1]. `hf_layer_ids` are the HF hidden_states indices.
+    layer_ids: tuple[int, ...]
+    layer_ids_source: str  # "config" (and which key: "dflash_config.target_layer_ids") or "default"
+    num_target_layers: int | None
+    block_size: int
+    mask_token_id: int
+    # Per draft layer: whether a block row sees only the rows before it (and itself).
+    causal: tuple[bool, ...]
+    input_embedding_scale: float = 1.0
+    output_multiplier: float = 1.0
+    final_logit_softcapping: float | None = None
+    # DFlash2: the grouped dynamic causal convolutions around attention and MLP, and the
+    # candidate selector that picks the proposed path among each row's top-k.
+    conv_kernel_size: int | None = None
+    conv_group_size: int | None = None
+    selector_rank: int | None = None
+    selector_top_k: int | None = None
+
+    @property
+    def hf_layer_ids(self) -> tuple[int, ...]:
+        """The HF hidden_states index each fc block reads: id + 1 (0 is the embedding)."""
+        return tuple(i + 1 for i in self.layer_ids)
+
+
 @dataclass(frozen=True)
 class DraftConfig:
     hidden_size: int
@@ -100,6 +142,8 @@ class DraftConfig:
     tie_word_embeddings: bool = False
     # P-EAGLE (parallel drafting); None: EAGLE-3's sequential TTT steps.
     parallel: ParallelConfig | None = None
+    # A block draft (DFlash, DFlash2): inspector.model.block runs it; None: EAGLE-3 / P-EAGLE.
+    block: BlockConfig | None = None
 
     @property
     def rope_head_dim(self) -> int:
@@ -169,6 +213,11 @@ class Draft:
     `layers.{i}.self_attn.{q,k}_norm.weight`; MLA's `layers.{i}.self_attn.{q_a_proj,q_a_layernorm,
     q_b_proj,kv_a_proj_with_mqa,kv_a_layernorm,kv_b_proj}.weight` and, in SpecForge PR 186's
     layout, `layers.0.input_proj.{input_norm,proj}.weight`; P-EAGLE's `mask_hidden` [N*Ht].
+    A block draft (`config.block`) has no layer-0 `hidden_norm`: its `hidden_norm.weight` [H] norms
+    fc's output once, for every layer; `embed_tokens.weight` and `lm_head.weight` [V, H] are the
+    target's; optional `mask_embedding` [H] (vLLM's `mask_embedding.pt`); DFlash2's
+    `layers.{i}.{attention_conv,mlp_conv}.{base_kernel,kernel_projection.weight}` and
+    `candidate_selector.{predecessor_codebook,successor_codebook,hidden_projection}.weight`.
     """
 
     config: DraftConfig

@@ -51,8 +51,8 @@ def _layer_cfg(edit):
         (
             lambda c: c.update(architectures=["DFlashDraftModel"]),
             "config.json: architectures: 'DFlashDraftModel': a DFlash (block diffusion drafting) "
-            "draft, it is not run yet: its forward drafts a block [anchor, mask x (B-1)] at once "
-            "with bidirectional attention inside the block",
+            "draft, the commands do not evaluate block drafts yet (its loader and block forward "
+            "exist: docs/guides/block-drafts.md)",
         ),
         (
             lambda c: c.update(architectures=["DeepSeekMTPModel"]),

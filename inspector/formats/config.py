@@ -175,11 +175,11 @@ OTHER_FAMILIES_BY_KEY = {
     "ptd_token_id": "P-EAGLE (parallel drafting)",
 }
 NOT_EAGLE3 = "not an EAGLE-3 or P-EAGLE draft, which is what this tool runs"
-# What running a DFlash draft would need that the tool does not have yet (its refusal says so).
+# The commands' one-line refusal of a DFlash draft: it loads (formats.block_draft) and runs
+# (model.block), but eval, doctor and the replays score EAGLE-3's TTT steps only.
 DFLASH_MISSING = (
-    "it is not run yet: its forward drafts a block [anchor, mask x (B-1)] at once with "
-    "bidirectional attention inside the block, its fused target features are injected into "
-    "every layer's keys and values, and its mask token is a row of the target's embedding"
+    "the commands do not evaluate block drafts yet (its loader and block forward exist: "
+    "docs/guides/block-drafts.md)"
 )
 # P-EAGLE (docs/peagle.md) is run: speculators marks it by speculators_model_type "peagle" (and
 # saves architectures ["PEagleDraftModel"], its class), SpecForge by its class name alone.
@@ -208,7 +208,8 @@ def check_family(top: ConfigReader) -> None:
         family = OTHER_FAMILIES_BY_KIND.get(kind) if isinstance(kind, str) else None
         if family is None:
             raise top.error("speculators_model_type", f"{kind!r} is not an EAGLE-3 draft")
-        raise top.error("speculators_model_type", f"{kind!r}: a {family} draft, {_why(family)}")
+        why = "its speculators layout is not read yet" if kind == "dflash" else _why(family)
+        raise top.error("speculators_model_type", f"{kind!r}: a {family} draft, {why}")
     archs = top.get("architectures")
     if isinstance(archs, list):
         for arch in archs:

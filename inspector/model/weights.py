@@ -104,7 +104,10 @@ def resolve_layer(draft: Draft, idx: int) -> LayerWeights:
         gate=w[p + "mlp.gate_proj.weight"],
         up=w[p + "mlp.up_proj.weight"],
         down=w[p + "mlp.down_proj.weight"],
-        hidden_norm=w[p + "hidden_norm.weight"] if idx == 0 else None,
+        # a block draft norms fc's output once (`hidden_norm.weight`), not in layer 0
+        hidden_norm=w[p + "hidden_norm.weight"]
+        if idx == 0 and draft.config.block is None
+        else None,
         input_proj_norm=w[p + "input_proj.input_norm.weight"] if input_proj else None,
         input_proj=w[p + "input_proj.proj.weight"] if input_proj else None,
     )
