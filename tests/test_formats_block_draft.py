@@ -96,6 +96,11 @@ CONFIG_ERRORS = [
         _sub(use_swa=True),
         "config.json: dflash_config.use_swa: true, but no window",
     ),
+    (
+        _sub(attention_mode="mla"),  # SpecForge's MLA DFlash layers
+        "config.json: dflash_config.attention_mode: 'mla': not supported (only gqa, mha)",
+    ),
+    (_sub(attention_modes=["gqa", "kda"]), "dflash_config.attention_modes: 'kda': not supported"),
 ]
 
 

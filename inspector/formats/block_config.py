@@ -166,6 +166,30 @@ def _layer_attention(
     return causal, tuple(window if k == SLIDING else None for k in kinds)
 
 
+# SpecForge's DFlash layers: `dflash_config.attention_mode` (one for every layer) or
+# `attention_modes` (one per layer); only its GQA / MHA layers are the reference's.
+QWEN3_ATTENTION_MODES = ("gqa", "mha")
+
+
+def _check_attention_modes(values: _DraftValues, num_layers: int) -> None:
+    """Refuse SpecForge's MLA and KDA DFlash layers (other tensors, another attention)."""
+    sub = values.sub
+    if sub is None:
+        return
+    for key in ("attention_mode", "attention_modes"):
+        v = sub.get(key)
+        if v is None:
+            continue
+        modes = v if isinstance(v, list) else [v]
+        for mode in modes:
+            if not isinstance(mode, str) or mode.lower() not in QWEN3_ATTENTION_MODES:
+                raise sub.error(
+                    key, f"{mode!r}: not supported (only {', '.join(QWEN3_ATTENTION_MODES)})"
+                )
+        if isinstance(v, list) and len(v) != num_layers:
+            raise sub.error(key, f"{len(v)} entries for {num_layers} layers")
+
+
 def _layer_ids(
     values: _DraftValues, num_layers: int, notes: list[str]
 ) -> tuple[tuple[int, ...], str, int | None]:
@@ -244,6 +268,7 @@ def parse_block_config(
     cap_at = values.reader("final_logit_softcapping")
     cap_at.number("final_logit_softcapping")
     cap = cap_at.get("final_logit_softcapping")
+    _check_attention_modes(values, num_layers)
     causal, windows = _layer_attention(top, values, num_layers, notes)
     conv: dict[str, int | None] = dict.fromkeys(
         ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
