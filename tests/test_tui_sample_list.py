@@ -76,7 +76,7 @@ async def test_cells_and_their_styles():
         assert lst.row_cells(2)[5] == "+2.0" and lst.row_cells(3)[5] == "+0.0"
         assert lst.row_cells(4) == ("✗", "4", "7", "error", "", "")
         lines = [lst.render_line(y) for y in range(6)]
-        titles = [" ", "   #", "  len", "  cur%", "  ref%", "     Δ"]
+        titles = [" ", "   #", "  pos", "  cur%", "  ref%", "     Δ"]
         assert [s.text for s in list(lines[0])[:6]] == titles
         assert [s.text for s in list(lines[2])[:6]] == [
             " ",

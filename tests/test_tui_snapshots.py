@@ -4,7 +4,7 @@ after looking at the report). They run on the bundled demo; the cursor blink is 
 from __future__ import annotations
 
 import pytest
-from test_tui_support import demo_available, demo_inputs, make_app, settle
+from test_tui_support import demo_available, demo_inputs, make_app, settle, until
 
 pytestmark = pytest.mark.skipif(not demo_available(), reason="assets/demo not built")
 
@@ -31,7 +31,38 @@ def run_then(*keys: str, pause_fill: bool = True):
 
 
 def test_main_120x40(snap_compare):
-    assert snap_compare(make_app(demo_inputs()), terminal_size=(120, 40), run_before=run_then())
+    """The app as it opens (the docs' screenshot): trained and fed wirings side by side."""
+    app = make_app(demo_inputs(), first_look=True)
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_then())
+
+
+@pytest.mark.parametrize("size", [(160, 48), (80, 24)], ids=["160x48", "80x24"])
+def test_first_screen(snap_compare, size):
+    """The first screen: the trained wiring (the doctor's search) beside the one an engine
+    feeds, accuracy and τ of each, the gap row, what to press next; the strip's legend; help and
+    quit in the footer."""
+    app = make_app(demo_inputs(), first_look=True)
+    assert snap_compare(app, terminal_size=size, run_before=run_then())
+
+
+def test_doctor_120x40(snap_compare):
+    """The doctor screen: the verdict line, one line a finding, the last one highlighted (the
+    list's end shown), its evidence unfolded."""
+
+    async def run_before(pilot) -> None:
+        await settle(pilot)
+        await pilot.press("d")
+        app = pilot.app
+        await until(pilot, lambda: getattr(app.screen, "report", None) is not None, timeout=120)
+        for _ in range(len(app.screen.findings) + 2):
+            await pilot.press("down")
+        await pilot.press("e")
+        await pilot.pause(0.2)
+        app.clear_notifications()
+        await pilot.pause()
+
+    app = make_app(demo_inputs(), first_look=True)
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
 
 
 def test_wiring_gap_120x40(snap_compare):

@@ -266,11 +266,12 @@ def test_list_rows_and_sample_metrics_follow_the_reference():
     st = loaded()
     st.add_stats(0, TRAIN, steps(3, 10), 12)
     st.add_stats(0, SERVE, steps(1, 10), 12)
-    assert st.list_row(0) == (12, 0.3, None, False)
+    # 12 tokens are 10 positions (row j predicts x[j+2]): the count the header gives too
+    assert st.list_row(0) == (10, 0.3, None, False)
     st.wiring = SERVE
     assert st.toggle_pin() is True and st.ref == SERVE
     st.wiring = TRAIN
-    assert st.list_row(0) == (12, 0.3, 0.1, True)
+    assert st.list_row(0) == (10, 0.3, 0.1, True)
     assert list(st.sample_metrics()) == [TRAIN, SERVE]
     assert st.scored() == 1
 
@@ -446,7 +447,8 @@ def test_the_engine_side_never_imports_textual():
         "import sys, inspector.tui.engine, inspector.tui.state, inspector.tui.loader, "
         "inspector.tui.summary, inspector.tui.events, inspector.tui.tasks, inspector.tui.view, "
         "inspector.tui.panels, inspector.tui.accuracy, inspector.tui.trees, inspector.tui.jobs, "
-        "inspector.tui.backend, inspector.tui.evaluator_backend, inspector.tui.totals;"
+        "inspector.tui.backend, inspector.tui.evaluator_backend, inspector.tui.totals, "
+        "inspector.tui.first_look, inspector.tui.evidence;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'torch')))"
     )
     out = python_output(code)

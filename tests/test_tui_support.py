@@ -60,8 +60,12 @@ def synthetic_inputs(
 
 
 def make_app(inputs: Inputs, **kw: Any):
+    """The app on `inputs`; without the first look (the doctor's search, then the trained wiring
+    beside the fed one) unless `first_look=True`: most tests start from the configured wiring
+    alone and pin their own."""
     from inspector.tui.app import InspectorApp
 
+    kw.setdefault("first_look", False)
     return InspectorApp(inputs, **kw)
 
 

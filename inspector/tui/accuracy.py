@@ -20,7 +20,7 @@ a temperature, its expectation under the engine's verification rule (`tui.servin
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -136,6 +136,7 @@ def accuracy_text(st: ViewModel, *, metrics: str, narrow: bool, width: int) -> T
         metrics=metrics,
         narrow=narrow,
         width=width,
+        looking=st.looking,
     )
 
 
@@ -152,13 +153,16 @@ def accuracy_renderable(
     metrics: str = "ours",
     narrow: bool = False,
     width: int = 200,
+    looking: bool = False,
 ) -> Text:
     """Rows: current wiring then the pins (newest = the reference); then the flipped positions
     and, in a trainer view, what its numbers count (or that they need --target).
 
     The count columns never shrink; only the wiring name gives way on a narrow screen. In ours,
     each group ends with τ, the replayed accept length (`accepts`: this sample's, the set's); a
-    narrow screen drops this sample's in-vocab to keep it.
+    narrow screen drops this sample's in-vocab to keep it. With a reference pinned, ours adds the
+    gap row (Δ ● − ◆: points and τ) and, once the trained wiring is known (`looking`: the search
+    still runs), one line saying what to press next.
     """
     k_steps = session.ttt_steps
     heads, cells_of = HEADS[metrics], CELLS[metrics]
@@ -169,35 +173,46 @@ def accuracy_renderable(
         sample_heads, sample_cells = heads[:1], (lambda s, f=cells_of: f(s)[:1])
     dim = ("…", "dim")
     rows: list[list[tuple[str, str]]] = []  # (text, style) per cell
+    # per row, the figures behind its count cells (ours: accuracy as a fraction, τ), for the gap
+    figures: list[list[Figure]] = []
     for idx, w in enumerate(wirings):
         mark = "●" if idx == 0 else ("◆" if idx == len(wirings) - 1 else "◇")
         sm = sample_metrics.get(w)
         tot = totals.get(w)
         name = (
-            (session.preset_name(w) or session.wiring_label(w))
-            if narrow
-            else wiring_name(session, w)
+            (session.name_of(w) or session.wiring_label(w)) if narrow else wiring_name(session, w)
         )
         cells = [(mark, "bold"), (name, "")]
         cells += [(c, "") for c in sample_cells(sm[0])] if sm else [dim] * len(sample_heads)
+        figs: list[Figure] = _accs(sm[0] if sm else None, len(sample_heads))
         a_sample, a_set = accepts.get(w, (None, None)) if accepts is not None else (None, None)
         if tau:
             cells.append((_tau(a_sample), "bold"))
+            figs.append(_tau_figure(a_sample))
         if tot is not None and tot.steps:
             style = "dim" if tot.n_samples < n_good else ""
             cells += [(c, style) for c in cells_of(tot.steps[0])]
         else:
             cells += [dim] * len(heads)
+        figs += _accs(tot.steps[0] if tot is not None and tot.steps else None, len(heads))
         if tau:
             if a_set is None:
                 cells.append(dim)
             else:
                 style = "dim" if a_set.n_samples < n_good else "bold"
                 cells.append((_tau(a_set.figure), style))
+            figs.append(_tau_figure(a_set.figure if a_set is not None else None))
         if k_steps > 1:
             src = tot.steps if tot is not None and tot.steps else (sm or [])
             cells.append((by_step(metrics, src), "") if src else dim)
+            figs.append(None)
         rows.append(cells)
+        figures.append(figs)
+    if metrics == "ours" and len(wirings) > 1 and wirings[0] != wirings[-1]:
+        gap = _gap_row(figures[0], figures[-1])
+        if k_steps > 1:
+            gap[-1] = ("", "")  # the by-step cell: its steps differ in their own ways
+        rows.append(gap)
     done = min((t.n_samples for w in wirings if (t := totals.get(w)) is not None), default=0)
     sample_title = f"#{v.sample}" if v is not None else "sample"
     set_title = f"all {n_good}" if done >= n_good else f"{done}/{n_good} samples"
@@ -217,6 +232,8 @@ def accuracy_renderable(
             "\np pins the current wiring as the reference; flipped positions then show here",
             style="dim",
         )
+    if metrics == "ours":
+        _next_line(t, session, looking)
     if tau and session.logged is not None:
         t.append("\n")
         t.append(session.logged.line(), style="bold")
@@ -226,6 +243,63 @@ def accuracy_renderable(
             style="dim",
         )
     return t
+
+
+GAP_MARK = "Δ ● − ◆"
+# A count cell's figure for the gap row: (value, is τ) — accuracy as a fraction, or τ; None
+# where the cell shows no figure (not computed yet, a by-step cell, a trainer's view).
+Figure: TypeAlias = "tuple[float, bool] | None"
+
+
+def _accs(s: StepMetrics | None, n: int) -> list[Figure]:
+    """Ours' all-tok and in-vocab accuracy of a step (the first `n` of them)."""
+    if s is None:
+        return [None] * n
+    return [(c.acc, False) if c.acc is not None else None for c in (s.all_tok, s.in_vocab)][:n]
+
+
+def _tau_figure(a: AcceptFigure | None) -> Figure:
+    al = a.accept_length if a is not None else None
+    return None if al is None else (float(al), True)
+
+
+def _gap_row(cur: list[Figure], ref: list[Figure]) -> list[tuple[str, str]]:
+    """The current row minus the reference's, cell by cell: accuracy in points ('+49.5 pts'),
+    τ in tokens ('+1.44'); a cell either row does not know yet stays '…'."""
+    out: list[tuple[str, str]] = [("", ""), (GAP_MARK, "bold")]
+    for a, b in zip(cur, ref, strict=True):
+        if a is None or b is None:
+            out.append(("…", "dim"))
+            continue
+        d = a[0] - b[0]
+        text = f"{d:+.2f}" if a[1] else f"{100 * d:+.1f} pts"
+        out.append((text, "bold green" if d > 0 else "bold red" if d < 0 else "bold"))
+    return out
+
+
+def _next_line(t: Text, session: Summary, looking: bool) -> None:
+    """What to press next: while the doctor's search runs, that it runs; once it answered, the
+    doctor's verdict (d) and the keys that show either wiring alone."""
+    look = session.first_look
+    if looking:
+        t.append("\n")
+        t.append("finding the wiring the weights were trained on (the doctor's search)…", "italic")
+        return
+    if look is None:
+        return
+    t.append("\n")
+    if look.gap:
+        t.append("next: ", style="bold")
+        t.append("d", style="bold reverse")
+        t.append(" the doctor's verdict and fix  ")
+        t.append("f", style="bold reverse")
+        t.append(" a flipped position  ")
+        t.append("?", style="bold reverse")
+        t.append(" every key")
+    else:
+        t.append(f"the engine feeds the trained wiring ({look.fed_words()}); ", style="dim")
+        t.append("d", style="bold reverse")
+        t.append(" the doctor's other checks")
 
 
 def _table(headers: list[str], rows: list[list[tuple[str, str]]], width: int) -> Text:

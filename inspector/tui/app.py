@@ -54,6 +54,7 @@ class InspectorApp(App):
         fill: bool = True,
         input_paths: Sequence[str] | None = None,
         export_dir: str | None = None,
+        first_look: bool = True,
     ) -> None:
         super().__init__()
         if loader is None:
@@ -76,6 +77,9 @@ class InspectorApp(App):
         self.fill = fill
         self.input_paths = list(input_paths)
         self.export_dir = export_dir  # `e` writes here (None: ./eagle-inspect-exports)
+        # Once loaded, the doctor's search for the trained wiring; without --wiring the app then
+        # shows it beside the wiring an engine feeds (`first_look.py`).
+        self.first_look = first_look
         self.engine: Engine | None = None
         self.t_created = time.perf_counter()
         self.t_first_paint: float | None = None

@@ -232,7 +232,7 @@ MAIN_KEYS: list[Binding] = [
         "cycle_sort",
         "sort",
         "Cycle the sample sort",
-        "sort the sample list by #, length, cur, ref, Δ",
+        "sort the sample list by #, positions, cur, ref, Δ",
         show=False,
     ),
     key(

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # numpy/torch types only; never imported at module load
     from inspector.memory import MemoryBudget
     from inspector.sample import SlotInfo
     from inspector.serving.spec import DraftSpec
+    from inspector.tui.first_look import FirstLook
     from inspector.tui.serving import Serving
     from inspector.wiring import WiringKey
 
@@ -92,6 +93,9 @@ class Summary:
     # The second draft's own summary once it is loaded (`B`), its `initial` under
     # --compare-wiring; its keys in the app are `drafts.second_key(slots)`.
     second: Summary | None = None
+    # The trained wiring (the doctor's search) and the one an engine feeds, once the device
+    # thread's search answers (`first_look`): their rows are named by role, not by preset.
+    first_look: FirstLook | None = None
 
     def serving_default(self) -> Serving:
         from inspector.tui.serving import Serving
@@ -115,6 +119,22 @@ class Summary:
             if p is not None and tuple(p) == slots_of(w):
                 return name
         return None
+
+    def role(self, w: Sequence[int]) -> str | None:
+        """'trained' or 'fed' (`first_look`) for the first draft's wirings, else None."""
+        look = self.first_look
+        if look is None or is_second(w):
+            return None
+        w = tuple(w)
+        if w == look.trained:
+            return "trained"
+        return "fed" if w == look.fed else None
+
+    def name_of(self, w: Sequence[int]) -> str | None:
+        """What the views call `w` after its slots: its role once the search has answered
+        ('trained', 'fed'; a preset's name could mislead there, since the train preset is the
+        config's layers), else its preset's name (None: neither)."""
+        return self.role(w) or self.preset_name(w)
 
     def of_draft(self, w: Sequence[int]) -> Summary:
         """The summary of the draft `w` feeds: this one, or the second draft's (its checkpoint,
@@ -141,6 +161,13 @@ class SampleData:
     slot_mean: np.ndarray  # [S] mean norm over the hidden states of loss-masked rows
     slot_nonfinite: np.ndarray  # [S] count of positions with a NaN/Inf norm
     warnings: list[str] = field(default_factory=list)
+
+
+def positions_of(tokens: int) -> int:
+    """A sample's positions: the rows the draft predicts (row j feeds x_{j+1} with position j's
+    hidden states and predicts x_{j+2}), two fewer than its tokens. The one count the header, the
+    sample list and the cursor's range give."""
+    return max(int(tokens) - 2, 0)
 
 
 def error_text(e: BaseException) -> str:

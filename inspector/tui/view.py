@@ -142,6 +142,7 @@ def cell(text: str, width: int, right: bool = False) -> str:
 
 
 def wiring_name(session: Summary, w: Sequence[int]) -> str:
-    name = session.preset_name(w)
+    """'[embed, L2, L4] trained': the slots, then the role or preset name (`Summary.name_of`)."""
+    name = session.name_of(w)
     label = session.wiring_label(w)
     return f"{label} {name}" if name else label

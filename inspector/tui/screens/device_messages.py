@@ -70,6 +70,12 @@ class DeviceMessages(Screen):
     def set_serving(self, serving: Serving) -> None:
         raise NotImplementedError
 
+    def request_first_look(self) -> None:
+        raise NotImplementedError
+
+    def wirings_changed(self) -> None:
+        raise NotImplementedError
+
     def on_load_progress(self, e: msg.LoadProgress) -> None:
         self.center.strip.show_message(f"{e.text}…")
         self.status = e.text
@@ -99,6 +105,7 @@ class DeviceMessages(Screen):
             self.say(f"no usable wiring: {errs}", severity="error", timeout=30)
         else:
             self.request_view()
+            self.request_first_look()
 
     def on_view_ready(self, e: msg.ViewReady) -> None:
         st = self.state
@@ -243,7 +250,9 @@ class DeviceMessages(Screen):
         self.say(f"the second draft did not load: {e.error}", severity="error", timeout=12)
 
     def on_task_done(self, e: msg.TaskDone) -> None:
-        if e.kind == "export":
+        if e.kind == "first_look":
+            self.first_look_done(e.result, e.error)
+        elif e.kind == "export":
             if e.error:
                 self.say(f"export failed: {e.error}", severity="error", timeout=12)
             else:
@@ -252,6 +261,23 @@ class DeviceMessages(Screen):
                 self.say(f"exported to {shown_path(e.result)}")
         elif e.kind != "doctor" and e.error:  # the doctor screen receives its own outcome
             self.say(f"internal error: {e.error}", severity="error", timeout=20)
+
+    def first_look_done(self, look: object, error: str | None) -> None:
+        """The doctor's search answered: the trained wiring beside the fed one (unless the user
+        chose a wiring already, at the command line or by a key)."""
+        from inspector.tui.first_look import FirstLook
+
+        st = self.state
+        if error or not isinstance(look, FirstLook):
+            st.looking = False
+            self.say(f"the trained wiring was not found: {error}", severity="warning", timeout=10)
+            self.refresh_accuracy()
+            return
+        arrange = getattr(self.app, "initial_wiring", None) is None
+        if st.take_first_look(look, arrange=arrange):
+            self.wirings_changed()
+        self.refresh_header()
+        self.refresh_accuracy()
 
     def on_job_crashed(self, e: msg.JobCrashed) -> None:
         self.say(f"internal error: {e.error}", severity="error", timeout=20)

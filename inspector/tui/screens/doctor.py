@@ -1,13 +1,16 @@
 """The doctor screen (`d`): runs the doctor's pipeline (`inspector.doctor.run_loaded`, what
-`eagle-inspect doctor` runs) on the device thread and lists its findings; Enter applies the highlighted finding's wiring, `a` the best wiring.
+`eagle-inspect doctor` runs) on the device thread and shows its verdict: one line first (the
+trained wiring, what the engine feeds, the fix), then the findings one line each, the highlighted
+one in full under them (its evidence folded behind `e`); Enter applies the highlighted finding's
+wiring, `a` the trained one.
 
-The screen is given the engine (to submit the job) and the session (slot labels); the job posts
-its typed `DoctorOutcome` straight back to the screen, so nothing else routes the result.
+The screen is given the engine (to submit the job) and the session (slot labels, the first
+look's fed wiring); the job posts its typed `DoctorOutcome` straight back to the screen, so
+nothing else routes the result.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +20,12 @@ from rich.console import Group
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from inspector.formatting import SEVERITY_STYLE, printable
+from inspector.formatting import SEVERITY_STYLE, pct, printable
 from inspector.tui.screens.job_dialog import JobDialog, check_cancel, run_guarded
 from inspector.wiring import WiringKey
 
@@ -123,10 +126,81 @@ def doctor_job(
     return job
 
 
+class FindingList(OptionList):
+    """The findings, one line each; the cursor stops at the last (no wrap to the top: the list's
+    end is where it ends, and a line under the last finding says so)."""
+
+    def _enabled_after(self, index: int, direction: int) -> bool:
+        i = index + direction
+        while 0 <= i < self.option_count:
+            if not self.get_option_at_index(i).disabled:
+                return True
+            i += direction
+        return False
+
+    def action_cursor_down(self) -> None:
+        h = self.highlighted
+        if h is not None and not self._enabled_after(h, 1):
+            return
+        super().action_cursor_down()
+
+    def action_cursor_up(self) -> None:
+        h = self.highlighted
+        if h is not None and not self._enabled_after(h, -1):
+            return
+        super().action_cursor_up()
+
+
+def verdict_text(report: DoctorReport, session: Summary) -> Text:
+    """The verdict in one line: the wiring the weights were trained on, the wiring the engine
+    feeds (the first look's, else the report's configured or serve wiring) with their step-0
+    accuracy, and the fix (the wiring finding's; else the serving config's)."""
+    from inspector.doctor.finding import Kind
+    from inspector.tui.first_look import choose_fed
+
+    trained = report.serve_wiring
+    look = session.first_look
+    if look is not None:
+        fed, why_words = look.fed, look.fed_words()
+    else:
+        serve = next((w.wiring for w in report.wirings if "serve" in w.roles), None)
+        fed, _ = choose_fed(trained, report.configured_wiring, serve)
+        why_words = ""
+
+    def acc(w: tuple[int, ...]) -> str:
+        r = report.wiring_result(w)
+        return "" if r is None or r.all_tok.acc is None else f" ({pct(r.all_tok.acc)} step-0)"
+
+    t = Text()
+    t.append("trained on ", style="bold")
+    t.append(session.wiring_label(trained) + acc(trained))
+    if tuple(fed) != tuple(trained):
+        t.append(" · fed ", style="bold")
+        t.append(session.wiring_label(fed) + acc(fed), style="bold red")
+        if why_words:
+            t.append(f": {why_words}", style="dim")
+    else:
+        t.append(" · the engine feeds it", style="bold")
+    wiring = report.finding(Kind.WIRING)
+    serving = report.finding(Kind.SERVING_CONFIG)
+    fix = (wiring.fix if wiring is not None else "") or (serving.fix if serving else "")
+    if tuple(fed) != tuple(trained) and fix:
+        t.append(" · fix: ", style="bold")
+        t.append(printable(fix))
+    problems = report.problems()
+    if problems:
+        kinds = ", ".join(dict.fromkeys(str(f.kind) for f in problems))
+        t.append(f" · {len(problems)} problem(s): {kinds}", style="bold yellow")
+    return t
+
+
 class DoctorScreen(JobDialog[WiringKey | None]):
     BINDINGS = [
         Binding("escape,q", "close", "close"),
-        Binding("a", "apply_best", "apply best wiring"),
+        Binding("a", "apply_best", "apply the trained wiring"),
+        Binding("e", "toggle_evidence", "show or hide the evidence"),
+        Binding("pagedown", "scroll_detail(1)", "scroll the detail down", show=False),
+        Binding("pageup", "scroll_detail(-1)", "scroll the detail up", show=False),
     ]
 
     def __init__(
@@ -144,15 +218,20 @@ class DoctorScreen(JobDialog[WiringKey | None]):
         self.sampling = sampling  # τ's temperature, which the wiring finding quotes
         self.report: DoctorReport | None = None
         self.findings: list[Finding] = []
+        self.show_evidence = False  # the highlighted finding's evidence (`e`)
+        self.verdict: Text | None = None  # the verdict line, and the detail's lines, as shown
+        self.detail: list[Text] = []
 
     def compose(self) -> ComposeResult:
         with Vertical(id="doctor-box", classes="dialog"):
             yield Label("doctor", id="doctor-title")
+            yield Static("", id="doctor-verdict")
             yield Static("", id="doctor-status")
-            yield OptionList(id="doctor-findings")
-            yield Static("", id="doctor-detail")
+            yield FindingList(id="doctor-findings")
+            with VerticalScroll(id="doctor-detail-box"):
+                yield Static("", id="doctor-detail")
             yield Label(
-                "↑↓ finding  Enter apply its wiring  a apply the best wiring  Esc close",
+                "↑↓ finding  ⏎ apply its wiring  a the trained wiring  e evidence  PgUp/PgDn  Esc",
                 id="doctor-keys",
             )
 
@@ -189,49 +268,73 @@ class DoctorScreen(JobDialog[WiringKey | None]):
     def show_report(self, report: DoctorReport) -> None:
         self.report = report
         self.findings = list(report.findings)
+        self.verdict = verdict_text(report, self.session)
+        self.query_one("#doctor-verdict", Static).update(self.verdict)
         self.query_one("#doctor-status", Static).update(
             Text.assemble(
-                ("best wiring ", "bold"),
-                self.session.wiring_label(report.best_wiring),
-                f"   {len(self.findings)} findings",
+                f"{len(self.findings)} findings, errors first",
                 f"   read: {report.plan.summary()}"
                 if report.plan is not None and report.plan.summary()
                 else "",
+                style="dim",
             )
         )
         options = []
         for f in self.findings:
-            t = Text()
+            t = Text(no_wrap=True, overflow="ellipsis")
             t.append(f"{f.severity:<7} ", style=SEVERITY_STYLE.get(f.severity, ""))
             t.append(f"{f.kind}: ", style="bold")
             t.append(printable(f.summary))  # summaries may name sample files
             if f.wiring is not None:
                 t.append("  ⏎ apply", style="italic")
             options.append(Option(t))
+        if options:
+            end = f"end of the {len(options)} findings"
+            options.append(Option(Text(end, style="dim italic"), disabled=True))
         if self.fill_options(options):
             self._show_detail(0)
 
     def _show_detail(self, index: int | None) -> None:
         detail = self.query_one("#doctor-detail", Static)
         if index is None or not 0 <= index < len(self.findings):
+            self.detail = []
             detail.update("")
             return
         f = self.findings[index]
-        parts: list[Text] = [Text.assemble(("- ", "dim"), printable(line)) for line in f.lines]
+        parts: list[Text] = [
+            Text.assemble(
+                (f"{index + 1} of {len(self.findings)}  ", "dim"),
+                (f"{f.severity} ", SEVERITY_STYLE.get(f.severity, "")),
+                (f"{f.kind}", "bold"),
+            ),
+            Text(printable(f.summary)),
+        ]
+        parts += [Text.assemble(("- ", "dim"), printable(line)) for line in f.lines]
         if f.fix:
             parts.append(Text.assemble(("fix ", "bold"), printable(f.fix)))
         if f.wiring is not None:
             label = self.session.wiring_label(f.wiring)
             parts.append(Text.assemble(("wiring ", "bold"), label, "  (Enter applies it)"))
         if f.evidence:
-            text = json.dumps(f.evidence, indent=None, default=str)
-            if len(text) > 500:
-                text = text[:499] + "…"
-            parts.append(Text.assemble(("evidence ", "bold"), text))
+            from inspector.tui.evidence import evidence_lines
+
+            if self.show_evidence:
+                parts.append(Text("evidence (e hides it)", style="bold"))
+                parts += [Text(line) for line in evidence_lines(f.evidence)]
+            else:
+                parts.append(Text("e shows the evidence", style="dim"))
+        self.detail = parts
         detail.update(Group(*parts))
+        self.query_one("#doctor-detail-box", VerticalScroll).scroll_home(animate=False)
+
+    def detail_text(self) -> str:
+        """The detail as plain text, one line a part (tests read it)."""
+        return "\n".join(t.plain for t in self.detail)
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         self._show_detail(event.option_index)
+        # one line a finding, the detail a fixed height: the highlighted line stays in view
+        event.option_list.scroll_to_highlight()
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         i = event.option_index
@@ -241,8 +344,20 @@ class DoctorScreen(JobDialog[WiringKey | None]):
             return
         self.close(tuple(int(x) for x in w))
 
+    def action_toggle_evidence(self) -> None:
+        self.show_evidence = not self.show_evidence
+        self._show_detail(self.query_one(FindingList).highlighted)
+
+    def action_scroll_detail(self, direction: int) -> None:
+        box = self.query_one("#doctor-detail-box", VerticalScroll)
+        if direction > 0:
+            box.scroll_page_down(animate=False)
+        else:
+            box.scroll_page_up(animate=False)
+
     def action_apply_best(self) -> None:
+        """The wiring the verdict names as trained (the doctor's recommended one)."""
         if self.report is None:
             self.notify("no result yet", markup=False)
             return
-        self.close(tuple(int(x) for x in self.report.best_wiring))
+        self.close(tuple(int(x) for x in self.report.serve_wiring))

@@ -11,16 +11,30 @@ from inspector.tui.keys import actions
 from inspector.tui.screens.dialogs import Dialog
 
 METRICS = """\
+## The first screen
+
+Once the draft loads, the doctor's wiring search (on the first 8 samples, step 0, asked of the
+weights, never of the config) finds the wiring the weights were trained on: it becomes the
+current wiring (**●**, named *trained*), and the wiring an engine feeds is pinned beside it as the
+reference (**◆**, *fed*): the one the config's layer ids select where that is not the trained
+one, else what an engine capturing decoder-layer outputs feeds (the serve preset). The accuracy
+bar gives each one's accuracy and τ on the sample and the set, and the **Δ ● − ◆** row their gap
+(accuracy in points, τ in tokens); its last line says what to press next (`d`: the doctor's
+verdict and the serving fix). Opened with `--wiring`, the app keeps that wiring and only names
+the two.
+
 ## Positions
 
 Position *j* (as in `eagle-inspect eval --positions`) feeds token x[j+1] with the hidden
 states captured at position *j* and predicts token x[j+2]. The strip's cursor sits on
 the predicted token. Positions whose loss mask is 0 (the prompt) are dimmed and never counted.
+A sample of T tokens has T − 2 positions: the header's count, the sample list's **pos** column
+and the range `g` takes.
 
 ## Token strip and sparkline
 
 Colour by **hit/miss** (green hit, red miss, magenta miss whose true token is outside the draft
-vocabulary) or by **p(true)** (`c`, red 0 → green 1). Misses are also **underlined**, so they show
+vocabulary) or by **p(true)** (`c`, red 0 → green 1); the strip's bottom edge is its legend. Misses are also **underlined**, so they show
 without colour. `⏎` is a newline, `·` a space, `→` a tab; without a tokenizer the strip shows
 token ids. The sparkline is p(true) by position (mean per cell).
 
@@ -71,6 +85,8 @@ targets, including the row after the last token; a SpecForge log shows acc_k aga
 full-vocab argmax (its teacher runs in bf16, so a few near-tie rows may differ). The serving number
 is ours (all-tok). The trainers' numbers need the verifier's norm + lm_head: open with `--target`.
 
+* **Δ ● − ◆** (ours, with a reference pinned): the current row minus the reference's, each
+  accuracy in points and τ in tokens (green where the current wiring is ahead).
 * **flipped**: loss-masked positions whose hit/miss (ours) differs between ● and ◆ (✓→✗ were hits
   under the reference and are misses now). `f` steps through them.
 

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, TypeVar
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.reactive import var
-from textual.widgets import Footer
 
 from inspector.formatting import printable
 from inspector.tui.drafts import is_second, slots_of
@@ -24,6 +23,7 @@ from inspector.tui.keys import MAIN_KEYS
 from inspector.tui.screens.device_messages import DeviceMessages
 from inspector.tui.state import ViewModel, next_metrics
 from inspector.tui.widgets.accuracy import AccuracyBar
+from inspector.tui.widgets.footer import KeptFooter
 from inspector.tui.widgets.header import HeaderBar
 from inspector.tui.widgets.sample_rows import COLUMN_SORTS
 from inspector.tui.widgets.sample_view import SampleView
@@ -84,7 +84,7 @@ class MainScreen(DeviceMessages):
             yield self.sample_list
             yield self.center
         yield self.accuracy_bar
-        yield Footer()
+        yield KeptFooter()
 
     def on_mount(self) -> None:
         self.refresh_header()
@@ -142,6 +142,18 @@ class MainScreen(DeviceMessages):
         self.request_accepts()
         self.request_trees()
         self.refresh_header()
+
+    def request_first_look(self) -> None:
+        """Ask the device thread for the trained wiring (the doctor's search) and the one an
+        engine feeds, once per session (`first_look.py`); off where the app was made without."""
+        st, engine = self.state, self.engine
+        if not getattr(self.app, "first_look", False) or engine is None or st.session is None:
+            return
+        from inspector.tui.first_look import first_look_task
+
+        st.looking = True
+        engine.submit("first_look", first_look_task(st.session.presets))
+        self.refresh_accuracy()
 
     def request_trees(self) -> None:
         """While the tree panel is open: ask for the shown sample's draft trees if not here."""

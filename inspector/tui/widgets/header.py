@@ -43,13 +43,13 @@ def header_text(st: ViewModel, *, status: str, mask_only: bool, mode: str) -> Te
     if wiring is not None:
         t.append("fc ← ", style="bold")
         t.append(session.wiring_label(wiring), style="bold")
-        name = session.preset_name(wiring)
+        name = session.name_of(wiring)
         if name:
             t.append(f" {name}")
     if ref is not None:
         t.append("   ref ◆ ")
         t.append(session.wiring_label(ref))
-        name = session.preset_name(ref)
+        name = session.name_of(ref)
         if name:
             t.append(f" {name}")
     if session.ttt_steps > 1:
@@ -62,4 +62,8 @@ def header_text(st: ViewModel, *, status: str, mask_only: bool, mode: str) -> Te
         t.append("   ⋯ computing", style="bold italic")
     elif status:
         t.append(f"   {printable(status)}", style="italic")
+    look = session.first_look
+    if ref is not None and look is not None and look.gap and session.role(ref) == "fed":
+        # last: a narrow header cuts these words before the state
+        t.append(f"   ◆: {look.fed_words()}", style="dim italic")
     return t

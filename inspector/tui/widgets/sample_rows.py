@@ -1,4 +1,4 @@
-"""The sample list's data: per sample its length, accuracies and error, the cells they show, and
+"""The sample list's data: per sample its positions, accuracies and error, the cells they show, and
 the sort's order. Flat arrays, no object per sample or cell: 10^5 samples take a few MB.
 
 No Textual (Rich styles only): `samples.SampleList` renders these cells into lines.
@@ -16,17 +16,18 @@ from inspector.formatting import pct
 
 SORTS = (
     ("#", "index"),
-    ("len", "length, longest first"),
+    ("pos", "positions, most first"),
     ("cur", "current-wiring accuracy, lowest first"),
     ("ref", "reference accuracy, lowest first"),
     ("Δ", "cur − ref, largest drop first"),
 )
-COLUMN_SORTS = {"idx": 0, "len": 1, "cur": 2, "ref": 3, "delta": 4}  # column key -> sort mode
+COLUMN_SORTS = {"idx": 0, "pos": 1, "cur": 2, "ref": 3, "delta": 4}  # column key -> sort mode
 # (key, title, width): each cell is right-aligned in its width (and cut to it).
 COLUMNS = (
     ("st", " ", 1),  # ✗: the sample failed
     ("idx", "#", 4),
-    ("len", "len", 5),
+    # positions: the rows the draft predicts (the header's count, the cursor's range)
+    ("pos", "pos", 5),
     ("cur", "cur%", 6),
     ("ref", "ref%", 6),
     ("delta", "Δ", 6),

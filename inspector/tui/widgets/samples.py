@@ -1,4 +1,4 @@
-"""The sample list: index, length, all-tok accuracy under the current and the reference wiring, Δ.
+"""The sample list: index, positions, all-tok accuracy under the current and the reference wiring, Δ.
 
 A Line API widget (`ScrollView.render_line`): a fixed header line, then one line per sample in the
 sort's order. The values live in flat arrays (10^5 samples cost a few MB, no object per cell);

@@ -31,6 +31,18 @@ GAP_TEXT = "⋯"
 RULE = "─"
 
 
+def legend(mode: str, rounds: bool) -> str:
+    """The strip's key, as Content markup (its bottom border): the colours, then the rounds line's
+    digits and rule (the help screen says more)."""
+    if mode == "p":
+        colours = "colour [$error]p(true) 0[/] → [$success]1[/]"
+    else:
+        colours = "[$success]hit[/] [$error underline]miss[/] [magenta underline]not in vocab[/] [dim]prompt[/]"
+    if not rounds:
+        return colours
+    return f"{colours} · [$accent bold]2[/]: a round from here accepts 2, ─ its tokens"
+
+
 class TokenStrip(ScrollView, can_focus=False):
     """Tokens coloured by hit/miss or by p(true); misses also underlined; prompt tokens dimmed."""
 
@@ -75,6 +87,7 @@ class TokenStrip(ScrollView, can_focus=False):
         self._cache: dict[int, Strip] = {}
         self._styles: dict[str, Style] | None = None
         self._grad: list[Style] = []
+        self.border_subtitle = legend(self.mode, self.show_rounds)
 
     # --- data ----------------------------------------------------------------------------------
     @property
@@ -131,6 +144,7 @@ class TokenStrip(ScrollView, can_focus=False):
     def set_show_rounds(self, on: bool) -> None:
         if on != self.show_rounds:
             self.show_rounds = on
+            self.border_subtitle = legend(self.mode, on)
             self._relayout()
             self._scroll_to_cursor()
 
@@ -140,6 +154,7 @@ class TokenStrip(ScrollView, can_focus=False):
 
     def set_mode(self, mode: str) -> None:
         self.mode = mode
+        self.border_subtitle = legend(mode, self.show_rounds)
         self._cache.clear()
         self.refresh()
 
