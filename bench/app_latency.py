@@ -183,7 +183,8 @@ async def timed_key(pilot, frames: Frames, key: str, done) -> float:
 async def key_latencies(inputs: Inputs, moves: int, switches: int) -> dict[str, list[float]]:
     from inspector.tui.app import InspectorApp
 
-    app = InspectorApp(inputs, fill=False)
+    # without the first look: its search would run on the device thread under the measured keys
+    app = InspectorApp(inputs, fill=False, first_look=False)
     out: dict[str, list[float]] = {
         k: []
         for k in (
@@ -300,7 +301,7 @@ async def fill_latency(
     same presses with the fill off (the floor the machine's load sets), `presses` of them."""
     from inspector.tui.app import InspectorApp
 
-    app = InspectorApp(inputs, device="cpu", fill=fill)
+    app = InspectorApp(inputs, device="cpu", fill=fill, first_look=False)
     lat: list[float] = []
     async with app.run_test(size=(120, 40)) as pilot:
         main = app.main
@@ -373,21 +374,22 @@ def report_fill(r: dict) -> None:
 
 
 async def screenshot(inputs: Inputs, path: Path) -> None:
-    """The README image: the demo at 120x40, serve pinned as the reference, back on train, the
-    cursor on the first flipped position."""
+    """The README image: the demo at 120x40 as it opens, once the doctor's search has put the
+    trained wiring beside the fed one and the fill has replayed every sample under both (the
+    snapshot test `test_main_120x40` shows the same screen)."""
     from inspector.tui.app import InspectorApp
 
     app = InspectorApp(inputs)
     async with app.run_test(size=(120, 40)) as pilot:
         main = app.main
-        while main.state.view is None or main.state.totals.get(main.state.wiring) is None:
+        while main.state.view is None or main.state.session.first_look is None:
             await pilot.pause(0.05)
-        for key in ("s", "p", "t", "home", "f"):
-            await pilot.press(key)
-            await wait_idle(pilot)
+        await wait_idle(pilot)
         while app.engine is not None and app.engine.fill_pending():
             await pilot.pause(0.05)
         await wait_idle(pilot)
+        while main.batch_pending:
+            await pilot.pause(0.05)
         app.clear_notifications()
         await pilot.pause(0.2)
         path.parent.mkdir(parents=True, exist_ok=True)
