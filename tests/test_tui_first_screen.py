@@ -24,6 +24,7 @@ from inspector.tui.first_look import (
     FED_BY_CAPTURE,
     FED_BY_CONFIG,
     FirstLook,
+    arranged,
     choose_fed,
 )
 
@@ -44,28 +45,32 @@ def test_the_fed_wiring_is_the_configs_then_serve_then_the_trained_one():
 
 def test_the_first_look_arranges_only_an_untouched_screen():
     look = FirstLook(TRAIN, SERVE, FED_BY_CAPTURE, 8, TRAIN)
+    # as the app opened (the configured wiring alone): trained current, fed the reference
+    assert arranged(look, TRAIN, [], TRAIN) == (TRAIN, [SERVE])
+    # the config named another wiring than the trained one: the trained one is shown
+    assert arranged(FirstLook(TRAIN, SERVE, FED_BY_CONFIG, 8, SERVE), SERVE, [], SERVE) == (
+        TRAIN,
+        [SERVE],
+    )
+    # the user chose already (another wiring, or a pin): left as it is
+    assert arranged(look, SERVE, [], TRAIN) is None
+    assert arranged(look, TRAIN, [SERVE], TRAIN) is None
+    # nothing feeds another wiring and the trained one is shown: nothing changes
+    assert arranged(FirstLook(TRAIN, TRAIN, FED_AS_TRAINED, 8, TRAIN), TRAIN, [], TRAIN) is None
+    # the views name the two by role once the search answered, the presets otherwise
     st = loaded()
-    assert st.take_first_look(look, arrange=True)
-    assert st.wiring == TRAIN and st.pins == [SERVE] and st.ref == SERVE
+    assert st.session.name_of(TRAIN) == "train"
+    st.session.first_look = look
     assert st.session.role(TRAIN) == "trained" and st.session.role(SERVE) == "fed"
     assert st.session.name_of(SERVE) == "fed" and st.session.name_of((0, 2, 3)) is None
-    # --wiring given: named by role, not arranged
-    st = loaded()
-    assert not st.take_first_look(look, arrange=False)
-    assert st.pins == [] and st.session.first_look is look
-    # the user pinned something before the search answered: left as it is
-    st = loaded()
-    st.wiring = SERVE
-    st.toggle_pin()
-    assert not st.take_first_look(look, arrange=True)
-    assert st.pins == [SERVE] and st.wiring == SERVE
 
 
 def test_the_bar_gives_the_gap_and_what_to_press_next():
     from inspector.tui.accuracy import GAP_MARK, accuracy_text
 
     st = loaded()
-    st.take_first_look(FirstLook(TRAIN, SERVE, FED_BY_CAPTURE, 8, TRAIN), arrange=True)
+    st.session.first_look = FirstLook(TRAIN, SERVE, FED_BY_CAPTURE, 8, TRAIN)
+    st.pins = [SERVE]
     st.add_stats(0, TRAIN, steps(7, 10), 12)
     st.add_stats(0, SERVE, steps(2, 10), 12)
     st.add_accept(accept(0, TRAIN, [(2, 2, 3)], spec=st.spec))
@@ -78,8 +83,8 @@ def test_the_bar_gives_the_gap_and_what_to_press_next():
     # 70% against 20% all-tok, 60% against 10% in-vocab (of 9), τ 3.00 against 1.00
     assert gap.split()[4:] == ["+50.0", "pts", "+55.6", "pts", "+2.00"] * 2  # sample, set
     assert lines[-1].startswith("next: d the doctor's verdict")
-    st.looking, st.session.first_look = True, None
-    text = accuracy_text(st, metrics="ours", narrow=False, width=160).plain
+    st.session.first_look = None
+    text = accuracy_text(st, metrics="ours", narrow=False, width=160, looking=True).plain
     assert text.splitlines()[-1].startswith("finding the wiring the weights were trained on")
 
 
@@ -119,7 +124,7 @@ async def test_the_first_screen_puts_trained_and_fed_side_by_side(size, capsys):
         main = app.main
         st, s = main.state, main.state.session
         look = s.first_look
-        assert look is not None and not st.looking
+        assert look is not None and not main.looking
         # the doctor's search finds the trained wiring; the config names it, so the fed one is
         # what an engine capturing decoder-layer outputs feeds (the serve preset)
         assert s.wiring_label(look.trained) == "[embed, L2, L4]"

@@ -119,8 +119,11 @@ def by_step(metrics: str, steps: Sequence[StepMetrics]) -> str:
     return f"{_step_pcts(steps, lambda s: s.all_tok)}%"
 
 
-def accuracy_text(st: ViewModel, *, metrics: str, narrow: bool, width: int) -> Text | None:
-    """The bar for the main screen's state; None before a session and a wiring."""
+def accuracy_text(
+    st: ViewModel, *, metrics: str, narrow: bool, width: int, looking: bool = False
+) -> Text | None:
+    """The bar for the main screen's state; None before a session and a wiring. `looking`: the
+    doctor's search for the trained wiring runs (`first_look`)."""
     if st.session is None or st.wiring is None:
         return None
     v = st.shown
@@ -136,7 +139,7 @@ def accuracy_text(st: ViewModel, *, metrics: str, narrow: bool, width: int) -> T
         metrics=metrics,
         narrow=narrow,
         width=width,
-        looking=st.looking,
+        looking=looking,
     )
 
 

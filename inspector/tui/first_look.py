@@ -18,12 +18,11 @@ gap. Device thread only (the search runs the draft); no Textual, no Rich.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from inspector.tui.backend import Backend
     from inspector.wiring import WiringKey
 
 # Why an engine feeds the fed wiring (`FirstLook.fed_why`).
@@ -69,12 +68,29 @@ def choose_fed(
     return tuple(trained), FED_AS_TRAINED
 
 
-def first_look_task(presets: Mapping[str, WiringKey | None]) -> Callable[[Backend], FirstLook]:
+def arranged(
+    look: FirstLook,
+    wiring: WiringKey | None,
+    pins: Sequence[WiringKey],
+    initial: WiringKey | None,
+) -> tuple[WiringKey, list[WiringKey]] | None:
+    """(the wiring to show, the pins) once the search answered: the trained wiring with the fed
+    one pinned beside it as the reference, where the screen is still as the app opened it (the
+    configured wiring alone, no pin); None where the user chose already, or nothing changes."""
+    if wiring != initial or pins:
+        return None
+    shown = (look.trained, [look.fed] if look.gap else [])
+    return None if shown == (wiring, []) else shown
+
+
+def first_look_task(presets: Mapping[str, WiringKey | None]) -> Callable[[Any], FirstLook]:
     """The engine task (`Engine.submit("first_look", ...)`): the doctor's search on the backend's
-    evaluator, and the wiring an engine feeds; `presets`: the session's (the serve preset)."""
+    evaluator, and the wiring an engine feeds; `presets`: the session's (the serve preset). The
+    task takes a `backend.Backend` (not imported here: the summary names `FirstLook`, and the
+    backend's types name the summary)."""
     serve = presets.get("serve")
 
-    def job(backend: Backend) -> FirstLook:
+    def job(backend: Any) -> FirstLook:
         from inspector.doctor.trained_wiring import find_trained_wiring
 
         tw = find_trained_wiring(backend.evaluator)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from inspector.cache import ByteLRU
 from inspector.tui.drafts import is_second, second_key, switched
+from inspector.tui.summary import positions_of
 from inspector.tui.totals import Total, Totals, pool_accepts, pool_steps
 
 if TYPE_CHECKING:
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
     from inspector.metrics import StepMetrics
     from inspector.serving.spec import DraftSpec
     from inspector.tui.events import SampleAccept, SampleComparison, SampleTrees
-    from inspector.tui.first_look import FirstLook
     from inspector.tui.serving import Serving
     from inspector.tui.summary import SampleData, Summary
     from inspector.tui.totals import AcceptFigure
@@ -70,8 +70,7 @@ class AcceptTotals(Total["AcceptFigure"]):
 
 
 class ListRow(NamedTuple):
-    """One sample-list row: positions (`summary.positions_of`), step-0 all-tok under the current
-    and reference wirings."""
+    """One sample-list row: positions, step-0 all-tok under the current and reference wirings."""
 
     length: int | None
     cur: float | None
@@ -116,8 +115,6 @@ class ViewModel:
         # A sample under both drafts (`open --compare`), per (sample, A's wiring, settings).
         self.comparisons: ByteLRU[tuple[int, WiringKey, DraftSpec], SampleComparison] = ByteLRU(0)
         self.warned: set[tuple[int, str]] = set()
-        # The doctor's search for the trained wiring runs (`first_look`): the bar says so.
-        self.looking = False
 
     # --- session ------------------------------------------------------------------------------
     def load(self, session: Summary) -> list[tuple[int, str]]:
@@ -306,8 +303,6 @@ class ViewModel:
             return None
         cur = self.stats.get((i, self.wiring))
         ref = self.stats.get((i, self.ref)) if self.ref is not None else None
-        from inspector.tui.summary import positions_of
-
         tokens = self.lengths.get(i)
         return ListRow(
             None if tokens is None else positions_of(tokens),
@@ -330,23 +325,6 @@ class ViewModel:
         return min(
             (t.n_samples for w in self.view_wirings() if (t := self.totals.get(w))), default=0
         )
-
-    def take_first_look(self, look: FirstLook, *, arrange: bool) -> bool:
-        """Keep the search's answer (the views then name the two wirings by role) and, with
-        `arrange` and the wirings still as the app opened them (the configured one alone, no
-        pin), show the trained wiring with the fed one pinned as the reference: side by side in
-        the bar, with their gap. True when the wirings changed."""
-        self.looking = False
-        s = self.session
-        if s is None:
-            return False
-        s.first_look = look
-        untouched = self.wiring == s.initial and not self.pins
-        if not arrange or not untouched:
-            return False
-        self.wiring = look.trained
-        self.pins = [look.fed] if look.gap else []
-        return self.wiring != s.initial or bool(self.pins)
 
     # --- the view ---------------------------------------------------------------------------------
     def build_view(self, mask_only: bool) -> bool:

@@ -32,6 +32,7 @@ class DeviceMessages(Screen):
     sample_list: SampleList
     center: SampleView
     status: str  # the main screen's reactive loading stage
+    looking: bool  # the doctor's search for the trained wiring runs
     inputs: InputClock  # when the user last typed or clicked
 
     def __init__(self) -> None:
@@ -263,18 +264,23 @@ class DeviceMessages(Screen):
             self.say(f"internal error: {e.error}", severity="error", timeout=20)
 
     def first_look_done(self, look: object, error: str | None) -> None:
-        """The doctor's search answered: the trained wiring beside the fed one (unless the user
-        chose a wiring already, at the command line or by a key)."""
-        from inspector.tui.first_look import FirstLook
+        """The doctor's search answered: the views name the two wirings by role and, unless the
+        user chose a wiring already (at the command line or by a key), the trained one is shown
+        with the fed one pinned beside it (`first_look.arranged`)."""
+        from inspector.tui.first_look import FirstLook, arranged
 
         st = self.state
-        if error or not isinstance(look, FirstLook):
-            st.looking = False
+        self.looking = False
+        if error or not isinstance(look, FirstLook) or st.session is None:
             self.say(f"the trained wiring was not found: {error}", severity="warning", timeout=10)
             self.refresh_accuracy()
             return
-        arrange = getattr(self.app, "initial_wiring", None) is None
-        if st.take_first_look(look, arrange=arrange):
+        st.session.first_look = look
+        shown = None
+        if getattr(self.app, "initial_wiring", None) is None:  # no --wiring
+            shown = arranged(look, st.wiring, st.pins, st.session.initial)
+        if shown is not None:
+            st.wiring, st.pins = shown
             self.wirings_changed()
         self.refresh_header()
         self.refresh_accuracy()

@@ -68,6 +68,7 @@ class MainScreen(DeviceMessages):
         self.inputs = inputs  # the app's: when the user last typed or clicked
         self.messages: list[str] = []  # every notification text, for tests and the log
         self.switch_pending = False  # `B` waits for the second draft to load
+        self.looking = False  # the doctor's search for the trained wiring runs (`first_look`)
 
     @property
     def engine(self) -> Engine | None:
@@ -151,7 +152,7 @@ class MainScreen(DeviceMessages):
             return
         from inspector.tui.first_look import first_look_task
 
-        st.looking = True
+        self.looking = True
         engine.submit("first_look", first_look_task(st.session.presets))
         self.refresh_accuracy()
 
@@ -202,7 +203,9 @@ class MainScreen(DeviceMessages):
         )
 
     def refresh_accuracy(self) -> None:
-        self.accuracy_bar.paint(self.state, metrics=self.metrics, narrow=self.size.width < 100)
+        self.accuracy_bar.paint(
+            self.state, metrics=self.metrics, narrow=self.size.width < 100, looking=self.looking
+        )
 
     def on_resize(self) -> None:
         self.refresh_accuracy()

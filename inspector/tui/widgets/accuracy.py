@@ -19,14 +19,14 @@ class AccuracyBar(Static):
     BORDER_TITLE = "accuracy"  # until loaded; then the view and what τ replays
     _shown: Text | None = None
 
-    def paint(self, st: ViewModel, *, metrics: str, narrow: bool) -> None:
+    def paint(self, st: ViewModel, *, metrics: str, narrow: bool, looking: bool = False) -> None:
         """The bar for the state's wirings in view `metrics` (state.METRICS); nothing changes
-        before a session and a wiring."""
+        before a session and a wiring. `looking`: the search for the trained wiring runs."""
         title = accuracy_title(metrics, st.serving)
         if self.border_title != title:
             self.border_title = title
         width = max(self.content_size.width, MIN_WIDTH)
-        text = accuracy_text(st, metrics=metrics, narrow=narrow, width=width)
+        text = accuracy_text(st, metrics=metrics, narrow=narrow, width=width, looking=looking)
         if text is None or text == self._shown:
             return
         # Its height follows its lines: lay the screen out again only when their count changes.
