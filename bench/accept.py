@@ -38,8 +38,8 @@ from inspector.evaluate import Evaluator  # noqa: E402
 from inspector.formats import SampleSet  # noqa: E402
 from inspector.serving.cost import sweep_grid  # noqa: E402
 from inspector.serving.replay import Replayer  # noqa: E402
+from inspector.serving.settings_sweep import run_sweep  # noqa: E402
 from inspector.serving.spec import DraftSpec  # noqa: E402
-from inspector.serving.sweep import run_sweep  # noqa: E402
 from inspector.session import Inputs, load_evaluator  # noqa: E402
 
 

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from inspector.capture.run import CaptureSettings, capture, prepare  # noqa: E402
-from inspector.capture.target import TargetModel  # noqa: E402
+from inspector.capture.transformers_target import TargetModel  # noqa: E402
 
 
 def mid_target(root: Path) -> Path:
@@ -65,7 +65,7 @@ def sync(device: torch.device) -> None:
 
 
 def bench_case(name: str, target: Path, args: argparse.Namespace, work: Path) -> dict:
-    from inspector.capture.target import read_target_info
+    from inspector.capture.transformers_target import read_target_info
 
     info = read_target_info(target)
     seq_len = min(args.seq_len, info.max_positions or args.seq_len)

@@ -25,9 +25,9 @@ from safetensors.torch import load_file, save_file
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from inspector.engines import Engine  # noqa: E402
 from inspector.formats.run_dir import find_checkpoints  # noqa: E402
 from inspector.serving.checkpoint_sweep import sweep_run  # noqa: E402
-from inspector.serving.engines import Engine  # noqa: E402
 from inspector.serving.spec import DraftSpec  # noqa: E402
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from inspector.evaluate import Report, WiringReport
 from inspector.metrics import sum_steps
-from inspector.serving.walk import AcceptStats
+from inspector.metrics.rounds import AcceptStats
 
 
 @dataclass(frozen=True)

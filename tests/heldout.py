@@ -72,7 +72,7 @@ def grown_target(demo: DemoPaths, plan: TargetPlan):
 
     from safetensors.torch import load_file
 
-    from inspector.demo.target import Target, TargetConfig
+    from inspector.demo.tiny_target import Target, TargetConfig
 
     cfg = json.loads((demo.target / "config.json").read_text())
     fields = TargetConfig.__dataclass_fields__
@@ -104,7 +104,7 @@ def build_second_target(root: Path, demo: DemoPaths, plan: TargetPlan = TargetPl
 
     from inspector.demo.corpus import load_corpus, stdlib_files
     from inspector.demo.data import capture_slots, make_sequences, save_samples, slot_labels
-    from inspector.demo.target import train_target
+    from inspector.demo.tiny_target import train_target
     from inspector.demo.tokenizer import EOS, encode_documents
 
     tok = Tokenizer.from_file(str(demo.tokenizer))

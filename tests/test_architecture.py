@@ -123,7 +123,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "strict_json",
                 "input_folders",
                 "stats",
-                "engine_names",
+                "engines",
                 "demo_paths",
                 "formatting",
                 "cache",
@@ -145,17 +145,9 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         ),
     ),
 )
-# The one admitted exception (docs/architecture.md): the engine's eval reads the rounds through a
-# sample (`serving.walk`, plain numpy) for its accept len column, and the walk names the
-# engine whose counting it follows.
-EXCEPTIONS = frozenset(
-    {
-        ("inspector.evaluate.evaluator", "inspector.serving.walk"),
-        ("inspector.evaluate.predictions", "inspector.serving.walk"),
-        ("inspector.evaluate.report", "inspector.serving.walk"),
-        ("inspector.serving.walk", "inspector.serving.engines"),
-    }
-)
+# No admitted exception: the rounds walk the engine's eval reads lives in `metrics.rounds`, and the
+# engines' facts in `engines`, a leaf below every layer.
+EXCEPTIONS: frozenset[tuple[str, str]] = frozenset()
 
 
 def _rank(module: str) -> int | None:
@@ -198,12 +190,15 @@ def test_no_module_imports_a_higher_layer():
 
 def test_the_layer_check_sees_a_planted_import():
     """A lower layer importing a higher one fails: the forward importing the doctor, the inputs
-    importing a view, and the engine reading the serving layer beyond the admitted walk."""
+    importing a view, the engine reading the serving layer, and the engines' facts reading the
+    doctor."""
     graph = {m: set(d) for m, d in _graph().items()}
     graph["inspector.model.forward"].add("inspector.doctor.settle")
     graph["inspector.formats.engine_log"].add("inspector.commands.reconcile")
     graph["inspector.evaluate.evaluator"].add("inspector.serving.replay")
+    graph["inspector.engines.vllm"].add("inspector.doctor.engine_reading")
     assert _upward(graph) == [
+        ("inspector.engines.vllm", "inspector.doctor.engine_reading"),
         ("inspector.evaluate.evaluator", "inspector.serving.replay"),
         ("inspector.formats.engine_log", "inspector.commands.reconcile"),
         ("inspector.model.forward", "inspector.doctor.settle"),

@@ -65,7 +65,7 @@ def test_full_demo_target_loads_in_transformers_with_nothing_missing() -> None:
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from inspector.demo.target import Target, TargetConfig
+    from inspector.demo.tiny_target import Target, TargetConfig
 
     model, info = AutoModelForCausalLM.from_pretrained(str(TARGET), output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
@@ -122,7 +122,7 @@ def test_captured_slots_equal_the_stored_ones(recaptured) -> None:
 def _demo_target_float64():
     from safetensors.torch import load_file
 
-    from inspector.demo.target import Target, TargetConfig
+    from inspector.demo.tiny_target import Target, TargetConfig
 
     cfg = json.loads((TARGET / "config.json").read_text())
     model = Target(TargetConfig(**{k: cfg[k] for k in TargetConfig.__dataclass_fields__}))
@@ -371,7 +371,7 @@ def test_generate_is_deterministic_and_masks_the_continuation(tmp_path) -> None:
 def test_generate_writes_the_targets_continuation_past_the_stop(tmp_path) -> None:
     """The next --past-stop tokens after the request, as the greedy decode would have gone on,
     with the slots of one forward over both, under keys of their own; the request unchanged."""
-    from inspector.capture.target import TargetModel
+    from inspector.capture.transformers_target import TargetModel
 
     inp = _jsonl(tmp_path / "p.jsonl", [{"text": "import os\n"}])
     s = CaptureSettings(layers="2,6", generate=12, device="cpu", save_dtype="float32", past_stop=5)

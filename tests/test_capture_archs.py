@@ -1,7 +1,7 @@
 """`capture` on a tiny random model of every target architecture EAGLE-3 drafts serve that
 transformers implements: the slots equal transformers' own hidden states where they mean the same
 thing, and the last slot (HF L, before the final norm) through the target's own final norm and head
-gives the target's own logits. The final norm is found by what it does (inspector.capture.target),
+gives the target's own logits. The final norm is found by what it does (inspector.capture.transformers_target),
 so each architecture's module names are checked here, not assumed there. Models with no final norm
 to hook, or no causal LM in transformers, are refused with one line."""
 
@@ -243,7 +243,7 @@ def _jsonl(path: Path, rows: list[dict]) -> Path:
 def test_capture_reproduces_the_targets_states_and_logits(tmp_path: Path, name: str) -> None:
     from transformers import AutoConfig
 
-    from inspector.capture.target import TargetModel
+    from inspector.capture.transformers_target import TargetModel
 
     target = _save_random(name, tmp_path / name)
     inp = _jsonl(tmp_path / "ids.jsonl", [{"input_ids": ids} for ids in PROMPTS])
@@ -354,7 +354,7 @@ def _llama_decoder():
 
 
 def test_norms_that_do_not_give_the_decoders_output_are_refused(tmp_path: Path) -> None:
-    from inspector.capture.target import locate_final_norm
+    from inspector.capture.transformers_target import locate_final_norm
 
     assert locate_final_norm(_llama_decoder(), L, "cpu", tmp_path)[0] == "norm"
     # No norm-like module at all.

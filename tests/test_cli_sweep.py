@@ -348,9 +348,9 @@ def test_a_checkpoint_of_another_target_vocabulary_is_refused_naming_its_config(
 def test_progress_counts_every_checkpoint_refused_or_not(run, tmp_path) -> None:
     """The bar's callback: one call per checkpoint, in order, out of all of them, a refused one
     included; the report carries no state without one."""
+    from inspector.engines import Engine
     from inspector.formats.run_dir import find_checkpoints
     from inspector.serving.checkpoint_sweep import sweep_run
-    from inspector.serving.engines import Engine
     from inspector.serving.spec import DraftSpec
 
     draft, samples, folder = run

@@ -205,7 +205,7 @@ def test_acceptance_length_is_higher_under_train_wiring(draft, samples) -> None:
 
 
 def test_target_training_is_seeded() -> None:
-    from inspector.demo.target import TargetConfig, train_target
+    from inspector.demo.tiny_target import TargetConfig, train_target
 
     cfg = TargetConfig(
         vocab_size=64, hidden_size=32, num_hidden_layers=2, head_dim=8, intermediate_size=48
@@ -221,7 +221,7 @@ def test_target_training_is_seeded() -> None:
 
 def test_capture_takes_the_last_state_before_the_final_norm() -> None:
     from inspector.demo.data import GeneratedSequence, capture_slots
-    from inspector.demo.target import Target, TargetConfig
+    from inspector.demo.tiny_target import Target, TargetConfig
 
     torch.manual_seed(0)
     model = Target(TargetConfig()).eval()
@@ -329,7 +329,7 @@ def test_install_replaces_only_the_owned_folders_and_keeps_symlinks_unfollowed(
 
 
 def test_time_budget_only_steers_a_clearly_slow_run() -> None:
-    from inspector.demo.target import TIME_MARGIN, progress_fraction
+    from inspector.demo.tiny_target import TIME_MARGIN, progress_fraction
 
     # No budget, or a run on schedule: the step count alone decides (reproducible).
     assert progress_fraction(30, 100, 1e9, None) == 0.3

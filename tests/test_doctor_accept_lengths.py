@@ -16,9 +16,9 @@ from inspector.doctor.diagnose import build_context
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
+from inspector.metrics.rounds import AcceptStats
 from inspector.serving.replay import Replayer
 from inspector.serving.spec import DraftSpec
-from inspector.serving.walk import AcceptStats
 from inspector.synthetic import SyntheticSpec, write_synthetic
 from inspector.wiring import Wiring
 

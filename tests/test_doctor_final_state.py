@@ -18,7 +18,7 @@ from inspector.doctor.final_state import (
 )
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
-from inspector.formats.target import read_target_head
+from inspector.formats.target_tensors import read_target_head
 from inspector.sample import SlotInfo
 
 

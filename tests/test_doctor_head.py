@@ -69,7 +69,7 @@ def test_words_per_engine(demo, headless, tmp_path):
 
 
 def test_borrowed_rows_follow_d2t(demo, headless, tmp_path):
-    from inspector.formats.target import read_target_head
+    from inspector.formats.target_tensors import read_target_head
 
     out = borrow_target_head(head_status(headless), demo.target, tmp_path / "b")
     w = load_file(str(out / "model.safetensors"))
@@ -149,7 +149,7 @@ def test_own_head_against_the_targets(demo, capsys):
 
 def test_a_draft_shipping_the_targets_rows_is_told(demo, headless, tmp_path, capsys):
     """A head that is not the one the draft was trained with: the borrowed rows score better."""
-    from inspector.formats.target import read_target_head
+    from inspector.formats.target_tensors import read_target_head
 
     full = read_target_head(demo.target).lm_head
     w = load_file(str(demo.draft / "model.safetensors"))

@@ -42,7 +42,7 @@ def ev(demo):
 
 @pytest.fixture(scope="module")
 def target_head(demo):
-    from inspector.formats.target import read_target_head
+    from inspector.formats.target_tensors import read_target_head
 
     return read_target_head(demo.target).lm_head
 
@@ -170,7 +170,7 @@ def test_a_tied_draft_borrows_its_embedding(demo, tmp_path):
         str(borrow_target_head(head_status(e), demo.target, tmp_path / "f") / "model.safetensors")
     )
     d2t = w["d2t"].long()
-    from inspector.formats.target import read_target_head
+    from inspector.formats.target_tensors import read_target_head
 
     assert torch.equal(w[HEAD], read_target_head(demo.target).lm_head[torch.arange(256) + d2t])
 
@@ -202,7 +202,7 @@ def test_rows_outside_the_targets_head_are_refused(demo, tmp_path):
     w = load_file(
         str(borrow_target_head(head_status(e), demo.target, tmp_path / "y") / "model.safetensors")
     )
-    from inspector.formats.target import read_target_head
+    from inspector.formats.target_tensors import read_target_head
 
     full = read_target_head(demo.target).lm_head
     assert torch.equal(w[HEAD][0], full[0]) and torch.equal(w[HEAD][255], full[511])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from inspector.doctor.long_context import long_context_finding
-from inspector.serving.walk import AcceptStats, Round
+from inspector.metrics.rounds import AcceptStats, Round
 
 
 def _stats(early: list[tuple[int, int]], late: list[tuple[int, int]]) -> AcceptStats:

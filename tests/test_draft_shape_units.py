@@ -15,7 +15,7 @@ from inspector.doctor.draft_shape import (
     engine_verdict,
     without_dropped,
 )
-from inspector.doctor.shape_support import Drop, Support, Verdict
+from inspector.engines.shapes import Drop, Support, Verdict
 from inspector.formats import load_draft
 
 

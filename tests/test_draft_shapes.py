@@ -11,6 +11,7 @@ import shutil
 import pytest
 import trained_shapes as ts
 
+from inspector.commands.exit_codes import for_verdict
 from inspector.doctor import diagnose
 from inspector.doctor.finding import Severity
 from inspector.evaluate import Evaluator
@@ -181,7 +182,7 @@ def test_accept_counts_the_draft_the_engine_runs(trained, capsys):
     SGLang 0.5.23 runs it (its counts equalled SGLang's own, request for request), and says so;
     vLLM runs the draft as trained."""
     from inspector.doctor.draft_shape import as_engine_runs
-    from inspector.serving.engines import Engine
+    from inspector.engines import Engine
     from inspector.serving.replay import Replayer
     from inspector.serving.spec import DraftSpec
     from inspector.wiring import Wiring
@@ -220,8 +221,9 @@ def test_reconcile_replays_the_draft_sglang_runs(trained, capsys, tmp_path):
     )
     capsys.readouterr()
     argv = ["reconcile", str(folder), str(samples), "--engine-log", str(log), "--limit", "3"]
-    assert main([*argv, "--device", "cpu", "--json"]) == 0
+    rc = main([*argv, "--device", "cpu", "--json"])
     out = capsys.readouterr()
+    assert rc == for_verdict(json.loads(out.out)["verdict"])
     assert "note: SGLang 0.5.23 runs this draft without its q/k norms" in out.err
     configured = json.loads(out.out)["wirings"][0]
     assert configured["wiring"] == [0, 1, 2]

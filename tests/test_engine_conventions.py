@@ -11,19 +11,17 @@ from __future__ import annotations
 import json
 import re
 
-from inspector.doctor.engine_conventions import (
+from inspector.doctor.serving import engine_configs, engine_settings
+from inspector.engines.sglang_model_files import (
     EVERY,
     FIRST_IS_ONE,
     SGLANG_ID_RULES,
     UNLESS_LAST,
-    TargetClass,
     captured,
-    data_config_target,
-    read_target_class,
     sglang_rule,
-    target_class,
 )
-from inspector.doctor.serving import engine_configs, engine_settings
+from inspector.engines.target_class import TargetClass, target_class
+from inspector.formats.target_class import data_config_target, read_target_class
 
 
 def test_every_class_has_one_row_and_a_source():

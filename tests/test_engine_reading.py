@@ -79,7 +79,7 @@ def test_configs_without_ids_collapse_on_a_small_target():
     lc = small.pop("llama.cpp @0c1e570 converted")
     assert all("1 state for an fc that takes 3" in str(v) for v in small.values()), small
     assert lc == (2,)
-    read = next(r for r in engine_reads(cfg, 5, 3, target=LLAMA) if r.reader.engine == "llama.cpp")
+    read = next(r for r in engine_reads(cfg, 5, 3, target=LLAMA) if r.reader.engine == "llamacpp")
     assert read.fed == (2, 2, 2) and read.problem is None
     assert read.notes[-1] == "ids [2, 2, 2] repeat a layer: llama.cpp feeds it to 3 fc blocks"
 
@@ -345,7 +345,7 @@ def test_llamacpp_feeds_as_listed_and_nothing_for_the_layer_count():
         ("llama.cpp @0c1e570 converted feeds", (4, 2, 0)),
     ]
     last = {"eagle_aux_hidden_state_layer_ids": [2, 4, 6]}
-    lc = next(r for r in engine_reads(last, 6, 3, target=LLAMA) if r.reader.engine == "llama.cpp")
+    lc = next(r for r in engine_reads(last, 6, 3, target=LLAMA) if r.reader.engine == "llamacpp")
     assert lc.fed == (2, 4, None) and lc.problem is not None and "feeds nothing" in lc.problem
     assert lc.to_dict()["fed"] == [2, 4, None]
     assert fed_candidates(last, 6, 3, None, target=LLAMA) == [
@@ -358,7 +358,7 @@ def test_llamacpp_feeds_as_listed_and_nothing_for_the_layer_count():
     assert [r.fed for r in g] == [(None, 2, 4)]
     # an id past the layer count aborts: nothing is fed, nothing is a candidate
     past = {"eagle_aux_hidden_state_layer_ids": [2, 4, 7]}
-    assert all(r.fed is None for r in engine_reads(past, 6, 3) if r.reader.engine == "llama.cpp")
+    assert all(r.fed is None for r in engine_reads(past, 6, 3) if r.reader.engine == "llamacpp")
 
 
 def test_the_readings_mutation_testing_asked_for():

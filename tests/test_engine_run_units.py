@@ -69,7 +69,7 @@ def test_llamacpp_feeds_nothing_for_id_l():
     pytest.importorskip("gguf")
     d = load_draft(GGUF, target=DEMO.target)
     run = engine_run(d, "llamacpp", num_layers=6)
-    assert run.engine == "llama.cpp" and run.fed == (2, 4, None)
+    assert run.engine == "llamacpp" and run.fed == (2, 4, None)
     w, silent, label = run.feed(INFOS)
     assert w.slots == (1, 2, 0)
     assert label == "llama.cpp @0c1e570 GGUF feeds [L2, L4, nothing]"

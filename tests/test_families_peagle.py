@@ -335,10 +335,10 @@ def test_replay_past_the_stop_is_the_chain_over_the_continuation(draft, root):
     so `accept` on such a capture skipped every sample. The chain over request + continuation is
     teacher-forced TTT (no depth reads another's draft): cut a sample's tail into its
     continuation and the rounds at the cut sample's starts accept what they accept in the whole."""
+    from inspector.metrics.rounds import chain_accepts
     from inspector.sample import Continuation
     from inspector.serving.replay import Replayer, round_starts
     from inspector.serving.spec import DraftSpec
-    from inspector.serving.walk import chain_accepts
 
     samples = SampleSet(root / "samples")
     whole = samples[0]

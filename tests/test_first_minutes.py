@@ -216,7 +216,7 @@ def test_gitignore_keeps_scratch_folders_out():
     ],
 )
 def test_engine_spellings(spelling, canonical):
-    from inspector.serving.engines import Engine, parse_engine
+    from inspector.engines import Engine, parse_engine
 
     assert parse_engine(spelling, is_chain=True) is Engine(canonical)
     parser = build_parser()
@@ -226,9 +226,9 @@ def test_engine_spellings(spelling, canonical):
         ["sweep", "run", "s", "--engine", spelling],
     ):
         assert parser.parse_args(argv).engine == canonical  # the Engine value, kept internally
-    # the doctor names llama.cpp as its engine readings do
+    # the doctor keeps the same id (one vocabulary: the registry's)
     doctor = parser.parse_args(["doctor", "ck", "--engine", spelling]).engine
-    assert doctor == ["llama.cpp" if canonical == "llamacpp" else canonical]
+    assert doctor == [canonical]
 
 
 def test_capture_engine_in_any_case():
@@ -237,8 +237,8 @@ def test_capture_engine_in_any_case():
 
 
 def test_unknown_engine_says_did_you_mean():
+    from inspector.engines import parse_engine
     from inspector.errors import InputError
-    from inspector.serving.engines import parse_engine
 
     with pytest.raises(InputError) as e:
         parse_engine("vlm", True)

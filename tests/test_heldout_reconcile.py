@@ -17,6 +17,7 @@ from heldout import CASES, HeldOutDraft, with_ids
 from support import vllm_line
 
 from inspector.cli import main
+from inspector.commands.exit_codes import for_verdict
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 LIMIT = "8"
@@ -26,8 +27,9 @@ FEEDABLE = [n for n, c in CASES.items() if list(c.shape.ids) == sorted(c.shape.i
 def _json(capsys, argv: list[str]) -> dict:
     capsys.readouterr()
     rc = main([*argv, "--json", "--device", "cpu", "--limit", LIMIT])
-    assert rc == 0
-    return json.loads(capsys.readouterr().out)
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == (for_verdict(doc["verdict"]) if argv[0] == "reconcile" else 0)
+    return doc
 
 
 def _served_log(capsys, draft: Path, d: HeldOutDraft, hf: tuple[int, ...], out: Path) -> Path:

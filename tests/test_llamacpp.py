@@ -259,7 +259,7 @@ def test_reconcile_of_the_2_4_6_copy_under_llama_cpp(capsys, generated, tmp_path
     log.write_text(metrics_text(881, 127, 2643, None))
     capsys.readouterr()
     argv = ["reconcile", str(folder), str(generated), "--engine-log", str(log), "--steps", "3"]
-    assert main([*argv, "--json", "--device", "cpu"]) == 0
+    assert main([*argv, "--json", "--device", "cpu"]) == 1  # a problem found
     r = json.loads(capsys.readouterr().out)
     assert r["verdict"] == "wrong_wiring", r["summary"]
     assert "exactly what this draft gives fed [L2, L4, nothing]" in r["summary"]

@@ -15,6 +15,7 @@ pytest.importorskip("transformers")
 from support import capture_generated, reconcile_json, vllm_line  # noqa: E402
 
 from inspector.cli import main  # noqa: E402
+from inspector.commands.exit_codes import for_verdict  # noqa: E402
 
 DEMO = Path(__file__).resolve().parent.parent / "assets" / "demo"
 
@@ -179,7 +180,7 @@ def test_a_config_naming_the_serving_ids_is_found_from_prompts_alone(capsys, rep
     argv = ["reconcile", str(deployed), "--prompts", str(DEMO / "prompts.jsonl")]
     argv += ["--target", str(DEMO / "target"), "--engine-log", str(log), "--json"]
     argv += ["--device", "cpu", "--dtype", "float32", "--max-new", "40"]
-    assert main(argv) == 0
+    assert main(argv) == 1  # a problem found
     r = json.loads(capsys.readouterr().out)
     assert r["verdict"] == "wrong_wiring", r["summary"]
     assert r["wirings_named"]["fed"] == "configured [L2, L4, L6]"
@@ -205,8 +206,10 @@ def test_a_config_naming_the_serving_ids_is_found_from_prompts_alone(capsys, rep
 def reconcile_json_of(capsys, draft: Path, samples: Path, log: Path) -> dict:
     capsys.readouterr()
     argv = ["reconcile", str(draft), str(samples), "--engine-log", str(log), "--json"]
-    assert main([*argv, "--device", "cpu"]) == 0
-    return json.loads(capsys.readouterr().out)
+    rc = main([*argv, "--device", "cpu"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == for_verdict(doc["verdict"])
+    return doc
 
 
 def test_per_request_counts_pair_by_tokens_and_name_the_first_shortfall(

@@ -24,6 +24,7 @@ import pytest
 pytest.importorskip("torch")
 
 from inspector.cli import main  # noqa: E402
+from inspector.commands.exit_codes import for_verdict  # noqa: E402
 from inspector.demo_paths import default_demo_root  # noqa: E402
 from inspector.formats.engine_log import read_engine_log  # noqa: E402
 
@@ -79,8 +80,10 @@ def llama_rounds(samples) -> list[tuple[list[int], list[int]]]:
 def _reconcile(capsys, samples: Path, log: Path) -> dict:
     capsys.readouterr()
     argv = ["reconcile", str(DEMO / "draft"), str(samples), "--engine-log", str(log)]
-    assert main([*argv, "--steps", str(K), "--json", "--device", "cpu"]) == 0
-    return json.loads(capsys.readouterr().out)
+    rc = main([*argv, "--steps", str(K), "--json", "--device", "cpu"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == for_verdict(doc["verdict"])
+    return doc
 
 
 def _vllm_requests(path: Path, rounds: list[list[int]]) -> Path:

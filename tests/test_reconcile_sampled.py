@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inspector.doctor.known_faults import VLLM_CPU_EXPAND, known_faults
+from inspector.doctor.known_faults import known_faults
 from inspector.doctor.reconcile import reconcile
 from inspector.doctor.reconcile_sampled import (
     ROUNDING,
@@ -23,6 +23,7 @@ from inspector.doctor.reconcile_sampled import (
     shortfall_text,
 )
 from inspector.doctor.reconciliation import PositionCheck, Verdict
+from inspector.engines.vllm import CPU_EXPAND as VLLM_CPU_EXPAND
 from inspector.formats.engine_log import EngineLog, EngineStart
 from inspector.formats.samples import v1_slot_info
 from inspector.serving.expectation import Expectation, SampleOdds

@@ -11,6 +11,7 @@ import shutil
 import pytest
 
 from inspector.cli import main
+from inspector.engines import Engine
 from inspector.formats.run_dir import RunCheckpoint
 from inspector.serving.checkpoint_sweep import (
     CheckpointResult,
@@ -19,7 +20,6 @@ from inspector.serving.checkpoint_sweep import (
     checkpoint_key,
     read_state,
 )
-from inspector.serving.engines import Engine
 from inspector.serving.spec import DraftSpec
 
 SETTINGS = {"spec": {"steps": 3}, "engine": "vllm"}

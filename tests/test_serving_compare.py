@@ -1,4 +1,4 @@
-"""`serving.compare` on hand-made replays: pairing by sample, the per-depth and per-bucket
+"""`serving.paired_drafts` on hand-made replays: pairing by sample, the per-depth and per-bucket
 figures, and the round starts where one draft accepts more."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inspector.serving.compare import compare, disagreements
+from inspector.serving.paired_drafts import compare, disagreements
 from inspector.serving.replay import SampleReplay, WiringAccept
 from inspector.wiring import Wiring
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from inspector.engines import ENGINES, SERVING, Engine, conventions, default_engine, parse_engine
 from inspector.errors import InputError
-from inspector.serving.engines import ENGINES, Engine, conventions, default_engine, parse_engine
 
 
 def test_defaults_and_names():
     assert ENGINES == ("vllm", "sglang", "llamacpp")
+    assert SERVING == (Engine.VLLM, Engine.SGLANG, Engine.LLAMACPP)
     assert default_engine(True) is Engine.VLLM and default_engine(False) is Engine.SGLANG
     assert parse_engine(None, True) is Engine.VLLM and parse_engine(None, False) is Engine.SGLANG
     assert parse_engine(" SGLang ", True) is Engine.SGLANG

@@ -95,7 +95,7 @@ def test_the_doctors_accept_length_at_a_temperature_is_accepts_expectation(capsy
     """`doctor --temperature` quotes, in the wiring finding, what `accept --temperature` gives
     on the same samples (a chain of 3 under vLLM's rule), and says it is expected there; the
     target is loaded once for the two stages that run it (the slots' identity, the odds)."""
-    import inspector.capture.target as target_module
+    import inspector.capture.transformers_target as target_module
 
     loads = []
 
@@ -145,7 +145,7 @@ def test_the_doctor_at_a_temperature_needs_the_target(capsys):
 @pytest.fixture(scope="module")
 def demo_odds_inputs():
     """The demo draft on its first training sample, and the demo target in float32."""
-    from inspector.capture.target import TargetModel
+    from inspector.capture.transformers_target import TargetModel
     from inspector.evaluate import Evaluator
     from inspector.formats import SampleSet, load_draft
 

@@ -13,8 +13,8 @@ from serving_oracle import direct_round, random_draft
 
 pytest.importorskip("transformers")
 
+from inspector.engines import Engine  # noqa: E402
 from inspector.model import fc_project  # noqa: E402
-from inspector.serving.engines import Engine  # noqa: E402
 from inspector.serving.live import live_accept  # noqa: E402
 from inspector.serving.live_draft import LiveDraft  # noqa: E402
 from inspector.serving.sampling import sample_verify, target_probs, torch_draws  # noqa: E402
@@ -136,7 +136,7 @@ def test_greedy_live_loop_equals_the_replay_of_its_sequences_round_by_round(spec
 def test_greedy_live_loop_emits_the_targets_own_greedy_continuation(tmp_path):
     """Lossless: speculative decoding emits what the target alone emits (capture --generate)."""
     from inspector.capture.inputs import read_input
-    from inspector.capture.target import TargetModel
+    from inspector.capture.transformers_target import TargetModel
     from inspector.formats import SampleSet
 
     out = tmp_path / "live"

@@ -18,8 +18,8 @@ import torch
 
 pytest.importorskip("transformers")
 
+from inspector.engines import Engine  # noqa: E402
 from inspector.errors import InputError  # noqa: E402
-from inspector.serving.engines import Engine  # noqa: E402
 from inspector.serving.live import live_accept  # noqa: E402
 from inspector.serving.live_draft import LiveDraft  # noqa: E402
 from inspector.serving.sampling_settings import Verification, VerifyRule  # noqa: E402
@@ -122,7 +122,7 @@ def test_a_sampled_chain_at_a_tiny_temperature_is_the_greedy_chain(draft):
     """The sampled-draft rules' chain runs its nodes as the beam does: at temperature 1e-6 every
     draw is the argmax, so the chain is `tree()`'s topk-1 chain token for token."""
     from inspector.capture.run import CaptureSettings, prepare
-    from inspector.capture.target import TargetModel
+    from inspector.capture.transformers_target import TargetModel
     from inspector.formats.samples import v1_slot_info
     from inspector.model import fc_wired
     from inspector.serving.live import draft_ids

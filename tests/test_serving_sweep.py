@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
+from inspector.engines import Engine
 from inspector.errors import InputError
 from inspector.serving.cost import CostModel, sweep_grid
-from inspector.serving.engines import Engine
 from inspector.serving.replay import Replayer
+from inspector.serving.settings_sweep import run_sweep
 from inspector.serving.spec import DraftSpec
-from inspector.serving.sweep import run_sweep
 
 ROUND_FIELDS = ("starts", "accepted", "emitted", "bounded", "after_stop", "a_by_start")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inspector.serving.walk import AcceptStats, Round, chain_accepts, generation_runs, walk
+from inspector.metrics.rounds import AcceptStats, Round, chain_accepts, generation_runs, walk
 
 
 def test_runs_are_the_maximal_masked_stretches_and_never_start_at_zero():
@@ -69,7 +69,7 @@ def test_chain_accepts_counts_leading_hits_per_row():
 
 
 def test_the_last_round_counts_past_the_stop_where_the_continuation_is_known():
-    from inspector.serving.walk import Run
+    from inspector.metrics.rounds import Run
 
     # run x_2..x_9, continuation known to x_12: the last round (n=7) matched 3 drafts; two of
     # them lie past x_9 and the engine counts them, though it emits only x_8, x_9
@@ -96,8 +96,8 @@ def test_the_last_round_counts_past_the_stop_where_the_continuation_is_known():
 
 
 def test_sglang_counts_one_more_round_after_a_stop_it_could_not_foresee():
-    from inspector.serving.engines import Engine
-    from inspector.serving.walk import Run
+    from inspector.engines import Engine
+    from inspector.metrics.rounds import Run
 
     a = np.array([0, 0, 2, 0, 0, 1, 3, 3, 1, 0, 2, 0, 0, 0, 0])
     # by length, last round after x_7 emitting x_8, x_9 (2 tokens): SGLang had launched the next
@@ -139,8 +139,8 @@ def test_the_edges_of_what_a_sample_knows():
     """Mutants of the walk's edges survived the tests above: a count exactly at the end of the
     known tokens, a round after the stop past the array or past what is known, an overlap
     round after a last round that was itself a lower bound, and no depth given."""
-    from inspector.serving.engines import Engine
-    from inspector.serving.walk import Run
+    from inspector.engines import Engine
+    from inspector.metrics.rounds import Run
 
     # the last round after x_7 with the continuation known to x_9: 2 drafts can be checked and
     # both matched (raw == room < depth): a lower bound
@@ -168,8 +168,8 @@ def test_the_edges_of_what_a_sample_knows():
 
 
 def test_a_one_step_chain_is_a_lower_bound_past_what_is_known():
-    from inspector.serving.engines import Engine
-    from inspector.serving.walk import Run
+    from inspector.engines import Engine
+    from inspector.metrics.rounds import Run
 
     a = np.array([0, 0, 1, 1, 1, 1])
     # depth 1: the last round after x_2 emits x_3, x_4; SGLang's round after the stop starts

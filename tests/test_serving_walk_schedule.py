@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inspector.serving.engines import Engine
+from inspector.engines import Engine
+from inspector.metrics.rounds import AcceptStats, Round, Run, walk
 from inspector.serving.sample_replay import SampleReplay
-from inspector.serving.walk import AcceptStats, Round, Run, walk
 
 # run x_2..x_12: what a round starting after x_n would accept at depth 3
 A = np.array([0, 0, 3, 3, 1, 2, 0, 3, 3, 3, 1, 0, 0, 0, 0])
@@ -146,8 +146,8 @@ def test_llama_server_caps_each_round_by_the_room_left():
     room (after x_E-1) is a plain decode, not counted (2983-2985, 3880-3887)."""
     import numpy as np
 
-    from inspector.serving.engines import Engine
-    from inspector.serving.walk import AcceptStats, walk
+    from inspector.engines import Engine
+    from inspector.metrics.rounds import AcceptStats, walk
 
     a = np.full(20, 3, dtype=np.int64)  # every round would accept all it drafts
     rounds = walk(a, [(2, 10)], depth=3, engine=Engine.LLAMACPP)

@@ -9,14 +9,11 @@ from dataclasses import replace
 import pytest
 
 from inspector.doctor.finding import Kind, Severity
-from inspector.doctor.shape_support import (
-    Support,
-    llamacpp_0c1e570,
-    sglang_0523,
-    shape_finding,
-    shape_of,
-    vllm_032,
-)
+from inspector.doctor.shape_support import shape_finding
+from inspector.engines.llamacpp import shape_rule as llamacpp_0c1e570
+from inspector.engines.sglang import shape_rule as sglang_0523
+from inspector.engines.shapes import Support, shape_of
+from inspector.engines.vllm import shape_rule as vllm_032
 
 
 def _speculators(ids, **layer) -> dict:
@@ -60,7 +57,14 @@ def test_the_two_meanings_of_eagle_3_1(flags, variant):
 
 
 def _verdicts(shape):
-    return {f.__name__: f(shape) for f in (vllm_032, sglang_0523, llamacpp_0c1e570)}
+    return {
+        name: f(shape)
+        for name, f in (
+            ("vllm_032", vllm_032),
+            ("sglang_0523", sglang_0523),
+            ("llamacpp_0c1e570", llamacpp_0c1e570),
+        )
+    }
 
 
 def test_fc_norm_eagle_3_1():
@@ -215,7 +219,7 @@ def test_a_verdict_in_words_and_json():
             "served from a config in its own layout, the ids under eagle_config",
         ],
         "fix": "serve it on vLLM, whose Eagle3Qwen3ForCausalLM applies them",
-        "source": "SGLang 0.5.23 srt/models/llama_eagle3.py 156-207, 325-378 (run)",
+        "source": "SGLang 0.5.23 srt/models/llama_eagle3.py (run)",
         "dropped": "its q/k norms",
     }
     served = vllm_032(_shape(_speculators([0, 2, 4]), fc_norm=True))
@@ -230,9 +234,7 @@ def test_a_verdict_in_words_and_json():
     assert lc.fix == "serve it on vLLM or SGLang"
 
 
-LC_SOURCE = (
-    "llama.cpp 0c1e570 conversion/llama.py 49-104, 208-262, src/models/eagle3.cpp 6-33 (run)"
-)
+LC_SOURCE = "llama.cpp @0c1e570 conversion/llama.py, src/models/eagle3.cpp (run)"
 
 
 @pytest.mark.parametrize(
@@ -304,10 +306,8 @@ def test_verdict_words_join_their_reasons():
     assert plain.fix == 'write "num_aux_hidden_states": 2 in config.json'
 
 
-VLLM_SRC = (
-    "vLLM 0.32.0 llama_eagle3.py 209-221, qwen3_eagle3.py 201-213, speculators/algos.py 15-50 (run)"
-)
-SGLANG_SRC = "SGLang 0.5.23 srt/models/llama_eagle3.py 156-207, 325-378 (run)"
+VLLM_SRC = "vLLM 0.32.0 llama_eagle3.py, qwen3_eagle3.py, speculators/algos.py (run)"
+SGLANG_SRC = "SGLang 0.5.23 srt/models/llama_eagle3.py (run)"
 
 
 def _v(engine, support, why=(), fix=None, source="", dropped=None) -> dict:

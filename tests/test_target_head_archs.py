@@ -1,5 +1,5 @@
 """The target's head as the inspector reads it (final norm + lm_head from the safetensors, without
-loading the model: inspector.formats.target) gives the target's own logits from the state before
+loading the model: inspector.formats.target_tensors) gives the target's own logits from the state before
 its final norm, on a tiny random model of every architecture EAGLE-3 drafts serve (the configs of
 test_capture_archs) and a few more whose heads differ (Gemma 2's default soft-cap, Granite's
 logits_scaling, the Qwen vision-language layouts, a tied head). Conventions it does not know are
@@ -19,8 +19,8 @@ from test_capture_archs import ARCHS, COMMON, _auto, save_random
 
 from inspector.errors import InputError
 from inspector.formats import read_target_head
-from inspector.formats import target as target_mod
-from inspector.formats.target import RMS, RMS_FLOAT, RMS_ONE_PLUS, read_target_lm_head
+from inspector.formats import target_tensors as target_mod
+from inspector.formats.target_tensors import RMS, RMS_FLOAT, RMS_ONE_PLUS, read_target_lm_head
 
 V, H = COMMON["vocab_size"], COMMON["hidden_size"]
 IDS = [200, 17, 45, 3, 99, 128, 7, 250, 64, 5]

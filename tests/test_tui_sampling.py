@@ -49,7 +49,7 @@ async def test_tau_at_a_temperature_is_accepts_expectation_for_the_sample_and_th
     """`open --temperature 0.7`: τ is the expectation under vLLM's one-hot rule, pooled over
     the set's rounds exactly as `accept --temperature 0.7` pools them; the doctor screen then
     quotes the same temperature, with the target τ loaded (one load for both)."""
-    from inspector.capture import target as target_module
+    from inspector.capture import transformers_target as target_module
 
     loads = []
 

@@ -99,8 +99,8 @@ def test_a_sample_failing_after_it_was_counted_leaves_the_totals():
 
 def accept(i: int, w, rounds: list[tuple[int, int, int]], spec=None):
     """A SampleAccept of sample i from its rounds (start, accepted, emitted)."""
+    from inspector.metrics.rounds import AcceptStats, Round
     from inspector.serving.spec import DraftSpec
-    from inspector.serving.walk import AcceptStats, Round
     from inspector.tui.events import SampleAccept
     from inspector.tui.serving import Serving
 
@@ -168,7 +168,7 @@ def test_the_bar_shows_tau_for_the_sample_and_the_set():
 
 
 def test_the_rounds_line_is_what_the_walk_accepts():
-    from inspector.serving.walk import generation_runs, walk
+    from inspector.metrics.rounds import generation_runs, walk
     from inspector.tui.summary import accept_at
     from inspector.tui.view import IN_ROUND, ROUND_START, round_marks
 
@@ -458,8 +458,8 @@ def test_the_engine_side_never_imports_textual():
 def test_the_rounds_line_under_sglangs_convention_and_a_continuation():
     """a_by_start over the continuation (longer than the sample) and SGLang's round after the
     stop (emitting nothing, starting at the sample's end) leave the line one entry per token."""
-    from inspector.serving.engines import Engine
-    from inspector.serving.walk import Run, walk
+    from inspector.engines import Engine
+    from inspector.metrics.rounds import Run, walk
     from inspector.tui.summary import accept_at
     from inspector.tui.view import ROUND_START, round_marks
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from inspector.metrics import Counts, StepMetrics
+from inspector.metrics.rounds import AcceptStats, Round
 from inspector.serving.spec import DraftSpec
-from inspector.serving.walk import AcceptStats, Round
 from inspector.tui.totals import AcceptFigure, Totals, pool_accepts, pool_steps
 
 A, B = (0, 1, 2), (1, 2, 3)

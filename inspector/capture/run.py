@@ -16,7 +16,7 @@ from pathlib import Path
 from inspector.capture import store
 from inspector.capture.inputs import MIN_TOKENS, Record, read_input
 from inspector.capture.plan import DraftIds, SlotPlan, plan_slots, read_draft_ids
-from inspector.capture.target import DTYPE_NAMES, TargetInfo, read_target_info
+from inspector.capture.transformers_target import DTYPE_NAMES, TargetInfo, read_target_info
 from inspector.errors import InputError
 from inspector.progress import Progress
 
@@ -204,7 +204,7 @@ def capture(
     """Capture INPUT through ``target`` into ``out`` (see the module docstring); resumable."""
     import torch
 
-    from inspector.capture.target import TargetModel
+    from inspector.capture.transformers_target import TargetModel
 
     p = prepared or prepare(target, input, settings or CaptureSettings())
     s = p.settings

@@ -50,7 +50,7 @@ def spec_from_args(args: argparse.Namespace):
 
 def run_accept(args: argparse.Namespace) -> int:
     from inspector.distributed import init_from_env
-    from inspector.serving.engines import parse_engine
+    from inspector.engines import parse_engine
 
     spec = spec_from_args(args)
     engine = parse_engine(args.engine, spec.is_chain)
@@ -177,7 +177,7 @@ def _expect_at_temperature(args, report, ev, err) -> None:
             "(or run the engine's rounds with --live)",
         )
     settings = expectation_settings(args, report.engine, report.spec.is_chain)
-    from inspector.capture.target import TargetModel
+    from inspector.capture.transformers_target import TargetModel
 
     target = TargetModel(args.target, dtype=args.dtype, device=str(ev.device))
     n = sum(len(w.per_sample) for w in report.wirings)
@@ -241,11 +241,13 @@ def _off_target_notes(report) -> list[str]:
 
 
 def render_accept(report) -> Table:
+    from inspector.serving.spec import EXACT_KV
+
     spec = report.spec
     title = safe(
         f"{report.checkpoint}: accept length per round as {report.engine.display} counts it "
         f"({report.mode}, {spec.mode}: {spec.flags()}"
-        + ("; SGLang's topk > 1 draft KV approximation" if spec.kv == "sglang" else "")
+        + ("; SGLang's topk > 1 draft KV approximation" if spec.kv != EXACT_KV else "")
         + f") on {report.samples} samples, {report.device} {report.dtype_label}"
     )
     table = report_table(title)

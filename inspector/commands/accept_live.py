@@ -15,8 +15,8 @@ from inspector.progress import progress_bar
 from inspector.wiring import PRESETS
 
 if TYPE_CHECKING:
+    from inspector.engines import Engine
     from inspector.model import Draft
-    from inspector.serving.engines import Engine
 
 
 def live_inputs(args: argparse.Namespace) -> tuple[Path, Path, Path]:
@@ -88,7 +88,7 @@ def run_loop(err: Console, draft, target: Path, prompts: Path, spec, wirings, **
 
 def run_live(args: argparse.Namespace, spec, err: Console, engine=None):
     from inspector.commands.common import as_engine_runs_it
-    from inspector.serving.engines import default_engine
+    from inspector.engines import default_engine
     from inspector.wiring import parse_wiring, preset_name
 
     engine = engine or default_engine(spec.is_chain)
@@ -151,8 +151,8 @@ def _live_slots(target: Path, draft) -> tuple[int | None, object, list]:
     """(the target's layer count, its class, the slots the live loop captures for `draft`: its
     configured ids and the target's last state, as `serving.live` plans them)."""
     from inspector.capture.plan import plan_slots
-    from inspector.capture.target import read_target_info
-    from inspector.doctor.engine_conventions import read_target_class
+    from inspector.capture.transformers_target import read_target_info
+    from inspector.formats.target_class import read_target_class
     from inspector.serving.live import draft_ids
 
     info = read_target_info(target)

@@ -62,10 +62,10 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
 def run_sweep_command(args: argparse.Namespace) -> int:
     from inspector.commands.accept import bound_notes
     from inspector.commands.common import open_evaluator, print_skips, wirings_and_names
+    from inspector.engines import Engine
     from inspector.progress import progress_bar
     from inspector.serving.cost import CostModel, sweep_grid
-    from inspector.serving.engines import Engine
-    from inspector.serving.sweep import run_sweep
+    from inspector.serving.settings_sweep import run_sweep
 
     if args.live:
         raise InputError(None, "--sweep", "replays saved samples: leave out --live")

@@ -9,6 +9,11 @@ from collections.abc import Sequence
 
 from inspector.commands.gates import EXIT_GATE
 from inspector.commands.help_text import Parser
+from inspector.engines import Engine
+from inspector.engines import engine as serving_engine
+
+# the SGLang release whose scheduler the help describes
+SGLANG = serving_engine(Engine.SGLANG).label
 
 
 def nearest(text: str, known: Sequence[str], cutoff: float = 0.7) -> str | None:
@@ -62,23 +67,23 @@ class SuggestingParser(Parser):
             parser = sub.choices[name]
 
 
-def engine_name(text: str) -> str:
-    """--engine: vllm / vLLM, sglang / SGLang, llamacpp / llama.cpp / llama-cpp / llama_cpp (any
-    case), as the canonical value (`Engine`'s: vllm, sglang, llamacpp)."""
+def engine_name(text: str, *, serving: bool = True) -> str:
+    """--engine: any spelling the engines' registry reads (vllm / vLLM, llamacpp / llama.cpp /
+    llama-cpp, ...; any case), as the engine's id. `serving`: only engines whose accept length
+    the tool replays."""
+    from inspector.engines import parse_engine
     from inspector.errors import InputError
-    from inspector.serving.engines import parse_engine
 
     try:
-        return parse_engine(text, True).value
+        return parse_engine(text, True, serving=serving).value
     except InputError as e:
         raise argparse.ArgumentTypeError(e.message) from None
 
 
 def doctor_engine(text: str) -> str:
-    """doctor's --engine, spelt as `engine_name` reads it, as the doctor names the engine
-    (vllm, sglang, llama.cpp)."""
-    name = engine_name(text)
-    return "llama.cpp" if name == "llamacpp" else name
+    """doctor's --engine: every engine the registry holds, those that run no EAGLE-3 draft too
+    (the doctor says what each would feed)."""
+    return engine_name(text, serving=False)
 
 
 def lowercase(text: str) -> str:
@@ -117,6 +122,8 @@ def port(text: str) -> int:
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
     """The engine settings a replay runs under (accept's, and compare's for both drafts)."""
+    from inspector.serving.spec import KV_MODES
+
     p.add_argument(
         "--steps",
         type=positive,
@@ -140,7 +147,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--kv",
-        choices=("exact", "sglang"),
+        choices=KV_MODES,
         default="exact",
         help="tree draft attention: exact (each node reads its ancestors, the EAGLE reference; "
         "default) or sglang (stretch: SGLang's topk > 1 draft decode, where each beam row reads "
@@ -159,7 +166,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         "--sglang-overlap",
         choices=("on", "off"),
         default="on",
-        help="SGLang's overlap scheduler (default on, as on GPUs; SGLang 0.5.23 forces it off "
+        help=f"SGLang's overlap scheduler (default on, as on GPUs; {SGLANG} forces it off "
         "for speculative decoding on CPU): off drops the round it runs after each request's "
         "stop, so a CPU run replays count for count",
     )
@@ -193,7 +200,7 @@ def add_reconcile_args(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="SGLang's overlap scheduler, which runs and counts one more round after each "
         "request's stop: auto (default) is off where the log shows SGLang on a CPU (its decode "
-        "lines say 'cpu graph'; SGLang 0.5.23 forces the scheduler off there) and on elsewhere",
+        f"lines say 'cpu graph'; {SGLANG} forces the scheduler off there) and on elsewhere",
     )
     p.add_argument(
         "--decode-log-interval",

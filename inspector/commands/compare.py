@@ -1,5 +1,5 @@
 """`eagle-inspect compare CKPT_A CKPT_B SAMPLES`: two drafts' replays over the same samples under
-the same engine settings, paired by sample (`serving.compare`), as tables or one JSON document."""
+the same engine settings, paired by sample (`serving.paired_drafts`), as tables or one JSON document."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from inspector.progress import progress_bar
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from inspector.serving.compare import compare
-    from inspector.serving.engines import parse_engine
+    from inspector.engines import parse_engine
+    from inspector.serving.paired_drafts import compare
 
     spec = spec_from_args(args)
     engine = parse_engine(args.engine, spec.is_chain)
@@ -216,7 +216,7 @@ def breakdown_tables(cmp) -> tuple[Table, Table, Table | None, list[str]]:
     ctx = report_table("accept length by context position (round start)")
     for col in ("tokens", "A", "B", "B - A", "interval"):
         ctx.add_column(col, justify="right", no_wrap=True)
-    from inspector.serving.walk import BUCKET_TOKENS
+    from inspector.metrics.rounds import BUCKET_TOKENS
 
     for start, d in cmp.by_bucket:
         ctx.add_row(

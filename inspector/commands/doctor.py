@@ -36,7 +36,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     """Parse, run the doctor's pipeline (the app's doctor screen runs the same), print."""
     from inspector.commands.arguments import expectation_settings
     from inspector.doctor import DoctorRequest, run
-    from inspector.serving.engines import default_engine
+    from inspector.engines import default_engine
 
     err = Console(stderr=True)
     source = Path(args.source) if getattr(args, "source", None) else None
@@ -278,8 +278,10 @@ def _serving_panel(report: DoctorReport) -> Panel:
         lines.append(Text(p, style="red"))
     if sc.configs_for:
         lines.append(Text(f"for {sc.configs_for}:", style="bold"))
-    for name, e in (("vllm", sc.engines.vllm), ("sglang", sc.engines.sglang)):
-        lines.append(Text(name, style="bold"))
+    from inspector.engines import Engine
+
+    for which, e in ((Engine.VLLM, sc.engines.vllm), (Engine.SGLANG, sc.engines.sglang)):
+        lines.append(Text(which.value, style="bold"))
         lines.append(Text("  config.json: " + json.dumps(e.config)))
         lines.append(Text("  " + e.launch, style="dim"))
         for n in e.notes:

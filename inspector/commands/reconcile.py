@@ -37,7 +37,7 @@ COLOURS = {
 
 def engine_flags(spec, engine) -> str:
     """The engine's own flags for these draft settings."""
-    from inspector.serving.engines import Engine
+    from inspector.engines import Engine
 
     if engine is Engine.VLLM:
         return f"{engine.display} num_speculative_tokens {spec.steps}"
@@ -130,7 +130,7 @@ def _by_layer(w, source, infos):
 def run_reconcile(args: argparse.Namespace) -> int:
     from inspector.doctor.reconcile import pair_requests, reconcile
     from inspector.formats.engine_log import read_engine_log
-    from inspector.serving.engines import Engine
+    from inspector.engines import Engine
     from inspector.serving.spec import DEFAULT_STEPS, DraftSpec
 
     err = Console(stderr=True)
@@ -240,8 +240,8 @@ def _overlap(args, log) -> bool:
 
 
 def _replay(args, spec, engine, err):
-    from inspector.doctor.engine_conventions import data_config_target, read_target_class
-    from inspector.serving.engines import Engine
+    from inspector.engines import Engine
+    from inspector.formats.target_class import data_config_target, read_target_class
     from inspector.serving.replay import Replayer
 
     inputs, ev = open_evaluator(args, err, args.device, spec.steps if spec.is_chain else 1)
@@ -298,7 +298,7 @@ def _live(args, spec, engine, err, log):
         run_loop,
         sampling_options,
     )
-    from inspector.serving.engines import Engine
+    from inspector.engines import Engine
     from inspector.serving.live import draft_ids
 
     if args.samples:
@@ -313,7 +313,7 @@ def _live(args, spec, engine, err, log):
     # every layer the wiring search needs, whatever the config names: the config is where the
     # wiring bug lives, so the slots it names cannot be the only ones captured
     from inspector.capture.plan import plan_slots
-    from inspector.capture.target import TargetModel, read_target_info
+    from inspector.capture.transformers_target import TargetModel, read_target_info
     from inspector.doctor.trained_wiring import search_layers
     from inspector.evaluate import Evaluator
     from inspector.formats import SampleSet
@@ -356,7 +356,7 @@ def _live(args, spec, engine, err, log):
             num_layers=info.num_layers,
         )
         trained = _search(Evaluator(draft, samples_set), err)
-    from inspector.doctor.engine_conventions import read_target_class
+    from inspector.formats.target_class import read_target_class
 
     fed = engine_fed(draft, info.num_layers, read_target_class(target))
     wirings, names, configured, ti = _wirings(

@@ -115,9 +115,9 @@ def run_sweep_run(args: argparse.Namespace) -> int:
     from inspector.commands.accept import spec_from_args
     from inspector.commands.common import config_wiring_note
     from inspector.distributed import gather_sweep, init_from_env
+    from inspector.engines import parse_engine
     from inspector.formats.run_dir import find_checkpoints
     from inspector.serving.checkpoint_sweep import sweep_run
-    from inspector.serving.engines import parse_engine
 
     spec = spec_from_args(args)
     engine = parse_engine(args.engine, spec.is_chain)

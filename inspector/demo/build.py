@@ -40,7 +40,7 @@ from inspector.demo.draft import (
     slot_mean_norms,
     train_draft,
 )
-from inspector.demo.target import TargetConfig, top1_accuracy, train_target
+from inspector.demo.tiny_target import TargetConfig, top1_accuracy, train_target
 from inspector.demo.tokenizer import EOS, encode_documents, train_tokenizer
 from inspector.demo_paths import default_demo_root
 from inspector.errors import InputError

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from inspector.demo.target import Target
+from inspector.demo.tiny_target import Target
 
 # HF output_hidden_states indices captured per sample, in speculators-v1 order:
 # embedding output, layer-2 output, layer-4 output, last layer's output (pre final norm).

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import Tensor
 
-from inspector.demo.target import lr_at, progress_fraction
+from inspector.demo.tiny_target import lr_at, progress_fraction
 from inspector.formats.writer import DraftFiles, write_draft
 from inspector.model import (
     Draft,

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 from inspector.doctor.budget import ACCEPT_STEPS, ACCEPT_TOKENS
 from inspector.doctor.named_wirings import ENGINE_DEFAULT
 from inspector.errors import InputError
+from inspector.metrics.rounds import AcceptStats
 from inspector.serving.expectation import Expectation, SampleOdds
-from inspector.serving.walk import AcceptStats
 
 if TYPE_CHECKING:
-    from inspector.capture.target import TargetModel
+    from inspector.capture.transformers_target import TargetModel
     from inspector.doctor.context import DoctorContext, Searched
     from inspector.serving.replay import SampleReplay
     from inspector.serving.spec import DraftSpec

@@ -30,6 +30,7 @@ import numpy as np
 from inspector.doctor.config_variants import (
     Alternative,
     alternatives,
+    reads_nowhere,
     residual_readings,
     target_rope,
 )
@@ -221,7 +222,7 @@ def _finding(facts: ConfigFacts, cfg) -> Finding:
 
 def _unpinned_misread(facts: ConfigFacts, cfg) -> bool:
     """The key is absent and a reader that honours it takes the value the weights do not fit."""
-    honouring = [w for w in facts.misread_by if w != "SGLang"]
+    honouring = [w for w in facts.misread_by if not reads_nowhere(w)]
     return not cfg.norm_before_residual_explicit and bool(honouring)
 
 
@@ -358,7 +359,7 @@ def residual_readers(facts: ConfigFacts) -> str:
     readings = facts.readings or {}
     parts = []
     for who, v in readings.items():
-        why = " (no such branch: raw residual)" if who == "SGLang" else ""
+        why = " (no such branch: raw residual)" if reads_nowhere(who) else ""
         parts.append(f"{who} reads {str(v).lower()}{why}")
     return "config.json has no norm_before_residual key, and readers differ: " + ", ".join(parts)
 
@@ -389,7 +390,7 @@ def config_text(facts: ConfigFacts, cfg: DraftConfig, fix: ConfigFix) -> Text:
     )
     if not cfg.norm_before_residual_explicit:
         summary += "; " + residual_readers(facts)
-        wrong = [w for w in facts.misread_by if w != "SGLang"]
+        wrong = [w for w in facts.misread_by if not reads_nowhere(w)]
         if wrong and facts.fits is not None:
             val = str(facts.fits).lower()
             return Text(

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from inspector.doctor.finding import ConfigFix, Kind
 from inspector.draft import Draft, RopeConfig
+from inspector.engines import Engine
+from inspector.engines import engine as serving_engine
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats.checkpoint import rope_config
@@ -54,10 +56,10 @@ def residual_readings(cfg) -> dict[str, bool]:
     if cfg.source_format == "speculators":
         raw["speculators_config"] = {}
     out = {}
-    for engine, name in (("vllm", "vLLM"), ("sglang", "SGLang")):
-        reader = primary_reader(engine)
+    for which in (Engine.VLLM, Engine.SGLANG):
+        reader = primary_reader(which)
         assert reader is not None
-        out[name] = next(
+        out[which.display] = next(
             v for flag, v, _ in reader_norms(reader, raw) if flag == "norm_before_residual"
         )
     if cfg.source_format == "speculators":
@@ -162,3 +164,16 @@ def alternatives(draft: Draft, trope: RopeConfig | None) -> list[Alternative]:
         *_rope_alternatives(draft, trope),
         *_head_dim_alternatives(draft),
     ]
+
+
+def reads_nowhere(who: str, flag: str = "norm_before_residual") -> bool:
+    """Whether the reader `who` names (an engine's display name, as `residual_readings` keys
+    them; "speculators" is none) reads `flag` nowhere and so runs without it (SGLang and
+    norm_before_residual)."""
+    from inspector.engines.reading import NEVER
+
+    try:
+        reader = serving_engine(who).primary_reader()
+    except KeyError:
+        return False
+    return reader is not None and any(f == flag and how == NEVER for f, how, _ in reader.norms)

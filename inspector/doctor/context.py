@@ -21,7 +21,7 @@ from inspector.sample import SlotInfo
 from inspector.serving.sampling_settings import SamplingSettings
 
 if TYPE_CHECKING:
-    from inspector.capture.target import TargetModel
+    from inspector.capture.transformers_target import TargetModel
 
 
 @dataclass(frozen=True)

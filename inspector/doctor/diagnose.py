@@ -24,7 +24,6 @@ from inspector.doctor.budget import ACCEPT_STEPS, SampleShape, plan
 from inspector.doctor.config_alternatives import ConfigCheckResult, config_checks
 from inspector.doctor.context import DoctorContext, Searched
 from inspector.doctor.draft_shape import draft_shape_finding
-from inspector.doctor.engine_conventions import TargetClass, data_config_target, read_target_class
 from inspector.doctor.engine_feeds import engine_feeds_finding
 from inspector.doctor.final_state import final_state_finding, measure_final_state
 from inspector.doctor.finding import Finding, Severity, sort_findings
@@ -48,16 +47,18 @@ from inspector.doctor.target_slots import measure_slots
 from inspector.doctor.vocab import vocab_check
 from inspector.doctor.wiring_check import wiring_finding
 from inspector.draft import Draft
+from inspector.engines.target_class import TargetClass
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats.layer_convention import read_layer_ids, target_layer_count
+from inspector.formats.target_class import data_config_target, read_target_class
 from inspector.formats.tensorfiles import read_json
 from inspector.progress import StageProgress
 from inspector.sample import SlotInfo, with_layer_ids
 from inspector.serving.sampling_settings import SamplingSettings
 
 if TYPE_CHECKING:
-    from inspector.capture.target import TargetModel
+    from inspector.capture.transformers_target import TargetModel
 
 DEFAULT_SAMPLES = 8
 
@@ -366,7 +367,7 @@ def diagnose(
             "pass --target DIR",
         )
     if sampling is not None and target_model is None:
-        from inspector.capture.target import TargetModel
+        from inspector.capture.transformers_target import TargetModel
 
         assert target is not None
         target_model = TargetModel(target, dtype=target_dtype, device=str(ev.device))

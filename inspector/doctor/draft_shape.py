@@ -17,16 +17,10 @@ from pathlib import Path
 import torch
 
 from inspector.doctor.finding import Finding
-from inspector.doctor.shape_support import (
-    RULES,
-    DraftShape,
-    Drop,
-    Support,
-    Verdict,
-    shape_finding,
-    shape_of,
-)
+from inspector.doctor.shape_support import shape_finding
 from inspector.draft import Draft
+from inspector.engines import engine as serving_engine
+from inspector.engines.shapes import DraftShape, Drop, Support, Verdict, shape_of
 from inspector.errors import InputError
 from inspector.formats.tensorfiles import read_json
 
@@ -92,10 +86,11 @@ def draft_shape_finding(draft: Draft, engines: Sequence[str] | None = None) -> F
 
 
 def engine_verdict(draft: Draft, engine: str) -> Verdict | None:
-    """What `engine` ("vllm", "sglang", "llama.cpp") does with this draft; None where no rule
+    """What `engine` (any spelling the registry reads) does with this draft; None where no rule
     knows its shape or the draft has no config.json."""
     shape = draft_shape(draft)
-    return RULES[engine](shape) if shape is not None else None
+    rule = serving_engine(engine).shape_rule
+    return rule(shape) if shape is not None and rule is not None else None
 
 
 def without_dropped(draft: Draft, verdict: Verdict) -> Draft:

@@ -8,7 +8,7 @@ collapses (vllm#50170: 1.036 accepted tokens per step instead of 2.77).
 
 The doctor scores that wiring when the samples hold those layers (it is among the named wirings
 the search keeps), else says which capture produces them. Pure: the facts come from
-`capture.conventions`.
+the engines' modules (`CaptureRelease`).
 """
 
 from __future__ import annotations
@@ -16,15 +16,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from inspector.capture.conventions import engine_capture
 from inspector.doctor.serving import slots_for_hf
+from inspector.engines import capture_releases
 from inspector.sample import SlotInfo
 
-ENGINE_NAMES = {
-    "vllm": "vLLM",
-    "sglang-pre25454": "SGLang before #25454",
-    "sglang": "SGLang since #25454",
-}
+# the release lines with a row of their own, each engine's module naming it
+DEFAULT_ROWS = sorted(
+    (c for c in capture_releases() if c.default_name is not None), key=lambda c: c.default_rank
+)
 
 
 @dataclass(frozen=True)
@@ -65,9 +64,10 @@ def engine_defaults(
     if num_layers is None:
         return []
     groups: dict[tuple[int, ...], list[str]] = {}
-    for key in ENGINE_NAMES:
-        cap = engine_capture(key, None, None, num_layers)
-        groups.setdefault(cap.hf_indices, []).append(key)
+    names = {c.key: c.default_name for c in DEFAULT_ROWS}
+    for row in DEFAULT_ROWS:
+        cap = row.capture(None, None, num_layers)
+        groups.setdefault(cap.hf_indices, []).append(row.key)
     held = {s.hf_index for s in infos if s.hf_index is not None and not s.post_norm}
     out = []
     for hf, keys in groups.items():
@@ -75,8 +75,6 @@ def engine_defaults(
         missing = tuple(k for k in hf if k not in held)
         wiring = slots_for_hf(hf, infos) if serves and not missing else None
         out.append(
-            EngineFeed(
-                tuple(ENGINE_NAMES[k] for k in keys), tuple(keys), hf, wiring, missing, serves
-            )
+            EngineFeed(tuple(str(names[k]) for k in keys), tuple(keys), hf, wiring, missing, serves)
         )
     return out

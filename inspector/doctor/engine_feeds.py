@@ -22,6 +22,7 @@ from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.named_wirings import NamedWirings
 from inspector.doctor.search import WiringSearch
 from inspector.doctor.stats import clearly_better
+from inspector.engines import engine_id
 from inspector.metrics import Counts
 from inspector.sample import SlotInfo
 from inspector.wiring import Wiring
@@ -106,8 +107,9 @@ def engine_feeds_finding(
     places: Sequence[tuple[str, tuple[int, ...], tuple[int, ...]]] = (),
 ) -> Finding | None:
     """The finding (None: no engine reading, e.g. the target's layer count is unknown).
-    engines: keep only these engines' rows ("vllm", "sglang", "llama.cpp"; None: all)."""
-    reads = [(r, w) for r, w in names.engine_reads if engines is None or r.reader.engine in engines]
+    engines: keep only these engines' rows (any spelling the registry reads; None: all)."""
+    wanted = None if engines is None else {engine_id(e) for e in engines}
+    reads = [(r, w) for r, w in names.engine_reads if wanted is None or r.reader.engine in wanted]
     if not reads:
         return None
     best = ws.hits(rec)

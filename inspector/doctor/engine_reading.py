@@ -7,9 +7,10 @@ The norm flags likewise (`norm_before_residual` defaults to true in vLLM's specu
 false in its plain reader and in llama.cpp's converter, and SGLang reads it nowhere). The draft
 then runs on other layers, or other norms, than it was trained with, and nothing errors.
 
-`READERS` is one row per engine release and reading path, each fact with the file and lines of
-that release it was read from; `engine_reads` applies them to a config. Pure: no torch, no files.
-SGLang's per-target-class index rule is `engine_conventions`'s table.
+`READERS` is one row per engine release and reading path, each held in that engine's module
+(`inspector.engines`) with the files of that release it was read from; `engine_reads` applies
+them to a config. Pure: no torch, no files. SGLang's per-target-class index rule is
+`engines.sglang_model_files`'s table.
 """
 
 from __future__ import annotations
@@ -17,127 +18,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from inspector.doctor.engine_conventions import READINGS, UNLESS_LAST, captured, sglang_rule
-
-TOP = "eagle_aux_hidden_state_layer_ids"
-NESTED = "eagle_config.eagle_aux_hidden_state_layer_ids"
-TARGET_IDS = "target_layer_ids"
-NESTED_LAYER_IDS = "eagle_config.layer_ids"
-# vLLM's speculators reader defaults norm_before_residual to true, its plain reader to false
-SPECULATORS_TRUE = "vLLM: true in a speculators config, false in a plain one"
-NEVER = "read nowhere: it runs without it"  # a flag the reader never reads
-# vLLM 0.32's norm flags (both model runners load the draft the same way)
-VLLM_NORMS = (
-    ("norm_before_residual", SPECULATORS_TRUE, True),
-    ("norm_before_fc", "config", False),
-    ("fc_norm", "config", False),
-    ("norm_output", "config", False),
+from inspector.engines import engine, readers
+from inspector.engines.reading import (
+    DFLASH_IDS,
+    NESTED,
+    NESTED_LAYER_IDS,
+    NEVER,
+    SGLANG_MODEL_FILE,
+    SPECULATORS_TRUE,
+    TARGET_IDS,
+    TOP,
+    Reader,
 )
+from inspector.engines.sglang_model_files import READINGS, UNLESS_LAST, captured, sglang_rule
 
-
-@dataclass(frozen=True)
-class Reader:
-    """One engine release's reading of a draft config.
-
-    keys: where it looks for the ids, in order (the first non-empty wins); `shift`: what it adds
-      to ids found under each key (its index convention: the result is an HF
-      `output_hidden_states` index, 0 = embedding, i = the input of decoder layer i, L = the
-      last layer's output before the final norm); "sglang" defers to SGLang's model-file rule.
-    default: "2,L//2,L-3": what it feeds when it finds no ids.
-    norms: flag -> (where it is read, its default when absent); absent flags are not read.
-    last_feeds_nothing: an id equal to the layer count feeds no state (llama.cpp on Llama-family
-      targets: there is no input of layer L).
-    """
-
-    engine: str  # "vllm" | "sglang" | "llama.cpp"
-    version: str
-    path: str  # the reading path in words ("V1 model runner", "converter", ...)
-    keys: tuple[tuple[str, int | str], ...]
-    norms: tuple[tuple[str, str, bool], ...]
-    source: str
-    last_feeds_nothing: bool = False
-    # feeds the states in the order the ids are listed (llama.cpp concatenates them so,
-    # src/models/eagle3.cpp 6-15); vLLM and SGLang capture in layer order, ascending
-    as_listed: bool = False
-    gguf: bool = False  # reads a GGUF's baked ids, not a config.json
-    tag: str = ""  # how the label tells two paths of one release apart
-    reads_speculators: bool = True  # loads a speculators-layout config (speculators_config)
-
-    @property
-    def label(self) -> str:
-        names = {"vllm": "vLLM", "sglang": "SGLang", "llama.cpp": "llama.cpp"}
-        return f"{names[self.engine]} {self.version}" + (f" {self.tag}" if self.tag else "")
-
-
-READERS: tuple[Reader, ...] = (
-    Reader(
-        "vllm",
-        "0.32",
-        "V1 model runner",
-        ((TOP, 0), ("dflash_config.target_layer_ids", 1), (NESTED, 0)),
-        VLLM_NORMS,
-        "vllm/v1/worker/gpu_model_runner.py 5251-5284 (ids), model_executor/models/"
-        "interfaces.py 1733 (default), transformers_utils/configs/speculators/algos.py 33-38 and "
-        "model_executor/models/llama_eagle3.py 101, 184-186, 231, 252 (norms)",
-    ),
-    Reader(
-        "vllm",
-        "0.32",
-        "model runner V2, VLLM_USE_V2_MODEL_RUNNER=1",
-        ((TOP, 0), ("dflash_config.target_layer_ids", 1), (TARGET_IDS, 1), (NESTED_LAYER_IDS, 0)),
-        VLLM_NORMS,
-        "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py 100-139: it never reads "
-        "eagle_config.eagle_aux_hidden_state_layer_ids",
-        tag="MRV2",
-    ),
-    Reader(
-        "sglang",
-        "0.5.23",
-        "eagle_config only",
-        ((NESTED, "sglang"),),
-        (
-            ("norm_before_residual", NEVER, False),
-            ("norm_before_fc", "eagle_config, else config", False),
-            ("fc_norm", "config", False),
-            ("norm_output", "config", False),
-        ),
-        "sglang/srt/model_executor/model_runner_components/spec_aux_hidden_state.py 186-196 "
-        "(ids), srt/models/llama.py 933-937 (default), srt/models/llama_eagle3.py 173-207 "
-        "(norms; norm_before_residual is read nowhere); no speculators_config support "
-        "anywhere in srt/",
-        reads_speculators=False,
-    ),
-    Reader(
-        "llama.cpp",
-        "@0c1e570",
-        "convert_hf_to_gguf.py, then the eagle3 graph",
-        ((TOP, 0),),
-        (
-            ("norm_before_residual", "config.json, written to the GGUF", False),
-            ("norm_before_fc", "config.json, written to the GGUF", False),
-        ),
-        "llama.cpp 0c1e570 (vendored by llama-cpp-python 0.3.36) conversion/llama.py 74-83 (ids: top level only), 94-104 (norms); "
-        "src/models/eagle3.cpp 24-33 (norm keys read back), the input of layer i captured",
-        last_feeds_nothing=True,
-        as_listed=True,
-        tag="converted",
-    ),
-    Reader(
-        "llama.cpp",
-        "@0c1e570",
-        "a GGUF's baked eagle3.target_layers",
-        (("eagle3.target_layers", 0),),
-        (
-            ("norm_before_residual", "GGUF", False),
-            ("norm_before_fc", "GGUF", False),
-        ),
-        "llama.cpp 0c1e570 src/models/eagle3.cpp 24-33, the input of layer i captured",
-        last_feeds_nothing=True,
-        as_listed=True,
-        gguf=True,
-        tag="GGUF",
-    ),
-)
+READERS: tuple[Reader, ...] = readers()
+__all__ = ["NEVER", "READERS", "Reader", "EngineRead", "engine_reads"]
 
 
 @dataclass(frozen=True)
@@ -210,14 +106,16 @@ def engine_reads(
     target: object = None,
     gguf: bool = False,
     readers: Sequence[Reader] = READERS,
+    draft: str = "eagle3",
 ) -> list[EngineRead]:
     """Each reader's reading of `config` (the draft's config.json as parsed, or, `gguf`, the
     GGUF's metadata with `eagle3.target_layers`) for a target of `num_layers` layers and a
     draft whose fc takes `n_blocks` states. `target`: the target's class where known (its
-    config.json, architectures or model_type), for SGLang's rule."""
+    config.json, architectures or model_type), for SGLang's rule. `draft`: the kind of draft
+    ("eagle3", or a block drafter's "dflash2" / "dspark"): a reader reads only its kinds."""
     out = []
     for r in readers:
-        if r.gguf != gguf:
+        if r.gguf != gguf or draft not in r.drafts:
             continue
         out.append(_read(r, config, num_layers, n_blocks, target))
     return out
@@ -245,11 +143,13 @@ def _read(r: Reader, config: Mapping, L: int, n_blocks: int, target: object) -> 
             break
     notes: list[str] = []
     readings: tuple[tuple[int, ...], ...] = ()
+    if ids is None and r.no_ids is not None:
+        return EngineRead(r, None, None, None, problem=r.no_ids)
     if ids is None:
         hf_list: list[int] | None = list(default_hf(L))
         where_words = f"no ids where it looks ({', '.join(k for k, _ in r.keys)})"
         notes.append(f"{where_words}: its default [2, L//2, L-3] = {hf_list}")
-    elif shift == "sglang":
+    elif shift == SGLANG_MODEL_FILE:
         rule = sglang_rule(target)
         if rule is not None:
             hf_list = rule.captured(ids, L)
@@ -280,8 +180,8 @@ def _read(r: Reader, config: Mapping, L: int, n_blocks: int, target: object) -> 
         width = len(hf_list) if r.as_listed else len(fed)
         if len(fed) < len(hf_list):
             notes.append(
-                f"ids {hf_list} repeat a layer: llama.cpp feeds it to {len(hf_list) - len(fed) + 1} "
-                "fc blocks"
+                f"ids {hf_list} repeat a layer: {engine(r.engine).display} feeds it to "
+                f"{len(hf_list) - len(fed) + 1} fc blocks"
                 if r.as_listed
                 else f"ids {sorted(hf_list)} repeat a layer: it is captured once"
             )
@@ -290,8 +190,14 @@ def _read(r: Reader, config: Mapping, L: int, n_blocks: int, target: object) -> 
             held = [k for k in fed if 0 <= k <= L]
             notes.append(_negative_note(r, negative, held, L, n_blocks))
         bad = [k for k in fed if k < 0 or k > L]
+        untapped = [k for k in fed if k < r.first_tap or (k == L and not r.taps_last)]
         if bad:
             problem = f"HF {bad} outside 0..{L}: no such state"
+        elif untapped:
+            last = L if r.taps_last else L - 1
+            problem = (
+                f"HF {untapped} cannot be fed: {r.taps}, for {r.first_tap} <= i <= {last} only"
+            )
         elif never_last and L in fed and hf_list is not None:
             n = len([k for k in fed if k != L])
             problem = (
@@ -301,8 +207,8 @@ def _read(r: Reader, config: Mapping, L: int, n_blocks: int, target: object) -> 
             )
         elif r.last_feeds_nothing and L in fed:
             problem = (
-                f"id {L} (the last layer's output) feeds nothing: llama.cpp captures the input "
-                f"of layer i, and there is no layer {L} (zeros or stale bytes, no warning)"
+                f"id {L} (the last layer's output) feeds nothing: {r.taps}, and there is no "
+                f"layer {L} (zeros or stale bytes, no warning)"
             )
             if width == n_blocks:
                 fed_order = tuple(None if k == L else k for k in hf_list)
@@ -327,7 +233,7 @@ def _negative_note(
     indexing. llama.cpp taps the input of layer i: there is no layer below 0."""
     ids = f"id {negative[0]}" if len(negative) == 1 else f"ids {list(negative)}"
     if r.as_listed:
-        return f"{ids}: llama.cpp captures the input of layer i, and there is no such layer"
+        return f"{ids}: {r.taps}, and there is no such layer"
     n = len(held)
     return (
         f"{ids} match{'es' if len(negative) == 1 else ''} no layer: it captures a layer whose "
@@ -384,7 +290,7 @@ ID_PLACES = (
     (TOP, 0),
     (NESTED, 1),
     (TARGET_IDS, 1),
-    ("dflash_config.target_layer_ids", 1),
+    (DFLASH_IDS, 1),
     (NESTED_LAYER_IDS, 0),
 )
 
@@ -408,7 +314,7 @@ def reader_norms(reader: Reader, config: Mapping) -> tuple[tuple[str, bool, str]
     return tuple(_norm(config, flag, default, how) for flag, how, default in reader.norms)
 
 
-def primary_reader(engine: str, *, gguf: bool = False) -> Reader | None:
-    """The reading path a plain launch of `engine` ("vllm", "sglang", "llama.cpp") takes: vLLM's
+def primary_reader(which: object, *, gguf: bool = False) -> Reader | None:
+    """The reading path a plain launch of the engine `which` names takes (any spelling): vLLM's
     V1 model runner, SGLang's, llama.cpp's converter (a config.json) or its GGUF reader."""
-    return next((r for r in READERS if r.engine == engine and r.gguf == gguf), None)
+    return engine(str(which)).primary_reader(gguf=gguf)

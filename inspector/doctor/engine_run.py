@@ -37,8 +37,9 @@ from inspector.doctor.fed_states import (
     slots_fed,
 )
 from inspector.doctor.named_wirings import engine_config_of
-from inspector.doctor.shape_support import Verdict
 from inspector.draft import Draft
+from inspector.engines import Engine, engine_id
+from inspector.engines.shapes import Verdict
 from inspector.sample import SlotInfo
 from inspector.wiring import Wiring
 
@@ -63,7 +64,7 @@ class FlagChange:
 class EngineRun:
     """One engine release on one draft: the draft it runs and the layers it feeds."""
 
-    engine: str  # "vllm" | "sglang" | "llama.cpp"
+    engine: Engine
     draft: Draft  # as the engine runs it
     flags: tuple[FlagChange, ...] = ()
     shape: Verdict | None = None  # the shape rule's verdict where it drops a feature
@@ -131,10 +132,10 @@ def flag_changes(
 def engine_run(
     draft: Draft, engine: str, *, num_layers: int | None = None, target: object = None
 ) -> EngineRun:
-    """The draft `engine` ("vllm", "sglang", "llama.cpp"; "llamacpp" is taken too) runs, and
+    """The draft `engine` (any spelling the registry reads) runs, and
     with `num_layers` (the target's) the layers it feeds (`target`: the target's class, for
     SGLang's +1 rule)."""
-    engine = "llama.cpp" if engine == "llamacpp" else engine
+    engine = engine_id(engine)
     served, verdict = as_engine_runs(draft, engine)
     raw, gguf = engine_config_of(draft)
     flags = flag_changes(draft, engine, (raw, gguf))
@@ -144,13 +145,14 @@ def engine_run(
     read = None
     reader = primary_reader(engine, gguf=gguf)
     if raw is not None and num_layers is not None and reader is not None:
-        read = engine_reads(
+        reads = engine_reads(
             raw,
             num_layers,
             draft.config.num_fc_blocks,
             target=target,
             gguf=gguf,
             readers=(reader,),
-        )[0]
-    who = f"{reader.label.split(' ')[0]} {reader.version}" if reader is not None else engine
+        )
+        read = reads[0] if reads else None  # a reader of other drafts' configs reads nothing
+    who = f"{engine.display} {reader.version}" if reader is not None else engine.display
     return EngineRun(engine, served, flags, verdict, read, who)

@@ -26,12 +26,6 @@ from pathlib import Path
 import torch
 
 from inspector.capture.conventions import (
-    TOP_LEVEL_KEY,
-    ConverterIds,
-    LlamaCppFeed,
-    converter_detects,
-    converter_ids,
-    llama_cpp_feed,
     trainer_hf_indices,
 )
 from inspector.doctor.config_variants import residual_readings
@@ -39,6 +33,14 @@ from inspector.doctor.fed_states import can_silence, silenced, silent_blocks, sl
 from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.phrasing import Text, reconvert_command
 from inspector.draft import Draft
+from inspector.engines.llamacpp_conversion import (
+    TOP_LEVEL_KEY,
+    ConverterIds,
+    LlamaCppFeed,
+    converter_detects,
+    converter_ids,
+    llama_cpp_feed,
+)
 from inspector.evaluate import Evaluator
 from inspector.formats.gguf_config import LAYER_ID_KEYS
 from inspector.formats.gguf_draft import read_gguf_header

@@ -21,17 +21,19 @@ from pathlib import Path
 
 from inspector.capture.conventions import (
     LLAMA_CPP,
-    LLAMA_CPP_ID_COUNT,
-    LLAMA_CPP_NO_FINAL_STATE,
-    TOP_LEVEL_KEY,
-    LlamaCppFeed,
-    llama_cpp_feed,
 )
 from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.layer_ids import CONVENTIONS
 from inspector.doctor.phrasing import Text, reconvert_command
 from inspector.doctor.report import DoctorReport
 from inspector.draft import Draft
+from inspector.engines.llamacpp_conversion import (
+    LLAMA_CPP_ID_COUNT,
+    LLAMA_CPP_NO_FINAL_STATE,
+    TOP_LEVEL_KEY,
+    LlamaCppFeed,
+    llama_cpp_feed,
+)
 from inspector.errors import InputError
 from inspector.formats.gguf_config import LAYER_ID_KEYS
 from inspector.formats.gguf_draft import read_gguf_header

@@ -132,7 +132,7 @@ def borrow_target_head(status: HeadStatus, target: str | Path, out: Path) -> Pat
     config ties them. Returns the copy's folder."""
     from safetensors.torch import save_file
 
-    from inspector.formats.target import read_target_lm_head
+    from inspector.formats.target_tensors import read_target_lm_head
 
     src = Path(status.checkpoint)
     weights = {k: v for k, v in read_tensors(Path(status.weight_file)).items()}

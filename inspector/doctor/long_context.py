@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.phrasing import Text
-from inspector.serving.walk import AcceptStats
+from inspector.metrics.rounds import AcceptStats
 
 SPLIT = 2048
 DROP = 0.3  # tokens per round

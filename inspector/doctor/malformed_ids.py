@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from inspector.doctor.engine_reading import EngineRead
 from inspector.doctor.layer_ids import HF, SGLANG, IdSource
+from inspector.engines.vllm import LABEL as VLLM
 from inspector.sample import SlotInfo
 from inspector.wiring import Wiring
 
@@ -125,7 +126,7 @@ def feed_words(
 def no_layer_count_words() -> str:
     """What the engines do with such ids, where the target's layer count is unknown."""
     return (
-        "vLLM 0.32 captures each listed layer once and no layer for a negative id (fewer states "
+        f"{VLLM} captures each listed layer once and no layer for a negative id (fewer states "
         "than fc blocks: a shape error when the draft first runs); llama.cpp feeds each listed "
         "id's state as listed, a repeat to two fc blocks; SGLang reads eagle_config's ids only "
         "(pass --target, or state num_hidden_layers in data_config.json, for each engine's row)"

@@ -38,7 +38,7 @@ from inspector.progress import StageProgress
 from inspector.serving.sampling_settings import SamplingSettings
 
 if TYPE_CHECKING:
-    from inspector.capture.target import TargetModel
+    from inspector.capture.transformers_target import TargetModel
 
 # The evaluator over the draft in this folder and the session's samples, loaded leniently
 # (`strict=False`): the folder is the draft's own, or a temporary copy with a borrowed head.

@@ -21,15 +21,14 @@ log lines and Prometheus counters print accepted tokens and drafts; a request's
   the engine served (other prompts, other sampling, other limits);
 - either, where the per-request figures show the engine's side: from one point on it accepted
   nothing where the replay does (a gate), or one server slot departs (`reconcile_blame`);
-- it is what the engine's synthetic acceptance gives (a benchmark setting the user names:
-  `synthetic_acceptance`): it says nothing about the draft, and no wiring is blamed.
+- it is what the engine's synthetic acceptance gives (`synthetic_acceptance`): it says nothing
+  about the draft, and no wiring is blamed.
 
 Where the log gives each round's drafted count (vLLM's `per_step_drafted`), every request paired
 with a sample is replayed under that schedule (`SampleReplay.rescheduled`), so the comparison holds
 count for count under an engine that drafts fewer tokens in some rounds. Where it gives none and
 the engine's draft length adapts (its log's start-up lines say so, or the caller does: `adaptive`),
-the replay at a fixed K is an upper bound of the engine's figure: a figure at most a wiring's
-replay is consistent with it, and the summary says the comparison is a bound.
+the replay at a fixed K is an upper bound of the engine's figure (the summary says so).
 """
 
 from __future__ import annotations
@@ -51,6 +50,7 @@ from inspector.doctor.reconcile_rounds import (
     pooled,
     request_rounds,
     under_schedules,
+    windowed,
 )
 from inspector.doctor.reconcile_sampled import reconcile_sampled
 from inspector.doctor.reconciliation import (
@@ -72,10 +72,10 @@ from inspector.doctor.synthetic_acceptance import (
     synthetic_reconciliation,
 )
 from inspector.doctor.trained_wiring import TrainedWiring
-from inspector.engine_names import engine_words
+from inspector.engines import engine_words
 from inspector.formats.engine_log import EngineLog, RequestFigures
+from inspector.metrics.rounds import AcceptStats
 from inspector.serving.replay import AcceptReport, SampleReplay
-from inspector.serving.walk import AcceptStats
 
 # A mean printed with two decimals is within half a unit of its last digit.
 ROUNDING = 0.005 + 1e-9
@@ -158,7 +158,7 @@ def _equal(log: EngineLog, stats: AcceptStats, bound: bool = False) -> bool:
         if exact and not stats.is_bound:
             assert log.rounds is not None and log.accepted is not None
             return log.accepted * stats.rounds <= stats.accepted * log.rounds
-        windows = log.engine == "sglang" and log.source == "log" and log.decode_log_interval != 1
+        windows = windowed(log)
         return log.accept_length <= stats.accept_length + (
             WINDOW_TOLERANCE if windows else ROUNDING
         )
@@ -167,7 +167,7 @@ def _equal(log: EngineLog, stats: AcceptStats, bound: bool = False) -> bool:
             # the replay's count is a lower bound: equal when the engine's is within its slack
             return log.rounds == stats.rounds and log.accepted >= stats.accepted
         return (log.rounds, log.accepted) == (stats.rounds, stats.accepted)
-    windows = log.engine == "sglang" and log.source == "log" and log.decode_log_interval != 1
+    windows = windowed(log)
     tol = WINDOW_TOLERANCE if windows else ROUNDING
     if stats.is_bound:
         return log.accept_length >= stats.accept_length - tol

@@ -32,7 +32,7 @@ from inspector.doctor.reconciliation import (
     fmt_figure,
     logged_text,
 )
-from inspector.engine_names import engine_words
+from inspector.engines import engine_words
 from inspector.formats.engine_figures import EngineLog, RequestFigures
 from inspector.formats.llamacpp_log import LlamacppLog
 from inspector.serving.sample_replay import SampleReplay

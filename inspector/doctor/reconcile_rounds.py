@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from inspector.engines import engine
 from inspector.formats.engine_log import EngineLog, RequestFigures
+from inspector.metrics.rounds import AcceptStats
 from inspector.serving.replay import SampleReplay, WiringAccept
-from inspector.serving.walk import AcceptStats
 
 
 def counted(r: SampleReplay) -> list[int]:
@@ -25,12 +26,19 @@ def request_rounds(r: SampleReplay) -> list[int]:
     return [int(r.accepted[k]) for k in counted(r)]
 
 
+def windowed(log: EngineLog) -> bool:
+    """Whether the log's accept length is one window of decode batches (SGLang's `accept len`
+    line), not a figure pooled over the run."""
+    return engine(log.engine).windowed_log and log.source == "log" and log.decode_log_interval != 1
+
+
 def pooled(wa: WiringAccept, pairs: dict[int, RequestFigures], log: EngineLog) -> AcceptStats:
     """The replay's counts as the log counts them: SGLang's per-request figures leave the round
     after the stop out, and without a count of correct drafts they are completion tokens per
     verify round (written as accepted = completion - rounds)."""
     total = AcceptStats(wa.depth)
-    per_request = log.engine == "sglang" and log.source == "requests"
+    # its per-request figures leave the overlap round after the stop out
+    per_request = engine(log.engine).overlap_round and log.source == "requests"
     for s in wa.per_sample:
         if pairs and s.index not in pairs:
             continue

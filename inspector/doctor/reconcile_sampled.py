@@ -43,7 +43,8 @@ from inspector.doctor.reconciliation import (
     trained_clause,
 )
 from inspector.doctor.trained_wiring import TrainedWiring
-from inspector.engine_names import engine_words
+from inspector.engines import engine_words
+from inspector.engines.vllm import RELEASE as VLLM_RELEASE
 from inspector.formats.engine_log import EngineLog
 from inspector.formatting import fmt_float, pct
 from inspector.serving.expectation import Expectation
@@ -55,7 +56,7 @@ ROUNDING = 0.005
 
 SAMPLING_FAULT = (
     "the request's sampling parameters reach the engine's verification wrong, so the target's "
-    "probabilities it verifies with are not the request's (vLLM's CPU build 0.32 writes the "
+    f"probabilities it verifies with are not the request's (vLLM's CPU build {VLLM_RELEASE} writes the "
     "expanded temperatures into a copy it never reads back: NaN probabilities reject every "
     "draft, and top_k crashes it): rerun the same requests at temperature 0, where the engine "
     "must match the replay count for count"

@@ -8,16 +8,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from inspector.doctor.engine_conventions import TargetClass, read_target_class
 from inspector.doctor.phrasing import CONVERT_TO_GGUF
 from inspector.doctor.serving import engine_configs, hf_indices, sglang_ids_text
 from inspector.doctor.settle import Settlement
 from inspector.doctor.trained_wiring import TrainedWiring, pct_of
+from inspector.engines import engine as serving_engine
+from inspector.engines.target_class import TargetClass
 from inspector.formats.engine_log import EngineLog
+from inspector.formats.target_class import read_target_class
 from inspector.formatting import fmt_float
+from inspector.metrics.rounds import AcceptStats
 from inspector.sample import SlotInfo
 from inspector.serving.expectation import Expectation
-from inspector.serving.walk import AcceptStats
 
 
 class Verdict(str, Enum):
@@ -333,14 +335,14 @@ def config_for(
 
 def fix_text(best: WiringCheck, label: dict[str, str], cfg: dict, engine: str = "") -> str:
     """The fix's words: the ids each engine needs to feed `best` (`cfg`: from `config_for`,
-    which holds the target's class). Under llama.cpp (`engine` "llamacpp") the ids are baked
+    which holds the target's class). Under an engine that bakes the ids (llama.cpp) they are baked
     into the GGUF at conversion: the fix is the HF config's top-level ids (the one place its
     converter reads) and a reconversion, first."""
     vllm_ids = cfg["vllm"]["config"]["eagle_aux_hidden_state_layer_ids"]
     others = (
         f"eagle_aux_hidden_state_layer_ids {vllm_ids} for vLLM, {sglang_ids_text(cfg['sglang'])}"
     )
-    if engine == "llamacpp":
+    if engine and serving_engine(engine).bakes_ids:
         cmd = CONVERT_TO_GGUF.format(
             hf_draft="HF_DRAFT_DIR", target="TARGET_DIR", outfile="draft.gguf"
         )

@@ -25,22 +25,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from inspector.doctor.engine_conventions import (
+from inspector.doctor.finding import Finding, Kind, Severity
+from inspector.doctor.phrasing import WRITE_FIXED, Text
+from inspector.engines import Engine, engine
+from inspector.engines.sglang import LABEL as SGLANG_LABEL
+from inspector.engines.sglang_model_files import (
     EVERY,
     READING_EXAMPLES,
     READINGS,
     RULE_WORDS,
-    SGLANG_VERSION,
     SglangIdRule,
     ids_for,
     sglang_rule,
-    target_class,
 )
-from inspector.doctor.finding import Finding, Kind, Severity
-from inspector.doctor.phrasing import WRITE_FIXED, Text
+from inspector.engines.target_class import target_class
+from inspector.engines.vllm import MIXIN_PR as VLLM_MIXIN_PR
 from inspector.sample import SlotInfo
 
-VLLM_PR = "vllm-project/vllm PR #36063"
+VLLM_PR = VLLM_MIXIN_PR
 
 
 def hf_indices(
@@ -56,20 +58,6 @@ def hf_indices(
         else:
             out.append(None)
     return out
-
-
-def _vllm_launch(n_tokens: int) -> str:
-    return (
-        "vllm serve TARGET --speculative-config "
-        f'\'{{"method": "eagle3", "model": "DRAFT", "num_speculative_tokens": {n_tokens}}}\''
-    )
-
-
-def _sglang_launch(n_tokens: int) -> str:
-    return (
-        "python -m sglang.launch_server --model-path TARGET --speculative-algorithm EAGLE3 "
-        f"--speculative-draft-model-path DRAFT --speculative-num-steps {n_tokens}"
-    )
 
 
 @dataclass(frozen=True)
@@ -126,7 +114,7 @@ class SglangConfig(EngineConfig):
 
 def sglang_ids_text(sg: dict) -> str:
     """The words for SGLang's ids, from the JSON form of a `SglangConfig`."""
-    engine = f"SGLang {SGLANG_VERSION}"
+    engine = SGLANG_LABEL
     ids, rule = sg.get("layer_ids"), sg.get("rule")
     if rule is not None:
         how = f"{rule['family']}: {rule['words']}"
@@ -163,7 +151,7 @@ class EngineConfigs:
         return [*self.sglang.caveats, *self.vllm.caveats]
 
     def to_dict(self) -> dict:
-        return {"sglang": self.sglang.to_dict(), "vllm": self.vllm.to_dict()}
+        return {Engine.SGLANG.value: self.sglang.to_dict(), Engine.VLLM.value: self.vllm.to_dict()}
 
 
 def engine_configs(
@@ -209,7 +197,7 @@ def engine_settings(
         ),
     ]
     if rule is not None:
-        where = f"SGLang {SGLANG_VERSION} {rule.source}"
+        where = f"{SGLANG_LABEL} {rule.source}"
         if ids is None:
             sg_notes.append(
                 (
@@ -227,7 +215,7 @@ def engine_settings(
         )
         sg_notes.append(
             (
-                f"{cls} SGLang {SGLANG_VERSION}'s table of model files does not know: the ids "
+                f"{cls} {SGLANG_LABEL}'s table of model files does not know: the ids "
                 f"for HF indices {hf} depend on its set_eagle3_layers_to_capture ({readings})",
                 ids is None,
             )
@@ -237,8 +225,8 @@ def engine_settings(
     if 0 in hf and written is not None:
         sg_notes.append(
             (
-                f"id {written[0]} (the embedding) is captured at layer 0's input by SGLang "
-                f"{SGLANG_VERSION}'s layer boundary; an older model file capturing "
+                f"id {written[0]} (the embedding) is captured at layer 0's input by "
+                f"{SGLANG_LABEL}'s layer boundary; an older model file capturing "
                 "`hidden_states + residual` without a `residual is None` guard raises there",
                 True,
             )
@@ -264,6 +252,12 @@ def engine_settings(
                 True,
             )
         )
+    cls = target_class(target)
+    if last_layer is not None and last_layer in hf and cls is not None:
+        # dated facts of the vLLM line about the last layer's output on this target's class
+        for fact in engine(Engine.VLLM).facts_for(cls.model_type, "eagle3"):
+            if fact.last_id and fact.applies_to:
+                vl_notes.append((f"{cls.name}: {fact.words} (vLLM {fact.since})", True))
     config = (
         {
             "eagle_config": {
@@ -277,7 +271,7 @@ def engine_settings(
     return EngineConfigs(
         sglang=SglangConfig(
             config=config,
-            launch=_sglang_launch(n_tokens),
+            launch=engine(Engine.SGLANG).launch(n_tokens),
             notes=[n for n, _ in sg_notes],
             caveats=[n for n, c in sg_notes if c],
             target=name,
@@ -287,7 +281,7 @@ def engine_settings(
         ),
         vllm=EngineConfig(
             config={"eagle_aux_hidden_state_layer_ids": list(hf)},
-            launch=_vllm_launch(n_tokens),
+            launch=engine(Engine.VLLM).launch(n_tokens),
             notes=[n for n, _ in vl_notes],
             caveats=[n for n, c in vl_notes if c],
         ),

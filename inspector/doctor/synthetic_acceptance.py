@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from inspector.doctor.reconcile_rounds import pooled
 from inspector.doctor.reconciliation import Reconciliation, Verdict, WiringCheck, logged_text
-from inspector.engine_names import engine_words
+from inspector.engines import Engine, engine, engine_words
 from inspector.errors import InputError
 from inspector.formats.engine_log import EngineLog, RequestFigures
 from inspector.serving.replay import AcceptReport
@@ -45,7 +45,7 @@ SGLANG_WINDOW = 40  # SGLang's default decode_log_interval: decode iterations a 
 class SyntheticSetting:
     """The engine's synthetic-acceptance setting, as the user states it."""
 
-    engine: str  # "vllm" | "sglang"
+    engine: Engine
     rates: tuple[float, ...] | None = None  # vLLM's synthetic_acceptance_rates
     length: float | None = None  # SGLang's SGLANG_SIMULATE_ACC_LEN
 
@@ -56,13 +56,13 @@ class SyntheticSetting:
         if any(b > a for a, b in zip(rates, rates[1:], strict=False)):
             # vLLM refuses them at start-up (config/speculative.py 588-591)
             raise InputError(None, "--synthetic-rates", f"{list(rates)}: must be non-increasing")
-        return cls("vllm", rates=tuple(rates))
+        return cls(Engine.VLLM, rates=tuple(rates))
 
     @classmethod
     def sglang(cls, length: float) -> SyntheticSetting:
         if not length > 0:
             raise InputError(None, "--simulated-accept-len", f"{length}: SGLang ignores X <= 0")
-        return cls("sglang", length=length)
+        return cls(Engine.SGLANG, length=length)
 
     @property
     def text(self) -> str:
@@ -114,17 +114,13 @@ class SyntheticCheck:
             f"expected {self.expected:.3f} +- {self.tolerance:.3f}{n}): the engine ran with "
             "synthetic acceptance, it accepted drafted tokens by a coin, not by the target, so "
             "the figure says nothing about the draft and no wiring is blamed. Serve without it "
-            + (
-                "(rejection_sample_method 'standard')"
-                if self.setting.engine == "vllm"
-                else "(SGLANG_SIMULATE_ACC_LEN unset)"
-            )
+            + f"({engine(self.setting.engine).synthetic_off})"
             + " to measure the draft"
         )
 
 
-def _draws(log: EngineLog, engine: str) -> int | None:
-    if engine == "vllm":
+def _draws(log: EngineLog, which: Engine) -> int | None:
+    if not engine(which).windowed_log:
         return log.rounds or None
     if log.source == "log":
         return log.lines * (log.decode_log_interval or SGLANG_WINDOW) or None
@@ -136,10 +132,10 @@ def _draws(log: EngineLog, engine: str) -> int | None:
 
 def synthetic_check(log: EngineLog, setting: SyntheticSetting, steps: int) -> SyntheticCheck:
     """Whether `log`'s figure is what `setting` gives with `steps` drafted a round."""
-    engine = engine_words(setting.engine)
+    name = engine_words(setting.engine)
     if log.engine != setting.engine:
-        flag = "--synthetic-rates" if setting.engine == "vllm" else "--simulated-accept-len"
-        raise InputError(log.path, None, f"{flag} is {engine}'s setting, the log is another's")
+        flag = "--synthetic-rates" if setting.rates is not None else "--simulated-accept-len"
+        raise InputError(log.path, None, f"{flag} is {name}'s setting, the log is another's")
     if setting.rates is not None and len(setting.rates) != steps:
         raise InputError(
             None,

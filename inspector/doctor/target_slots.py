@@ -27,7 +27,7 @@ from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 
 if TYPE_CHECKING:
-    from inspector.capture.target import TargetModel
+    from inspector.capture.transformers_target import TargetModel
 
 POST = "post-norm"
 MIN_TOLERANCE = 1e-3
@@ -150,7 +150,7 @@ def measure_slots(
         if why is not None:
             return TargetSlots(str(target), None, (), skipped=why)
         try:
-            from inspector.capture.target import TargetModel
+            from inspector.capture.transformers_target import TargetModel
 
             model = TargetModel(target, device="cpu" if ev.device.type == "cpu" else "auto")
         except ImportError:

@@ -34,9 +34,10 @@ from inspector.evaluate.report import Report, SkippedSample, WiringReport
 from inspector.evaluate.scoring import RowScores, Vocab, score_logits
 from inspector.formats.sample_set import SampleSet, SampleWarning, check_width
 from inspector.formats.samples import FLOAT16_MAX
-from inspector.formats.target import TargetHead
+from inspector.formats.target_tensors import TargetHead
 from inspector.memory import TRIM_FREE_BYTES, HeapTrimmer, MemoryBudget, resolve_budget
 from inspector.metrics import StepMetrics, sum_steps
+from inspector.metrics.rounds import AcceptStats
 from inspector.model import (
     DEFAULT_CHUNKING,
     Chunking,
@@ -49,7 +50,6 @@ from inspector.model import (
 )
 from inspector.model.linear import linear
 from inspector.sample import SlotInfo, with_layer_ids
-from inspector.serving.walk import AcceptStats
 from inspector.wiring import Wiring, configured_layers, named_label, parse_wiring
 
 T = TypeVar("T")

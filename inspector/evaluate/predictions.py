@@ -13,7 +13,7 @@ from inspector.metrics import (
     specforge_counts,
     speculators_counts,
 )
-from inspector.serving.walk import AcceptStats, chain_accepts, generation_runs, walk
+from inspector.metrics.rounds import AcceptStats, chain_accepts, generation_runs, walk
 from inspector.wiring import Wiring
 
 TOP_K = 10

@@ -10,8 +10,8 @@ from typing import Any
 from inspector.draft import dtype_label
 from inspector.formats.sample_set import SampleWarning, SkippedSample
 from inspector.metrics import StepMetrics, acceptance_length, simulated_acc_len
+from inspector.metrics.rounds import AcceptStats
 from inspector.sample import SlotInfo
-from inspector.serving.walk import AcceptStats
 from inspector.wiring import Wiring
 
 

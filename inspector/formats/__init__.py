@@ -5,7 +5,7 @@ from inspector.formats.block_draft import load_block_draft
 from inspector.formats.checkpoint import load_draft, rope_config
 from inspector.formats.sample_set import SampleSet, SampleWarning, SkippedSample
 from inspector.formats.samples import load_sample
-from inspector.formats.target import TargetHead, read_embedding, read_target_head
+from inspector.formats.target_tensors import TargetHead, read_embedding, read_target_head
 from inspector.formats.writer import DraftFiles, write_draft
 
 __all__ = [

@@ -13,6 +13,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from inspector.draft import BlockConfig, DraftConfig
+from inspector.engines.vllm import LABEL as VLLM
 from inspector.errors import InputError
 from inspector.formats.config import (
     DEFAULT_RMS_NORM_EPS,
@@ -148,14 +149,14 @@ def _layer_attention(
     is_causal = _flag_or_none(top, "is_causal")
     if is_causal is None and sub is not None and sub.has("causal"):
         is_causal = sub.flag("causal")
-        notes.append("dflash_config.causal read as vLLM 0.32 reads it (the reference ignores it)")
+        notes.append(f"dflash_config.causal read as {VLLM} reads it (the reference ignores it)")
     window = top.positive_int("sliding_window", None)
     if sub is not None and sub.flag("use_swa") and SLIDING not in kinds:
         window = sub.positive_int("swa_window_size", window)
         if window is None:
             raise sub.error("use_swa", "true, but no window: swa_window_size or sliding_window")
         kinds = [SLIDING] * num_layers
-        notes.append("dflash_config.use_swa read as vLLM 0.32 reads it (the reference ignores it)")
+        notes.append(f"dflash_config.use_swa read as {VLLM} reads it (the reference ignores it)")
         # vLLM keeps a layer's causality from layer_types, not from use_swa
         causal = tuple(
             is_causal if is_causal is not None else (types is not None and t == SLIDING)
@@ -229,7 +230,7 @@ def _layer_ids(
     if isinstance(eagle_ids, list) and eagle_ids != hf:
         # vLLM 0.32 reads this key first, as HF indices (no +1); the reference never reads it
         notes.append(
-            f"eagle_aux_hidden_state_layer_ids {eagle_ids} (what vLLM 0.32 feeds) differs from "
+            f"eagle_aux_hidden_state_layer_ids {eagle_ids} (what {VLLM} feeds) differs from "
             f"{reader.prefix}{key} + 1 = {hf} (what the reference feeds)"
         )
     return tuple(ids_list), "config", n_target

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from inspector.draft import Draft, DraftConfig, StoredVocab, VocabMap
+from inspector.engines.vllm import LABEL as VLLM
 from inspector.errors import InputError
 from inspector.formats.block_config import (
     QWEN3_DEFAULT_HEAD_DIM,
@@ -30,7 +31,7 @@ from inspector.formats.block_config import (
 )
 from inspector.formats.compute_dtype import compute_dtype
 from inspector.formats.files import check_regular
-from inspector.formats.target import read_embedding, read_target_lm_head
+from inspector.formats.target_tensors import read_embedding, read_target_lm_head
 from inspector.formats.tensorfiles import (
     find_weight_file,
     load_torch_file,
@@ -285,7 +286,7 @@ def load_block_draft(
     if mask_row is not None:
         weights["mask_embedding"] = mask_row
         notes.append(
-            f"{MASK_EMBEDDING_FILE}: the mask token's embedding row replaced, as vLLM 0.32 does"
+            f"{MASK_EMBEDDING_FILE}: the mask token's embedding row replaced, as {VLLM} does"
         )
     _validate(cfg, weights, weight_file)
     chosen = compute_dtype(

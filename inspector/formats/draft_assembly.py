@@ -16,7 +16,7 @@ import torch
 from inspector.draft import Draft, DraftConfig, StoredVocab
 from inspector.errors import InputError
 from inspector.formats.compute_dtype import compute_dtype
-from inspector.formats.target import read_embedding
+from inspector.formats.target_tensors import read_embedding
 from inspector.formats.vocab import vocab_map
 from inspector.memory import available_host_bytes
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from inspector.engine_names import engine_words
+from inspector.engines import Engine, engine_words
 
 
 @dataclass
@@ -66,7 +66,7 @@ class EngineLog:
     rounded mean, SGLang's windows)."""
 
     path: Path
-    engine: str  # "vllm" | "sglang" | "llamacpp"
+    engine: Engine
     source: str  # "log" | "prometheus" | "requests" | "server-info"
     accept_length: float | None = None
     rounds: int | None = None

@@ -61,7 +61,7 @@ import json
 import re
 from pathlib import Path
 
-from inspector.engine_names import ENGINE_WORDS, engine_words
+from inspector.engines import REGISTRY, Engine, engine, engine_words
 from inspector.errors import InputError
 from inspector.formats.engine_figures import EngineLog, EngineStart, RequestFigures
 from inspector.formats.engine_settings import adaptive_reason
@@ -72,7 +72,7 @@ from inspector.formats.llamacpp_log import (
     llamacpp_request,
 )
 from inspector.formats.sglang_log_lines import sglang_log
-from inspector.formats.spec_counters import LLAMACPP_COUNTER, VLLM_COUNTER, spec_counters
+from inspector.formats.spec_counters import COUNTERS, spec_counters
 
 __all__ = ["EngineLog", "EngineStart", "RequestFigures", "read_engine_log"]
 
@@ -111,9 +111,9 @@ def read_engine_log(path: str | Path, *, decode_log_interval: int | None = None)
     first = next((ln.strip() for ln in lines if ln.strip()), "")
     if first.startswith("{") or (first.startswith("[") and _is_json(text)):
         return _json_entries(path, text, lines)
-    for engine, pattern in (("llamacpp", LLAMACPP_COUNTER), ("vllm", VLLM_COUNTER)):
+    for which, pattern in COUNTERS.items():
         if any(pattern.match(ln) for ln in lines):
-            return spec_counters(path, lines, engine)
+            return spec_counters(path, lines, which)
     if is_llamacpp_text(lines):
         return llamacpp_log(path, lines)
     if any("SpecDecoding metrics:" in ln for ln in lines):
@@ -142,7 +142,7 @@ def _is_json(text: str) -> bool:
 
 
 def _vllm_log(path: Path, lines: list[str], adaptive: str | None = None) -> EngineLog:
-    out = EngineLog(path, "vllm", "log", rounded=True, adaptive=adaptive)
+    out = EngineLog(path, Engine.VLLM, "log", rounded=True, adaptive=adaptive)
     acc = drafted = drafts = 0
     weighted = weights = 0.0  # adaptive: the lines' means weighted by the drafts each gives
     per_pos: list[float] | None = None
@@ -245,16 +245,16 @@ def _json_entries(path: Path, text: str, lines: list[str]) -> EngineLog:
     requests = [_request(path, no, e) for no, e in entries]
     engines = {eng for eng, _ in requests}
     if len(engines) > 1:
-        named = [engine_words(e) for e in ENGINE_WORDS if e in engines]
+        named = [engine_words(e) for e in REGISTRY if e in engines]
         raise InputError(path, None, f"mixes {' and '.join(named)} requests")
-    engine = engines.pop() if engines else "vllm"
-    out = EngineLog(path, engine, "requests", lines=len(requests))
+    which = engines.pop() if engines else Engine.VLLM
+    out = EngineLog(path, which, "requests", lines=len(requests))
     out.requests = [r for _, r in requests]
     ks = {r.spec_tokens for r in out.requests if r.spec_tokens is not None}
     if len(ks) > 1:
         raise InputError(path, "num_spec_tokens", f"requests logged with {sorted(ks)}")
     out.steps = ks.pop() if ks else None
-    if engine == "llamacpp":
+    if not engine(which).request_rounds:
         out.drafted_tokens = sum(r.drafted_tokens or 0 for r in out.requests)
         out.note = (
             "llama-server's timings give each request's drafted and accepted tokens, not its "
@@ -293,13 +293,13 @@ def _int(path: Path, no: int, key: str, value: object) -> int | None:
     return int(value)
 
 
-def _request(path: Path, no: int, entry: object) -> tuple[str, RequestFigures]:
+def _request(path: Path, no: int, entry: object) -> tuple[Engine, RequestFigures]:
     if not isinstance(entry, dict):
         raise InputError(path, f"line {no}", "expected a JSON object per request")
     where = f"{path.name}:{no}"
     timed = llamacpp_request(path, no, entry, _ints, _int)
     if timed is not None:
-        return "llamacpp", timed
+        return Engine.LLAMACPP, timed
     meta = entry.get("meta_info")
     if isinstance(meta, dict) or "spec_verify_ct" in entry:
         m = meta if isinstance(meta, dict) else entry
@@ -318,7 +318,7 @@ def _request(path: Path, no: int, entry: object) -> tuple[str, RequestFigures]:
             r.per_request_figure = True
         r.output_ids = _ints(path, no, "output_ids", entry.get("output_ids"))
         r.prompt_ids = _ints(path, no, "input_ids", entry.get("input_ids"))
-        return "sglang", r
+        return Engine.SGLANG, r
     sdm = entry.get("spec_decode_metrics", entry)
     if not isinstance(sdm, dict) or "per_step_accepted" not in sdm:
         raise InputError(
@@ -351,7 +351,7 @@ def _request(path: Path, no: int, entry: object) -> tuple[str, RequestFigures]:
     r.accepted = sum(counted)
     r.prompt_ids = _ints(path, no, "prompt_token_ids", entry.get("prompt_token_ids"))
     r.output_ids = _ints(path, no, "output_token_ids", entry.get("output_token_ids"))
-    return "vllm", r
+    return Engine.VLLM, r
 
 
 def _server_info(path: Path, states: list) -> EngineLog:
@@ -367,7 +367,7 @@ def _server_info(path: Path, states: list) -> EngineLog:
     # one figure per data-parallel rank, each pooled over its own windows
     return EngineLog(
         path,
-        "sglang",
+        Engine.SGLANG,
         "server-info",
         accept_length=sum(values) / len(values),
         lines=len(values),

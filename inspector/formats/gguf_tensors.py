@@ -17,7 +17,7 @@ from inspector.errors import InputError
 from inspector.formats.files import one_line
 from inspector.formats.gguf_file import ARCH
 from inspector.formats.gguf_rope import ROPE_FREQS
-from inspector.formats.target import read_target_lm_head
+from inspector.formats.target_tensors import read_target_lm_head
 from inspector.formats.vocab import integer_ids
 
 HIDDEN_NORMS = ("blk.0.attn_norm_2.weight", "blk.0.hidden_norm.weight")

@@ -41,6 +41,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inspector.engines import Engine
 from inspector.errors import InputError
 from inspector.formats.engine_figures import EngineLog, RequestFigures
 
@@ -129,7 +130,7 @@ def _rounds(acc: int, gen: int, mean: str | None, rates: list[str] | None) -> tu
 
 def llamacpp_log(path: Path, lines: list[str]) -> EngineLog:
     """llama-server's slot lines and the drafter's statistics lines (the module docstring)."""
-    out = LlamacppLog(path, "llamacpp", "log")
+    out = LlamacppLog(path, Engine.LLAMACPP, "log")
     run = 0  # server start-ups seen: a restarted server numbers its tasks again
     stats: dict[str, list[tuple[int, int, int]]] = {}  # drafter -> runs' last (drafts, acc, gen)
     started: set[str] = set()  # drafters with a line since the last server start

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from inspector.engines import Engine
 from inspector.errors import InputError
 from inspector.formats.engine_figures import EngineLog
 
@@ -49,7 +50,7 @@ def sglang_log(path: Path, lines: list[str], interval: int | None = None) -> Eng
             )
         interval = stated_interval
     out = EngineLog(
-        path, "sglang", "log", lines=len(rows), rounded=True, decode_log_interval=interval
+        path, Engine.SGLANG, "log", lines=len(rows), rounded=True, decode_log_interval=interval
     )
     graphs = {g for ln in lines for g in SGLANG_GRAPH.findall(ln)}
     if len(graphs) == 1:  # the decode lines' "cpu graph: ..." or "cuda graph: ..."

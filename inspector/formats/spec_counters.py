@@ -8,29 +8,31 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from inspector.engines import Engine, all_engines
+from inspector.engines import engine as serving_engine
 from inspector.errors import InputError
 from inspector.formats.engine_figures import EngineLog
 
-PREFIXES = {"vllm": "vllm", "llamacpp": "llamacpp"}  # EngineLog.engine -> the metric prefix
 
-
-def counter_line(engine: str) -> re.Pattern[str]:
-    """One counter line of `engine`'s spec-decode family."""
+def counter_line(prefix: str) -> re.Pattern[str]:
+    """One counter line of the spec-decode family under metric `prefix`."""
     return re.compile(
-        rf"^(?P<name>{PREFIXES[engine]}:spec_decode_num_(?:drafts|draft_tokens|accepted_tokens|"
+        rf"^(?P<name>{prefix}:spec_decode_num_(?:drafts|draft_tokens|accepted_tokens|"
         r"accepted_tokens_per_pos))(?:_total)?(?P<labels>\{[^}]*\})?\s+(?P<value>\S+)"
     )
 
 
-VLLM_COUNTER = counter_line("vllm")
-LLAMACPP_COUNTER = counter_line("llamacpp")
+# every engine that writes the family, under its own prefix (its module's `counter_prefix`)
+COUNTERS: dict[Engine, re.Pattern[str]] = {
+    s.id: counter_line(s.counter_prefix) for s in all_engines() if s.counter_prefix
+}
 
 
 def spec_counters(path: Path, lines: list[str], engine: str) -> EngineLog:
     """The pooled figures `engine`'s counters hold; a counter that is not a number, a per-position
     one without its position, or a missing drafts / accepted counter is refused, naming it."""
-    prefix = f"{PREFIXES[engine]}:spec_decode_num_"
-    pattern = VLLM_COUNTER if engine == "vllm" else LLAMACPP_COUNTER
+    prefix = f"{serving_engine(engine).counter_prefix}:spec_decode_num_"
+    pattern = COUNTERS[serving_engine(engine).id]
     out = EngineLog(path, engine, "prometheus")
     sums: dict[str, float] = {}
     per_pos: dict[int, float] = {}

@@ -25,9 +25,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from inspector.engines import Engine
 from inspector.errors import InputError
 from inspector.formats.run_dir import RunCheckpoint
-from inspector.serving.engines import Engine
 from inspector.serving.spec import DraftSpec
 
 if TYPE_CHECKING:

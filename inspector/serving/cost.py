@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
+from inspector.engines import Engine
 from inspector.errors import InputError
-from inspector.serving.engines import Engine
 from inspector.serving.spec import DraftSpec
 
 # The grid where the user names none: the steps engines serve around (SGLang's and vLLM's

@@ -36,7 +36,7 @@ from inspector.serving.sampling_settings import Sampling, Verification
 from inspector.serving.verify import trim_cache
 
 if TYPE_CHECKING:
-    from inspector.capture.target import TargetModel
+    from inspector.capture.transformers_target import TargetModel
     from inspector.evaluate import Evaluator
     from inspector.serving.replay import SampleReplay
     from inspector.serving.spec import DraftSpec

@@ -19,12 +19,12 @@ import numpy as np
 import torch
 
 from inspector.draft import Draft
+from inspector.engines import Engine, default_engine
 from inspector.errors import InputError
 from inspector.formats.sample_set import SkippedSample
 from inspector.formats.samples import v1_slot_info
 from inspector.progress import Progress
 from inspector.sample import SlotInfo
-from inspector.serving.engines import Engine, default_engine
 from inspector.serving.expectation import SampleOdds
 from inspector.serving.live_sequence import run_sequence
 from inspector.serving.replay import AcceptReport, SampleReplay, WiringAccept
@@ -40,7 +40,7 @@ from inspector.wiring import Wiring, configured_layers, named_label, parse_wirin
 if TYPE_CHECKING:  # capture loads transformers; only the loop itself needs it
     from inspector.capture.plan import DraftIds
     from inspector.capture.run import Prepared
-    from inspector.capture.target import TargetModel
+    from inspector.capture.transformers_target import TargetModel
 
 
 def draft_ids(draft: Draft) -> DraftIds:
@@ -145,7 +145,7 @@ def live_accept(
     engine = engine if engine is not None else default_engine(spec.is_chain)
     from inspector.capture import store
     from inspector.capture.run import CaptureSettings, prepare
-    from inspector.capture.target import TargetModel
+    from inspector.capture.transformers_target import TargetModel
 
     if max_new < 1:
         raise InputError(None, "--max-new", f"{max_new}: at least 1 (the prefill's token)")

@@ -19,7 +19,7 @@ from inspector.model import (
 )
 from inspector.model.parallel import refuse_parallel
 from inspector.serving.beam import Trees, build_trees
-from inspector.serving.spec import P_MIN_TOP_K, DraftSpec
+from inspector.serving.spec import EXACT_KV, P_MIN_TOP_K, DraftSpec
 
 
 class LiveDraft:
@@ -138,7 +138,7 @@ class LiveDraft:
                 hidden = state["out"][p]
                 # the keys a node reads: its true ancestors' (exact), or, as SGLang's topk > 1
                 # draft decode does, those its own beam row wrote at earlier levels
-                row = torch.arange(k, device=dev) if self.spec.kv == "sglang" else p
+                row = torch.arange(k, device=dev) if self.spec.kv != EXACT_KV else p
                 par_anc = anc[state["nodes"][row]]
             hidden = next_input(self.draft, hidden)
             pos = torch.full((k,), c - 1 + level + self.offset, device=dev)

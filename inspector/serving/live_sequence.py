@@ -53,8 +53,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from inspector.draft import Draft
+from inspector.engines import Engine
 from inspector.model import fc_wired
-from inspector.serving.engines import Engine
 from inspector.serving.live_draft import LiveDraft
 from inspector.serving.sampling import (
     RoundOdds,
@@ -72,7 +72,7 @@ GREEDY = Sampling()
 ONE_HOT = Verification()
 
 if TYPE_CHECKING:  # capture loads transformers; only the loop itself needs it
-    from inspector.capture.target import TargetModel
+    from inspector.capture.transformers_target import TargetModel
 
 
 @dataclass

@@ -16,19 +16,19 @@ import numpy as np
 import torch
 
 from inspector.cache import ByteLRU
+from inspector.engines import Engine, conventions, default_engine
 from inspector.evaluate import Evaluator
 from inspector.evaluate.device import retry_oom
 from inspector.evaluate.report import RunReport
 from inspector.formats.sample_set import SkippedSample
 from inspector.metrics import Counts
+from inspector.metrics.rounds import AcceptStats, chain_accepts, generation_runs
 from inspector.model import fc_wired
-from inspector.serving.engines import Engine, conventions, default_engine
 from inspector.serving.expectation import Expectation
 from inspector.serving.sample_replay import SampleReplay, sample_runs
 from inspector.serving.sampling_settings import SamplingSettings
 from inspector.serving.spec import DraftSpec
 from inspector.serving.tree_forward import chain_accepts_forward, tree_accepts_many
-from inspector.serving.walk import AcceptStats, chain_accepts, generation_runs
 from inspector.wiring import Wiring, named_label
 
 __all__ = [

@@ -9,11 +9,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from inspector.engines import Engine
 from inspector.metrics import Counts
+from inspector.metrics.rounds import AcceptStats, Round, Run, generation_runs, walk
 from inspector.sample import Continuation
-from inspector.serving.engines import Engine
 from inspector.serving.expectation import SampleOdds
-from inspector.serving.walk import AcceptStats, Round, Run, generation_runs, walk
 
 __all__ = ["SampleReplay", "sample_runs"]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from inspector.engines import engine as serving_engine
 from inspector.errors import InputError
 
 
@@ -106,10 +107,9 @@ class Verification:
 
 
 def default_rule(engine: str) -> VerifyRule:
-    """Each engine's default at temperature > 0 (drafts from the draft's top-k, target-only)."""
-    if engine == "llamacpp":
-        return VerifyRule.LLAMACPP_TARGET_ONLY
-    return VerifyRule.SGLANG_TARGET_ONLY if engine == "sglang" else VerifyRule.VLLM_ONEHOT
+    """Each engine's default at temperature > 0 (drafts from the draft's top-k, target-only):
+    its module's `default_verify`."""
+    return VerifyRule(serving_engine(engine).default_verify)
 
 
 def parse_rule(text: str | None, engine: str) -> VerifyRule:

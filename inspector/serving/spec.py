@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inspector.engines import all_engines
 from inspector.errors import InputError
 
-KV_MODES = ("exact", "sglang")
+EXACT_KV = "exact"
+# exact, or an engine's own tree-draft KV reading (its module's `tree_kv`: SGLang's)
+KV_MODES = (EXACT_KV, *(s.tree_kv for s in all_engines() if s.tree_kv))
 # Draft steps per round where the user names none: SGLang's and vLLM's EAGLE-3 examples serve
 # 3 (`--speculative-num-steps 3`, `num_speculative_tokens: 3`). The one default of every command,
 # the doctor's replay and the app.

@@ -35,7 +35,7 @@ from inspector.model import (
 )
 from inspector.model.parallel import refuse_parallel
 from inspector.serving.beam import Candidates, Trees, accepted_path, beam_candidates, build_trees
-from inspector.serving.spec import DraftSpec
+from inspector.serving.spec import EXACT_KV, DraftSpec
 
 
 class RowTrees:
@@ -115,7 +115,7 @@ class RowTrees:
         else:
             assert self._out is not None
             hidden = self._out.gather(0, p[:, :, None].expand(-1, -1, self._out.shape[-1]))
-            if self.spec.kv == "sglang":
+            if self.spec.kv != EXACT_KV:
                 # SGLang's draft decode for topk > 1: beam row b reads the KV that row b wrote at
                 # every earlier level, whichever node its true parent was (the hidden state
                 # still comes from the true parent).
@@ -259,9 +259,9 @@ def chain_accepts_forward(
     and accepts the leading steps whose argmax is the true token. For a draft whose steps read
     no other step's draft (P-EAGLE's depths) this is the served chain exactly; the tree pass
     (`RowTrees`) refuses such a draft."""
+    from inspector.metrics.rounds import chain_accepts
     from inspector.model import iter_steps
     from inspector.model.heads import draft_logits
-    from inspector.serving.walk import chain_accepts
 
     t = ids.shape[0]
     steps = max(s.steps for s in specs)

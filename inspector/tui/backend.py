@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from inspector.capture.target import TargetModel
+    from inspector.capture.transformers_target import TargetModel
     from inspector.evaluate import Evaluator, SamplePredictions
     from inspector.formats.tokenizer import TokenDecoder
     from inspector.memory import MemoryBudget

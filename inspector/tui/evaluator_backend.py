@@ -22,7 +22,7 @@ from inspector.tui.summary import (
 from inspector.wiring import PRESETS
 
 if TYPE_CHECKING:
-    from inspector.capture.target import TargetModel
+    from inspector.capture.transformers_target import TargetModel
     from inspector.evaluate import Evaluator, SamplePredictions
     from inspector.formats.tokenizer import TokenDecoder
     from inspector.memory import MemoryBudget
@@ -258,7 +258,7 @@ class EvaluatorBackend:
         """The walk through sample i of the draft `key` feeds (with its evaluator and wiring),
         one Replayer per draft."""
         from inspector.doctor.engine_run import engine_run
-        from inspector.serving.engines import default_engine
+        from inspector.engines import default_engine
         from inspector.serving.replay import Replayer
         from inspector.tui.drafts import draft_letter
 
@@ -296,7 +296,7 @@ class EvaluatorBackend:
                 "τ at a temperature needs the target's distributions: open with --target DIR"
             )
         if self._target_error is None:
-            from inspector.capture.target import TargetModel
+            from inspector.capture.transformers_target import TargetModel
 
             try:
                 self._target = TargetModel(

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from inspector.metrics import StepMetrics
     from inspector.serving.expectation import OddsTotals
     from inspector.serving.spec import DraftSpec
-    from inspector.serving.walk import AcceptStats
+    from inspector.metrics.rounds import AcceptStats
     from inspector.tui.serving import Serving
     from inspector.tui.summary import SampleData, Summary
     from inspector.tui.totals import AcceptFigure

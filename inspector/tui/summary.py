@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from inspector.engine_names import engine_words
+from inspector.engines import engine_words
 from inspector.tui.drafts import draft_letter, is_second, slots_of
 from inspector.wiring import Wiring
 
@@ -193,7 +193,7 @@ def accept_at(a_by_start: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:
     round can draft t (outside the runs, and each run's first token, which the prefill emits)."""
     import numpy as np
 
-    from inspector.serving.walk import generation_runs
+    from inspector.metrics.rounds import generation_runs
 
     # one entry per token of the sample (a_by_start may run on over its continuation)
     out = np.full(len(loss_mask), -1, dtype=np.int64)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 if TYPE_CHECKING:
     from inspector.metrics import StepMetrics
     from inspector.serving.expectation import OddsTotals
-    from inspector.serving.walk import AcceptStats
+    from inspector.metrics.rounds import AcceptStats
 
 G = TypeVar("G", bound=Hashable)  # a group: a wiring, or (wiring, engine settings)
 V = TypeVar("V")  # a sample's figure, and its pool: the same type (metrics add up)
@@ -107,7 +107,7 @@ class AcceptFigure:
 def pool_accepts(values: Iterable[AcceptFigure], like: AcceptFigure) -> AcceptFigure:
     """Replays pooled as the engines log them (`AcceptStats.add`: rounds and emitted tokens),
     and their odds summed alike (one group's replays are all greedy, or all at one temperature)."""
-    from inspector.serving.walk import AcceptStats
+    from inspector.metrics.rounds import AcceptStats
 
     stats = AcceptStats(like.stats.depth)
     # its own type: importing `serving.expectation` here would import torch on the UI thread

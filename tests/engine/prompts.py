@@ -24,7 +24,7 @@ from pathlib import Path
 
 from inspector.capture.inputs import read_input
 from inspector.capture.run import DEFAULT_MAX_LENGTH
-from inspector.capture.target import read_target_info
+from inspector.capture.transformers_target import read_target_info
 
 
 def prompt_ids(

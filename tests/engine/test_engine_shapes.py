@@ -36,7 +36,7 @@ pytest.importorskip("transformers")
 
 from support import engine_requests, engine_run_folder, llamacpp_counts  # noqa: E402
 
-from inspector.doctor.shape_support import Support  # noqa: E402
+from inspector.engines.shapes import Support  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "assets" / "demo"
@@ -79,8 +79,8 @@ def _live(runs, name: str, engine: str, *, as_served: bool = True, flip: str = "
 
     import torch
 
+    from inspector.engines import Engine
     from inspector.formats import load_draft
-    from inspector.serving.engines import Engine
     from inspector.serving.live import live_accept
     from inspector.serving.spec import DraftSpec
 

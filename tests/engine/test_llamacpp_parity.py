@@ -93,7 +93,7 @@ def _evaluator(samples: Path, k: int, fed: tuple):
 
 
 def _replay(samples: Path, k: int, fed: tuple) -> list:
-    from inspector.serving.engines import Engine
+    from inspector.engines import Engine
     from inspector.serving.replay import Replayer
     from inspector.serving.spec import DraftSpec
 
@@ -160,8 +160,8 @@ def test_zeros_replay_llama_server_at_k5_but_for_bytes_it_never_wrote(generated)
 
 
 def test_the_live_loop_gives_llamacpps_counts_and_tokens(tmp_path):
+    from inspector.engines import Engine
     from inspector.formats import load_draft
-    from inspector.serving.engines import Engine
     from inspector.serving.live import live_accept
     from inspector.serving.spec import DraftSpec
 
@@ -206,10 +206,13 @@ def test_the_converted_gguf_evaluates_as_its_source(generated):
 
 def _reconcile(capsys, draft: Path | str, *argv: str) -> dict:
     from inspector.cli import main
+    from inspector.commands.exit_codes import for_verdict
 
     capsys.readouterr()
-    assert main(["reconcile", str(draft), *argv, "--json", "--device", "cpu"]) == 0
-    return json.loads(capsys.readouterr().out)
+    rc = main(["reconcile", str(draft), *argv, "--json", "--device", "cpu"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == for_verdict(doc["verdict"])  # 0 as is, 1 a problem found
+    return doc
 
 
 @pytest.mark.parametrize("source", ["server.log", "metrics.prom"])

@@ -78,7 +78,7 @@ def generated(tmp_path_factory) -> Path:
 def _replay(samples: Path, spec) -> list:
     """The shipped draft's replay under SGLang's count, without the overlap round: per
     sample, its rounds' accepted counts."""
-    from inspector.serving.engines import Engine
+    from inspector.engines import Engine
     from inspector.serving.replay import Replayer
     from inspector.session import Inputs, load_evaluator
     from inspector.wiring import Wiring
@@ -130,8 +130,8 @@ def test_the_tree_replay_gives_sglangs_counts_exactly(generated):
 
 
 def test_the_live_loop_gives_sglangs_counts_and_tokens(tmp_path):
+    from inspector.engines import Engine
     from inspector.formats import load_draft
-    from inspector.serving.engines import Engine
     from inspector.serving.live import live_accept
     from inspector.serving.spec import DraftSpec
 
@@ -154,12 +154,13 @@ def test_the_live_loop_gives_sglangs_counts_and_tokens(tmp_path):
 
 def _reconcile(capsys, *argv: str) -> dict:
     from inspector.cli import main
+    from inspector.commands.exit_codes import for_verdict
 
     capsys.readouterr()
-    assert (
-        main(["reconcile", *argv, "--json", "--device", "cpu", "--decode-log-interval", "1"]) == 0
-    )
-    return json.loads(capsys.readouterr().out)
+    rc = main(["reconcile", *argv, "--json", "--device", "cpu", "--decode-log-interval", "1"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == for_verdict(doc["verdict"])  # 0 as is, 1 a problem found
+    return doc
 
 
 @pytest.mark.parametrize("mode", ["one", "batch"])

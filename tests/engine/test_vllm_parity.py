@@ -241,7 +241,7 @@ def test_reconcile_replays_the_engines_prompts_through_the_live_loop(capsys):
             "float32",
         ]
     )
-    assert rc == 0
+    assert rc == 1  # a problem found
     doc = json.loads(capsys.readouterr().out)
     assert doc["verdict"] == "wrong_wiring" and doc["requests_matched"] == 8
     serve = next(w for w in doc["wirings"] if w["label"].startswith("serve"))
@@ -282,7 +282,7 @@ def test_reconcile_finds_the_trained_wiring_of_a_draft_deployed_with_the_serving
     for how, args in runs.items():
         capsys.readouterr()
         argv = ["reconcile", str(deployed), *args, "--engine-log", str(log), "--json"]
-        assert main([*argv, "--device", "cpu", "--dtype", "float32"]) == 0
+        assert main([*argv, "--device", "cpu", "--dtype", "float32"]) == 1  # a problem found
         doc = json.loads(capsys.readouterr().out)
         assert doc["verdict"] == "wrong_wiring", (how, doc["summary"])
         named = doc["wirings_named"]

@@ -63,7 +63,7 @@ def test_reconcile_names_the_engines_fault_in_verification_at_a_temperature(caps
         ]
     )
     out = capsys.readouterr()
-    assert rc == 0, out.err
+    assert rc == 1, out.err  # a problem found: the engine's fault
     doc = json.loads(out.out)
     assert doc["engine_log"]["accepted_per_pos"] == vllm["accepted_per_pos"]
     assert doc["verdict"] == "engine_fault", doc["summary"]

@@ -164,8 +164,8 @@ class ServingScreen(Dialog["Serving | None"]):
 
     def read(self) -> Serving:
         """The settings typed (InputError when they do not make an engine's settings)."""
+        from inspector.engines import default_engine
         from inspector.errors import InputError
-        from inspector.serving.engines import default_engine
         from inspector.serving.sampling_settings import (
             Sampling,
             SamplingSettings,

@@ -74,7 +74,7 @@ def sweep_job(
 
         def body() -> None:
             from inspector.serving.cost import CostModel, sweep_grid
-            from inspector.serving.sweep import run_sweep
+            from inspector.serving.settings_sweep import run_sweep
             from inspector.wiring import Wiring
 
             specs, _ = sweep_grid(STEPS, TOPKS, TOKENS)

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from inspector.serving.engines import Engine
+from inspector.engines import Engine
 
 BUCKET_TOKENS = 1024  # the context-length buckets of `by_position`
 

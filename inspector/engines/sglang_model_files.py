@@ -24,12 +24,11 @@ the mapping is plain, the config's `model_type`. A class not in it is read both 
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-SGLANG_VERSION = "0.5.23"
+from inspector.engines.sglang import LABEL
+from inspector.engines.target_class import target_class
 
 EVERY = "every"  # +1 to every explicit id
 FIRST_IS_ONE = "first-is-1"  # +1 only when the first id is 1
@@ -101,7 +100,7 @@ class SglangIdRule:
             "family": self.family,
             "rule": self.rule,
             "words": self.words,
-            "source": f"SGLang {SGLANG_VERSION} {self.source}",
+            "source": f"{LABEL} {self.source}",
         }
 
 
@@ -287,75 +286,6 @@ SGLANG_ID_RULES: tuple[SglangIdRule, ...] = (
 READINGS = (EVERY, FIRST_IS_ONE)
 # The families each reading is the rule of, for the words of an unknown class.
 READING_EXAMPLES = {EVERY: "Llama, Qwen, Gemma", FIRST_IS_ONE: "DeepSeek-V2/V3"}
-
-
-@dataclass(frozen=True)
-class TargetClass:
-    """A target model's class as its config.json names it."""
-
-    architecture: str | None  # the first of `architectures`
-    model_type: str | None
-
-    @property
-    def name(self) -> str:
-        return self.architecture or self.model_type or "?"
-
-
-def target_class(source: object) -> TargetClass | None:
-    """The class `source` names: a TargetClass, a config dict (`architectures` / `model_type`;
-    also data_config.json's `target` entry), or a name: a class (CamelCase, as `architectures`
-    lists it) or a model_type. None when it names none. A folder is read by `read_target_class`.
-    """
-    if source is None or isinstance(source, TargetClass):
-        return source
-    if isinstance(source, Mapping):
-        archs = source.get("architectures")
-        arch = (
-            next((a for a in archs if isinstance(a, str) and a), None)
-            if isinstance(archs, list)
-            else None
-        )
-        kind = source.get("model_type")
-        kind = kind if isinstance(kind, str) and kind else None
-        return TargetClass(arch, kind) if arch or kind else None
-    if isinstance(source, str) and source.strip():
-        name = source.strip()
-        return TargetClass(name, None) if name[:1].isupper() else TargetClass(None, name)
-    return None
-
-
-def read_target_class(path: str | Path | None) -> TargetClass | None:
-    """The class a target folder's config.json (or that file itself) names; None when there is
-    none or it cannot be read (the class only words advice: a bad config is not an error here).
-    """
-    if path is None:
-        return None
-    path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return target_class(cfg) if isinstance(cfg, dict) else None
-
-
-def data_config_target(path: str | Path | None) -> TargetClass | None:
-    """The target class a data_config.json records in `target`: the target's config itself, or
-    the target folder (relative to the file's own)."""
-    if path is None:
-        return None
-    path = Path(path)
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    target = cfg.get("target") if isinstance(cfg, dict) else None
-    if isinstance(target, Mapping):
-        return target_class(target)
-    if isinstance(target, str) and target.strip():
-        return read_target_class(path.parent / target)
-    return None
 
 
 def sglang_rule(target: object) -> SglangIdRule | None:

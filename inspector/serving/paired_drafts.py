@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from inspector.metrics.rounds import BUCKET_TOKENS
 from inspector.serving.replay import SampleReplay, WiringAccept
-from inspector.serving.walk import BUCKET_TOKENS
 from inspector.stats.bootstrap import DEFAULT_LEVEL, DEFAULT_RESAMPLES, PairedDiff, Resampler
 
 FIRST_POSITIONS = 5  # the round starts quoted per direction

@@ -19,15 +19,15 @@ from functools import cached_property
 
 import torch
 
+from inspector.engines import Engine, default_engine
 from inspector.evaluate import Evaluator
 from inspector.evaluate.report import RunReport
 from inspector.formats.sample_set import SkippedSample
+from inspector.metrics.rounds import AcceptStats
 from inspector.serving.cost import CostModel
-from inspector.serving.engines import Engine, default_engine
 from inspector.serving.replay import Replayer, SampleReplay, WiringAccept
 from inspector.serving.spec import DraftSpec
 from inspector.serving.tree_forward import deepest
-from inspector.serving.walk import AcceptStats
 from inspector.wiring import Wiring, named_label
 
 

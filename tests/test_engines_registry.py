@@ -1,0 +1,173 @@
+"""The engine seam: one module per engine behind one interface, registered under one id, and no
+module outside `inspector/engines/` comparing an engine's name or writing its release."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from inspector.doctor.engine_reading import engine_reads
+from inspector.engines import (
+    REGISTRY,
+    Engine,
+    all_engines,
+    engine,
+    engine_words,
+    readers,
+    vllm,
+)
+from inspector.engines.release import Release
+
+PACKAGE = Path(__file__).resolve().parent.parent / "inspector"
+
+
+def test_every_id_has_one_engine_whose_rows_are_its_own():
+    assert set(REGISTRY) == set(Engine)
+    for e in all_engines():
+        assert e.id.spec is e and e.releases and e.display
+        assert all(r.engine is e.id for r in e.readers)
+        # a reader's version is one of the releases its engine's module holds
+        assert {r.version for r in e.readers} <= {str(x) for x in e.releases}
+    assert len(readers()) == sum(len(e.readers) for e in all_engines())
+
+
+def test_spellings_reach_one_engine_each():
+    seen: dict[str, Engine] = {}
+    for e in all_engines():
+        for alias in (e.id.value, e.display, *e.aliases):
+            key = "".join(c for c in alias.lower() if c not in ".-_ ")
+            assert seen.setdefault(key, e.id) is e.id, f"{alias} names two engines"
+    assert engine("LLaMA.cpp").id is Engine.LLAMACPP
+    assert engine_words("llamacpp") == "llama.cpp" and engine_words("trtllm") == "trtllm"
+    with pytest.raises(KeyError):
+        engine("trtllm")
+
+
+def test_a_release_is_compared_as_a_version():
+    assert Release("0.5.9") < Release("0.5.23") < Release("0.32")
+    assert Release("0.32").at_least("0.31.2") and not Release("0.5.23").at_least("0.32")
+    assert str(Release("0c1e570", commit=True, vendored_by="x 1")) == "@0c1e570"
+    assert Release("0c1e570", commit=True, vendored_by="x 1").words == "@0c1e570 (x 1)"
+    with pytest.raises(TypeError):
+        Release("0c1e570", commit=True).at_least("0.1")
+    with pytest.raises(ValueError):
+        Release("v0.32")
+
+
+def test_dflash_ids_get_plus_one_in_vllm():
+    cfg = {"dflash_config": {"target_layer_ids": [1, 16, 30]}}
+    got = engine_reads(cfg, 32, 3, draft="eagle3", readers=vllm.READERS)
+    assert {r.hf for r in got} == {(2, 17, 31)}
+
+
+def test_dated_facts_apply_to_the_targets_they_name():
+    deepseek = engine(Engine.VLLM).facts_for("deepseek_v3")
+    assert any("46973" in f.since for f in deepseek)
+    kimi = engine(Engine.VLLM).facts_for("kimi_k3")
+    assert any("50815" in f.since and "attn_res" in f.words for f in kimi)
+    llama = engine(Engine.VLLM).facts_for("llama")
+    assert not any("46973" in f.since or "50815" in f.since for f in llama)
+    assert any("48113" in f.since for f in llama)  # every target: DFlash ids get +1
+    assert not engine(Engine.VLLM).facts_for("llama", "eagle3")
+
+
+# --- nothing outside engines/ compares an engine's name or writes its release ---------------
+
+# Identifiers spelled like an engine that name something else: id conventions of a config
+# (aux_layer_convention "sglang": eagle_config's ids; "llama.cpp": a GGUF's baked ids).
+NOT_ENGINES = {
+    "inspector/doctor/layer_ids.py",
+    "inspector/doctor/wiring_check.py",
+}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            first = n.body[0] if n.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def _outside() -> list[tuple[str, ast.AST]]:
+    out = []
+    for p in sorted(PACKAGE.rglob("*.py")):
+        rel = p.relative_to(PACKAGE.parent).as_posix()
+        if not rel.startswith("inspector/engines/"):
+            out.append((rel, ast.parse(p.read_text(encoding="utf-8"))))
+    return out
+
+
+def _compared(tree: ast.AST) -> list[ast.Constant]:
+    """String constants compared with ==/in, used as dict keys, or passed to startswith."""
+    found: list[ast.Constant] = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Compare):
+            found += [
+                c
+                for side in (n.left, *n.comparators)
+                for c in ast.walk(side)
+                if isinstance(c, ast.Constant)
+            ]
+        elif isinstance(n, ast.Dict):
+            found += [k for k in n.keys if isinstance(k, ast.Constant)]
+        elif isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "startswith":
+            found += [a for a in n.args if isinstance(a, ast.Constant)]
+    return [c for c in found if isinstance(c.value, str)]
+
+
+def _names() -> set[str]:
+    return {a.lower() for e in all_engines() for a in (e.id.value, e.display, *e.aliases)}
+
+
+def test_no_module_outside_engines_compares_an_engine_name():
+    names = _names()
+    hits = [
+        f"{rel}:{c.lineno}: {c.value!r}"
+        for rel, tree in _outside()
+        if rel not in NOT_ENGINES
+        for c in _compared(tree)
+        if c.value.lower() in names
+    ]
+    assert hits == []
+
+
+def test_no_module_outside_engines_writes_a_release():
+    versions = {r.version for e in all_engines() for r in e.releases}
+    versions |= {str(vllm.CPU_WHEEL)}
+    pattern = re.compile(
+        r"(?<![\w.])(" + "|".join(re.escape(v) for v in sorted(versions)) + r")(?![\w])"
+    )
+    hits = []
+    for rel, tree in _outside():
+        docs = _docstrings(tree)
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
+                if pattern.search(n.value):
+                    hits.append(f"{rel}:{n.lineno}: {n.value[:60]!r}")
+    assert hits == []
+
+
+def test_the_checks_see_a_planted_comparison_and_release():
+    tree = ast.parse('if log.engine == "sglang" or x in {"vLLM": 1}:\n    y = "SGLang 0.5.23"\n')
+    assert {c.value for c in _compared(tree) if c.value.lower() in _names()} == {"sglang", "vLLM"}
+
+
+def test_the_serving_config_says_the_dated_facts_where_such_a_target_is_named():
+    from inspector.doctor.serving import engine_settings
+
+    kimi = {"model_type": "kimi_k3", "architectures": ["KimiK3ForCausalLM"]}
+    notes = engine_settings([2, 5, 8], last_layer=8, target=kimi).vllm.caveats
+    assert any("50815" in n and "attn_res" in n for n in notes)
+    assert any("46973" in n for n in notes)
+    # not without the last layer's id, nor on a target the facts do not name
+    assert not any(
+        "50815" in n for n in engine_settings([2, 5, 7], last_layer=8, target=kimi).vllm.notes
+    )
+    llama = engine_settings([2, 5, 8], last_layer=8, target={"model_type": "llama"}).vllm.notes
+    assert not any("46973" in n or "50815" in n for n in llama)
