@@ -9,7 +9,7 @@ from inspector.errors import InputError
 
 
 def test_defaults_and_names():
-    assert ENGINES == ("vllm", "sglang", "llamacpp")
+    assert ENGINES == ("vllm", "sglang", "llamacpp", "ort-genai")
     assert SERVING == (Engine.VLLM, Engine.SGLANG, Engine.LLAMACPP)
     assert default_engine(True) is Engine.VLLM and default_engine(False) is Engine.SGLANG
     assert parse_engine(None, True) is Engine.VLLM and parse_engine(None, False) is Engine.SGLANG

@@ -13,13 +13,13 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Sequence
 
-from inspector.engines import llamacpp, sglang, vllm
+from inspector.engines import llamacpp, ort_genai, sglang, vllm
 from inspector.engines.base import ServingEngine
 from inspector.engines.capture import CaptureRelease
 from inspector.engines.ids import REGISTRY, Engine
 from inspector.engines.reading import Reader
 
-_MODULES = (vllm, sglang, llamacpp)
+_MODULES = (vllm, sglang, llamacpp, ort_genai)
 REGISTRY.update({m.ENGINE.id: m.ENGINE for m in _MODULES})
 ENGINES = tuple(e.value for e in REGISTRY)
 # the engines whose accept length the tool replays and holds (a release runs EAGLE-3)
@@ -94,7 +94,7 @@ def default_engine(is_chain: bool) -> Engine:
 
 def parse_engine(text: str | None, is_chain: bool, *, serving: bool = True) -> Engine:
     """The engine `text` names, in any of the spellings people type (vllm / vLLM, llamacpp /
-    llama.cpp / llama-cpp; any case); an unknown name is an
+    llama.cpp / llama-cpp, ort-genai / onnxruntime-genai; any case); an unknown name is an
     InputError that says the nearest one. None: the default for a chain or a tree. `serving`:
     only engines whose accept length the tool replays (ONNX Runtime GenAI runs no EAGLE-3)."""
     from inspector.errors import InputError

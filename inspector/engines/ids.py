@@ -14,6 +14,7 @@ class Engine(str, Enum):
     VLLM = "vllm"
     SGLANG = "sglang"
     LLAMACPP = "llamacpp"
+    ORT_GENAI = "ort-genai"
 
     def __str__(self) -> str:  # f-strings and JSON write the id, not "Engine.VLLM"
         return self.value
