@@ -81,9 +81,15 @@ def test_app_in_tmux(tmux, tmp_path):
     assert "train" in text
     n = len(list(Path(inputs.samples[0]).glob("*.pt")))
     tmux.wait_for(f"all {n} all-tok")
+    if demo_available():  # the first look: the trained wiring beside the fed one, their gap
+        text = tmux.wait_for("trained", "ref ◆", "Δ ● − ◆", "flipped vs ◆")
     tmux.run("send-keys", "-t", tmux.session, "s")
-    text = tmux.wait_for("serve", "all-tok")
-    tmux.run("send-keys", "-t", tmux.session, "p", "t")
+    # the serve preset, named by its role where the first look found it is what an engine feeds
+    text = tmux.wait_for("fc ← ", "all-tok")
+    assert "serve" in text or "fed" in text
+    # the fed wiring is pinned already where the first look found a gap; else pin serve
+    keys = ("t",) if "ref ◆" in text else ("p", "t")
+    tmux.run("send-keys", "-t", tmux.session, *keys)
     text = tmux.wait_for("ref ◆", "flipped vs ◆")
     tmux.run("send-keys", "-t", tmux.session, "F8")
     tmux.run("send-keys", "-t", tmux.session, "q")
