@@ -84,8 +84,10 @@ def test_the_bar_gives_the_gap_and_what_to_press_next():
     assert gap.split()[4:] == ["+50.0", "pts", "+55.6", "pts", "+2.00"] * 2  # sample, set
     assert lines[-1].startswith("next: d the doctor's verdict")
     st.session.first_look = None
-    text = accuracy_text(st, metrics="ours", narrow=False, width=160, looking=True).plain
-    assert text.splitlines()[-1].startswith("finding the wiring the weights were trained on")
+    text = accuracy_text(st, metrics="ours", narrow=False, width=160, looking="wirings 3/8").plain
+    assert text.splitlines()[-1] == (
+        "finding the wiring the weights were trained on (the doctor's search: wirings 3/8)"
+    )
 
 
 def test_evidence_reads_as_lines_not_json():

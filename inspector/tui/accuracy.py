@@ -120,10 +120,10 @@ def by_step(metrics: str, steps: Sequence[StepMetrics]) -> str:
 
 
 def accuracy_text(
-    st: ViewModel, *, metrics: str, narrow: bool, width: int, looking: bool = False
+    st: ViewModel, *, metrics: str, narrow: bool, width: int, looking: str | None = None
 ) -> Text | None:
-    """The bar for the main screen's state; None before a session and a wiring. `looking`: the
-    doctor's search for the trained wiring runs (`first_look`)."""
+    """The bar for the main screen's state; None before a session and a wiring. `looking`: how
+    far the doctor's search for the trained wiring got, while it runs (`first_look`)."""
     if st.session is None or st.wiring is None:
         return None
     v = st.shown
@@ -156,7 +156,7 @@ def accuracy_renderable(
     metrics: str = "ours",
     narrow: bool = False,
     width: int = 200,
-    looking: bool = False,
+    looking: str | None = None,
 ) -> Text:
     """Rows: current wiring then the pins (newest = the reference); then the flipped positions
     and, in a trainer view, what its numbers count (or that they need --target).
@@ -280,13 +280,16 @@ def _gap_row(cur: list[Figure], ref: list[Figure]) -> list[tuple[str, str]]:
     return out
 
 
-def _next_line(t: Text, session: Summary, looking: bool) -> None:
+def _next_line(t: Text, session: Summary, looking: str | None) -> None:
     """What to press next: while the doctor's search runs, that it runs; once it answered, the
     doctor's verdict (d) and the keys that show either wiring alone."""
     look = session.first_look
-    if looking:
+    if looking is not None:
         t.append("\n")
-        t.append("finding the wiring the weights were trained on (the doctor's search)…", "italic")
+        t.append(
+            f"finding the wiring the weights were trained on (the doctor's search: {looking})",
+            style="italic",
+        )
         return
     if look is None:
         return

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from inspector.progress import StageProgress
     from inspector.wiring import WiringKey
 
 # Why an engine feeds the fed wiring (`FirstLook.fed_why`).
@@ -83,17 +84,21 @@ def arranged(
     return None if shown == (wiring, []) else shown
 
 
-def first_look_task(presets: Mapping[str, WiringKey | None]) -> Callable[[Any], FirstLook]:
+def first_look_task(
+    presets: Mapping[str, WiringKey | None], progress: StageProgress | None = None
+) -> Callable[[Any], FirstLook]:
     """The engine task (`Engine.submit("first_look", ...)`): the doctor's search on the backend's
-    evaluator, and the wiring an engine feeds; `presets`: the session's (the serve preset). The
-    task takes a `backend.Backend` (not imported here: the summary names `FirstLook`, and the
-    backend's types name the summary)."""
+    evaluator, and the wiring an engine feeds; `presets`: the session's (the serve preset);
+    `progress(stage, done, total)`: called from the device thread as the search goes (on a
+    large draft on CPU it takes a while, and the bar says how far it got). The task takes a
+    `backend.Backend` (not imported here: the summary names `FirstLook`, and the backend's types
+    name the summary)."""
     serve = presets.get("serve")
 
     def job(backend: Any) -> FirstLook:
         from inspector.doctor.trained_wiring import find_trained_wiring
 
-        tw = find_trained_wiring(backend.evaluator)
+        tw = find_trained_wiring(backend.evaluator, progress=progress)
         fed, why = choose_fed(tw.wiring, tw.configured, serve)
         return FirstLook(tuple(tw.wiring), fed, why, len(tw.samples), tw.configured)
 

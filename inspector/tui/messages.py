@@ -38,6 +38,17 @@ class LoadProgress(Message, bubble=False):
 
 
 @report
+class FirstLookProgress(Message, bubble=False):
+    """The doctor's search for the trained wiring (`first_look`): its stage and how far it got;
+    only the newest is worth showing. Posted by the task itself (not a `Reports` event)."""
+
+    text: str
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, FirstLookProgress)
+
+
+@report
 class Loaded(Message, bubble=False):
     session: Summary
 

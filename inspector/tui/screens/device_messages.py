@@ -33,6 +33,7 @@ class DeviceMessages(Screen):
     center: SampleView
     status: str  # the main screen's reactive loading stage
     looking: bool  # the doctor's search for the trained wiring runs
+    look_progress: str  # ... and how far it got
     inputs: InputClock  # when the user last typed or clicked
 
     def __init__(self) -> None:
@@ -270,7 +271,7 @@ class DeviceMessages(Screen):
         from inspector.tui.first_look import FirstLook, arranged
 
         st = self.state
-        self.looking = False
+        self.looking, self.look_progress = False, ""
         if error or not isinstance(look, FirstLook) or st.session is None:
             self.say(f"the trained wiring was not found: {error}", severity="warning", timeout=10)
             self.refresh_accuracy()

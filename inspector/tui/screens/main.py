@@ -20,6 +20,7 @@ from inspector.formatting import printable
 from inspector.tui.drafts import is_second, slots_of
 from inspector.tui.input_clock import InputClock
 from inspector.tui.keys import MAIN_KEYS
+from inspector.tui.messages import FirstLookProgress
 from inspector.tui.screens.device_messages import DeviceMessages
 from inspector.tui.state import ViewModel, next_metrics
 from inspector.tui.widgets.accuracy import AccuracyBar
@@ -69,6 +70,7 @@ class MainScreen(DeviceMessages):
         self.messages: list[str] = []  # every notification text, for tests and the log
         self.switch_pending = False  # `B` waits for the second draft to load
         self.looking = False  # the doctor's search for the trained wiring runs (`first_look`)
+        self.look_progress = ""  # ... and how far it got
 
     @property
     def engine(self) -> Engine | None:
@@ -152,9 +154,17 @@ class MainScreen(DeviceMessages):
             return
         from inspector.tui.first_look import first_look_task
 
+        def progress(stage: str, done: int, total: int) -> None:  # device thread
+            self.post_message(FirstLookProgress(f"{stage} {done}/{total}"))  # thread-safe
+
         self.looking = True
-        engine.submit("first_look", first_look_task(st.session.presets))
+        engine.submit("first_look", first_look_task(st.session.presets, progress))
         self.refresh_accuracy()
+
+    def on_first_look_progress(self, m: FirstLookProgress) -> None:
+        if self.looking:
+            self.look_progress = m.text
+            self.refresh_accuracy()
 
     def request_trees(self) -> None:
         """While the tree panel is open: ask for the shown sample's draft trees if not here."""
@@ -203,8 +213,9 @@ class MainScreen(DeviceMessages):
         )
 
     def refresh_accuracy(self) -> None:
+        looking = (self.look_progress or "…") if self.looking else None
         self.accuracy_bar.paint(
-            self.state, metrics=self.metrics, narrow=self.size.width < 100, looking=self.looking
+            self.state, metrics=self.metrics, narrow=self.size.width < 100, looking=looking
         )
 
     def on_resize(self) -> None:

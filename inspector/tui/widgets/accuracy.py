@@ -19,9 +19,12 @@ class AccuracyBar(Static):
     BORDER_TITLE = "accuracy"  # until loaded; then the view and what τ replays
     _shown: Text | None = None
 
-    def paint(self, st: ViewModel, *, metrics: str, narrow: bool, looking: bool = False) -> None:
+    def paint(
+        self, st: ViewModel, *, metrics: str, narrow: bool, looking: str | None = None
+    ) -> None:
         """The bar for the state's wirings in view `metrics` (state.METRICS); nothing changes
-        before a session and a wiring. `looking`: the search for the trained wiring runs."""
+        before a session and a wiring. `looking`: how far the search for the trained wiring got,
+        while it runs."""
         title = accuracy_title(metrics, st.serving)
         if self.border_title != title:
             self.border_title = title
