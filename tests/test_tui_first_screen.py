@@ -224,3 +224,34 @@ async def test_the_doctor_screen_reads_as_a_verdict():
         assert len(evidence) > 3 and not any(RAW_FLOAT.search(line) for line in evidence)
         # key: value lines, no JSON punctuation of their own (a value may quote a flag's JSON)
         assert not any(line.strip().startswith(("{", "}", '"', "[{")) for line in evidence)
+
+
+@needs_demo
+async def test_a_config_naming_the_serving_ids_is_what_the_engine_feeds(tmp_path):
+    """The demo draft deployed with a config naming ids [2, 4, 6] (engine-logs' deployed
+    config): the app opens on the wiring that config selects, the search finds the trained one,
+    and the fed wiring is the config's, said so in the header."""
+    import shutil
+
+    from test_tui_support import DEMO
+
+    from inspector.session import Inputs
+
+    draft = tmp_path / "deployed"
+    draft.mkdir()
+    shutil.copy(DEMO / "engine-logs" / "deployed-config.json", draft / "config.json")
+    (draft / "model.safetensors").symlink_to(DEMO / "draft" / "model.safetensors")
+    base = demo_inputs()
+    inputs = Inputs(draft, base.samples, base.target, None, base.tokenizer, True)
+    app = make_app(inputs, first_look=True, fill=False)
+    async with app.run_test(size=(160, 48), notifications=True) as pilot:
+        await settle(pilot, fill=False, timeout=120)
+        st = app.main.state
+        s, look = st.session, st.session.first_look
+        assert s.wiring_label(s.initial) == "[L2, L4, L6]"  # what the config's ids select
+        assert s.wiring_label(look.trained) == "[embed, L2, L4]"
+        assert look.fed == look.configured == s.initial and look.fed_why == FED_BY_CONFIG
+        assert st.wiring == look.trained and st.pins == [look.fed]
+        header = screen_text(app).splitlines()[1]
+        assert "fc ← [embed, L2, L4] trained" in header and "ref ◆ [L2, L4, L6] fed" in header
+        assert "what the config's layer ids select" in header
