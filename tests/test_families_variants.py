@@ -51,8 +51,8 @@ def _layer_cfg(edit):
         (
             lambda c: c.update(architectures=["DFlashDraftModel"]),
             "config.json: architectures: 'DFlashDraftModel': a DFlash (block diffusion drafting) "
-            "draft, the commands do not evaluate block drafts yet (its loader and block forward "
-            "exist: docs/guides/block-drafts.md)",
+            "draft, only eval and doctor run block drafts so far; the replays and the app do "
+            "not (docs/guides/block-drafts.md)",
         ),
         (
             lambda c: c.update(architectures=["DeepSeekMTPModel"]),

@@ -273,24 +273,29 @@ def test_commands_refuse_block_drafts_in_one_line():
     assert line.startswith("tests/golden_block/dflash/checkpoint/config.json: architectures: ") or (
         "config.json: architectures: 'DFlashDraftModel'" in line
     )
-    assert "the commands do not evaluate block drafts yet" in line
+    assert "only eval and doctor run block drafts so far" in line
 
 
-@pytest.mark.parametrize(
-    "command,target",
-    # the doctor without --target: before its head check, which would report the target's head
-    # a DFlash draft borrows by design as missing
-    [("eval", True), ("doctor", True), ("doctor", False)],
-)
-def test_cli_says_so_and_exits_2(command, target, capsys):
+def test_the_replays_say_so_and_exit_2(capsys):
     from inspector.cli import main
 
-    argv = [command, str(ROOT / "dflash" / "checkpoint"), str(ROOT)]
-    argv += ["--target", str(TARGET)] if target else []
+    argv = ["accept", str(ROOT / "dflash" / "checkpoint"), str(ROOT), "--target", str(TARGET)]
     assert main([*argv, "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert "dflash/checkpoint/config.json: architectures: 'DFlashDraftModel'" in err
-    assert "do not evaluate block drafts yet" in err
+    assert "only eval and doctor run block drafts so far" in err
+    assert "Traceback" not in err
+
+
+def test_doctor_without_target_names_the_embedding(capsys):
+    """A DFlash draft borrows the target's embedding and head: without --target the doctor
+    stops in one line saying so (not with a head finding)."""
+    from inspector.cli import main
+
+    argv = ["doctor", str(ROOT / "dflash" / "checkpoint"), str(ROOT), "--device", "cpu"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "embed_tokens.weight: absent (a DFlash draft embeds with the target's)" in err
     assert "Traceback" not in err
 
 

@@ -33,7 +33,12 @@ from inspector.progress import progress_bar
 
 def run_eval(args: argparse.Namespace) -> int:
     from inspector.distributed import gather_report, init_from_env
+    from inspector.formats.block_config import block_draft_family
 
+    if block_draft_family(args.checkpoint) is not None:
+        from inspector.commands.eval_block import run_block_eval
+
+        return run_block_eval(args)
     err = Console(stderr=True)
     dist_ctx, device = init_from_env(args.device)
     inputs, ev = open_evaluator(args, err, device, args.ttt_steps)

@@ -83,6 +83,23 @@ def block_family(config: dict) -> str | None:
     return "dflash2" if "conv_kernel_size" in sub else "dflash"
 
 
+def block_draft_family(checkpoint: str | Path | None) -> str | None:
+    """'dflash' / 'dflash2' when `checkpoint` is a DFlash folder (its config.json says so), else
+    None: what the commands branch on before they load a draft. An unreadable folder is None
+    (loading it then names the problem)."""
+    if checkpoint is None:
+        return None
+    folder = Path(checkpoint)
+    folder = folder.parent if folder.is_file() else folder
+    cfg_path = folder / "config.json"
+    if not cfg_path.is_file():
+        return None
+    try:
+        return block_family(read_json(cfg_path))
+    except InputError:
+        return None
+
+
 def refuse_block_draft(checkpoint: str | Path) -> None:
     """The commands' one-line refusal (an InputError naming config.json and the field) when
     `checkpoint` is a DFlash folder: what `load_draft` says, for a caller that reads the folder

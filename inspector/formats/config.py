@@ -175,11 +175,11 @@ OTHER_FAMILIES_BY_KEY = {
     "ptd_token_id": "P-EAGLE (parallel drafting)",
 }
 NOT_EAGLE3 = "not an EAGLE-3 or P-EAGLE draft, which is what this tool runs"
-# The commands' one-line refusal of a DFlash draft: it loads (formats.block_draft) and runs
-# (model.block), but eval, doctor and the replays score EAGLE-3's TTT steps only.
+# The one-line refusal of a DFlash draft by the commands that replay EAGLE-3's TTT steps only:
+# eval and doctor branch to the block draft's own (evaluate.block_eval, doctor.block_checks).
 DFLASH_MISSING = (
-    "the commands do not evaluate block drafts yet (its loader and block forward exist: "
-    "docs/guides/block-drafts.md)"
+    "only eval and doctor run block drafts so far; the replays and the app do not "
+    "(docs/guides/block-drafts.md)"
 )
 # P-EAGLE (docs/peagle.md) is run: speculators marks it by speculators_model_type "peagle" (and
 # saves architectures ["PEagleDraftModel"], its class), SpecForge by its class name alone.

@@ -120,29 +120,40 @@ class _Conv:
         return _conv(x, dynamic, self.base[1], self.group)
 
 
+Rope = tuple[torch.Tensor, torch.Tensor]  # (cos, sin) of some rows' positions
+
+
 def _attention(
     cfg: DraftConfig,
     attn: LlamaAttention,
     a: torch.Tensor,
     ctx: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
+    rope_ctx: Rope,
+    rope_block: Rope,
     mask: torch.Tensor,
 ) -> torch.Tensor:
-    """o_proj of the block rows' attention over [context; block] keys, [b, B, H]."""
-    p = ctx.shape[-2]
+    """o_proj of the block rows' attention over [context; block] keys, [b, B, H]. The context
+    may be one sample's rows shared by b blocks (ctx [1, P, H]): its keys are projected once."""
     q = query_heads(cfg, attn, add_bias(linear(a, attn.q), attn.q_bias))
-    both = torch.cat([ctx, a], dim=-2)
-    k, v = kv_heads(
+    k_ctx, v_ctx = kv_heads(
         cfg,
         attn,
-        add_bias(linear(both, attn.k), attn.k_bias),
-        add_bias(linear(both, attn.v), attn.v_bias),
+        add_bias(linear(ctx, attn.k), attn.k_bias),
+        add_bias(linear(ctx, attn.v), attn.v_bias),
     )
-    q = apply_rope(q, cos[p:], sin[p:])
-    k = apply_rope(k, cos, sin)
+    k_blk, v_blk = kv_heads(
+        cfg,
+        attn,
+        add_bias(linear(a, attn.k), attn.k_bias),
+        add_bias(linear(a, attn.v), attn.v_bias),
+    )
+    q = apply_rope(q, *rope_block)
+    k_ctx = apply_rope(k_ctx, *rope_ctx)
+    k_blk = apply_rope(k_blk, *rope_block)
+    b = a.shape[0]
     cache = LayerCache()  # the window is in `mask`: explicit masks take no cache window
-    cache.append(k, v)
+    cache.append(k_ctx.expand(b, *k_ctx.shape[1:]), v_ctx.expand(b, *v_ctx.shape[1:]))
+    cache.append(k_blk, v_blk)
     o = attend(cfg, q, cache, AttendSpec(mask=mask))
     b, nh, t, dv = o.shape
     return add_bias(linear(o.transpose(1, 2).reshape(b, t, nh * dv), attn.o), attn.o_bias)
@@ -153,8 +164,8 @@ def _layer(
     lw: LayerWeights,
     x: torch.Tensor,
     ctx: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
+    rope_ctx: Rope,
+    rope_block: Rope,
     mask: torch.Tensor,
 ) -> torch.Tensor:
     cfg = draft.config
@@ -166,7 +177,7 @@ def _layer(
     if dflash2:
         conv_a = _Conv(draft, p + "attention_conv.")
         a, dyn_a = conv_a.prepare(a)
-    o = _attention(cfg, lw.attn, a, ctx, cos, sin, mask)
+    o = _attention(cfg, lw.attn, a, ctx, rope_ctx, rope_block, mask)
     if dflash2:
         o = conv_a.finish(o, dyn_a)
     x = x + o
@@ -194,11 +205,69 @@ def block_hidden(draft: Draft, context: torch.Tensor, block_ids: torch.Tensor) -
     ctx = context_features(draft, context)
     x = noise_embedding(draft, block_ids).to(ctx.dtype)
     cos, sin = rope_cos_sin(cfg, torch.arange(p + b), ctx.device)
+    rope_ctx, rope_block = (cos[:p], sin[:p]), (cos[p:], sin[p:])
     for lw in resolve_layers(draft):
         mask = block_mask(p, b, block.causal[lw.index], cfg.sliding_window(lw.index), ctx.device)
-        x = _layer(draft, lw, x, ctx, cos, sin, mask)
+        x = _layer(draft, lw, x, ctx, rope_ctx, rope_block, mask)
     out = rms_norm(x, draft.weights["norm.weight"], cfg.rms_norm_eps)
     return out[0] if squeeze else out
+
+
+def anchored_mask(
+    anchors: torch.Tensor, num_context: int, num_block: int, causal: bool, window: int | None
+) -> torch.Tensor:
+    """[A, 1, B, P+B] booleans for A blocks of one sample at once: block a's rows sit at
+    positions anchors[a].. and see the context rows before anchors[a] (the rows the target had
+    verified when it drafted there) and, as `block_mask` says, their own block's rows."""
+    device = anchors.device
+    n = anchors[:, None, None]  # [A, 1, 1]
+    q = n + torch.arange(num_block, device=device)[None, :, None]  # [A, B, 1]
+    kc = torch.arange(num_context, device=device)[None, None, :]  # context keys
+    kb = n + torch.arange(num_block, device=device)[None, None, :]  # own block keys
+    ctx_ok = (kc < n).expand(-1, num_block, -1)
+    blk_ok = torch.ones_like(q - kb, dtype=torch.bool)
+    if causal:
+        blk_ok = blk_ok & (kb <= q)
+    if window is not None:
+        ctx_ok = ctx_ok & (q - kc < window)
+        blk_ok = blk_ok & (q - kb < window)
+        if not causal:
+            blk_ok = blk_ok & (kb - q < window)
+    return torch.cat([ctx_ok, blk_ok], dim=-1)[:, None]
+
+
+def anchored_block_hidden(
+    draft: Draft,
+    context: torch.Tensor | None,
+    anchors: torch.Tensor,
+    block_ids: torch.Tensor,
+    *,
+    fc_out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The final-normed rows [A, B, H] of A blocks drafted over one sample: block a is
+    [x_n, mask, ...] at positions n.. (n = anchors[a]) over the context rows 0..n-1, what a
+    round after committed x_0..x_n drafts. The context's fc, norm and keys are computed once for
+    every block; each block gives what `block_hidden` gives for it alone.
+
+    context: [T, N*Ht] the sample's features at the draft's layers, fc block order; anchors:
+    [A] positions 1..T; block_ids: [A, B]. `fc_out` [T, H] instead of `context`: fc's output
+    already summed (the doctor's search adds cached per-block projections: fc is linear)."""
+    cfg = draft.config
+    block = _block_config(draft)
+    if fc_out is None:
+        assert context is not None
+        fc_out = linear(context.to(draft.dtype), draft.weights["fc.weight"])
+    ctx = rms_norm(fc_out, draft.weights["hidden_norm.weight"], cfg.rms_norm_eps)[None]
+    t, b = ctx.shape[-2], block_ids.shape[-1]
+    x = noise_embedding(draft, block_ids).to(ctx.dtype)
+    rope_ctx = rope_cos_sin(cfg, torch.arange(t), ctx.device)
+    positions = anchors[:, None].cpu() + torch.arange(b)[None, :]
+    cos, sin = rope_cos_sin(cfg, positions, ctx.device)
+    rope_block = (cos[:, None], sin[:, None])  # [A, 1, B, d]: broadcast over the heads
+    for lw in resolve_layers(draft):
+        mask = anchored_mask(anchors, t, b, block.causal[lw.index], cfg.sliding_window(lw.index))
+        x = _layer(draft, lw, x, ctx, rope_ctx, rope_block, mask)
+    return rms_norm(x, draft.weights["norm.weight"], cfg.rms_norm_eps)
 
 
 def head_logits(draft: Draft, normed: torch.Tensor) -> torch.Tensor:

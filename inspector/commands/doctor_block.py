@@ -1,0 +1,84 @@
+"""`eagle-inspect doctor` on a block draft (DFlash, DFlash2): the trained layers asked of the
+weights, each engine's reading of the config, the block size, the mask token
+(`doctor.block_checks`), as the doctor's report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from inspector.commands.common import resolve_inputs
+from inspector.errors import InputError
+
+
+def block_doctor_report(args: argparse.Namespace, err: Console):
+    """The DoctorReport of a block draft over the first --samples samples."""
+    from inspector.doctor.block_checks import (
+        block_size_finding,
+        decided_layers,
+        engine_finding,
+        mask_finding,
+        wiring_finding,
+    )
+    from inspector.doctor.block_wiring import BlockScorer, search_block_wiring
+    from inspector.doctor.finding import sort_findings
+    from inspector.doctor.report import DoctorReport
+    from inspector.evaluate.block_eval import load_block
+    from inspector.formats.layer_convention import target_layer_count
+
+    inputs = resolve_inputs(args)
+    started = time.perf_counter()
+    draft, sample_set = load_block(
+        str(inputs.checkpoint),
+        inputs.samples,
+        target=str(inputs.target) if inputs.target else None,
+        embed=str(inputs.embed) if inputs.embed else None,
+        device=args.device,
+        dtype=args.dtype,
+    )
+    for note in [*inputs.notes, *draft.notes]:
+        err.print(f"note: {note}", highlight=False, soft_wrap=True)
+    block = draft.config.block
+    assert block is not None
+    samples, indices = [], []
+    for i in range(min(args.n_samples, len(sample_set))):
+        try:
+            samples.append(sample_set[i])
+            indices.append(i)
+        except InputError as e:
+            err.print(f"[yellow]skipped[/] sample {i}: {e}", highlight=False, soft_wrap=True)
+    if not samples:
+        raise InputError(None, None, "none of the samples could be read")
+    scorer = BlockScorer(draft, samples)
+    configured = tuple(block.hf_layer_ids)
+    held = set(scorer.held)
+    seeds: list[tuple[str, tuple[int, ...] | None]] = [("configured", configured)]
+    search = search_block_wiring(scorer, seeds)
+    configured_score = scorer.score(configured) if held >= set(configured) else None
+    num_layers = (
+        (target_layer_count(inputs.target) if inputs.target else None)
+        or block.num_target_layers
+        or max(scorer.held)
+    )
+    raw = json.loads((Path(draft.path) / "config.json").read_text())
+    findings = [
+        wiring_finding(search, block, configured_score),
+        engine_finding(
+            raw, block.family, num_layers, decided_layers(search, block, configured_score), block
+        ),
+        block_size_finding(block, getattr(args, "steps", None)),
+        mask_finding(draft),
+    ]
+    return DoctorReport(
+        best_wiring=(),
+        wirings=[],
+        findings=sort_findings(findings),
+        serving_config=None,
+        checkpoint=str(inputs.checkpoint),
+        sample_indices=indices,
+        seconds={"block_doctor": round(time.perf_counter() - started, 2)},
+    )

@@ -1,0 +1,98 @@
+"""`eagle-inspect eval` on a block draft (DFlash, DFlash2): accuracy by position in the block
+and the block accept length per wiring, as a table or one JSON document
+(`evaluate.block_eval` computes it)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from inspector.commands.common import resolve_inputs
+from inspector.commands.output import report_table, stdout_console, write_json
+from inspector.errors import InputError
+from inspector.formatting import pct
+from inspector.progress import progress_bar
+from inspector.wiring import parse_wiring, preset_name
+
+
+def run_block_eval(args: argparse.Namespace) -> int:
+    from inspector.evaluate.block_eval import COUNTED_BY, evaluate_blocks, load_block
+
+    err = Console(stderr=True)
+    inputs = resolve_inputs(args)
+    draft, sample_set = load_block(
+        str(inputs.checkpoint),
+        inputs.samples,
+        target=str(inputs.target) if inputs.target else None,
+        embed=str(inputs.embed) if inputs.embed else None,
+        device=args.device,
+        dtype=args.dtype,
+    )
+    for note in [*inputs.notes, *draft.notes]:
+        err.print(f"note: {note}", highlight=False, soft_wrap=True)
+    block = draft.config.block
+    assert block is not None
+    infos = sample_set.slot_info
+    texts = args.wiring or ["train"]
+    wirings = [
+        (preset_name(t), parse_wiring(t, infos, draft.config.num_fc_blocks, block.hf_layer_ids))
+        for t in texts
+    ]
+    n = len(sample_set) if args.limit is None else min(args.limit, len(sample_set))
+    samples = []
+    for i in range(n):
+        try:
+            samples.append((i, sample_set[i]))
+        except InputError as e:
+            err.print(f"[yellow]skipped[/] sample {i}: {e}", highlight=False, soft_wrap=True)
+    if not samples:
+        raise InputError(None, None, f"none of the {n} samples could be used")
+    with progress_bar("evaluating", err) as advance:
+        report = evaluate_blocks(
+            draft, samples, wirings, positions=bool(args.positions), progress=advance
+        )
+    if args.json:
+        write_json(report.to_dict())
+        return 0
+    out = stdout_console(None if sys.stdout.isatty() else 200)
+    out.print(render_block_report(report, COUNTED_BY))
+    return 0
+
+
+def render_block_report(report, counted_by) -> Table:
+    """Accuracy and mean p by position in the block, one column pair per wiring; the block
+    accept length as each engine counts it below."""
+    from inspector.engines import engine
+
+    table = report_table(
+        f"{report.draft}: {report.family}, block {report.block_size} "
+        f"({report.block_size - 1} drafts a round), {report.samples} samples"
+    )
+    table.add_column("block position", justify="right")
+    for w in report.wirings:
+        name = f"{w.name} {w.label}" if w.name else w.label
+        table.add_column(f"{name}\nacc", justify="right")
+        table.add_column("mean p", justify="right")
+    for k in range(report.block_size - 1):
+        row = [str(k + 1)]
+        for w in report.wirings:
+            c = int(w.counts[k])
+            row += [pct(w.accuracy[k]), f"{w.p_sum[k] / c:.3f}" if c else "-"]
+        table.add_row(*row)
+    table.add_section()
+    row = ["all"]
+    for w in report.wirings:
+        row += [pct(w.mean_accuracy), ""]
+    table.add_row(*row)
+    for e in counted_by:
+        row = [f"accept length ({engine(e).display})"]
+        for w in report.wirings:
+            st = w.stats[e]
+            value = st.accept_length
+            text = "-" if value is None else f"{value:.2f}" + ("+" if st.is_bound else "")
+            row += [text, f"{st.rounds} rounds"]
+        table.add_row(*row)
+    return table

@@ -1,0 +1,200 @@
+"""eval and doctor on a block draft (DFlash): the blocks over samples, the trained layers found
+from samples alone, each engine's reading of the config, the block size, the mask token.
+
+The trained draft is `block_fixtures.block_bed` (ids TRAINED on the demo target, not the
+reference's default spread); the forward pieces are checked against the golden drafts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from block_fixtures import TRAINED
+
+from inspector.cli import main
+from inspector.doctor.block_checks import block_size_finding, mask_finding
+from inspector.doctor.engine_reading import engine_reads
+from inspector.doctor.finding import Severity
+from inspector.engines.sglang import dflash_guess
+from inspector.formats import load_block_draft
+from inspector.formats.block_config import build_target_layer_ids
+from inspector.model.block import anchored_block_hidden, block_hidden
+
+GOLDEN = Path(__file__).parent / "golden_block"
+TRAINED_HF = [k + 1 for k in TRAINED]
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def cli_json(capsys, argv: list[str]) -> tuple[int, dict]:
+    capsys.readouterr()
+    code = main(argv)
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("family", ["dflash", "dflash2"])
+@pytest.mark.parametrize("window", [None, 3])
+def test_anchored_blocks_equal_one_block_at_a_time(family, window):
+    """Many blocks over one sample's context at once give what each block gives alone (its
+    own context rows only), sliding windows included."""
+    draft = load_block_draft(GOLDEN / family / "checkpoint", target=GOLDEN / "target")
+    if window is not None:
+        n = draft.config.num_layers
+        draft = replace(draft, config=replace(draft.config, sliding_windows=(window,) * n))
+    cfg = draft.config
+    b = cfg.block.block_size
+    torch.manual_seed(0)
+    context = torch.randn(20, cfg.num_fc_blocks * cfg.target_hidden_size)
+    anchors = torch.tensor([1, 6, 19, 20])
+    ids = torch.full((4, b), cfg.block.mask_token_id)
+    ids[:, 0] = torch.tensor([3, 4, 5, 6])
+    together = anchored_block_hidden(draft, context, anchors, ids)
+    for i, n in enumerate(anchors.tolist()):
+        alone = block_hidden(draft, context[:n], ids[i])
+        torch.testing.assert_close(together[i], alone, atol=1e-5, rtol=1e-5)
+
+
+def test_sglang_guess_is_the_reference_spread():
+    assert dflash_guess(64, 5) == [1, 16, 31, 46, 61]
+    for layers in range(4, 130):
+        for n in range(1, 9):
+            assert dflash_guess(layers, n) == build_target_layer_ids(layers, n)
+
+
+def test_engine_readings_of_a_config_without_ids():
+    cfg = {"num_hidden_layers": 5, "dflash_config": {"mask_token_id": 1}}
+    reads = {r.reader.engine: r for r in engine_reads(cfg, 64, 5, draft="dflash")}
+    sglang = reads["sglang"]
+    assert sglang.fed == (2, 17, 32, 47, 62) and sglang.problem is None
+    assert "its guess [1, 16, 31, 46, 61]" in sglang.notes[0]
+    assert reads["vllm"].problem is not None  # its default triple: 3 states for 5 fc blocks
+    with_ids = dict(cfg, dflash_config={"target_layer_ids": [5, 19, 33, 47, 61]})
+    reads = {r.reader.engine: r for r in engine_reads(with_ids, 64, 5, draft="dflash")}
+    assert reads["vllm"].fed == reads["sglang"].fed == (6, 20, 34, 48, 62)
+
+
+def test_block_size_against_the_engines_k():
+    draft = load_block_draft(GOLDEN / "dflash" / "checkpoint", target=GOLDEN / "target")
+    block = draft.config.block  # block_size 4
+    assert block_size_finding(block, 3).severity is Severity.INFO
+    wrong = block_size_finding(block, 7)
+    assert wrong.severity is Severity.WARNING
+    assert "block_size 4" in wrong.summary and "num_speculative_tokens 7" in wrong.summary
+    assert wrong.fix == "serve with num_speculative_tokens 3"
+
+
+def test_mask_token_row():
+    draft = load_block_draft(GOLDEN / "dflash" / "checkpoint", target=GOLDEN / "target")
+    assert mask_finding(draft).severity is Severity.INFO
+    embed = draft.weights["embed_tokens.weight"].clone()
+    embed[draft.config.block.mask_token_id] = 0
+    zeroed = replace(draft, weights={**draft.weights, "embed_tokens.weight": embed})
+    found = mask_finding(zeroed)
+    assert found.severity is Severity.ERROR and "zeros" in found.summary
+    own = {**zeroed.weights, "mask_embedding": torch.ones(draft.config.hidden_size)}
+    assert mask_finding(replace(zeroed, weights=own)).severity is Severity.INFO
+
+
+def test_eval_reports_blocks_per_wiring(block_bed, capsys):
+    code, report = cli_json(
+        capsys,
+        [
+            "eval",
+            str(block_bed.draft),
+            str(block_bed.samples),
+            "--target",
+            str(block_bed.target),
+            "--wiring",
+            "train",
+            "--wiring",
+            "2,3,4",
+            "--limit",
+            "6",
+            "--json",
+            "--device",
+            "cpu",
+        ],
+    )
+    assert code == 0 and report["family"] == "dflash" and report["block_size"] == 4
+    trained, spread = report["wirings"]
+    assert trained["layers"] == TRAINED_HF and spread["layers"] == [2, 3, 4]
+    assert len(trained["by_block_position"]) == 3
+    assert trained["accuracy"] > spread["accuracy"] + 0.05
+    tau = trained["accept_length"]["vllm"]["value"]
+    assert tau > spread["accept_length"]["vllm"]["value"] and 1 < tau < 4
+    # the first block position is the easiest: the target's states at the anchor's row
+    acc = [p["accuracy"] for p in trained["by_block_position"]]
+    assert acc[0] >= acc[-1]
+
+
+def test_eval_table(block_bed, capsys):
+    capsys.readouterr()
+    argv = [
+        "eval",
+        str(block_bed.draft),
+        str(block_bed.samples),
+        "--target",
+        str(block_bed.target),
+        "--limit",
+        "2",
+        "--device",
+        "cpu",
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "accept length (vLLM)" in out and "block position" in out
+
+
+def test_doctor_finds_the_trained_ids_from_samples_alone(block_bed, capsys):
+    """The config lost its ids: the reference and SGLang guess [1, 2, 3]; the doctor asks the
+    weights and names the trained ids and the fix."""
+    code, report = cli_json(
+        capsys,
+        [
+            "doctor",
+            str(block_bed.lost_ids),
+            str(block_bed.samples),
+            "--target",
+            str(block_bed.target),
+            "--json",
+            "--device",
+            "cpu",
+        ],
+    )
+    assert code == 1
+    findings = {f["kind"]: f for f in report["findings"]}
+    wiring = findings["wiring"]
+    assert wiring["severity"] == "error"
+    assert wiring["evidence"]["trained_ids"] == list(TRAINED)
+    assert wiring["fix"] == f"set dflash_config.target_layer_ids to {list(TRAINED)}"
+    feeds = findings["engine_feeds"]
+    assert feeds["severity"] == "error"
+    readings = {r["reader"]: r for r in feeds["evidence"]["readings"]}
+    sglang = next(r for k, r in readings.items() if k.startswith("SGLang"))
+    assert sglang["fed"] == [2, 3, 4] and "guess [1, 2, 3]" in sglang["notes"][0]
+    assert str(list(TRAINED)) in feeds["fix"]
+
+
+def test_doctor_on_the_configured_draft(block_bed, capsys):
+    code, report = cli_json(
+        capsys,
+        [
+            "doctor",
+            str(block_bed.draft),
+            str(block_bed.samples),
+            "--target",
+            str(block_bed.target),
+            "--json",
+            "--device",
+            "cpu",
+        ],
+    )
+    findings = {f["kind"]: f for f in report["findings"]}
+    assert findings["wiring"]["severity"] == "info"
+    readings = {r["reader"]: r for r in findings["engine_feeds"]["evidence"]["readings"]}
+    vllm = next(r for k, r in readings.items() if k.startswith("vLLM"))
+    assert vllm["fed"] == TRAINED_HF and vllm["problem"] is None
+    assert findings["vocab_map"]["severity"] == "info"
