@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from inspector.errors import InputError
+from inspector.errors import InputError, setting_field
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def with_layer_ids(infos: list[SlotInfo], layer_ids: Sequence[int]) -> list[Slot
     if len(layer_ids) != len(infos):
         raise InputError(
             None,
-            "--slot-layers",
+            setting_field("slot-layers"),
             f"{len(layer_ids)} ids given, the samples have {len(infos)} slots",
         )
     out = []

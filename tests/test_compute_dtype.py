@@ -52,7 +52,7 @@ def test_named_dtypes_win_everywhere():
     assert (c.dtype, c.stored, c.note) == (torch.float16, torch.bfloat16, None)
     with pytest.raises(InputError, match="unknown dtype 'int8'") as e:
         compute_dtype("int8", torch.bfloat16, device="cpu", float_bytes=1, available=GIB)
-    assert e.value.field == "--dtype"
+    assert e.value.field == "dtype"
 
 
 def test_the_upcast_stays_within_its_share_of_the_free_ram():

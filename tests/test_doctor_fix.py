@@ -487,7 +487,7 @@ def test_write_fixed_flat_layout(flat, syn, tmp_path):
 def _refused(ev, report, out) -> InputError:
     with pytest.raises(InputError) as e:
         write_fixed(ev, report, out)
-    assert e.value.field == "--write-fixed"
+    assert e.value.field == "write-fixed" and e.value.field.flag == "--write-fixed"
     return e.value
 
 

@@ -31,7 +31,7 @@ def test_an_engine_without_an_eagle3_drafter_is_read_not_replayed():
     assert ENGINES[-1] == "ort-genai"
     with pytest.raises(InputError) as e:
         parse_engine("onnxruntime-genai", True)
-    assert e.value.field == "--engine" and "no release runs an EAGLE-3 draft" in e.value.message
+    assert e.value.field == "engine" and "no release runs an EAGLE-3 draft" in e.value.message
     assert parse_engine("ort", True, serving=False) is Engine.ORT_GENAI
 
 

@@ -195,10 +195,10 @@ def test_resolve_device(monkeypatch):
     for bad in ("bogus", "meta", "mps"):
         with pytest.raises(InputError, match="expected auto, cpu, cuda or cuda:N") as e:
             resolve_device(bad)
-        assert e.value.field == "--device"
+        assert e.value.field == "device"
     with pytest.raises(InputError, match="cuda requested but CUDA is not available") as e:
         resolve_device("cuda")
-    assert e.value.field == "--device"
+    assert e.value.field == "device"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert resolve_device("auto") == torch.device("cuda")
@@ -206,7 +206,7 @@ def test_resolve_device(monkeypatch):
     assert resolve_device("cuda") == torch.device("cuda")
     with pytest.raises(InputError, match=r"cuda:2: only 2 CUDA device\(s\)") as e:
         resolve_device("cuda:2")
-    assert e.value.field == "--device"
+    assert e.value.field == "device"
 
 
 @pytest.mark.parametrize(
@@ -264,7 +264,7 @@ def test_position_spool_round_trip():
 def test_ttt_steps_must_be_positive(golden_ev):
     with pytest.raises(InputError, match="must be at least 1") as e:
         Evaluator(golden_ev.draft, golden_ev.samples, ttt_steps=0)
-    assert e.value.field == "--ttt-steps"
+    assert e.value.field == "ttt-steps"
 
 
 def test_slot_layers_relabel_the_slots(golden_ev):

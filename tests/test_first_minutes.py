@@ -242,7 +242,7 @@ def test_unknown_engine_says_did_you_mean():
 
     with pytest.raises(InputError) as e:
         parse_engine("vlm", True)
-    assert e.value.field == "--engine"
+    assert e.value.field == "engine"
     assert e.value.message == "'vlm': one of vllm, sglang, llamacpp; did you mean 'vllm'?"
     with pytest.raises(InputError) as e:
         parse_engine("lama-cp", True)

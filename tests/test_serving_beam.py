@@ -109,7 +109,7 @@ def test_accepted_path_follows_the_matching_child_and_stops_at_the_limit():
 def test_draft_spec_refusals_name_the_flag(args, field, message):
     with pytest.raises(InputError) as e:
         DraftSpec(*args)
-    assert e.value.field == field and e.value.message == message
+    assert e.value.field.flag == field and e.value.message == message  # a setting, as its flag
 
 
 def test_draft_spec_accepts_every_engine_setting_at_the_bounds():
@@ -121,7 +121,7 @@ def test_draft_spec_accepts_every_engine_setting_at_the_bounds():
     assert DraftSpec(3, 2, 5, kv="sglang").to_dict()["kv"] == "sglang"
     with pytest.raises(InputError) as e:
         DraftSpec(3, kv="vllm")
-    assert e.value.field == "--kv" and e.value.message == "'vllm': one of exact, sglang"
+    assert e.value.field == "kv" and e.value.message == "'vllm': one of exact, sglang"
     assert DraftSpec(3, 4, 8).flags() == (
         "SGLang --speculative-num-steps 3 --speculative-eagle-topk 4 "
         "--speculative-num-draft-tokens 8"

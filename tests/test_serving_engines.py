@@ -25,12 +25,14 @@ def test_refusals_name_the_flag():
     with pytest.raises(InputError) as e:
         parse_engine("trtllm", True)
     assert (e.value.field, e.value.message) == (
-        "--engine",
+        "engine",
         "'trtllm': one of vllm, sglang, llamacpp",
     )
+    assert str(e.value) == "--engine: 'trtllm': one of vllm, sglang, llamacpp"  # the CLI's words
+    assert e.value.words() == "engine: 'trtllm': one of vllm, sglang, llamacpp"  # the app's
     with pytest.raises(InputError) as e:
         parse_engine("vllm", False)
-    assert e.value.field == "--engine"
+    assert e.value.field == "engine"
     assert e.value.message == "vllm drafts chains only (--topk 1): trees are SGLang's"
     with pytest.raises(InputError) as e:
         parse_engine("llamacpp", False)

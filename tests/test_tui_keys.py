@@ -193,7 +193,8 @@ async def test_serving_settings_dialog_and_step_keys(opened):
     await pilot.press("tab", "2", "enter")  # topk 2 without draft tokens: says why, stays open
     assert type(app.screen).__name__ == "ServingScreen"
     error = str(app.screen.query_one("#serving-error").render())
-    assert "--draft-tokens" in error and "required" in error
+    # the field by the setting's name, not the command line's flag
+    assert error.startswith("draft-tokens: ") and "required" in error
     await pilot.press("tab", "1", "2", "enter")  # 3 steps of topk 2 propose 10 nodes at most
     assert type(app.screen).__name__ == "ServingScreen"
     assert "2..11" in str(app.screen.query_one("#serving-error").render())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from inspector.capture import store
 from inspector.capture.run import CaptureSettings, capture, prepare
-from inspector.errors import InputError
+from inspector.errors import InputError, setting_field
 from inspector.progress import progress_bar
 
 
@@ -39,7 +39,9 @@ def prompts_samples(
     (``--layers auto``), or the engines' default ``2, L//2, L-3`` plus L when it names none.
     """
     if target is None:
-        raise InputError(prompts, "--target", "--prompts needs --target DIR (the model to run)")
+        raise InputError(
+            prompts, setting_field("target"), "--prompts needs --target DIR (the model to run)"
+        )
     settings = CaptureSettings(draft=str(draft) if draft is not None else None, device=device)
     prepared = prepare(target, prompts, settings)
     out = cache_root() / prepared.key[:24]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inspector.errors import InputError
+from inspector.errors import InputError, setting_field
 from inspector.sample import check_category
 
 MIN_TOKENS = 3  # the sample readers need a token, its successor and one to predict
@@ -250,7 +250,9 @@ def _text_chunks(reader: _Reader, text: str) -> list[Record]:
     head = reader.encode("", special=True)
     size = reader.max_length - len(head)
     if size < MIN_TOKENS:
-        raise InputError(reader.path, "--max-length", f"{reader.max_length} is too short")
+        raise InputError(
+            reader.path, setting_field("max-length"), f"{reader.max_length} is too short"
+        )
     out = []
     for k, start in enumerate(range(0, len(body), size)):
         ids = head + body[start : start + size]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inspector.capture.conventions import EngineCapture, engine_capture, trainer_hf_indices
-from inspector.errors import InputError
+from inspector.errors import InputError, setting_field
 
 POST_NORM = "post-norm"
 Slot = int | str  # an HF index, or POST_NORM
@@ -96,7 +96,7 @@ def _check_index(k: int, L: int) -> int:
     if k < 0 or k > L:
         raise InputError(
             None,
-            "--layers",
+            setting_field("layers"),
             f"HF index {k} is outside 0..{L} (0 = embedding, {L} = last layer before the norm)",
         )
     return k
@@ -127,9 +127,13 @@ def plan_slots(
     fc_blocks = draft.fc_blocks if draft is not None else None
     if engine is not None:
         if draft is None:
-            raise InputError(None, "--engine", "needs --draft CKPT (the engine reads its config)")
+            raise InputError(
+                None, setting_field("engine"), "needs --draft CKPT (the engine reads its config)"
+            )
         if layers is not None:
-            raise InputError(None, "--layers", "--engine decides the slots: drop --layers")
+            raise InputError(
+                None, setting_field("layers"), "--engine decides the slots: drop --layers"
+            )
         cap = engine_capture(engine, draft.aux_ids, draft.convention, L)
         problem = cap.problem(draft.fc_blocks)
         if problem:
@@ -154,12 +158,12 @@ def plan_slots(
     parts = ["auto"] if layers is None else None
     parts = parts or [p.strip().lower() for p in str(layers).split(",") if p.strip()]
     if not parts:
-        raise InputError(None, "--layers", "empty")
+        raise InputError(None, setting_field("layers"), "empty")
     post_norm = POST_NORM in parts
     notes: list[str] = []
     if "auto" in parts:
         if draft is None:
-            raise InputError(None, "--layers", "auto needs --draft CKPT")
+            raise InputError(None, setting_field("layers"), "auto needs --draft CKPT")
         if not draft.aux_ids:
             raise InputError(
                 draft.config_path,
@@ -174,7 +178,9 @@ def plan_slots(
         )
         extra = [p for p in parts if p not in ("auto", POST_NORM)]
         if extra:
-            raise InputError(None, "--layers", f"auto takes only post-norm besides it, not {extra}")
+            raise InputError(
+                None, setting_field("layers"), f"auto takes only post-norm besides it, not {extra}"
+            )
         return SlotPlan(
             _assemble(sorted(fc), L, post_norm), L, "auto", tuple(notes), fc_blocks=fc_blocks
         )
@@ -186,7 +192,7 @@ def plan_slots(
             ids.add(_check_index(int(p), L))
         except ValueError:
             raise InputError(
-                None, "--layers", f"{p!r} is not an HF index, auto or post-norm"
+                None, setting_field("layers"), f"{p!r} is not an HF index, auto or post-norm"
             ) from None
     if L not in ids:
         notes.append(f"HF {L} (the last layer, pre-norm) appended as the verifier's last state")

@@ -17,7 +17,7 @@ from inspector.capture import store
 from inspector.capture.inputs import MIN_TOKENS, Record, read_input
 from inspector.capture.plan import DraftIds, SlotPlan, plan_slots, read_draft_ids
 from inspector.capture.transformers_target import DTYPE_NAMES, TargetInfo, read_target_info
-from inspector.errors import InputError
+from inspector.errors import InputError, setting_field
 from inspector.progress import Progress
 
 DEFAULT_MAX_LENGTH = 2048
@@ -104,23 +104,29 @@ def prepare(
     target = Path(target)
     s = settings
     if s.save_dtype not in SAVE_DTYPES:
-        raise InputError(None, "--save-dtype", f"{s.save_dtype!r}: one of {', '.join(SAVE_DTYPES)}")
+        raise InputError(
+            None, setting_field("save-dtype"), f"{s.save_dtype!r}: one of {', '.join(SAVE_DTYPES)}"
+        )
     if s.dtype not in DTYPE_NAMES:
-        raise InputError(None, "--dtype", f"{s.dtype!r}: one of {', '.join(DTYPE_NAMES)}")
+        raise InputError(
+            None, setting_field("dtype"), f"{s.dtype!r}: one of {', '.join(DTYPE_NAMES)}"
+        )
     if s.generate < 0:
-        raise InputError(None, "--generate", "must be >= 0")
+        raise InputError(None, setting_field("generate"), "must be >= 0")
     if s.past_stop < 0:
-        raise InputError(None, "--past-stop", "must be >= 0")
+        raise InputError(None, setting_field("past-stop"), "must be >= 0")
     if s.temperature < 0:
-        raise InputError(None, "--temperature", "must be >= 0")
+        raise InputError(None, setting_field("temperature"), "must be >= 0")
     info = read_target_info(target)
     draft = draft_ids or (read_draft_ids(s.draft, target) if s.draft else None)
     plan = plan_slots(info.num_layers, layers=s.layers, draft=draft, engine=s.engine)
     max_length = s.max_length or min(DEFAULT_MAX_LENGTH, info.max_positions or DEFAULT_MAX_LENGTH)
     if max_length < MIN_TOKENS:
-        raise InputError(None, "--max-length", f"{max_length}: at least {MIN_TOKENS}")
+        raise InputError(None, setting_field("max-length"), f"{max_length}: at least {MIN_TOKENS}")
     if s.generate >= max_length:
-        raise InputError(None, "--generate", f"{s.generate} tokens leave no room for a prompt")
+        raise InputError(
+            None, setting_field("generate"), f"{s.generate} tokens leave no room for a prompt"
+        )
     records, notes = read_input(input, target, vocab_size=info.vocab_size, max_length=max_length)
     input_sha = _sha256(Path(input))
     key_src = {

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from inspector.errors import InputError
+from inspector.errors import InputError, setting_field
 
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 
@@ -221,7 +221,9 @@ class TargetModel:
         hf_logging.disable_progress_bar()
 
         if dtype not in DTYPE_NAMES:
-            raise InputError(None, "--dtype", f"{dtype!r}: one of {', '.join(DTYPE_NAMES)}")
+            raise InputError(
+                None, setting_field("dtype"), f"{dtype!r}: one of {', '.join(DTYPE_NAMES)}"
+            )
         self.path = Path(target)
         self.info = read_target_info(target)
         auto = model_class(target)
@@ -238,7 +240,7 @@ class TargetModel:
         try:
             model, loading = auto.from_pretrained(str(target), **kwargs)
         except ImportError as e:  # device_map="auto" needs accelerate
-            raise InputError(None, "--device-map", _first_line(e)) from e
+            raise InputError(None, setting_field("device-map"), _first_line(e)) from e
         except (OSError, ValueError, KeyError) as e:
             raise InputError(target, None, f"cannot load the model: {_first_line(e)}") from e
         finally:

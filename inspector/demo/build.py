@@ -43,7 +43,7 @@ from inspector.demo.draft import (
 from inspector.demo.tiny_target import TargetConfig, top1_accuracy, train_target
 from inspector.demo.tokenizer import EOS, encode_documents, train_tokenizer
 from inspector.demo_paths import default_demo_root
-from inspector.errors import InputError
+from inspector.errors import InputError, setting_field
 from inspector.formats.files import os_text
 
 # The entries of the output folder a build writes, and so replaces.
@@ -56,12 +56,12 @@ def check_out(out: Path) -> None:
     writable. InputError naming the path otherwise."""
     for p in (out, out / "samples"):
         if (p.exists() or p.is_symlink()) and not p.is_dir():
-            raise InputError(p, "--out", "exists and is not a folder")
+            raise InputError(p, setting_field("out"), "exists and is not a folder")
     try:
         out.mkdir(parents=True, exist_ok=True)
         os.rmdir(tempfile.mkdtemp(prefix=".write-check-", dir=out))
     except OSError as e:
-        raise InputError(out, "--out", f"not writable: {os_text(e)}") from None
+        raise InputError(out, setting_field("out"), f"not writable: {os_text(e)}") from None
 
 
 def _install(staging: Path, out: Path) -> None:
@@ -250,7 +250,9 @@ def build(
         )
         _install(staging, out)
     except OSError as e:
-        raise InputError(out, "--out", f"cannot write the demo: {os_text(e)}") from None
+        raise InputError(
+            out, setting_field("out"), f"cannot write the demo: {os_text(e)}"
+        ) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     lap("write")
@@ -308,7 +310,9 @@ def build(
     try:
         (out / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
     except OSError as e:
-        raise InputError(out / "build_info.json", "--out", f"cannot write: {os_text(e)}") from None
+        raise InputError(
+            out / "build_info.json", setting_field("out"), f"cannot write: {os_text(e)}"
+        ) from None
     for name in ("train", "held"):
         f = figures[name]
         log(

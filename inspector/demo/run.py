@@ -25,7 +25,7 @@ from inspector.demo.draft import (
     save_draft,
     train_draft,
 )
-from inspector.errors import InputError
+from inspector.errors import InputError, setting_field
 from inspector.formats.tensorfiles import load_torch_file
 
 DEFAULT_EPOCHS = 24
@@ -63,7 +63,7 @@ def build_run(
 
     out = Path(out)
     if out.exists() and any(out.iterdir()):
-        raise InputError(out, "--out", "exists and is not empty")
+        raise InputError(out, setting_field("out"), "exists and is not empty")
     shipped = load_file(str(demo / "draft" / "model.safetensors"))
     target = load_file(str(demo / "target" / "model.safetensors"))
     vocab = VocabMap(d2t=shipped["d2t"], t2d=shipped["t2d"])
@@ -75,7 +75,7 @@ def build_run(
         cfg = draft_config(embed.shape[0], int(vocab.d2t.numel()), embed.shape[1])
         draft = init_draft(cfg, vocab, embed, head, seed)
     else:
-        raise InputError(None, "--init", f"{init!r}: shipped or scratch")
+        raise InputError(None, setting_field("init"), f"{init!r}: shipped or scratch")
     records = _records(demo / "samples" / "train")
     written: list[Path] = []
     verifier = str((demo / "target").resolve())

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from inspector.draft import DraftConfig
-from inspector.errors import InputError
+from inspector.errors import InputError, setting_field
 from inspector.serving.spec import DEFAULT_STEPS
 
 # The chain the wiring finding quotes engines' accept length for: the engines' common default
@@ -158,11 +158,15 @@ def plan(
     macs = token_macs(cfg)
     if max_tokens is not None:
         if max_tokens < 0:
-            raise InputError(None, "--max-tokens", "must be 0 (whole samples) or positive")
+            raise InputError(
+                None, setting_field("max-tokens"), "must be 0 (whole samples) or positive"
+            )
         if max_tokens == 0:
             return _whole("whole", macs, shapes)
         if max_tokens < 3:
-            raise InputError(None, "--max-tokens", "at least 3 tokens score a position")
+            raise InputError(
+                None, setting_field("max-tokens"), "at least 3 tokens score a position"
+            )
         out = _whole("--max-tokens", macs, shapes)
         out.cuts = {s.index: max_tokens for s in shapes if s.length > max_tokens}
         return out

@@ -48,7 +48,7 @@ from inspector.doctor.vocab import vocab_check
 from inspector.doctor.wiring_check import wiring_finding
 from inspector.draft import Draft
 from inspector.engines.target_class import TargetClass
-from inspector.errors import InputError
+from inspector.errors import InputError, setting_field
 from inspector.evaluate import Evaluator
 from inspector.formats.layer_convention import read_layer_ids, target_layer_count
 from inspector.formats.target_class import data_config_target, read_target_class
@@ -362,7 +362,7 @@ def diagnose(
     if sampling is not None and target is None:
         raise InputError(
             None,
-            "--temperature",
+            setting_field("temperature"),
             "the accept length at a temperature is the target's verification of the drafts: "
             "pass --target DIR",
         )

@@ -27,7 +27,7 @@ from inspector.doctor.finding import ConfigFix, Kind, Severity
 from inspector.doctor.report import DoctorReport, FixPlan, FixResult, Verification
 from inspector.doctor.search import Scorer
 from inspector.draft import Draft, RopeConfig
-from inspector.errors import InputError
+from inspector.errors import InputError, setting_field
 from inspector.evaluate import Evaluator
 from inspector.formats.checkpoint import canonical_name, load_draft
 from inspector.formats.tensorfiles import find_weight_file, read_json, read_tensors
@@ -165,13 +165,15 @@ def write_fixed(
     `report.fixed`): the plan, the changes, expected vs fixed all-tok counts, verified."""
     draft = ev.draft
     if not draft.path:
-        raise InputError(None, "--write-fixed", "the draft was not loaded from a folder")
+        raise InputError(
+            None, setting_field("write-fixed"), "the draft was not loaded from a folder"
+        )
     src = Path(draft.path)
     out = Path(out)
     # OUT may lie in none of the folders read: checked now, before the work, and when writing.
     # `read`: the paths as the user gave them (a samples root above nested sample folders).
     inputs = (src, *{Path(f).parent for f in ev.samples.files}, target, embed, *read)
-    check_out(out, inputs, "--write-fixed")
+    check_out(out, inputs, setting_field("write-fixed"))
     plan = plan_fix(report)
     order = list(plan.block_order)
     fixed_wiring = plan.fixed_wiring
@@ -212,7 +214,7 @@ def write_fixed(
     config = read_json(src / "config.json")
     changes += _write_config(config, draft.layout, fixes, hf_sorted)
     files = DraftFiles(config=config, tensors=tensors, side_files=side_files(src))
-    write_draft(files, out, inputs=inputs, field="--write-fixed")
+    write_draft(files, out, inputs=inputs, field=setting_field("write-fixed"))
     if progress is not None:
         progress("write fixed", 1, 2)
 

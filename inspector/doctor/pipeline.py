@@ -30,7 +30,7 @@ from inspector.doctor.gguf_layers import gguf_layers_finding
 from inspector.doctor.lm_head import HeadStatus, borrow_target_head, head_finding, head_status
 from inspector.doctor.norm_flags import missing_norm_findings
 from inspector.doctor.report import DoctorReport
-from inspector.errors import InputError
+from inspector.errors import InputError, setting_field
 from inspector.evaluate import Evaluator
 from inspector.formats.block_config import refuse_block_draft
 from inspector.formats.checkpoint import is_gguf
@@ -99,7 +99,7 @@ def _preflight(request: DoctorRequest) -> DoctorReport | None:
         if is_gguf(request.checkpoint):
             raise InputError(
                 request.checkpoint,
-                "--write-fixed",
+                setting_field("write-fixed"),
                 "writes a checkpoint folder from a folder draft: for a GGUF, fix its HF draft "
                 "(the gguf_layers finding says how) and convert it again",
             )

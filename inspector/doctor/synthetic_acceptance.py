@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from inspector.doctor.reconcile_rounds import pooled
 from inspector.doctor.reconciliation import Reconciliation, Verdict, WiringCheck, logged_text
 from inspector.engines import Engine, engine, engine_words
-from inspector.errors import InputError
+from inspector.errors import InputError, setting_field
 from inspector.formats.engine_log import EngineLog, RequestFigures
 from inspector.serving.replay import AcceptReport
 
@@ -52,16 +52,22 @@ class SyntheticSetting:
     @classmethod
     def vllm(cls, rates: tuple[float, ...]) -> SyntheticSetting:
         if not rates or not all(0.0 <= r <= 1.0 for r in rates):
-            raise InputError(None, "--synthetic-rates", "rates in [0, 1], one per position")
+            raise InputError(
+                None, setting_field("synthetic-rates"), "rates in [0, 1], one per position"
+            )
         if any(b > a for a, b in zip(rates, rates[1:], strict=False)):
             # vLLM refuses them at start-up (config/speculative.py 588-591)
-            raise InputError(None, "--synthetic-rates", f"{list(rates)}: must be non-increasing")
+            raise InputError(
+                None, setting_field("synthetic-rates"), f"{list(rates)}: must be non-increasing"
+            )
         return cls(Engine.VLLM, rates=tuple(rates))
 
     @classmethod
     def sglang(cls, length: float) -> SyntheticSetting:
         if not length > 0:
-            raise InputError(None, "--simulated-accept-len", f"{length}: SGLang ignores X <= 0")
+            raise InputError(
+                None, setting_field("simulated-accept-len"), f"{length}: SGLang ignores X <= 0"
+            )
         return cls(Engine.SGLANG, length=length)
 
     @property
@@ -139,7 +145,7 @@ def synthetic_check(log: EngineLog, setting: SyntheticSetting, steps: int) -> Sy
     if setting.rates is not None and len(setting.rates) != steps:
         raise InputError(
             None,
-            "--synthetic-rates",
+            setting_field("synthetic-rates"),
             f"{len(setting.rates)} rates for {steps} drafted tokens a round (vLLM takes one per "
             "position)",
         )

@@ -97,7 +97,7 @@ def parse_engine(text: str | None, is_chain: bool, *, serving: bool = True) -> E
     llama.cpp / llama-cpp, ort-genai / onnxruntime-genai; any case); an unknown name is an
     InputError that says the nearest one. None: the default for a chain or a tree. `serving`:
     only engines whose accept length the tool replays (ONNX Runtime GenAI runs no EAGLE-3)."""
-    from inspector.errors import InputError
+    from inspector.errors import InputError, setting_field
 
     if text is None:
         return default_engine(is_chain)
@@ -107,18 +107,20 @@ def parse_engine(text: str | None, is_chain: bool, *, serving: bool = True) -> E
     if found is None:
         near = difflib.get_close_matches(_key(text), list(_ALIASES), n=1, cutoff=0.65)
         hint = f"; did you mean {_ALIASES[near[0]].value!r}?" if near else ""
-        raise InputError(None, "--engine", f"{text!r}: one of {names}{hint}") from None
+        raise InputError(None, setting_field("engine"), f"{text!r}: one of {names}{hint}") from None
     spec = REGISTRY[found]
     if found not in choices:
         raise InputError(
             None,
-            "--engine",
+            setting_field("engine"),
             f"{spec.display} {spec.release}: no release runs an EAGLE-3 draft, so there is no "
             f"accept length to replay (one of {names}; `doctor` says what it feeds)",
         )
     if not spec.trees and not is_chain:
         raise InputError(
-            None, "--engine", f"{found.value} drafts chains only (--topk 1): trees are SGLang's"
+            None,
+            setting_field("engine"),
+            f"{found.value} drafts chains only (--topk 1): trees are SGLang's",
         )
     return found
 

@@ -8,7 +8,7 @@ from typing import TypeVar
 
 import torch
 
-from inspector.errors import InputError
+from inspector.errors import InputError, setting_field
 from inspector.model.attention import Chunking
 
 T = TypeVar("T")
@@ -22,16 +22,22 @@ def resolve_device(name: str | None) -> torch.device:
         dev = torch.device(name)
     except (RuntimeError, ValueError):
         raise InputError(
-            None, "--device", f"{name!r}: expected auto, cpu, cuda or cuda:N"
+            None, setting_field("device"), f"{name!r}: expected auto, cpu, cuda or cuda:N"
         ) from None
     if dev.type not in ("cpu", "cuda"):
-        raise InputError(None, "--device", f"{name!r}: expected auto, cpu, cuda or cuda:N")
+        raise InputError(
+            None, setting_field("device"), f"{name!r}: expected auto, cpu, cuda or cuda:N"
+        )
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise InputError(None, "--device", f"{name} requested but CUDA is not available")
+            raise InputError(
+                None, setting_field("device"), f"{name} requested but CUDA is not available"
+            )
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise InputError(
-                None, "--device", f"{name}: only {torch.cuda.device_count()} CUDA device(s)"
+                None,
+                setting_field("device"),
+                f"{name}: only {torch.cuda.device_count()} CUDA device(s)",
             )
     return dev
 

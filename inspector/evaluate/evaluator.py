@@ -20,7 +20,7 @@ import torch
 
 from inspector.cache import ByteLRU
 from inspector.draft import Draft
-from inspector.errors import InputError
+from inspector.errors import InputError, setting_field
 from inspector.evaluate.device import retry_oom
 from inspector.evaluate.positions import PositionList, PositionSink
 from inspector.evaluate.predictions import (
@@ -73,7 +73,7 @@ class Evaluator:
         slot_layers: Sequence[int] | None = None,
     ) -> None:
         if ttt_steps < 1:
-            raise InputError(None, "--ttt-steps", "must be at least 1")
+            raise InputError(None, setting_field("ttt-steps"), "must be at least 1")
         self.draft = draft
         self.samples = samples
         self.ttt_steps = ttt_steps

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from inspector.errors import InputError
+from inspector.errors import InputError, setting_field
 
 DTYPES = {  # --dtype names
     "float32": torch.float32,
@@ -60,7 +60,9 @@ def compute_dtype(
     if requested not in (None, "auto"):
         if requested not in DTYPES:
             raise InputError(
-                None, "--dtype", f"unknown dtype {requested!r} (auto, float32, bfloat16, float16)"
+                None,
+                setting_field("dtype"),
+                f"unknown dtype {requested!r} (auto, float32, bfloat16, float16)",
             )
         return ComputeDtype(DTYPES[requested], stored)
     on_cpu = torch.device(device).type == "cpu"

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
 from inspector.engines import Engine
-from inspector.errors import InputError
+from inspector.errors import InputError, setting_field
 from inspector.serving.spec import DraftSpec
 
 # The grid where the user names none: the steps engines serve around (SGLang's and vLLM's
@@ -49,17 +49,21 @@ class CostModel:
             key = key.strip().replace("-", "_")
             if not sep or key not in names:
                 raise InputError(
-                    None, "--cost", f"{part!r}: NAME=VALUE, NAME one of draft, verify, per_token"
+                    None,
+                    setting_field("cost"),
+                    f"{part!r}: NAME=VALUE, NAME one of draft, verify, per_token",
                 )
             try:
                 values[key] = float(val)
             except ValueError:
-                raise InputError(None, "--cost", f"{part!r}: {val!r} is not a number") from None
+                raise InputError(
+                    None, setting_field("cost"), f"{part!r}: {val!r} is not a number"
+                ) from None
             if values[key] < 0:
-                raise InputError(None, "--cost", f"{part!r}: a cost is not negative")
+                raise InputError(None, setting_field("cost"), f"{part!r}: a cost is not negative")
         model = cls(**values)
         if model.verify + model.per_token <= 0:
-            raise InputError(None, "--cost", "a round must cost something: verify > 0")
+            raise InputError(None, setting_field("cost"), "a round must cost something: verify > 0")
         return model
 
     def verify_cost(self, tokens: int) -> float:
@@ -111,5 +115,5 @@ def sweep_grid(
                 except InputError:
                     skipped.append(f"steps {s} topk {k} draft tokens {n}")
     if not out:
-        raise InputError(None, "--sweep-steps", "no valid setting in the grid")
+        raise InputError(None, setting_field("sweep-steps"), "no valid setting in the grid")
     return out, skipped

@@ -20,7 +20,7 @@ import torch
 
 from inspector.draft import Draft
 from inspector.engines import Engine, default_engine
-from inspector.errors import InputError
+from inspector.errors import InputError, setting_field
 from inspector.formats.sample_set import SkippedSample
 from inspector.formats.samples import v1_slot_info
 from inspector.progress import Progress
@@ -148,7 +148,9 @@ def live_accept(
     from inspector.capture.transformers_target import TargetModel
 
     if max_new < 1:
-        raise InputError(None, "--max-new", f"{max_new}: at least 1 (the prefill's token)")
+        raise InputError(
+            None, setting_field("max-new"), f"{max_new}: at least 1 (the prefill's token)"
+        )
     windowed = [i for i in range(draft.config.num_layers) if draft.config.sliding_window(i)]
     if windowed:
         raise InputError(
@@ -162,12 +164,16 @@ def live_accept(
         verification = Verification(default_rule(engine.value))
     if verification.rule.engine != engine.value:
         raise InputError(
-            None, "--verify", f"{verification.rule.value} is not {engine.display}'s rule"
+            None,
+            setting_field("verify"),
+            f"{verification.rule.value} is not {engine.display}'s rule",
         )
     verification.check_tree(spec.is_chain)
     if spec.early_stop and not sampling.greedy and verification.rule.samples_drafts:
         raise InputError(
-            None, "--p-min", "llama.cpp's early stop reads a greedy draft: not a sampled-draft rule"
+            None,
+            setting_field("p-min"),
+            "llama.cpp's early stop reads a greedy draft: not a sampled-draft rule",
         )
     settings_s = SamplingSettings(sampling, verification)
     ids = draft_ids(draft)
@@ -192,7 +198,7 @@ def live_accept(
     if out is not None:
         folders = [live_folder(out, t, w) for t, w in zip(wirings, parsed, strict=True)]
         if len(set(folders)) != len(folders):
-            raise InputError(None, "--wiring", "the same wiring twice")
+            raise InputError(None, setting_field("wiring"), "the same wiring twice")
     keys = [
         hashlib.sha256(
             json.dumps(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from inspector.engines import engine as serving_engine
-from inspector.errors import InputError
+from inspector.errors import InputError, setting_field
 
 
 @dataclass(frozen=True)
@@ -23,11 +23,15 @@ class Sampling:
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0:
-            raise InputError(None, "--temperature", f"{self.temperature}: must be >= 0")
+            raise InputError(
+                None, setting_field("temperature"), f"{self.temperature}: must be >= 0"
+            )
         if self.top_k < 0:
-            raise InputError(None, "--top-k", f"{self.top_k}: must be >= 0 (0: off)")
+            raise InputError(None, setting_field("top-k"), f"{self.top_k}: must be >= 0 (0: off)")
         if not 0 < self.top_p <= 1:
-            raise InputError(None, "--top-p", f"{self.top_p}: must be in (0, 1] (1: off)")
+            raise InputError(
+                None, setting_field("top-p"), f"{self.top_p}: must be in (0, 1] (1: off)"
+            )
 
     @property
     def greedy(self) -> bool:
@@ -81,12 +85,14 @@ class Verification:
             if not 0 <= t <= 1:
                 raise InputError(None, f"--threshold-{name}", f"{t}: must be in [0, 1]")
         if self.threshold_acc == 0:
-            raise InputError(None, "--threshold-acc", "0: SGLang divides by it; use > 0")
+            raise InputError(
+                None, setting_field("threshold-acc"), "0: SGLang divides by it; use > 0"
+            )
         lossy = self.threshold_single < 1 or self.threshold_acc < 1
         if lossy and self.rule is not VerifyRule.SGLANG_TARGET_ONLY:
             raise InputError(
                 None,
-                "--threshold-single",
+                setting_field("threshold-single"),
                 f"thresholds below 1 are SGLang's target-only verification's, not {self.rule.value}",
             )
 
@@ -94,7 +100,7 @@ class Verification:
         if not is_chain and self.rule is not VerifyRule.SGLANG_TARGET_ONLY:
             raise InputError(
                 None,
-                "--verify",
+                setting_field("verify"),
                 f"{self.rule.value} verifies chains (--topk 1); trees: sglang-target-only",
             )
 
@@ -118,9 +124,13 @@ def parse_rule(text: str | None, engine: str) -> VerifyRule:
     try:
         rule = VerifyRule(text.strip().lower())
     except ValueError:
-        raise InputError(None, "--verify", f"{text!r}: one of {', '.join(RULES)}") from None
+        raise InputError(
+            None, setting_field("verify"), f"{text!r}: one of {', '.join(RULES)}"
+        ) from None
     if rule.engine != engine:
-        raise InputError(None, "--verify", f"{rule.value} is not {engine}'s rule (--engine)")
+        raise InputError(
+            None, setting_field("verify"), f"{rule.value} is not {engine}'s rule (--engine)"
+        )
     return rule
 
 
@@ -141,7 +151,7 @@ class SamplingSettings:
         if verification.rule.samples_drafts:
             raise InputError(
                 None,
-                "--verify",
+                setting_field("verify"),
                 f"{verification.rule.value} samples its drafts: on saved samples only the "
                 "target-only rules apply (accept --live runs it)",
             )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inspector.engines import all_engines
-from inspector.errors import InputError
+from inspector.errors import InputError, setting_field
 
 EXACT_KV = "exact"
 # exact, or an engine's own tree-draft KV reading (its module's `tree_kv`: SGLang's)
@@ -49,35 +49,41 @@ class DraftSpec:
 
     def __post_init__(self) -> None:
         if self.kv not in KV_MODES:
-            raise InputError(None, "--kv", f"{self.kv!r}: one of {', '.join(KV_MODES)}")
+            raise InputError(
+                None, setting_field("kv"), f"{self.kv!r}: one of {', '.join(KV_MODES)}"
+            )
         if not 0.0 <= self.p_min <= 1.0:
-            raise InputError(None, "--p-min", f"{self.p_min}: a probability, 0..1")
+            raise InputError(None, setting_field("p-min"), f"{self.p_min}: a probability, 0..1")
         if self.n_min < 0:
-            raise InputError(None, "--n-min", f"{self.n_min}: must be at least 0")
+            raise InputError(None, setting_field("n-min"), f"{self.n_min}: must be at least 0")
         if (self.p_min > 0 or self.n_min > 0) and self.topk != 1:
-            raise InputError(None, "--p-min", "llama.cpp's early stop drafts chains: --topk 1")
+            raise InputError(
+                None, setting_field("p-min"), "llama.cpp's early stop drafts chains: --topk 1"
+            )
         if self.steps < 1:
-            raise InputError(None, "--steps", f"{self.steps}: must be at least 1")
+            raise InputError(None, setting_field("steps"), f"{self.steps}: must be at least 1")
         if self.topk < 1:
-            raise InputError(None, "--topk", f"{self.topk}: must be at least 1")
+            raise InputError(None, setting_field("topk"), f"{self.topk}: must be at least 1")
         n = self.draft_tokens
         if self.topk == 1:
             # SGLang forces num_draft_tokens = steps + 1 for a chain; so do we.
             if n is not None and n != self.steps + 1:
                 raise InputError(
                     None,
-                    "--draft-tokens",
+                    setting_field("draft-tokens"),
                     f"{n}: a chain (topk 1) verifies steps + 1 = {self.steps + 1} tokens",
                 )
             object.__setattr__(self, "draft_tokens", self.steps + 1)
             return
         if n is None:
-            raise InputError(None, "--draft-tokens", f"required with --topk {self.topk}")
+            raise InputError(
+                None, setting_field("draft-tokens"), f"required with --topk {self.topk}"
+            )
         most = self.candidates + 1
         if not 2 <= n <= most:
             raise InputError(
                 None,
-                "--draft-tokens",
+                setting_field("draft-tokens"),
                 f"{n}: a tree of {self.steps} steps and topk {self.topk} has {self.candidates} "
                 f"candidate nodes, so 2..{most} tokens (the root included)",
             )

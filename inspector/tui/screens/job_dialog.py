@@ -46,7 +46,7 @@ def run_guarded(
         if cancelled is not None:
             post(cancelled())
     except InputError as e:
-        post(failed(str(e)))
+        post(failed(e.words()))
     except Exception as e:
         post(failed(f"{type(e).__name__}: {e}"))
         raise
