@@ -198,3 +198,90 @@ def test_doctor_on_the_configured_draft(block_bed, capsys):
     vllm = next(r for k, r in readings.items() if k.startswith("vLLM"))
     assert vllm["fed"] == TRAINED_HF and vllm["problem"] is None
     assert findings["vocab_map"]["severity"] == "info"
+
+
+class _StubScorer:
+    """A scorer whose best wiring is `truth` (score: how many fc blocks hold their trained layer,
+    then how close the others are), to count what the search costs at a real model's size."""
+
+    def __init__(self, truth: tuple[int, ...], held: tuple[int, ...]) -> None:
+        from types import SimpleNamespace
+
+        from inspector.doctor.block_wiring import Scored
+
+        self.truth, self.held, self.cache = truth, held, {}
+        self.draft = SimpleNamespace(config=SimpleNamespace(num_fc_blocks=len(truth)))
+        self._scored = Scored
+
+    def score(self, layers):
+        layers = tuple(layers)
+        if layers not in self.cache:
+            right = sum(a == b for a, b in zip(layers, self.truth, strict=True))
+            near = -sum(abs(a - b) for a, b in zip(layers, self.truth, strict=True))
+            self.cache[layers] = self._scored(layers, right / len(layers), near)
+        return self.cache[layers]
+
+
+def test_search_scales_to_5_of_61_layers():
+    """Qwen3.8-27B-DFlash2's trained layers among the 62 states of a 61-layer capture, found
+    from the reference's default guess in a few sweeps of N x S wirings (not 62^5 orderings)."""
+    from inspector.doctor.block_wiring import search_block_wiring
+
+    truth = (6, 20, 34, 48, 62)  # ids [5, 19, 33, 47, 61] + 1
+    scorer = _StubScorer(truth, tuple(range(63)))
+    found = search_block_wiring(scorer, [("configured", (2, 17, 32, 47, 62))])
+    assert found.best.layers == truth and found.trained_ids == (5, 19, 33, 47, 61)
+    assert found.evaluated <= 5 * 63 * found.sweeps
+
+
+def test_dflash2_blocks_are_its_selectors_path():
+    """eval's prediction for a DFlash2 block is the selector's path over that block alone."""
+    from inspector.evaluate.block_eval import predict_blocks
+    from inspector.model.block import head_logits, selector_path
+    from inspector.sample import Sample, SlotInfo
+    from inspector.wiring import Wiring
+
+    draft = load_block_draft(GOLDEN / "dflash2" / "checkpoint", target=GOLDEN / "target")
+    cfg = draft.config
+    n, t = cfg.num_fc_blocks, 12
+    torch.manual_seed(1)
+    slots = [torch.randn(t, cfg.target_hidden_size) for _ in range(n)]
+    ids = torch.randint(0, cfg.vocab_size - 1, (t,))
+    mask = torch.zeros(t, dtype=torch.long)
+    mask[4:] = 1
+    infos = [SlotInfo(f"L{k}", hf_index=k) for k in cfg.block.hf_layer_ids]
+    sample = Sample(ids, slots, mask, infos)
+    bp = predict_blocks(draft, sample, Wiring(tuple(range(n))))
+    assert bp.anchors.tolist() == list(range(4, t - 1))
+    context = torch.cat(slots, dim=-1)
+    for j, a in enumerate(bp.anchors.tolist()):
+        block = torch.full((cfg.block.block_size,), cfg.block.mask_token_id)
+        block[0] = ids[a]
+        normed = block_hidden(draft, context[:a], block)[None, 1:]
+        path = selector_path(draft, normed, head_logits(draft, normed), ids[a : a + 1])
+        assert bp.pred[j].tolist() == path[0].tolist()
+
+
+def test_doctor_engine_flag_keeps_its_readings(block_bed, capsys):
+    """--engine vllm: the readings of vLLM (and the reference) only; vLLM feeds the trained
+    layers of the configured draft, so nothing is wrong (SGLang, which cannot tap the last
+    layer's output, is left out)."""
+    code, report = cli_json(
+        capsys,
+        [
+            "doctor",
+            str(block_bed.draft),
+            str(block_bed.samples),
+            "--target",
+            str(block_bed.target),
+            "--engine",
+            "vllm",
+            "--json",
+            "--device",
+            "cpu",
+        ],
+    )
+    assert code == 0
+    feeds = next(f for f in report["findings"] if f["kind"] == "engine_feeds")
+    assert feeds["severity"] == "info"
+    assert [r["reader"].split()[0] for r in feeds["evidence"]["readings"]] == ["dflash", "vLLM"]

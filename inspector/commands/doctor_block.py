@@ -27,6 +27,7 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
     from inspector.doctor.block_wiring import BlockScorer, search_block_wiring
     from inspector.doctor.finding import sort_findings
     from inspector.doctor.report import DoctorReport
+    from inspector.engines import engine
     from inspector.evaluate.block_eval import load_block
     from inspector.formats.layer_convention import target_layer_count
 
@@ -68,7 +69,12 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
     findings = [
         wiring_finding(search, block, configured_score),
         engine_finding(
-            raw, block.family, num_layers, decided_layers(search, block, configured_score), block
+            raw,
+            block.family,
+            num_layers,
+            decided_layers(search, block, configured_score),
+            block,
+            [engine(e).id for e in args.engine] if getattr(args, "engine", None) else None,
         ),
         block_size_finding(block, getattr(args, "steps", None)),
         mask_finding(draft),

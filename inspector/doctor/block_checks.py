@@ -22,6 +22,7 @@ from inspector.doctor.block_wiring import BlockSearch, Layers, Scored
 from inspector.doctor.engine_reading import engine_reads
 from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.draft import BlockConfig, Draft
+from inspector.engines import Engine
 from inspector.formatting import pct
 
 # a wiring clearly better than the configured one: this many points of block accuracy more
@@ -56,7 +57,11 @@ class WiringFacts:
                 f"configured: HF {list(self.configured_layers)}, "
                 f"block accuracy {pct(self.configured.accuracy)}"
             )
-        out += [f"{name}: HF {list(s.layers)}, {pct(s.accuracy)}" for name, s in self.search.seeds]
+        out += [
+            f"seed {name}: HF {list(s.layers)}, {pct(s.accuracy)}"
+            for name, s in self.search.seeds
+            if name != "configured"
+        ]
         out.append(
             f"{self.search.evaluated} wirings scored over the held layers "
             f"{list(self.search.held)} in {self.search.sweeps} sweeps"
@@ -77,8 +82,10 @@ def wiring_finding(search: BlockSearch, block: BlockConfig, configured: Scored |
     facts = WiringFacts(search, configured, block.hf_layer_ids)
     cfg_ids = list(block.layer_ids)
     trained = list(search.trained_ids)
-    where = "dflash_config.target_layer_ids" + (
-        " (absent: the reference's default)" if block.layer_ids_source == "default" else ""
+    where = (
+        "the reference's default: the config names none"
+        if block.layer_ids_source == "default"
+        else "dflash_config.target_layer_ids"
     )
     if configured is None:
         return Finding(
@@ -152,9 +159,9 @@ class EngineFacts:
     def lines(self) -> list[str]:
         out = []
         for r in self.readings:
-            fed = f"HF {list(r.fed)}" if r.fed is not None else "-"
-            verdict = r.problem or "feeds the trained layers"
-            out.append(f"{r.label}: reads {r.reads}, feeds {fed}: {verdict}")
+            fed = f"feeds HF {list(r.fed)}" if r.fed is not None else "feeds nothing it can use"
+            verdict = r.problem or "the trained layers"
+            out.append(f"{r.label}: {r.reads}; {fed}: {verdict}")
         return out
 
 
@@ -169,9 +176,15 @@ def _fix(trained: Layers, ascending_only: bool) -> str:
 
 
 def engine_finding(
-    config: Mapping, family: str, num_layers: int, trained: Layers, block: BlockConfig
+    config: Mapping,
+    family: str,
+    num_layers: int,
+    trained: Layers,
+    block: BlockConfig,
+    engines: Sequence[Engine] | None = None,
 ) -> Finding:
-    """Each engine's reading of the config (and the reference's) against the trained layers."""
+    """Each engine's reading of the config (and the reference's) against the trained layers;
+    `engines`: only theirs (None: every engine that reads this kind of draft)."""
     n = len(trained)
     readings: list[Reading] = []
     ref_ids = list(block.layer_ids)  # as written, or its default spread (the loader's)
@@ -180,27 +193,42 @@ def engine_finding(
     readings.append(
         Reading(
             REFERENCE,
-            "dflash_config.target_layer_ids, else target_layer_ids"
+            f"reads {list(block.layer_ids)} (+1)"
             if block.layer_ids_source != "default"
-            else f"no ids: its default spread {ref_ids} (build_target_layer_ids)",
+            else f"no ids: its default spread {ref_ids} (build_target_layer_ids), +1",
             ref_fed,
-            None if ref_ok else f"feeds HF {list(ref_fed)}, trained on HF {list(trained)}",
+            None if ref_ok else f"not the trained HF {list(trained)}",
             None if ref_ok else _fix(trained, False),
         )
     )
     for r in engine_reads(config, num_layers, n, draft=family):
+        if engines is not None and r.reader.engine not in engines:
+            continue
         fed = r.fed
         problem = r.problem
+        fix: str | None = None
         if problem is None and fed is not None and tuple(fed) != tuple(trained):
-            problem = f"feeds HF {list(fed)}, trained on HF {list(trained)}"
-        reads = r.where or "no ids: " + (r.notes[0] if r.notes else "its default")
+            problem = f"not the trained HF {list(trained)}"
+            fix = _fix(trained, not r.reader.as_listed)
+        elif problem is not None:
+            # its own limit: the ids fix it only where the config does not name the trained ones
+            fix = (
+                f"none in the config: {r.reader.label} cannot feed HF {list(trained)}"
+                if tuple(block.hf_layer_ids) == tuple(trained)
+                else _fix(trained, not r.reader.as_listed)
+            )
+        reads = (
+            f"reads {r.where} {list(r.ids or ())}"
+            if r.where
+            else (r.notes[0] if r.notes else "no ids: its default")
+        )
         readings.append(
             Reading(
                 r.reader.label,
                 reads,
                 fed,
                 problem,
-                None if problem is None else _fix(trained, not r.reader.as_listed),
+                fix,
                 r.notes,
             )
         )
@@ -219,8 +247,8 @@ def engine_finding(
     return Finding(
         Kind.ENGINE_FEEDS,
         Severity.ERROR,
-        f"{names} {'feeds' if len(bad) == 1 else 'feed'} other layers than the trained "
-        f"HF {list(trained)}: " + "; ".join(f"{r.label}: {r.problem}" for r in bad),
+        f"{names} {'does' if len(bad) == 1 else 'do'} not feed the trained layers "
+        f"HF {list(trained)}",
         "; ".join(fixes) if fixes else None,
         facts,
     )
