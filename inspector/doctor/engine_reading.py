@@ -143,6 +143,15 @@ def _read(r: Reader, config: Mapping, L: int, n_blocks: int, target: object) -> 
             break
     notes: list[str] = []
     readings: tuple[tuple[int, ...], ...] = ()
+    draft_layers = config.get("num_hidden_layers")
+    if ids is None and r.guess_ids is not None and isinstance(draft_layers, int):
+        # a block drafter's guess (SGLang's copy of the reference's spread), shifted as its ids
+        guessed = r.guess_ids(L, draft_layers)
+        ids, shift = tuple(guessed), r.keys[0][1]
+        notes.append(
+            f"no ids where it looks ({', '.join(k for k, _ in r.keys)}): its guess {guessed} "
+            f"for {L} target layers and {draft_layers} draft layers"
+        )
     if ids is None and r.no_ids is not None:
         return EngineRead(r, None, None, None, problem=r.no_ids)
     if ids is None:

@@ -6,6 +6,7 @@ Pure data: no torch, no files."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from inspector.engines.ids import Engine
@@ -59,6 +60,9 @@ class Reader:
     taps_last: bool = True
     # what happens without ids: None, it feeds its default [2, L//2, L-3]; else the problem
     no_ids: str | None = None
+    # a block drafter's guess where a config names no ids: its ids (shifted as its first key's)
+    # from (the target's layer count, the draft's num_hidden_layers); None: `no_ids` decides
+    guess_ids: Callable[[int, int], list[int]] | None = None
 
     @property
     def label(self) -> str:

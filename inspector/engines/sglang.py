@@ -34,7 +34,14 @@ from inspector.engines.capture import (
     finish,
 )
 from inspector.engines.ids import Engine
-from inspector.engines.reading import NESTED, NEVER, SGLANG_MODEL_FILE, Reader
+from inspector.engines.reading import (
+    DFLASH_IDS,
+    NESTED,
+    NEVER,
+    SGLANG_MODEL_FILE,
+    TARGET_IDS,
+    Reader,
+)
 from inspector.engines.release import Release
 from inspector.engines.shapes import DraftShape, Drop, Support, Verdict
 
@@ -43,6 +50,26 @@ LABEL = f"SGLang {RELEASE}"
 # the release whose model files first read explicit ids by their own rule ("since #25454");
 # before it every explicit id got +1
 IDS_PR = "sgl-project/sglang PR #25454"
+
+
+
+def dflash_guess(num_target_layers: int, num_draft_layers: int) -> list[int]:
+    """SGLang's guess of a DFlash draft's ids when its config names none
+    (`srt/speculative/dflash_utils.py` `build_target_layer_ids`, a copy of the reference's
+    spread): one id per draft layer over 1 .. L-3, L the *runtime* target's layer count (not the
+    config's num_target_layers), float division rounded half to even; one draft layer: L // 2.
+    Only a default: for a 64-layer target and 5 draft layers it is [1, 16, 31, 46, 61], where
+    Qwen3.8-27B-DFlash2 was trained on [5, 19, 33, 47, 61]."""
+    if num_draft_layers == 1:
+        return [num_target_layers // 2]
+    start, end = 1, num_target_layers - 3
+    if end < start:  # SGLang raises: "DFlash layer selection requires num_target_layers >= 4"
+        return []
+    span = end - start
+    return [
+        int(round(start + (i * span) / (num_draft_layers - 1))) for i in range(num_draft_layers)
+    ]
+
 
 READERS = (
     Reader(
@@ -60,6 +87,21 @@ READERS = (
         "srt/models/llama.py (default), srt/models/llama_eagle3.py (norms; "
         "norm_before_residual is read nowhere); no speculators_config support anywhere in srt/",
         reads_speculators=False,
+    ),
+    Reader(
+        Engine.SGLANG,
+        str(RELEASE),
+        "DFlash draft",
+        ((DFLASH_IDS, 1), (TARGET_IDS, 1)),
+        (),
+        "srt/speculative/dflash_utils.py (parse_dflash_draft_config: dflash_config first, then "
+        "the top level; build_target_layer_ids), model_runner_components/spec_aux_hidden_state.py "
+        "(the guess over the runtime target's layers), srt/models/qwen3.py "
+        "set_dflash_layers_to_capture (captures before layer id + 1)",
+        taps="it captures the input of layer i",
+        drafts=frozenset({"dflash", "dflash2"}),
+        taps_last=False,
+        guess_ids=dflash_guess,
     ),
 )
 

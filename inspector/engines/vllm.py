@@ -80,6 +80,23 @@ READERS = (
         "eagle_config.eagle_aux_hidden_state_layer_ids",
         tag="MRV2",
     ),
+    Reader(
+        Engine.VLLM,
+        str(RELEASE),
+        "DFlash draft",
+        (
+            (TOP, 0),
+            (DFLASH_IDS, 1),
+            ("dspark_target_layer_ids", 1),
+            (TARGET_IDS, 1),
+            ("dflash_config.layer_ids", 0),
+            (NESTED_LAYER_IDS, 0),
+        ),
+        (),
+        "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py get_eagle3_aux_layers_from_config "
+        "(the first key set wins; DFlash's ids + 1), model_executor/models/qwen3_dflash.py",
+        drafts=frozenset({"dflash", "dflash2"}),
+    ),
 )
 
 CONVENTIONS = {
