@@ -157,9 +157,9 @@ async def wait_idle(pilot) -> None:
     app = pilot.app
     while True:
         await pilot.pause(0.01)
-        if not app.main.state.pending and app.engine is not None and app.engine.idle:
+        if not app.main.state.pending and app.device is not None and app.device.idle:
             await pilot.pause(0.05)
-            if app.engine.idle and not app.main.state.pending:
+            if app.device.idle and not app.main.state.pending:
                 return
 
 
@@ -326,7 +326,7 @@ async def fill_latency(
             done = scored()
             if not fill and len(lat) >= presses:
                 break
-            if fill and (done >= n or (app.engine is not None and not app.engine.fill_pending())):
+            if fill and (done >= n or (app.device is not None and not app.device.fill_pending())):
                 break
             if len(lat) < presses and time.perf_counter() >= next_press:
                 row = main.state.rows.get(main.state.sample, 0)
@@ -385,7 +385,7 @@ async def screenshot(inputs: Inputs, path: Path) -> None:
         while main.state.view is None or main.state.session.first_look is None:
             await pilot.pause(0.05)
         await wait_idle(pilot)
-        while app.engine is not None and app.engine.fill_pending():
+        while app.device is not None and app.device.fill_pending():
             await pilot.pause(0.05)
         await wait_idle(pilot)
         while main.batch_pending:

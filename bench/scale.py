@@ -177,10 +177,10 @@ async def app_fill(draft: Path, samples: Path, n: int, presses: int) -> None:
                     )
                 )
                 next_press = time.perf_counter() + 1.0
-            if done >= n or (app.engine is not None and not app.engine.fill_pending() and done):
+            if done >= n or (app.device is not None and not app.device.fill_pending() and done):
                 break
         elapsed = time.perf_counter() - t0
-        caches = app.engine.ev.cache_bytes() if app.engine and app.engine.ev else {}
+        caches = app.device.ev.cache_bytes() if app.device and app.device.ev else {}
     print(f"\n## the app on {n} samples, background fill of 2 wirings ({elapsed:.0f} s)")
     marks = sorted({trace[len(trace) * q // 8][0] for q in range(8)} | {trace[-1][0]})
     by_done = {d: r for d, r in trace}

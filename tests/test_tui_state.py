@@ -444,7 +444,7 @@ def test_no_usable_sample_is_one_input_error():
 
 def test_the_engine_side_never_imports_textual():
     code = (
-        "import sys, inspector.tui.engine, inspector.tui.state, inspector.tui.loader, "
+        "import sys, inspector.tui.device_thread, inspector.tui.state, inspector.tui.loader, "
         "inspector.tui.summary, inspector.tui.events, inspector.tui.tasks, inspector.tui.view, "
         "inspector.tui.panels, inspector.tui.accuracy, inspector.tui.trees, inspector.tui.jobs, "
         "inspector.tui.backend, inspector.tui.evaluator_backend, inspector.tui.totals, "

@@ -79,7 +79,7 @@ async def settle(pilot, *, fill: bool = True, timeout: float = 30.0) -> None:
     while time.monotonic() - t0 < timeout:
         await pilot.pause(0.02)
         main = app.main
-        eng = app.engine
+        eng = app.device
         if main.state.session is None and main.status == "load failed":
             return
         if (

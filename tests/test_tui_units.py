@@ -180,7 +180,7 @@ def test_one_percent_formatter_and_escaped_text():
 
 def test_importing_the_app_imports_neither_torch_nor_numpy():
     code = (
-        "import sys, inspector.commands.open, inspector.tui.app, inspector.tui.engine;"
+        "import sys, inspector.commands.open, inspector.tui.app, inspector.tui.device_thread;"
         "print('torch' in sys.modules, 'numpy' in sys.modules)"
     )
     out = python_output(code)

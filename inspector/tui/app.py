@@ -17,7 +17,7 @@ from textual.app import App, SystemCommand
 from textual.screen import Screen
 
 from inspector.tui.collector import IdleCollector
-from inspector.tui.engine import Engine
+from inspector.tui.device_thread import DeviceThread
 from inspector.tui.input_clock import InputClock
 from inspector.tui.keys import ActionHelp, actions
 from inspector.tui.loader import Loader, default_loader
@@ -80,7 +80,7 @@ class InspectorApp(App):
         # Once loaded, the doctor's search for the trained wiring; without --wiring the app then
         # shows it beside the wiring an engine feeds (`first_look.py`).
         self.first_look = first_look
-        self.engine: Engine | None = None
+        self.device: DeviceThread | None = None
         self.t_created = time.perf_counter()
         self.t_first_paint: float | None = None
         self.torch_at_first_paint: bool | None = None
@@ -102,20 +102,20 @@ class InspectorApp(App):
         self.t_first_paint = time.perf_counter()
         self.torch_at_first_paint = "torch" in sys.modules
         self.numpy_at_first_paint = "numpy" in sys.modules
-        self.engine = Engine(
+        self.device = DeviceThread(
             PostReports(self.main),
             self.loader,
             initial_wiring=self.initial_wiring,
             fill=self.fill,
             input_paths=self.input_paths,
         )
-        self.engine.start()
+        self.device.start()
         self.set_interval(COLLECT_EVERY_S, self._collect)
 
     def _collect(self) -> None:
-        # Loading (torch's import, the draft) makes 10^5 young objects: the engine freezes them
+        # Loading (torch's import, the draft) makes 10^5 young objects: the device thread freezes them
         # once loaded, and only then is it worth taking collection over from CPython.
-        if not self.collector.running and self.engine is not None and self.engine.loaded:
+        if not self.collector.running and self.device is not None and self.device.loaded:
             self.collector.start()
         self.collector.tick()
 
@@ -126,8 +126,8 @@ class InspectorApp(App):
 
     def on_unmount(self) -> None:
         self.collector.stop()
-        if self.engine is not None:
-            self.engine.stop(timeout=0.5)
+        if self.device is not None:
+            self.device.stop(timeout=0.5)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

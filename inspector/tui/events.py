@@ -132,7 +132,7 @@ class Reports(Protocol):
         """A batch of the fill: per-sample metrics, failed samples (i, error), replays."""
 
     def accepts_ready(self, sample: int, serving: Serving, accepts: list[SampleAccept]) -> None:
-        """The replays the UI asked for (`Engine.request_accept`): one sample, some wirings."""
+        """The replays the UI asked for (`DeviceThread.request_accept`): one sample, some wirings."""
 
     def serving_failed(self, serving: Serving, error: str) -> None:
         """τ cannot be replayed under these settings here (`backend.ServingError`)."""
@@ -140,12 +140,12 @@ class Reports(Protocol):
     def trees_ready(self, trees: SampleTrees) -> None: ...
 
     def compared(self, comparison: SampleComparison) -> None:
-        """A sample under both drafts (`Engine.request_compare`)."""
+        """A sample under both drafts (`DeviceThread.request_compare`)."""
 
     def compare_failed(self, error: str) -> None: ...
 
     def second_ready(self, summary: Summary) -> None:
-        """The second draft is loaded (`Engine.request_second`): its own summary."""
+        """The second draft is loaded (`DeviceThread.request_second`): its own summary."""
 
     def second_failed(self, error: str) -> None: ...
 

@@ -87,7 +87,7 @@ def arranged(
 def first_look_task(
     presets: Mapping[str, WiringKey | None], progress: StageProgress | None = None
 ) -> Callable[[Any], FirstLook]:
-    """The engine task (`Engine.submit("first_look", ...)`): the doctor's search on the backend's
+    """The engine task (`DeviceThread.submit("first_look", ...)`): the doctor's search on the backend's
     evaluator, and the wiring an engine feeds; `presets`: the session's (the serve preset);
     `progress(stage, done, total)`: called from the device thread as the search goes (on a
     large draft on CPU it takes a while, and the bar says how far it got). The task takes a

@@ -1,4 +1,4 @@
-"""The device thread's jobs: what each request does once the scheduler (`engine.py`) picks it.
+"""The device thread's jobs: what each request does once the scheduler (`device_thread.py`) picks it.
 
 Each job asks the `Backend` for numpy results and reports them through `Reports`; none of them
 waits, locks or chooses what runs next. They also keep the ledger the scheduler reads to plan

@@ -1,4 +1,4 @@
-"""Tasks the screens submit to the device thread (`Engine.submit`): each is a function of the
+"""Tasks the screens submit to the device thread (`DeviceThread.submit`): each is a function of the
 backend (its evaluator, and what it loaded once: the target), run on the device thread, whose
 result or error comes back as `Reports.task_done`. No Textual.
 """

@@ -4,7 +4,7 @@ trained wiring, what the engine feeds, the fix), then the findings one line each
 one in full under them (its evidence folded behind `e`); Enter applies the highlighted finding's
 wiring, `a` the trained one.
 
-The screen is given the engine (to submit the job) and the session (slot labels, the first
+The screen is given the device thread (to submit the job) and the session (slot labels, the first
 look's fed wiring); the job posts its typed `DoctorOutcome` straight back to the screen, so
 nothing else routes the result.
 """
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from inspector.doctor import DoctorReport, Finding
     from inspector.serving.sampling_settings import SamplingSettings
-    from inspector.tui.engine import Engine
+    from inspector.tui.device_thread import DeviceThread
     from inspector.tui.serving import Serving
     from inspector.tui.summary import Summary
 
@@ -81,9 +81,9 @@ def doctor_job(
     sampling: SamplingSettings | None = None,
     target: str | None = None,
 ) -> Callable[[Any], None]:
-    """The engine task: run the doctor on the evaluator's first `n_samples` samples and post progress
+    """The device-thread task: run the doctor on the evaluator's first `n_samples` samples and post progress
     and the outcome with `post` (thread-safe). Closing the screen sets `cancel`, which stops the
-    run at its next progress step. An unexpected error is posted and re-raised, so the engine
+    run at its next progress step. An unexpected error is posted and re-raised, so the device thread
     also handles it (an out-of-memory error frees the device cache).
 
     sampling / target: the app's τ temperature and its target folder: the wiring finding then
@@ -205,14 +205,14 @@ class DoctorScreen(JobDialog[WiringKey | None]):
 
     def __init__(
         self,
-        engine: Engine,
+        device: DeviceThread,
         session: Summary,
         *,
         n_samples: int = N_SAMPLES,
         sampling: SamplingSettings | None = None,
     ) -> None:
         super().__init__()
-        self.engine = engine
+        self.device = device
         self.session = session
         self.n_samples = n_samples
         self.sampling = sampling  # τ's temperature, which the wiring finding quotes
@@ -247,7 +247,7 @@ class DoctorScreen(JobDialog[WiringKey | None]):
             sampling=self.sampling,
             target=self.session.target if self.sampling is not None else None,
         )
-        self.engine.submit("doctor", job)
+        self.device.submit("doctor", job)
 
     def on_doctor_progress(self, m: DoctorProgress) -> None:
         if self.report is None:

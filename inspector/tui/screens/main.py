@@ -32,7 +32,7 @@ from inspector.tui.widgets.samples import SampleList
 from inspector.tui.widgets.strip import TokenStrip
 
 if TYPE_CHECKING:
-    from inspector.tui.engine import Engine
+    from inspector.tui.device_thread import DeviceThread
     from inspector.tui.serving import Serving
     from inspector.wiring import WiringKey
 
@@ -73,8 +73,8 @@ class MainScreen(DeviceMessages):
         self.look_progress = ""  # ... and how far it got
 
     @property
-    def engine(self) -> Engine | None:
-        return self.app.engine  # type: ignore[attr-defined]
+    def device(self) -> DeviceThread | None:
+        return self.app.device  # type: ignore[attr-defined]
 
     # --- layout ------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -126,20 +126,20 @@ class MainScreen(DeviceMessages):
     # --- requests and painting ---------------------------------------------------------------
     def request_view(self) -> None:
         """Show (sample, wirings) from the local cache, or ask the device thread for it."""
-        st, engine = self.state, self.engine
-        if st.session is None or st.wiring is None or engine is None:
+        st, device = self.state, self.device
+        if st.session is None or st.wiring is None or device is None:
             return
         gen = st.request()
         wirings = st.distinct()
         if st.serving is not None:
-            engine.set_serving(st.serving)
-        engine.set_fill(wirings)
+            device.set_serving(st.serving)
+        device.set_fill(wirings)
         if self.show_if_ready():
             st.applied()
-            engine.request_prefetch(st.sample, st.missing(st.neighbours()), wirings)
+            device.request_prefetch(st.sample, st.missing(st.neighbours()), wirings)
         else:
             st.pending = True
-            engine.request_view(gen, st.sample, wirings, st.neighbours())
+            device.request_view(gen, st.sample, wirings, st.neighbours())
             if st.shown is None:
                 self.center.strip.show_message(f"computing sample #{st.sample}…")
         self.request_accepts()
@@ -149,8 +149,8 @@ class MainScreen(DeviceMessages):
     def request_first_look(self) -> None:
         """Ask the device thread for the trained wiring (the doctor's search) and the one an
         engine feeds, once per session (`first_look.py`); off where the app was made without."""
-        st, engine = self.state, self.engine
-        if not getattr(self.app, "first_look", False) or engine is None or st.session is None:
+        st, device = self.state, self.device
+        if not getattr(self.app, "first_look", False) or device is None or st.session is None:
             return
         from inspector.tui.first_look import first_look_task
 
@@ -158,7 +158,7 @@ class MainScreen(DeviceMessages):
             self.post_message(FirstLookProgress(f"{stage} {done}/{total}"))  # thread-safe
 
         self.looking = True
-        engine.submit("first_look", first_look_task(st.session.presets, progress))
+        device.submit("first_look", first_look_task(st.session.presets, progress))
         self.refresh_accuracy()
 
     def on_first_look_progress(self, m: FirstLookProgress) -> None:
@@ -168,17 +168,17 @@ class MainScreen(DeviceMessages):
 
     def request_trees(self) -> None:
         """While the tree panel is open: ask for the shown sample's draft trees if not here."""
-        st, engine = self.state, self.engine
+        st, device = self.state, self.device
         key = st.trees_key()
-        if self.tree and key is not None and key not in st.trees and engine is not None:
-            engine.request_trees(*key)
+        if self.tree and key is not None and key not in st.trees and device is not None:
+            device.request_trees(*key)
 
     def request_accepts(self) -> None:
         """Ask for the serving replays of the current sample the UI does not hold yet."""
-        st, engine = self.state, self.engine
+        st, device = self.state, self.device
         missing = st.missing_accepts()
-        if missing and engine is not None and st.serving is not None:
-            engine.request_accept(st.sample, missing, st.serving)
+        if missing and device is not None and st.serving is not None:
+            device.request_accept(st.sample, missing, st.serving)
 
     def show_if_ready(self) -> bool:
         if not self.state.build_view(self.mask_only):
@@ -355,11 +355,11 @@ class MainScreen(DeviceMessages):
     def set_serving(self, serving: Serving) -> None:
         """Replay τ under new settings: this sample now, the set in the fill (the replays
         already made under other settings stay, so going back is immediate)."""
-        st, engine = self.state, self.engine
+        st, device = self.state, self.device
         if not st.set_serving(serving):
             return
-        if engine is not None:
-            engine.set_serving(serving)
+        if device is not None:
+            device.set_serving(serving)
         self.request_accepts()
         self.request_trees()
         self.refresh_accuracy()
@@ -374,13 +374,13 @@ class MainScreen(DeviceMessages):
         if st.serving is None or st.session is None:
             return
         sweep = None  # the settings sweep runs the first draft
-        if st.wiring is not None and not is_second(st.wiring) and self.engine is not None:
+        if st.wiring is not None and not is_second(st.wiring) and self.device is not None:
             from inspector.tui.screens.sweep import SweepScreen
 
-            wiring, engine, label = st.wiring, self.engine, st.session.wiring_label(st.wiring)
+            wiring, device, label = st.wiring, self.device, st.session.wiring_label(st.wiring)
 
             def sweep() -> SweepScreen:
-                return SweepScreen(engine, wiring, label)
+                return SweepScreen(device, wiring, label)
 
         screen = ServingScreen(st.serving, sweep, has_target=st.session.target is not None)
         self.app.push_screen(screen, if_given(self.set_serving))
@@ -416,9 +416,9 @@ class MainScreen(DeviceMessages):
     def action_export(self) -> None:
         from inspector.tui.tasks import export_task
 
-        st, engine = self.state, self.engine
+        st, device = self.state, self.device
         v = st.shown
-        if st.session is None or engine is None or v is None:
+        if st.session is None or device is None or v is None:
             return
         # the export writes the first draft's predictions (its file names one checkpoint)
         wirings = [w for w in st.export_wirings(st.sample) if not is_second(w)]
@@ -426,7 +426,7 @@ class MainScreen(DeviceMessages):
             self.say("the export writes draft A's predictions: show one of its wirings (B)")
             return
         out_dir = getattr(self.app, "export_dir", None)
-        engine.submit(
+        device.submit(
             "export", export_task(st.session, st.sample, wirings, v.data.input_ids, out_dir)
         )
         self.say(f"exporting sample #{st.sample} ({len(wirings)} wirings)…", timeout=3)
@@ -435,8 +435,8 @@ class MainScreen(DeviceMessages):
         """The shown sample under both drafts (`open --compare`), computed if not here."""
         from inspector.tui.screens.compare import CompareScreen
 
-        st, engine = self.state, self.engine
-        if st.session is None or engine is None:
+        st, device = self.state, self.device
+        if st.session is None or device is None:
             return
         key = st.compare_key()
         if key is None:
@@ -448,20 +448,20 @@ class MainScreen(DeviceMessages):
             return
         screen = CompareScreen(st.session, st.comparisons.get(key))
         if st.comparisons.get(key) is None:
-            engine.request_compare(*key)
+            device.request_compare(*key)
         self.app.push_screen(screen, if_given(self.set_row))
 
     def action_switch_draft(self) -> None:
         """Show the other draft (`open --compare`), loading the second on first use."""
-        st, engine = self.state, self.engine
-        if st.session is None or engine is None or st.wiring is None:
+        st, device = self.state, self.device
+        if st.session is None or device is None or st.wiring is None:
             return
         if not st.session.compare:
             self.say("no second draft to switch to: open with --compare CKPT_B")
             return
         if st.session.second is None:
             self.switch_pending = True
-            engine.request_second()
+            device.request_second()
             self.say(f"loading the second draft {printable(st.session.compare)}…", timeout=3)
             return
         if st.switch_draft() is None:
@@ -473,11 +473,11 @@ class MainScreen(DeviceMessages):
     def action_doctor(self) -> None:
         from inspector.tui.screens.doctor import DoctorScreen, doctor_sampling
 
-        if self.state.session is None or self.engine is None:
+        if self.state.session is None or self.device is None:
             return
         serving = self.state.serving
         sampling = None if serving is None else doctor_sampling(serving)
-        screen = DoctorScreen(self.engine, self.state.session, sampling=sampling)
+        screen = DoctorScreen(self.device, self.state.session, sampling=sampling)
         self.app.push_screen(screen, self.doctor_done)
 
     def doctor_done(self, w: WiringKey | None) -> None:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import threading
 
     from inspector.serving.spec import DraftSpec
-    from inspector.tui.engine import Engine
+    from inspector.tui.device_thread import DeviceThread
 
 N_SAMPLES = 8
 # accept --sweep's default grid
@@ -62,7 +62,7 @@ class SweepFinished(Message):
 def sweep_job(
     wiring: WiringKey, n_samples: int, cancel: threading.Event, post: Callable[[Message], Any]
 ) -> Callable[[Any], None]:
-    """The engine task: the default grid over the evaluator's first `n_samples` samples under
+    """The device-thread task: the default grid over the evaluator's first `n_samples` samples under
     `wiring`, each setting counted as `accept` counts it alone."""
 
     def progress(done: int, total: int) -> None:
@@ -107,9 +107,9 @@ def sweep_job(
 class SweepScreen(JobDialog["DraftSpec | None"]):
     BINDINGS = [Binding("escape,q", "close", "close")]
 
-    def __init__(self, engine: Engine, wiring: WiringKey, wiring_label: str) -> None:
+    def __init__(self, device: DeviceThread, wiring: WiringKey, wiring_label: str) -> None:
         super().__init__()
-        self.engine = engine
+        self.device = device
         self.wiring = wiring
         self.wiring_label = wiring_label
         self.lines: list[SweepLine] = []
@@ -133,7 +133,7 @@ class SweepScreen(JobDialog["DraftSpec | None"]):
             )
         )
         job = sweep_job(self.wiring, N_SAMPLES, self._cancel, self.post_message)
-        self.engine.submit("sweep", job)
+        self.device.submit("sweep", job)
 
     def on_sweep_progress(self, m: SweepProgress) -> None:
         if not self.lines:

@@ -60,7 +60,7 @@ def freeze_what_is_loaded() -> None:
     gc.freeze()
 
 
-class Engine:
+class DeviceThread:
     """Owns the backend in one daemon thread; see the module docstring for the scheduling."""
 
     def __init__(
