@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from inspector.draft import Draft
-from inspector.evaluate.block_eval import anchors_of, block_of
+from inspector.evaluate.block_eval import anchors_of, block_of, chunk_size
 from inspector.metrics.rounds import generation_runs
 from inspector.model.block import anchored_block_hidden, head_logits, selector_path
 from inspector.model.linear import linear
@@ -30,6 +30,12 @@ from inspector.sample import Sample
 
 MAX_SWEEPS = 4
 ANCHORS_PER_SAMPLE = 64  # spread evenly over each sample's anchors: a fixed subset for every wiring
+# Anchors are taken among a sample's first tokens only: the context a block reads is every row
+# before it, and the cached projections are [rows, H] per (fc block, layer).
+SCORE_TOKENS = 1024
+# The cached projections' bytes (N x S of them a sample: 5 of 62 layers at H 5120 over 1024 rows
+# is 3 GB a sample in bf16); past it they are recomputed for each wiring.
+PROJECTION_BYTES = 1 << 30
 
 Layers = tuple[int, ...]  # HF indices, one per fc block, in fc block order
 
@@ -69,6 +75,7 @@ class BlockScorer:
         self.draft = draft
         self.block = block_of(draft)
         self.cache: dict[Layers, Scored] = {}
+        self.cached_bytes = 0
         self.prepared = [p for p in map(self._prepare, samples) if p is not None]
         held = [
             s.hf_index for s in samples[0].slot_info if s.hf_index is not None and not s.post_norm
@@ -79,6 +86,7 @@ class BlockScorer:
         dev = self.draft.device
         b = self.block.block_size
         anchors = anchors_of(generation_runs(sample.loss_mask.cpu().numpy()))
+        anchors = [n for n in anchors if n < SCORE_TOKENS]
         if not anchors:
             return None
         if len(anchors) > ANCHORS_PER_SAMPLE:
@@ -93,17 +101,22 @@ class BlockScorer:
         mask = sample.loss_mask.to(dev).bool()
         valid = (where < t) & mask[where.clamp(max=t - 1)]
         true = ids[where.clamp(max=t - 1)]
+        rows = anchors[-1]  # the context rows any chosen block reads
         slots: dict[int, torch.Tensor] = {}
         for info, s in zip(sample.slot_info, sample.slots, strict=True):
             if info.hf_index is not None and not info.post_norm:
-                slots.setdefault(info.hf_index, s.to(device=dev, dtype=self.draft.dtype))
+                slots.setdefault(info.hf_index, s[:rows].to(device=dev, dtype=self.draft.dtype))
         return _Prepared(at, block_ids, true, valid, slots)
 
     def _projection(self, p: _Prepared, block: int, layer: int) -> torch.Tensor:
         key = (block, layer)
-        if key not in p.proj:
-            p.proj[key] = linear(p.slots[layer], self.draft.fc_block(block))
-        return p.proj[key]
+        if key in p.proj:
+            return p.proj[key]
+        out = linear(p.slots[layer], self.draft.fc_block(block))
+        if self.cached_bytes + out.nbytes <= PROJECTION_BYTES:
+            p.proj[key] = out
+            self.cached_bytes += out.nbytes
+        return out
 
     @torch.no_grad()
     def score(self, layers: Layers) -> Scored:
@@ -115,8 +128,19 @@ class BlockScorer:
         for p in self.prepared:
             fc_out = sum(self._projection(p, j, k) for j, k in enumerate(layers))
             assert isinstance(fc_out, torch.Tensor)
-            normed = anchored_block_hidden(self.draft, None, p.anchors, p.block_ids, fc_out=fc_out)
-            normed = normed[:, 1:]
+            step = chunk_size(self.draft, fc_out.shape[0])
+            normed = torch.cat(
+                [
+                    anchored_block_hidden(
+                        self.draft,
+                        None,
+                        p.anchors[i : i + step],
+                        p.block_ids[i : i + step],
+                        fc_out=fc_out,
+                    )
+                    for i in range(0, len(p.anchors), step)
+                ]
+            )[:, 1:]
             logits = head_logits(self.draft, normed)
             if self.block.family == "dflash2":
                 pred = selector_path(self.draft, normed, logits, p.block_ids[:, 0])

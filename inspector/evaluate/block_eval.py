@@ -88,7 +88,8 @@ def anchors_of(runs: Sequence[tuple[int, int]]) -> list[int]:
     return [n for p, e in runs for n in range(p, e)]
 
 
-def _chunk(draft: Draft, length: int) -> int:
+def chunk_size(draft: Draft, length: int) -> int:
+    """How many blocks over a context of `length` rows run in one pass (`CHUNK_BYTES`)."""
     cfg = draft.config
     b = block_of(draft).block_size
     per_block = (length + b) * (2 * cfg.num_kv_heads * cfg.head_dim + cfg.num_heads * b) * 4
@@ -111,7 +112,7 @@ def predict_blocks(draft: Draft, sample: Sample, wiring: Wiring) -> BlockPredict
         in_run[p : e + 1] = e
     context = context_of(sample, wiring, draft)
     preds, trues, ps, ranks = [], [], [], []
-    step = _chunk(draft, t)
+    step = chunk_size(draft, t)
     offsets = torch.arange(1, b, device=draft.device)
     for lo in range(0, len(anchors), step):
         at = torch.tensor(anchors[lo : lo + step], device=draft.device)
