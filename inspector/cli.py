@@ -26,7 +26,7 @@ from inspector.commands.arguments import (
     port,
     positive,
 )
-from inspector.commands.gates import EXIT_GATE
+from inspector.commands.exit_codes import ExitCode, failure_line
 from inspector.commands.output import visible
 from inspector.errors import InputError
 
@@ -186,7 +186,7 @@ def _add_accept_parser(sub: argparse._SubParsersAction) -> None:
         "--fail-under",
         type=float,
         metavar="X",
-        help=f"exit {EXIT_GATE} (one line on stderr) when a reported wiring's accept length is "
+        help=f"exit {ExitCode.GATE:d} (one line on stderr) when a reported wiring's accept length is "
         "below X",
     )
     p.add_argument(
@@ -484,15 +484,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         _say(f"eagle-inspect: error: {visible(e)}")
         _say(f"  {triage(command)} (eagle-inspect {command} --help: flags and an example)")
-        return 2
+        return ExitCode.BAD_INPUT
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:  # `eagle-inspect eval | head`: the reader left; end quietly
         _silence_stdout()
-        return 0
-    except (RuntimeError, MemoryError) as e:  # e.g. CUDA out of memory: one line, exit 1
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        _say(f"eagle-inspect: failed: {visible(first)}")
-        return 1
+        return ExitCode.OK
+    except Exception as e:  # out of memory, a device error: one line; a crash: its traceback too
+        _say(f"eagle-inspect: failed: {visible(failure_line(e))}")
+        return ExitCode.FAILED
     parser.print_help()
-    return 2
+    return ExitCode.BAD_INPUT

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from inspector.commands.exit_codes import WORDS, ExitCode
+
 __all__ = ["commands_markdown", "keys_markdown"]
 
 
@@ -77,7 +79,9 @@ def commands_markdown(parser: argparse.ArgumentParser) -> str:
         "# Commands",
         "",
         "Written from the command-line parser at each docs build: every flag below is one "
-        "`eagle-inspect` accepts today.",
+        "`eagle-inspect` accepts today. Every command's exit status ("
+        + ", ".join(f"{int(c)} {WORDS[c]}" for c in ExitCode)
+        + ") and the keys of its `--json`: [Commands at a glance](command-table.md#exit-status).",
         "",
     ]
     for name, p in _subparsers(parser).items():

@@ -115,7 +115,8 @@ def test_usage_errors(golden, capsys):
     assert "unknown dtype" in capsys.readouterr().err
 
 
-def test_runtime_failure_exits_1_with_one_line(golden, capsys, monkeypatch):
+def test_runtime_failure_exits_4_with_one_line(golden, capsys, monkeypatch):
+    """Not 1: a run that could not finish found no problem in the draft (`ExitCode.FAILED`)."""
     from inspector.evaluate import evaluator as evaluator_module
 
     def oom(*a, **k):
@@ -123,7 +124,7 @@ def test_runtime_failure_exits_1_with_one_line(golden, capsys, monkeypatch):
 
     monkeypatch.setattr(evaluator_module, "iter_steps", oom)
     root = golden / "speculators-basic"
-    assert main(["eval", str(root / "checkpoint"), str(root / "samples")]) == 1
+    assert main(["eval", str(root / "checkpoint"), str(root / "samples")]) == 4
     assert capsys.readouterr().err.strip() == (
         "eagle-inspect: failed: CUDA out of memory. Tried to allocate 2.00 GiB"
     )

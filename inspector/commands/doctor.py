@@ -23,6 +23,7 @@ from inspector.commands.common import (
     print_sample_notes,
     resolve_inputs,
 )
+from inspector.commands.exit_codes import ExitCode
 from inspector.commands.output import report_table, safe, stdout_console, visible, write_json
 from inspector.formatting import SEVERITY_STYLE
 from inspector.progress import stage_progress_bar
@@ -185,7 +186,7 @@ def _emit(args: argparse.Namespace, report: DoctorReport, err: Console) -> int:
         for part in render(report):
             out.print(part)
     failed = report.fixed is not None and not report.fixed.verified
-    return 1 if failed or report.has_errors else 0
+    return ExitCode.PROBLEM if failed or report.has_errors else ExitCode.OK
 
 
 def render(report: DoctorReport) -> list:

@@ -1,13 +1,14 @@
 """`--fail-under`: the gates `accept` and `compare` apply to what they report, for CI.
 
-Exit codes of the CLI: 0 ok, 1 runtime failure, 2 bad usage or input, 3 a gate failed, 130
-interrupted. A gate's failure is one line on stderr; the report is printed first, as usual."""
+A gate's failure exits `ExitCode.GATE` (3; `exit_codes` holds every status) with one line on
+stderr; the report is printed first, as usual."""
 
 from __future__ import annotations
 
+from inspector.commands.exit_codes import ExitCode
 from inspector.formatting import fmt_float
 
-EXIT_GATE = 3
+EXIT_GATE = ExitCode.GATE
 
 
 def signed(x: float, digits: int = 4) -> str:

@@ -58,7 +58,8 @@ EXAMPLES = {
   eagle-inspect reconcile assets/demo/draft cap --engine-log runs/train-k3-one/vllm.log \\
       --target assets/demo/target
   -> the verdict (as is, wrong wiring, engine fault, other data), the wiring the engine fed,
-     the trained one, and each wiring's replay of the same requests beside the logged figure""",
+     the trained one, and each wiring's replay of the same requests beside the logged figure
+     (exit 1 on any verdict but as is)""",
     "sweep": """Example (which checkpoint of a run to ship):
   eagle-inspect demo run --out run
   eagle-inspect sweep run assets/demo/samples/held

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from inspector.commands.common import resolve_inputs
+from inspector.commands.exit_codes import ExitCode
 
 HEADLESS = ("eval", "accept", "doctor", "reconcile")
 
@@ -117,7 +118,7 @@ def run_open(args: argparse.Namespace) -> int:
         stream = missing_terminal()
         if stream is not None:
             print(no_terminal_line(stream), file=sys.stderr)
-            return 2
+            return ExitCode.BAD_INPUT
     resolve_inputs(args)  # a missing demo or SAMPLES fails here, before any UI
     if args.web:
         try:
@@ -127,7 +128,7 @@ def run_open(args: argparse.Namespace) -> int:
                 "eagle-inspect: error: --web needs textual-serve: pip install 'eagle3-inspector[web]'",
                 file=sys.stderr,
             )
-            return 2
+            return ExitCode.BAD_INPUT
         port = int(args.port)
         print(
             f"serving on http://localhost:{port} (each browser tab starts its own app and loads "

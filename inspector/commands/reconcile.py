@@ -15,6 +15,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from inspector.commands.common import as_engine_runs_it, open_evaluator
+from inspector.commands.exit_codes import for_verdict
 from inspector.commands.output import report_table, safe, stdout_console, write_json
 from inspector.commands.reconcile_feeds import engine_fed, silent_feeds
 from inspector.errors import InputError
@@ -209,10 +210,10 @@ def run_reconcile(args: argparse.Namespace) -> int:
         if engine is Engine.SGLANG:
             config["overlap_scheduler"] = report.overlap
         write_json({"config": config, **result.to_dict()})
-        return 0
+        return for_verdict(result.verdict)
     out = stdout_console(None if sys.stdout.isatty() else 200)
     out.print(render(result, report))
-    return 0
+    return for_verdict(result.verdict)
 
 
 def _synthetic_setting(args):
