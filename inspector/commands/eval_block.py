@@ -37,6 +37,18 @@ def run_block_eval(args: argparse.Namespace) -> int:
     assert block is not None
     infos = sample_set.slot_info
     texts = args.wiring or ["train"]
+    held = {s.hf_index for s in infos if s.hf_index is not None and not s.post_norm}
+    missing = [k for k in block.hf_layer_ids if k not in held]
+    if missing and any(preset_name(t) for t in texts):
+        # the presets' positional fallback would feed whatever slots come first: not for a
+        # draft whose config names its layers
+        raise InputError(
+            inputs.samples[0] if inputs.samples else None,
+            "--wiring",
+            f"the samples hold HF {sorted(held)}, not the configured layers HF {missing} "
+            f"(target_layer_ids {list(block.layer_ids)} + 1): capture them (capture --layers) "
+            "or name the slots with --wiring",
+        )
     wirings = [
         (preset_name(t), parse_wiring(t, infos, draft.config.num_fc_blocks, block.hf_layer_ids))
         for t in texts
