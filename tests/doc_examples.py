@@ -47,8 +47,8 @@ class Example:
 
     @property
     def exit_status(self) -> int:
-        """0, or what a last output line `[exit N]` says the command exits with (the doctor
-        exits 1 on an error finding, `--fail-under` 1 below its gate)."""
+        """0, or what a last output line `[exit N]` says the command exits with (the doctor and
+        reconcile exit 1 on a problem found, `--fail-under` 3 below its gate)."""
         last = next((x for x in reversed(self.expected) if x.strip()), "")
         m = re.fullmatch(r"\[exit (\d+)\]", last.strip())
         return int(m.group(1)) if m else 0
@@ -225,3 +225,49 @@ def environment() -> dict[str, str]:
     env.update(COLUMNS="200", NO_COLOR="1", TERM="dumb", HF_HUB_OFFLINE="1")
     env.update(TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     return env
+
+
+def run_pages(pages: list[Path]) -> int:
+    """Every console example of `pages` run and compared, as the test does, without pytest (a
+    fresh environment holding only what the README installs has none). Prints one line per
+    page and each failure; 0 when all pass, 1 otherwise."""
+    import tempfile
+
+    env = environment()
+    failed = 0
+    for page in pages:
+        name = page.relative_to(ROOT) if page.is_relative_to(ROOT) else page
+        with tempfile.TemporaryDirectory() as tmp:
+            cwd = scratch_folder(Path(tmp))
+            ran, skipped, why = 0, 0, None
+            for b in blocks(page):
+                if b.skip or (b.env and not os.environ.get(b.env)):
+                    skipped += len(b.examples)
+                    continue
+                for ex in b.examples:
+                    rc, out = run(ex, cwd, env)
+                    where = f"{name}:{ex.line}: $ {ex.command}"
+                    if rc != ex.exit_status:
+                        why = (
+                            f"{where}\nexited {rc}, the page says {ex.exit_status}:\n{out[-3000:]}"
+                        )
+                    elif (diff := compare(ex.output, out, str(cwd))) is not None:
+                        why = f"{where}\n{diff}\n--- printed:\n{out[-4000:]}"
+                    if why:
+                        break
+                    ran += 1
+                if why:
+                    break
+        print(f"{'FAIL' if why else 'ok  '} {name}: {ran} ran, {skipped} skipped", flush=True)
+        if why:
+            print(why, flush=True)
+            failed += 1
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    args = [Path(a).resolve() for a in sys.argv[1:]]
+    pages = args or [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    sys.exit(run_pages([p for p in pages if blocks(p)]))
