@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from doctor_oracle import naive_search  # noqa: E402
 
 from inspector.doctor import search_wirings  # noqa: E402
-from inspector.doctor.named_wirings import named_wirings  # noqa: E402
-from inspector.doctor.search import all_wirings  # noqa: E402
+from inspector.doctor.wiring.named import named_wirings  # noqa: E402
+from inspector.doctor.wiring.search import all_wirings  # noqa: E402
 from inspector.evaluate import Evaluator, resolve_device  # noqa: E402
 from inspector.formats import SampleSet, load_draft  # noqa: E402
 from inspector.synthetic import SyntheticSpec, write_synthetic  # noqa: E402

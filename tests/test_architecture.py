@@ -193,13 +193,13 @@ def test_the_layer_check_sees_a_planted_import():
     importing a view, the engine reading the serving layer, and the engines' facts reading the
     doctor."""
     graph = {m: set(d) for m, d in _graph().items()}
-    graph["inspector.model.forward"].add("inspector.doctor.settle")
+    graph["inspector.model.forward"].add("inspector.doctor.reconcile.settle")
     graph["inspector.formats.engine_log"].add("inspector.commands.reconcile")
     graph["inspector.evaluate.evaluator"].add("inspector.serving.replay")
-    graph["inspector.engines.vllm"].add("inspector.doctor.engine_reading")
+    graph["inspector.engines.vllm"].add("inspector.doctor.wiring.engine_reading")
     assert _upward(graph) == [
-        ("inspector.engines.vllm", "inspector.doctor.engine_reading"),
+        ("inspector.engines.vllm", "inspector.doctor.wiring.engine_reading"),
         ("inspector.evaluate.evaluator", "inspector.serving.replay"),
         ("inspector.formats.engine_log", "inspector.commands.reconcile"),
-        ("inspector.model.forward", "inspector.doctor.settle"),
+        ("inspector.model.forward", "inspector.doctor.reconcile.settle"),
     ]

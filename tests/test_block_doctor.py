@@ -15,9 +15,9 @@ import torch
 from block_fixtures import TRAINED
 
 from inspector.cli import main
-from inspector.doctor.block_checks import block_size_finding, mask_finding
-from inspector.doctor.engine_reading import engine_reads
+from inspector.doctor.checks.block_checks import block_size_finding, mask_finding
 from inspector.doctor.finding import Severity
+from inspector.doctor.wiring.engine_reading import engine_reads
 from inspector.engines.sglang import dflash_guess
 from inspector.formats import load_block_draft
 from inspector.formats.block_config import build_target_layer_ids
@@ -285,3 +285,49 @@ def test_doctor_engine_flag_keeps_its_readings(block_bed, capsys):
     feeds = next(f for f in report["findings"] if f["kind"] == "engine_feeds")
     assert feeds["severity"] == "info"
     assert [r["reader"].split()[0] for r in feeds["evidence"]["readings"]] == ["dflash", "vLLM"]
+
+
+def test_eval_refuses_train_on_samples_without_the_configured_layers(block_bed, demo, capsys):
+    """The demo's own samples hold HF [0, 2, 4, 6]: `train` (HF [1, 4, 6]) is not there, and
+    eval says so instead of feeding the first slots; named slots still run."""
+    base = [
+        "eval",
+        str(block_bed.draft),
+        str(demo.train_samples),
+        "--target",
+        str(block_bed.target),
+        "--limit",
+        "1",
+        "--device",
+        "cpu",
+    ]
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert "not the configured layers HF [1]" in err and "capture --layers" in err
+    assert main([*base, "--wiring", "0,2,3", "--json"]) == 0
+
+
+def test_doctor_steps_against_the_block_size(block_bed, capsys):
+    """--steps K (the engine's num_speculative_tokens): a block of 4 served with K 7 is a
+    warning naming both, and the fix K 3."""
+    code, report = cli_json(
+        capsys,
+        [
+            "doctor",
+            str(block_bed.draft),
+            str(block_bed.samples),
+            "--target",
+            str(block_bed.target),
+            "--engine",
+            "vllm",
+            "--steps",
+            "7",
+            "--json",
+            "--device",
+            "cpu",
+        ],
+    )
+    shape = next(f for f in report["findings"] if f["kind"] == "draft_shape")
+    assert shape["severity"] == "warning" and code == 0  # a warning: the exit status stays 0
+    assert "block_size 4 but num_speculative_tokens 7" in shape["summary"]
+    assert shape["evidence"] == {"block_size": 4, "num_speculative_tokens": 7}

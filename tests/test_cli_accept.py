@@ -204,7 +204,7 @@ def test_doctor_quotes_the_accept_length_accept_replays(capsys):
 def test_doctor_replays_the_first_samples_up_to_its_token_budget(
     tiny_synthetic, capsys, monkeypatch
 ):
-    import inspector.doctor.accept_lengths as accept_lengths
+    import inspector.doctor.checks.accept_lengths as accept_lengths
 
     monkeypatch.setattr(accept_lengths, "ACCEPT_TOKENS", 50)  # 40-token samples: the first two
     draft, samples = tiny_synthetic

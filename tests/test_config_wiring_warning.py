@@ -35,7 +35,7 @@ def held(demo) -> Path:
 
 def _expected(demo, held: Path, draft: Path) -> str:
     """The warning's figures from the search itself (on the same first 8 samples)."""
-    from inspector.doctor.trained_wiring import find_trained_wiring, pct_of
+    from inspector.doctor.wiring.trained import find_trained_wiring, pct_of
     from inspector.session import Inputs, load_evaluator
 
     ev = load_evaluator(Inputs(draft, [str(held)], demo.target), device="cpu")
@@ -88,7 +88,7 @@ def test_sweep_notes_each_checkpoint_whose_config_is_wrong(capsys, demo, held, t
 def test_the_layers_a_capture_needs_for_the_search():
     """All of a small target's layers; a large one's embedding and last layer, each configured
     id and its neighbours, and the default triples (vLLM/llama.cpp's and SpecForge's)."""
-    from inspector.doctor.trained_wiring import SEARCH_ALL_LAYERS, search_layers
+    from inspector.doctor.wiring.trained import SEARCH_ALL_LAYERS, search_layers
 
     assert search_layers(6, [2, 4, 6]) == list(range(7))
     assert search_layers(SEARCH_ALL_LAYERS, None) == list(range(SEARCH_ALL_LAYERS + 1))
@@ -102,7 +102,7 @@ def test_the_warning_says_only_what_the_search_settled():
     cannot tell them apart; the line with both figures otherwise."""
     from dataclasses import replace
 
-    from inspector.doctor.trained_wiring import TrainedWiring
+    from inspector.doctor.wiring.trained import TrainedWiring
     from inspector.metrics import Counts
 
     t = TrainedWiring(

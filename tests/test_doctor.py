@@ -22,11 +22,11 @@ from inspector.doctor import (
     search_wirings,
     write_fixed,
 )
+from inspector.doctor.checks.layer_ids import configured_hf_ids
 from inspector.doctor.fix import ascending_order
-from inspector.doctor.layer_ids import configured_hf_ids
 from inspector.doctor.report import Finding, sort_findings
-from inspector.doctor.search import Scorer, all_wirings, neighbours
 from inspector.doctor.serving import engine_configs, serving_config
+from inspector.doctor.wiring.search import Scorer, all_wirings, neighbours
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
@@ -83,7 +83,7 @@ def test_search_counts_match_evaluator(syn):
 def test_neighbours_and_greedy(syn, monkeypatch):
     assert (1, 0, 2) in neighbours((0, 1, 2), 4) and (3, 1, 2) in neighbours((0, 1, 2), 4)
     assert all(len(set(w)) == 3 for w in neighbours((0, 1, 2), 4))
-    import inspector.doctor.search as s
+    import inspector.doctor.wiring.search as s
 
     ev = _ev(*syn)
     exhaustive = search_wirings(ev, [0, 1], prune=False).ranked()[0].wiring

@@ -1,4 +1,4 @@
-"""The wiring finding's accept lengths (`doctor/accept_lengths.py`) on a tiny synthetic draft: which
+"""The wiring finding's accept lengths (`doctor/checks/accept_lengths.py`) on a tiny synthetic draft: which
 samples are replayed (the token budget, the compute plan), which wirings are quoted, what is not
 quoted, and that each figure is the replay's own pooled count."""
 
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import inspector.doctor.accept_lengths as al
+import inspector.doctor.checks.accept_lengths as al
 from inspector.doctor.budget import ACCEPT_STEPS
 from inspector.doctor.diagnose import build_context
 from inspector.errors import InputError

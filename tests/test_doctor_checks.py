@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from inspector.doctor.layer_ids import (
+from inspector.doctor.checks.layer_ids import (
     HF,
     LAYER_OUTPUT,
     SGLANG,
@@ -23,8 +23,8 @@ from inspector.doctor.layer_ids import (
     other_readings,
     slots_source,
 )
+from inspector.doctor.checks.vocab import VocabProblem, analyse_vocab
 from inspector.doctor.report import VocabRepair
-from inspector.doctor.vocab import VocabProblem, analyse_vocab
 from inspector.draft import DraftConfig, RopeConfig
 from inspector.sample import SlotInfo
 
@@ -385,7 +385,7 @@ def test_raw_vocab_tensors(syn, tmp_path):
 
     from safetensors.torch import load_file
 
-    from inspector.doctor.vocab import raw_vocab_tensors
+    from inspector.doctor.checks.vocab import raw_vocab_tensors
     from inspector.formats import load_draft
 
     w = load_file(str(syn[0] / "model.safetensors"))
@@ -402,7 +402,7 @@ def test_raw_vocab_tensors(syn, tmp_path):
 
 
 def test_vocab_check(syn, tmp_path):
-    from inspector.doctor.vocab import coverage, vocab_check
+    from inspector.doctor.checks.vocab import coverage, vocab_check
     from inspector.evaluate import Evaluator
     from inspector.formats import SampleSet, load_draft
 

@@ -9,8 +9,8 @@ import torch
 from test_doctor_identity import _prose, _samples
 
 from inspector.doctor import diagnose
-from inspector.doctor import target_slots as target_slots_module
-from inspector.doctor.final_state import (
+from inspector.doctor.checks import target_slots as target_slots_module
+from inspector.doctor.checks.final_state import (
     FinalState,
     final_state_finding,
     measure_final_state,
@@ -184,7 +184,7 @@ def test_measure_final_state_against_a_hand_computed_head(demo):
 
 
 def test_measure_final_state_caps_the_rows(demo, monkeypatch):
-    from inspector.doctor import final_state
+    from inspector.doctor.checks import final_state
 
     monkeypatch.setattr(final_state, "MAX_ROWS", 50)
     ev = Evaluator(

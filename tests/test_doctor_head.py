@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from support import edited_copy, error_lines
 
 from inspector.cli import main
-from inspector.doctor.lm_head import borrow_target_head, head_finding, head_status
+from inspector.doctor.checks.lm_head import borrow_target_head, head_finding, head_status
 from inspector.errors import InputError
 
 
@@ -178,7 +178,7 @@ def test_a_draft_shipping_the_targets_rows_is_told(demo, headless, tmp_path, cap
 
 
 def test_no_comparison_with_a_head_of_another_width(demo):
-    from inspector.doctor.lm_head import compare_heads
+    from inspector.doctor.checks.lm_head import compare_heads
     from inspector.evaluate import Evaluator
     from inspector.formats import SampleSet, load_draft
 

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from support import edited_copy
 
-from inspector.doctor.lm_head import (
+from inspector.doctor.checks.lm_head import (
     HEAD,
     HeadStatus,
     _key,
@@ -23,7 +23,7 @@ from inspector.doctor.lm_head import (
     head_finding,
     head_status,
 )
-from inspector.doctor.norm_flags import draft_hits
+from inspector.doctor.checks.norm_flags import draft_hits
 from inspector.doctor.pipeline import headless_report, with_finding
 from inspector.doctor.report import DoctorReport, Finding
 from inspector.doctor.stats import counts_of

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from inspector.doctor.engine_default import engine_defaults
-from inspector.doctor.slot_identity import Mismatch, decide, identity_finding, relabel
-from inspector.doctor.target_slots import (
+from inspector.doctor.checks.engine_default import engine_defaults
+from inspector.doctor.checks.slot_identity import Mismatch, decide, identity_finding, relabel
+from inspector.doctor.checks.target_slots import (
     POST,
     SlotMatch,
     TargetSlots,
@@ -400,7 +400,7 @@ def test_engine_default_json_and_conditions():
 
 def test_a_target_too_big_for_memory_is_not_loaded(monkeypatch):
     from inspector.demo_paths import demo_paths
-    from inspector.doctor import target_slots
+    from inspector.doctor.checks import target_slots
 
     try:
         target = demo_paths().target

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inspector.doctor.long_context import long_context_finding
+from inspector.doctor.checks.long_context import long_context_finding
 from inspector.metrics.rounds import AcceptStats, Round
 
 

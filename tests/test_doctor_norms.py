@@ -11,7 +11,7 @@ from support import edited_copy
 
 from inspector.cli import main
 from inspector.doctor import diagnose
-from inspector.doctor.norm_flags import NormFacts, missing_norm_findings, tensors_of
+from inspector.doctor.checks.norm_flags import NormFacts, missing_norm_findings, tensors_of
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
 
@@ -119,7 +119,7 @@ def test_facts():
 def test_residual_readings(demo, layout, explicit, value, expected):
     from dataclasses import replace
 
-    from inspector.doctor.config_alternatives import residual_readings
+    from inspector.doctor.checks.config_alternatives import residual_readings
 
     cfg = load_draft(demo.draft).config
     cfg = replace(

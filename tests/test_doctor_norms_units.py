@@ -12,8 +12,8 @@ import pytest
 import torch
 from support import edited_copy
 
-from inspector.doctor.draft_shape import config_flag, raw_config, stated_flags
-from inspector.doctor.norm_flags import (
+from inspector.doctor.checks.draft_shape import config_flag, raw_config, stated_flags
+from inspector.doctor.checks.norm_flags import (
     draft_hits,
     missing_norm_findings,
     norm_flag_checks,

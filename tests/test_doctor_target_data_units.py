@@ -3,8 +3,8 @@ is checked in milliseconds (the doctor runs in test_doctor_identity cover the me
 
 from __future__ import annotations
 
-from inspector.doctor.target_data import LOW_AGREEMENT, DataFacts, target_data_finding
-from inspector.doctor.target_slots import TargetSlots
+from inspector.doctor.checks.target_data import LOW_AGREEMENT, DataFacts, target_data_finding
+from inspector.doctor.checks.target_slots import TargetSlots
 from inspector.metrics import Counts
 
 

@@ -3,9 +3,9 @@ free (a finding whose sentence could move to its fix, a token count that reached
 
 from __future__ import annotations
 
+from inspector.doctor.checks.skipped_samples import skipped_finding
 from inspector.doctor.finding import Kind, Severity
 from inspector.doctor.serving import engine_configs
-from inspector.doctor.skipped_samples import skipped_finding
 
 
 def test_the_skipped_samples_finding_says_which_and_how_to_fix():
@@ -26,7 +26,7 @@ def test_the_engine_configs_carry_the_draft_token_count():
 
 
 def test_a_norm_flag_that_fits_names_its_value():
-    from inspector.doctor.norm_flags import NORM_ENGINES, NormFacts, norm_flag_text
+    from inspector.doctor.checks.norm_flags import NORM_ENGINES, NormFacts, norm_flag_text
     from inspector.metrics import Counts
 
     flag = next(iter(NORM_ENGINES))
@@ -39,7 +39,7 @@ def test_a_norm_flag_that_fits_names_its_value():
 
 
 def test_the_fingerprint_json_keeps_three_decimals_of_the_slot_norms():
-    from inspector.doctor.fingerprint import FingerprintFacts
+    from inspector.doctor.wiring.fingerprint import FingerprintFacts
 
     facts = FingerprintFacts(
         block_weight_norms=[1.234567],
@@ -61,8 +61,8 @@ def test_config_ids_in_another_convention_that_match_no_slot_name_both_readings(
     sentence names the convention and both, where HF ids are said as vLLM reads them."""
     from types import SimpleNamespace
 
-    from inspector.doctor.layer_ids import IdSource, LayerIdFacts
-    from inspector.doctor.wiring_check import _unmatched
+    from inspector.doctor.checks.layer_ids import IdSource, LayerIdFacts
+    from inspector.doctor.checks.wiring_check import _unmatched
 
     def facts(draft: IdSource) -> SimpleNamespace:
         slots = IdSource("data_config.json", (0, 2, 4, 6), "hf", True, ((0, 2, 4, 6),))

@@ -1,4 +1,4 @@
-"""doctor/draft_shape.py on the golden fixtures speculators wrote: the shape read from a
+"""doctor/checks/draft_shape.py on the golden fixtures speculators wrote: the shape read from a
 checkpoint folder, each engine's verdict on it, and the draft as the engine runs it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from inspector.doctor.draft_shape import (
+from inspector.doctor.checks.draft_shape import (
     as_engine_runs,
     draft_shape,
     draft_shape_finding,

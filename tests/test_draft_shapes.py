@@ -181,7 +181,7 @@ def test_accept_counts_the_draft_the_engine_runs(trained, capsys):
     """`accept --engine sglang` on a Qwen3-layer draft replays it without its q/k norms, as
     SGLang 0.5.23 runs it (its counts equalled SGLang's own, request for request), and says so;
     vLLM runs the draft as trained."""
-    from inspector.doctor.draft_shape import as_engine_runs
+    from inspector.doctor.checks.draft_shape import as_engine_runs
     from inspector.engines import Engine
     from inspector.serving.replay import Replayer
     from inspector.serving.spec import DraftSpec

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from inspector.doctor.engine_reading import engine_reads
+from inspector.doctor.wiring.engine_reading import engine_reads
 from inspector.engines import (
     ENGINES,
     REGISTRY,

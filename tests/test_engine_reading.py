@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from inspector.doctor.engine_reading import READERS, engine_reads
+from inspector.doctor.wiring.engine_reading import READERS, engine_reads
 
 CONFIGS = Path(__file__).resolve().parents[2] / "shared" / "configs"
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama"}
@@ -233,7 +233,7 @@ def test_a_gguf_is_read_by_llama_cpp_alone():
 def test_the_words_and_fields_of_a_reading():
     """What mutation testing showed untested: each reading's notes, its ids and norm wording,
     an empty id list read as none, and the JSON form."""
-    from inspector.doctor.engine_reading import EngineRead
+    from inspector.doctor.wiring.engine_reading import EngineRead
 
     cfg = {
         "eagle_aux_hidden_state_layer_ids": [],
@@ -306,7 +306,7 @@ def test_the_words_and_fields_of_a_reading():
 def test_what_an_engine_may_be_feeding():
     """`fed_candidates`: each reader's wiring that it can serve, then the configured ids one off
     either way (within 0..L, the fc's width), each once, in that order."""
-    from inspector.doctor.engine_reading import fed_candidates
+    from inspector.doctor.wiring.engine_reading import fed_candidates
 
     cfg = {"eagle_aux_hidden_state_layer_ids": [0, 2, 4]}
     assert fed_candidates(cfg, 6, 3, [0, 2, 4], target=LLAMA) == [
@@ -333,7 +333,7 @@ def test_llamacpp_feeds_as_listed_and_nothing_for_the_layer_count():
     """llama.cpp concatenates the states in the order the ids are listed, and on a Llama-family
     target an id equal to the layer count feeds nothing (None: its fc block gets zeros); vLLM
     feeds ascending. Both are candidates for what the engine feeds."""
-    from inspector.doctor.engine_reading import fed_candidates
+    from inspector.doctor.wiring.engine_reading import fed_candidates
 
     rev = {"eagle_aux_hidden_state_layer_ids": [4, 2, 0]}
     reads = {r.reader.label: r for r in engine_reads(rev, 6, 3, target=LLAMA)}
@@ -365,7 +365,7 @@ def test_the_readings_mutation_testing_asked_for():
     """A reader that adds 1 to the ids it finds (vLLM's V2 runner on a top-level
     target_layer_ids, DFlash/DSpark semantics), ids out of range, SGLang's two readings when they
     agree, and the refusal of the speculators layout in full."""
-    from inspector.doctor.engine_reading import fed_candidates
+    from inspector.doctor.wiring.engine_reading import fed_candidates
 
     tli = {"target_layer_ids": [1, 3, 5]}
     reads = {r.reader.label: r for r in engine_reads(tli, 8, 3, target=LLAMA)}
@@ -408,7 +408,7 @@ def test_ids_written_in_places_that_disagree(capsys, demo, held, tmp_path):
     """The top level says [2, 4, 6] (HF), eagle_config says [-1, 1, 3] (HF [0, 2, 4] as its
     writers mean it): vLLM reads the first, SGLang the second, and the finding says the places
     disagree; written alike ([0, 2, 4] and [-1, 1, 3]) they agree and nothing is said."""
-    from inspector.doctor.engine_reading import id_places
+    from inspector.doctor.wiring.engine_reading import id_places
 
     both = {"eagle_aux_hidden_state_layer_ids": [0, 2, 4]}
     both["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [-1, 1, 3]}

@@ -1,4 +1,4 @@
-"""What an engine runs, asked by every command (`doctor.engine_run`), on drafts trained here
+"""What an engine runs, asked by every command (`doctor.wiring.engine_run`), on drafts trained here
 rather than the demo: a draft trained with norm_before_residual true (SGLang 0.5.23 reads the flag
 nowhere), and the demo GGUF whose id 6 equals the layer count (llama.cpp feeds that block
 nothing). Every command gives the count that engine logs, and a draft served right is never told
@@ -15,7 +15,7 @@ import torch
 
 from inspector.cli import main
 from inspector.demo_paths import demo_paths
-from inspector.doctor.engine_run import engine_run
+from inspector.doctor.wiring.engine_run import engine_run
 from inspector.formats import load_draft
 
 pytest.importorskip("transformers")

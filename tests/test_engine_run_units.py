@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from inspector.demo_paths import demo_paths
-from inspector.doctor.engine_run import EngineRun, FlagChange, engine_run, flag_changes
+from inspector.doctor.wiring.engine_run import EngineRun, FlagChange, engine_run, flag_changes
 from inspector.formats import load_draft
 from inspector.formats.samples import v1_slot_info
 
@@ -107,7 +107,7 @@ def test_a_draft_without_a_file_runs_as_its_config_says():
 
 
 def test_the_fingerprint_witness_is_measured_only_when_asked(tmp_path):
-    from inspector.doctor.trained_wiring import find_trained_wiring
+    from inspector.doctor.wiring.trained import find_trained_wiring
     from inspector.evaluate import Evaluator
     from inspector.formats import SampleSet
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from inspector.doctor.engine_reading import engine_reads
+from inspector.doctor.wiring.engine_reading import engine_reads
 from inspector.engines import (
     REGISTRY,
     Engine,
@@ -79,8 +79,8 @@ def test_dated_facts_apply_to_the_targets_they_name():
 # Identifiers spelled like an engine that name something else: id conventions of a config
 # (aux_layer_convention "sglang": eagle_config's ids; "llama.cpp": a GGUF's baked ids).
 NOT_ENGINES = {
-    "inspector/doctor/layer_ids.py",
-    "inspector/doctor/wiring_check.py",
+    "inspector/doctor/checks/layer_ids.py",
+    "inspector/doctor/checks/wiring_check.py",
 }
 
 

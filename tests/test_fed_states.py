@@ -1,10 +1,10 @@
-"""`doctor.fed_states`: what an engine feeds the fc blocks, as a wiring that replays it."""
+"""`doctor.wiring.fed_states`: what an engine feeds the fc blocks, as a wiring that replays it."""
 
 from __future__ import annotations
 
 import torch
 
-from inspector.doctor.fed_states import (
+from inspector.doctor.wiring.fed_states import (
     can_silence,
     fed_label,
     silenced,

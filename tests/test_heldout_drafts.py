@@ -11,7 +11,7 @@ from heldout import CASES, HeldOutDraft, with_ids
 
 from inspector.doctor.finding import Severity
 from inspector.doctor.pipeline import DoctorRequest, run
-from inspector.doctor.trained_wiring import find_trained_wiring
+from inspector.doctor.wiring.trained import find_trained_wiring
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
 

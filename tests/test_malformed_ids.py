@@ -13,8 +13,8 @@ import pytest
 from support import error_lines
 
 from inspector.cli import main
-from inspector.doctor.engine_reading import engine_reads
-from inspector.doctor.layer_ids import layer_id_facts
+from inspector.doctor.checks.layer_ids import layer_id_facts
+from inspector.doctor.wiring.engine_reading import engine_reads
 from inspector.formats.checkpoint import load_draft
 from inspector.sample import SlotInfo
 

@@ -1,4 +1,4 @@
-"""Whom a bad log blames (`doctor.reconcile_blame`): logs written in the engines' own formats from
+"""Whom a bad log blames (`doctor.reconcile.blame`): logs written in the engines' own formats from
 our own replay of the demo's held-out samples (`accept --json`), with a fault planted on the
 engine's side, are named as that side's, with the point or the slot:
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inspector.doctor.reconcile import Verdict, reconcile
-from inspector.doctor.synthetic_acceptance import SyntheticSetting, synthetic_check
+from inspector.doctor.reconcile.pipeline import Verdict, reconcile
+from inspector.doctor.reconcile.synthetic import SyntheticSetting, synthetic_check
 from inspector.errors import InputError
 from inspector.formats.engine_log import EngineLog, RequestFigures, read_engine_log
 from inspector.formats.samples import v1_slot_info

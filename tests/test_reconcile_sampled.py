@@ -1,4 +1,4 @@
-"""reconcile at a temperature (`doctor/reconcile_sampled.py`) on hand-built live reports: each
+"""reconcile at a temperature (`doctor/reconcile/sampled.py`) on hand-built live reports: each
 round's odds are given, so every expected share, z and verdict is known by hand."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inspector.doctor.known_faults import known_faults
-from inspector.doctor.reconcile import reconcile
-from inspector.doctor.reconcile_sampled import (
+from inspector.doctor.reconcile.known_faults import known_faults
+from inspector.doctor.reconcile.pipeline import reconcile
+from inspector.doctor.reconcile.result import PositionCheck, Verdict
+from inspector.doctor.reconcile.sampled import (
     ROUNDING,
     SAMPLING_FAULT,
     Z_LIMIT,
@@ -22,7 +23,6 @@ from inspector.doctor.reconcile_sampled import (
     reconcile_sampled,
     shortfall_text,
 )
-from inspector.doctor.reconciliation import PositionCheck, Verdict
 from inspector.engines.vllm import CPU_EXPAND as VLLM_CPU_EXPAND
 from inspector.formats.engine_log import EngineLog, EngineStart
 from inspector.formats.samples import v1_slot_info
@@ -324,7 +324,7 @@ def test_the_configured_wiring_is_the_reference_of_a_fault() -> None:
 
 
 def test_boundaries_of_consistent_and_below() -> None:
-    from inspector.doctor.reconcile_sampled import below
+    from inspector.doctor.reconcile.sampled import below
 
     wa = _wiring((0, 1, 2), TRAIN, rounds=400)
     e = wa.expectation

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inspector.doctor.reconcile import (
+from inspector.doctor.reconcile.pipeline import (
     ENGINE_FAULTS,
     ROUNDING,
     WINDOW_TOLERANCE,
@@ -587,7 +587,7 @@ def test_a_half_precision_log_is_the_wiring_it_drifts_near():
     of one replay and nearer it than half the gap to any other, it is that wiring's; float32
     stays count for count; a figure between two wirings (not twice as near one), or past the
     drift, matches none."""
-    from inspector.doctor.reconcile import HALF_DRIFT, near_match
+    from inspector.doctor.reconcile.pipeline import HALF_DRIFT, near_match
 
     rep = _report({(0, 1, 2): GOOD, (1, 2, 3): BAD})  # 2.857 and 1.286
     drifted = _log(al=2.80, rounded=True)  # 2% below GOOD's replay

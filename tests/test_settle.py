@@ -1,10 +1,10 @@
-"""The rule that names the trained wiring (`doctor.settle`): never more than the evidence."""
+"""The rule that names the trained wiring (`doctor.reconcile.settle`): never more than the evidence."""
 
 from __future__ import annotations
 
 import pytest
 
-from inspector.doctor.settle import replay_diff, settle
+from inspector.doctor.reconcile.settle import replay_diff, settle
 
 A, B, C = (0, 1, 2), (0, 3, 2), (1, 2, 3)
 

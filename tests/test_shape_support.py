@@ -1,4 +1,4 @@
-"""The draft-shape table (inspector/doctor/shape_support.py) on raw configs: what each engine
+"""The draft-shape table (inspector/doctor/checks/shape_support.py) on raw configs: what each engine
 release does with each shape, as its own source says and as it did when run here on drafts of
 each shape (docs/guides/draft-shapes.md has the runs)."""
 
@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
+from inspector.doctor.checks.shape_support import shape_finding
 from inspector.doctor.finding import Kind, Severity
-from inspector.doctor.shape_support import shape_finding
 from inspector.engines.llamacpp import shape_rule as llamacpp_0c1e570
 from inspector.engines.sglang import shape_rule as sglang_0523
 from inspector.engines.shapes import Support, shape_of

@@ -118,7 +118,7 @@ def config_wiring_note(ev) -> str | None:
     """One line when the draft's config does not name the wiring its weights fit best (the
     doctor's step-0 wiring search on the first samples; the fc projections it computes are the
     evaluator's, cached for the replay that follows), else None."""
-    from inspector.doctor.trained_wiring import find_trained_wiring
+    from inspector.doctor.wiring.trained import find_trained_wiring
 
     try:
         return find_trained_wiring(ev).warning()
@@ -134,9 +134,9 @@ def warn_config_wiring(err, ev) -> None:
 
 
 def warn_slot_faults(err, ev) -> None:
-    """A warning line per slot the first samples hold no real state in (`doctor.sample_integrity`:
+    """A warning line per slot the first samples hold no real state in (`doctor.checks.sample_integrity`:
     zeros, NaN or Inf, one constant state), so that no figure over it goes out unremarked."""
-    from inspector.doctor.sample_integrity import slots_at_fault
+    from inspector.doctor.checks.sample_integrity import slots_at_fault
 
     try:
         faults = slots_at_fault(ev)
@@ -155,12 +155,12 @@ def warn_slot_faults(err, ev) -> None:
 
 
 def as_engine_runs_it(err, draft, engine, *, num_layers=None, target=None):
-    """The run of `draft` by `engine` (`doctor.engine_run`: the flags it reads otherwise, such as
+    """The run of `draft` by `engine` (`doctor.wiring.engine_run`: the flags it reads otherwise, such as
     SGLang 0.5.23's `norm_before_residual`, read nowhere; the features it runs without, such as
     SGLang's q/k norms or llama.cpp's norm_output; with the target's layer count, the layers it
     feeds), with a note on `err` for each way its draft is another than the weights': the
     figures are the engine's. `.draft` is the draft it runs."""
-    from inspector.doctor.engine_run import engine_run
+    from inspector.doctor.wiring.engine_run import engine_run
 
     run = engine_run(draft, engine.value, num_layers=num_layers, target=target)
     for line in run.notes():

@@ -99,9 +99,9 @@ def run_doctor(args: argparse.Namespace) -> int:
 
 
 def _parent_finding(parent: Path, inputs, ev: Evaluator, report: DoctorReport) -> Finding:
-    """Whether the vocabulary map moved against --parent's (`doctor.vocab_moved`), both maps
+    """Whether the vocabulary map moved against --parent's (`doctor.checks.vocab_moved`), both maps
     scored on the doctor's samples under its recommended wiring."""
-    from inspector.doctor.vocab_moved import compare_maps, score_maps, vocab_moved_finding
+    from inspector.doctor.checks.vocab_moved import compare_maps, score_maps, vocab_moved_finding
     from inspector.formats import load_draft
 
     other = load_draft(
@@ -141,9 +141,9 @@ def _conversion_finding(
     ev: Evaluator | None,
     samples: list[int],
 ) -> Finding:
-    """What the conversion between CKPT and --source changed (`doctor.gguf_conversion`); with the
+    """What the conversion between CKPT and --source changed (`doctor.checks.gguf_conversion`); with the
     doctor's evaluator, the step-0 accuracy of both drafts on its samples."""
-    from inspector.doctor.gguf_conversion import conversion_finding
+    from inspector.doctor.checks.gguf_conversion import conversion_finding
     from inspector.formats import load_draft
     from inspector.formats.checkpoint import is_gguf
 

@@ -1,6 +1,6 @@
 """`eagle-inspect doctor` on a block draft (DFlash, DFlash2): the trained layers asked of the
 weights, each engine's reading of the config, the block size, the mask token
-(`doctor.block_checks`), as the doctor's report."""
+(`doctor.checks.block_checks`), as the doctor's report."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ from inspector.errors import InputError
 
 def block_doctor_report(args: argparse.Namespace, err: Console):
     """The DoctorReport of a block draft over the first --samples samples."""
-    from inspector.doctor.block_checks import (
+    from inspector.doctor.block_wiring import BlockScorer, search_block_wiring
+    from inspector.doctor.checks.block_checks import (
         block_size_finding,
         decided_layers,
         engine_finding,
         mask_finding,
         wiring_finding,
     )
-    from inspector.doctor.block_wiring import BlockScorer, search_block_wiring
     from inspector.doctor.finding import sort_findings
     from inspector.doctor.report import DoctorReport
     from inspector.engines import engine

@@ -50,7 +50,7 @@ def engine_flags(spec, engine) -> str:
 def configured_wiring(draft, infos, n_blocks: int):
     """The wiring the draft's config names (its aux ids as HF indices, fed in ascending order as
     engines feed them), or None when the ids are absent, ambiguous or not among the slots."""
-    from inspector.doctor.layer_ids import configured_hf_ids
+    from inspector.doctor.checks.layer_ids import configured_hf_ids
     from inspector.doctor.serving import slots_for_hf
     from inspector.wiring import Wiring
 
@@ -79,7 +79,7 @@ def _wirings(
     preset_infos: the slots the presets are made of, when `infos` holds more (the live loop
     captures every searched layer; the presets stay those of the draft's configured layers and
     the target's last one), matched to `infos` by HF index."""
-    from inspector.doctor.fed_states import silent_blocks, slots_fed
+    from inspector.doctor.wiring.fed_states import silent_blocks, slots_fed
     from inspector.wiring import PRESETS, Wiring, parse_wiring, preset_name
 
     out: list = []
@@ -129,9 +129,9 @@ def _by_layer(w, source, infos):
 
 
 def run_reconcile(args: argparse.Namespace) -> int:
-    from inspector.doctor.reconcile import pair_requests, reconcile
-    from inspector.formats.engine_log import read_engine_log
+    from inspector.doctor.reconcile.pipeline import pair_requests, reconcile
     from inspector.engines import Engine
+    from inspector.formats.engine_log import read_engine_log
     from inspector.serving.spec import DEFAULT_STEPS, DraftSpec
 
     err = Console(stderr=True)
@@ -218,7 +218,7 @@ def run_reconcile(args: argparse.Namespace) -> int:
 
 def _synthetic_setting(args):
     """The synthetic-acceptance setting the flags name (None: none)."""
-    from inspector.doctor.synthetic_acceptance import SyntheticSetting
+    from inspector.doctor.reconcile.synthetic import SyntheticSetting
 
     if args.synthetic_rates is not None and args.simulated_accept_len is not None:
         raise InputError(
@@ -282,8 +282,8 @@ def _replay(args, spec, engine, err):
 
 
 def _search(ev, err):
-    """The wiring the weights were trained on (`doctor.trained_wiring`), never the config's."""
-    from inspector.doctor.trained_wiring import find_trained_wiring
+    """The wiring the weights were trained on (`doctor.wiring.trained`), never the config's."""
+    from inspector.doctor.wiring.trained import find_trained_wiring
 
     with stage_progress_bar(err) as advance:
         return find_trained_wiring(ev, progress=advance, fingerprint=True)
@@ -315,7 +315,7 @@ def _live(args, spec, engine, err, log):
     # wiring bug lives, so the slots it names cannot be the only ones captured
     from inspector.capture.plan import plan_slots
     from inspector.capture.transformers_target import TargetModel, read_target_info
-    from inspector.doctor.trained_wiring import search_layers
+    from inspector.doctor.wiring.trained import search_layers
     from inspector.evaluate import Evaluator
     from inspector.formats import SampleSet
     from inspector.serving.live import live_folder
@@ -412,7 +412,7 @@ def _prompt_pairs(samples, log):
 
 
 def render(result, report) -> Group:
-    from inspector.doctor.reconcile_sampled import expected_text
+    from inspector.doctor.reconcile.sampled import expected_text
 
     verdict = result.verdict.value
     body = Text(result.summary)

@@ -1,6 +1,6 @@
 """What an engine may be feeding the draft, for `reconcile` to replay: each engine's reading of
 the draft's config (and its ids one off either way), and the feeds that leave an fc block at
-zeros, replayed with that block's fc columns zeroed (`doctor.fed_states`)."""
+zeros, replayed with that block's fc columns zeroed (`doctor.wiring.fed_states`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from inspector.commands.output import safe
 def engine_fed(draft, num_layers: int | None, target: object) -> list:
     """What an engine may be feeding this draft (`engine_reading.fed_candidates`): each
     engine's reading of its config, and its ids one off either way."""
-    from inspector.doctor.engine_reading import fed_candidates
-    from inspector.doctor.layer_ids import configured_hf_ids
-    from inspector.doctor.named_wirings import engine_config_of
+    from inspector.doctor.checks.layer_ids import configured_hf_ids
+    from inspector.doctor.wiring.engine_reading import fed_candidates
+    from inspector.doctor.wiring.named import engine_config_of
 
     raw, gguf = engine_config_of(draft)
     if raw is None or num_layers is None:
@@ -27,8 +27,8 @@ def engine_fed(draft, num_layers: int | None, target: object) -> list:
 def silent_feeds(fed, infos, draft, num_layers: int | None, err) -> list:
     """The engine feeds that leave an fc block at zeros (llama.cpp's id L on a Llama-family
     target), as (name, label, wiring, the draft with those blocks' fc columns zeroed): what the
-    engine computes, where the slots hold the rest (`doctor.fed_states`)."""
-    from inspector.doctor.fed_states import (
+    engine computes, where the slots hold the rest (`doctor.wiring.fed_states`)."""
+    from inspector.doctor.wiring.fed_states import (
         can_silence,
         fed_label,
         silenced,

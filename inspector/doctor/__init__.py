@@ -30,8 +30,8 @@ from inspector.doctor.report import (
     VocabRepair,
     WiringResult,
 )
-from inspector.doctor.search import search_wirings
 from inspector.doctor.serving import ServingConfig
+from inspector.doctor.wiring.search import search_wirings
 
 __all__ = [
     "DEFAULT_SAMPLES",

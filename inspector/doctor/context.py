@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inspector.doctor.budget import DoctorPlan
-from inspector.doctor.named_wirings import NamedWirings
+from inspector.doctor.checks.slot_identity import SlotIdentity
 from inspector.doctor.report import WiringResult
-from inspector.doctor.search import WiringSearch
-from inspector.doctor.slot_identity import SlotIdentity
+from inspector.doctor.wiring.named import NamedWirings
+from inspector.doctor.wiring.search import WiringSearch
 from inspector.draft import Draft
 from inspector.evaluate import Evaluator
 from inspector.progress import StageProgress

@@ -18,34 +18,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from inspector.doctor.accept_lengths import accept_lengths
-from inspector.doctor.alignment import alignment_check
 from inspector.doctor.budget import ACCEPT_STEPS, SampleShape, plan
-from inspector.doctor.config_alternatives import ConfigCheckResult, config_checks
+from inspector.doctor.checks.accept_lengths import accept_lengths
+from inspector.doctor.checks.alignment import alignment_check
+from inspector.doctor.checks.config_alternatives import ConfigCheckResult, config_checks
+from inspector.doctor.checks.draft_shape import draft_shape_finding
+from inspector.doctor.checks.engine_feeds import engine_feeds_finding
+from inspector.doctor.checks.final_state import final_state_finding, measure_final_state
+from inspector.doctor.checks.lm_head import compare_heads
+from inspector.doctor.checks.long_context import long_context_finding
+from inspector.doctor.checks.norm_flags import norm_flag_checks
+from inspector.doctor.checks.sample_integrity import integrity_finding, measure_integrity
+from inspector.doctor.checks.skipped_samples import skipped_finding
+from inspector.doctor.checks.slot_identity import SlotIdentity, decide, identity_finding, relabel
+from inspector.doctor.checks.target_data import target_data_finding
+from inspector.doctor.checks.target_slots import measure_slots
+from inspector.doctor.checks.vocab import vocab_check
+from inspector.doctor.checks.wiring_check import wiring_finding
 from inspector.doctor.context import DoctorContext, Searched
-from inspector.doctor.draft_shape import draft_shape_finding
-from inspector.doctor.engine_feeds import engine_feeds_finding
-from inspector.doctor.final_state import final_state_finding, measure_final_state
 from inspector.doctor.finding import Finding, Severity, sort_findings
-from inspector.doctor.fingerprint import fc_fingerprint
-from inspector.doctor.lm_head import compare_heads
-from inspector.doctor.long_context import long_context_finding
-from inspector.doctor.named_wirings import (
+from inspector.doctor.report import DoctorReport
+from inspector.doctor.serving import ServingConfig, serving_config, serving_finding
+from inspector.doctor.wiring.fingerprint import fc_fingerprint
+from inspector.doctor.wiring.named import (
     named_wirings,
     recommend,
     wiring_results,
 )
-from inspector.doctor.norm_flags import norm_flag_checks
-from inspector.doctor.report import DoctorReport
-from inspector.doctor.sample_integrity import integrity_finding, measure_integrity
-from inspector.doctor.search import search_wirings
-from inspector.doctor.serving import ServingConfig, serving_config, serving_finding
-from inspector.doctor.skipped_samples import skipped_finding
-from inspector.doctor.slot_identity import SlotIdentity, decide, identity_finding, relabel
-from inspector.doctor.target_data import target_data_finding
-from inspector.doctor.target_slots import measure_slots
-from inspector.doctor.vocab import vocab_check
-from inspector.doctor.wiring_check import wiring_finding
+from inspector.doctor.wiring.search import search_wirings
 from inspector.draft import Draft
 from inspector.engines.target_class import TargetClass
 from inspector.errors import InputError, setting_field

@@ -25,7 +25,7 @@ import torch
 
 from inspector.doctor.finding import ConfigFix, Kind, Severity
 from inspector.doctor.report import DoctorReport, FixPlan, FixResult, Verification
-from inspector.doctor.search import Scorer
+from inspector.doctor.wiring.search import Scorer
 from inspector.draft import Draft, RopeConfig
 from inspector.errors import InputError, setting_field
 from inspector.evaluate import Evaluator

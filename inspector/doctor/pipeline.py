@@ -23,12 +23,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from inspector.doctor.checks.gguf_layers import gguf_layers_finding
+from inspector.doctor.checks.lm_head import (
+    HeadStatus,
+    borrow_target_head,
+    head_finding,
+    head_status,
+)
+from inspector.doctor.checks.norm_flags import missing_norm_findings
 from inspector.doctor.diagnose import DEFAULT_SAMPLES, diagnose
 from inspector.doctor.finding import Finding, Severity, sort_findings
 from inspector.doctor.fix import write_fixed
-from inspector.doctor.gguf_layers import gguf_layers_finding
-from inspector.doctor.lm_head import HeadStatus, borrow_target_head, head_finding, head_status
-from inspector.doctor.norm_flags import missing_norm_findings
 from inspector.doctor.report import DoctorReport
 from inspector.errors import InputError, setting_field
 from inspector.evaluate import Evaluator

@@ -1,6 +1,6 @@
 """One engine release's reading of a draft config: where it looks for the layer ids, what it adds
 to them, and which norm flags it reads (with their defaults). The rows live in each engine's
-module (`ServingEngine.readers`); `doctor.engine_reading` applies them to a config.
+module (`ServingEngine.readers`); `doctor.wiring.engine_reading` applies them to a config.
 
 Pure data: no torch, no files."""
 

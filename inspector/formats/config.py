@@ -176,7 +176,7 @@ OTHER_FAMILIES_BY_KEY = {
 }
 NOT_EAGLE3 = "not an EAGLE-3 or P-EAGLE draft, which is what this tool runs"
 # The one-line refusal of a DFlash draft by the commands that replay EAGLE-3's TTT steps only:
-# eval and doctor branch to the block draft's own (evaluate.block_eval, doctor.block_checks).
+# eval and doctor branch to the block draft's own (evaluate.block_eval, doctor.checks.block_checks).
 DFLASH_MISSING = (
     "only eval and doctor run block drafts so far; the replays and the app do not "
     "(docs/guides/block-drafts.md)"
@@ -434,7 +434,7 @@ def aux_layer_ids(top: ConfigReader) -> tuple[tuple[int, ...] | None, str | None
     """The aux layer ids a config names and their numbering: top-level ids are HF
     `hidden_states` indices; `eagle_config` ids are SGLang's (HF index - 1, so -1 is the
     embedding). Stored as written, a repeated or negative id included: which layers each engine
-    then feeds is the doctor's finding (`doctor.malformed_ids`), not a load error."""
+    then feeds is the doctor's finding (`doctor.checks.malformed_ids`), not a load error."""
     ids = top.int_list("eagle_aux_hidden_state_layer_ids", None)
     if ids is not None:
         return ids, "hf"

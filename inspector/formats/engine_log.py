@@ -8,7 +8,7 @@
   them). Where the log holds the engine's start-up ("Initializing a V1 LLM engine (v0.32.0) with
   config: model=..., speculative_config=SpeculativeConfig(method='eagle3', model=...,
   num_spec_tokens=3), ..., device_config=cpu, ..."), the build and its speculative config are
-  read too: some builds are known to verify wrong (`doctor.known_faults`).
+  read too: some builds are known to verify wrong (`doctor.reconcile.known_faults`).
 - vLLM's Prometheus text (`/metrics`): the cumulative counters `vllm:spec_decode_num_drafts`,
   `vllm:spec_decode_num_draft_tokens`, `vllm:spec_decode_num_accepted_tokens` (`_total` suffix
   as prometheus_client writes counters) and `..._num_accepted_tokens_per_pos{position="i"}`,

@@ -257,7 +257,7 @@ class EvaluatorBackend:
     ) -> tuple[Evaluator, Wiring, SampleReplay]:
         """The walk through sample i of the draft `key` feeds (with its evaluator and wiring),
         one Replayer per draft."""
-        from inspector.doctor.engine_run import engine_run
+        from inspector.doctor.wiring.engine_run import engine_run
         from inspector.engines import default_engine
         from inspector.serving.replay import Replayer
         from inspector.tui.drafts import draft_letter
@@ -267,7 +267,7 @@ class EvaluatorBackend:
         at = f"{draft_letter(key)}:{engine.value}"
         replayer = self._replayers.get(at)
         if replayer is None:
-            # τ counts the draft as that engine runs it (`doctor.engine_run`: SGLang without
+            # τ counts the draft as that engine runs it (`doctor.wiring.engine_run`: SGLang without
             # norm_before_residual, ...), as `accept` does; an unchanged draft keeps its caches
             run = engine_run(ev.draft, engine.value)
             served = ev.with_draft(run.draft) if run.changed else ev

@@ -18,9 +18,9 @@ if TYPE_CHECKING:
 
     from inspector.evaluate import SamplePredictions, StepPredictions
     from inspector.metrics import StepMetrics
+    from inspector.metrics.rounds import AcceptStats
     from inspector.serving.expectation import OddsTotals
     from inspector.serving.spec import DraftSpec
-    from inspector.metrics.rounds import AcceptStats
     from inspector.tui.serving import Serving
     from inspector.tui.summary import SampleData, Summary
     from inspector.tui.totals import AcceptFigure

@@ -1,7 +1,7 @@
 """The app's first answer to "why is my acceptance low": the wiring the weights were trained on,
 as the doctor finds it, beside the wiring an engine feeds.
 
-The trained wiring is `doctor.trained_wiring.find_trained_wiring`'s (the doctor's step-0 search
+The trained wiring is `doctor.wiring.trained.find_trained_wiring`'s (the doctor's step-0 search
 on the first readable samples, asked of the weights, never of the config). What an engine feeds:
 
 - the wiring the config's aux layer ids select, where it is not the trained one (an engine
@@ -96,7 +96,7 @@ def first_look_task(
     serve = presets.get("serve")
 
     def job(backend: Any) -> FirstLook:
-        from inspector.doctor.trained_wiring import find_trained_wiring
+        from inspector.doctor.wiring.trained import find_trained_wiring
 
         tw = find_trained_wiring(backend.evaluator, progress=progress)
         fed, why = choose_fed(tw.wiring, tw.configured, serve)

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
     from inspector.metrics import StepMetrics
-    from inspector.serving.expectation import OddsTotals
     from inspector.metrics.rounds import AcceptStats
+    from inspector.serving.expectation import OddsTotals
 
 G = TypeVar("G", bound=Hashable)  # a group: a wiring, or (wiring, engine settings)
 V = TypeVar("V")  # a sample's figure, and its pool: the same type (metrics add up)

@@ -1,5 +1,5 @@
 """The draft shapes of 2026 under the real engines: what each one does with each shape is what
-the `draft_shape` finding says (inspector/doctor/shape_support.py), to the last count.
+the `draft_shape` finding says (inspector/doctor/checks/shape_support.py), to the last count.
 
 The engine stages train the shapes on the demo (tests/trained_shapes.py) into
 `<runs>/shapes/drafts/` and serve them at k = 3, greedy float32, the 8 demo prompts one at a time:
@@ -14,7 +14,7 @@ The engine stages train the shapes on the demo (tests/trained_shapes.py) into
 - `.ci/llamacpp`: speculators' EAGLE-3.1 (run without norm_output), the norm_before_residual
   draft (the converter writes the flag to the GGUF, the graph reads it back), and four it refuses.
 
-Here our live loop runs each draft as the engine runs it (`doctor.engine_run`: the flags it
+Here our live loop runs each draft as the engine runs it (`doctor.wiring.engine_run`: the flags it
 ignores, the features it drops) and must give the engine's rounds and accepted tokens request for
 request; where the engine runs another draft than the weights make, the draft as trained must not,
 and where it reads a flag the draft sets, the draft with that flag flipped must not. A refusal's
@@ -55,7 +55,7 @@ def _shapes(runs: str | None) -> Path:
 
 
 def _verdict(runs, name: str, engine: str):
-    from inspector.doctor.draft_shape import engine_verdict
+    from inspector.doctor.checks.draft_shape import engine_verdict
     from inspector.formats import load_draft
 
     return engine_verdict(load_draft(_shapes(runs) / "drafts" / name), engine)
@@ -63,7 +63,7 @@ def _verdict(runs, name: str, engine: str):
 
 def _run(runs, name: str, engine: str):
     """`engine_run` of the trained draft: the draft `engine` runs and why."""
-    from inspector.doctor.engine_run import engine_run
+    from inspector.doctor.wiring.engine_run import engine_run
     from inspector.formats import load_draft
 
     draft = load_draft(

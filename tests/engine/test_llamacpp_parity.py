@@ -75,7 +75,7 @@ def generated(tmp_path_factory) -> Path:
 
 def _evaluator(samples: Path, k: int, fed: tuple):
     """The demo draft over `samples`, as llama.cpp runs it fed `fed`: (evaluator, wiring)."""
-    from inspector.doctor.fed_states import silenced, silent_blocks, slots_fed
+    from inspector.doctor.wiring.fed_states import silenced, silent_blocks, slots_fed
     from inspector.session import Inputs, load_evaluator
     from inspector.wiring import Wiring
 

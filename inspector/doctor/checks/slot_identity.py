@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from inspector.capture.conventions import trainer_hf_indices
+from inspector.doctor.checks.target_slots import POST, TargetSlots, describe
 from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.phrasing import Text
-from inspector.doctor.target_slots import POST, TargetSlots, describe
 from inspector.draft import DraftConfig
 from inspector.formats.layer_convention import HF, LayerIdReading
 from inspector.sample import SlotInfo

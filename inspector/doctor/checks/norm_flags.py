@@ -26,11 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from inspector.doctor.draft_shape import config_flag, stated_flags
+from inspector.doctor.checks.draft_shape import config_flag, stated_flags
 from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.phrasing import Text
-from inspector.doctor.search import Scorer
 from inspector.doctor.stats import clearly_better, counts_of, severity_for_gain
+from inspector.doctor.wiring.search import Scorer
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats.checkpoint import canonical_name

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from inspector.doctor.budget import ACCEPT_STEPS
-from inspector.doctor.engine_default import EngineFeed
-from inspector.doctor.finding import Finding, Kind, Severity
-from inspector.doctor.layer_ids import (
+from inspector.doctor.checks.engine_default import EngineFeed
+from inspector.doctor.checks.layer_ids import (
     CONVENTIONS,
     LayerIdFacts,
     other_readings,
@@ -29,13 +28,14 @@ from inspector.doctor.layer_ids import (
     reread_fix_text,
     slots_source_text,
 )
-from inspector.doctor.malformed_ids import MalformedIds, feeds_text
-from inspector.doctor.named_wirings import ENGINE_DEFAULT, NamedWirings, is_ascending
+from inspector.doctor.checks.malformed_ids import MalformedIds, feeds_text
+from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.phrasing import WRITE_FIXED, Text
 from inspector.doctor.report import WiringResult
-from inspector.doctor.search import WiringSearch
 from inspector.doctor.serving import ServingConfig
 from inspector.doctor.stats import clearly_better, paired_hits_z
+from inspector.doctor.wiring.named import ENGINE_DEFAULT, NamedWirings, is_ascending
+from inspector.doctor.wiring.search import WiringSearch
 from inspector.metrics import Counts
 from inspector.sample import SlotInfo
 

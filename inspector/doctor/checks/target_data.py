@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inspector.doctor.checks.target_slots import TargetSlots
 from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.phrasing import Text
-from inspector.doctor.target_slots import TargetSlots
 from inspector.metrics import Counts
 
 LOW_AGREEMENT = 0.2

@@ -198,7 +198,7 @@ def compare_heads(
     """Score `wiring` with the draft's own head and with `target_head` [V, H] restricted to the
     draft vocab: what vLLM served before vllm#28549, which replaced every draft's head. None when
     the target's head has another width than the draft's hidden size (no engine can swap it)."""
-    from inspector.doctor.norm_flags import draft_hits
+    from inspector.doctor.checks.norm_flags import draft_hits
 
     draft = draft if draft is not None else ev.draft
     if target_head.shape[-1] != draft.config.hidden_size or HEAD not in draft.weights:

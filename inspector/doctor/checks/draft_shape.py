@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
+from inspector.doctor.checks.shape_support import shape_finding
 from inspector.doctor.finding import Finding
-from inspector.doctor.shape_support import shape_finding
 from inspector.draft import Draft
 from inspector.engines import engine as serving_engine
 from inspector.engines.shapes import DraftShape, Drop, Support, Verdict, shape_of

@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from inspector.doctor.named_wirings import named_wirings, recommend, wiring_results
-from inspector.doctor.search import search_wirings
 from inspector.doctor.stats import clearly_better, paired_hits_z
+from inspector.doctor.wiring.named import named_wirings, recommend, wiring_results
+from inspector.doctor.wiring.search import search_wirings
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.metrics import Counts
@@ -188,7 +188,7 @@ def find_trained_wiring(
 def _fingerprint_flags(ev, samples, best, conf, infos) -> bool | None:
     """Whether the fc fingerprint flags the configured wiring against the top one (None: the
     same wiring, none configured, or no sample readable)."""
-    from inspector.doctor.fingerprint import FingerprintFacts, fc_fingerprint
+    from inspector.doctor.wiring.fingerprint import FingerprintFacts, fc_fingerprint
 
     if conf is None or conf == best:
         return None

@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from inspector.doctor.engine_reading import NEVER, EngineRead
 from inspector.doctor.finding import Finding, Kind, Severity
-from inspector.doctor.named_wirings import NamedWirings
-from inspector.doctor.search import WiringSearch
 from inspector.doctor.stats import clearly_better
+from inspector.doctor.wiring.engine_reading import NEVER, EngineRead
+from inspector.doctor.wiring.named import NamedWirings
+from inspector.doctor.wiring.search import WiringSearch
 from inspector.engines import engine_id
 from inspector.metrics import Counts
 from inspector.sample import SlotInfo

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from inspector.doctor.budget import ACCEPT_STEPS, ACCEPT_TOKENS
-from inspector.doctor.named_wirings import ENGINE_DEFAULT
+from inspector.doctor.wiring.named import ENGINE_DEFAULT
 from inspector.errors import InputError
 from inspector.metrics.rounds import AcceptStats
 from inspector.serving.expectation import Expectation, SampleOdds

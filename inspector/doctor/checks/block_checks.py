@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 
 from inspector.doctor.block_wiring import BlockSearch, Layers, Scored
-from inspector.doctor.engine_reading import engine_reads
 from inspector.doctor.finding import Finding, Kind, Severity
+from inspector.doctor.wiring.engine_reading import engine_reads
 from inspector.draft import BlockConfig, Draft
 from inspector.engines import Engine
 from inspector.formatting import pct

@@ -15,16 +15,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inspector.doctor.engine_default import EngineFeed, engine_defaults
-from inspector.doctor.engine_reading import EngineRead, engine_reads, id_places
-from inspector.doctor.fed_states import slots_fed
-from inspector.doctor.layer_ids import LayerIdFacts, layer_id_facts
-from inspector.doctor.malformed_ids import MalformedIds, malformed_ids
+from inspector.doctor.checks.engine_default import EngineFeed, engine_defaults
+from inspector.doctor.checks.layer_ids import LayerIdFacts, layer_id_facts
+from inspector.doctor.checks.malformed_ids import MalformedIds, malformed_ids
+from inspector.doctor.checks.slot_identity import SlotIdentity
 from inspector.doctor.report import WiringResult
-from inspector.doctor.search import WiringSearch
 from inspector.doctor.serving import hf_indices
-from inspector.doctor.slot_identity import SlotIdentity
 from inspector.doctor.stats import clearly_better
+from inspector.doctor.wiring.engine_reading import EngineRead, engine_reads, id_places
+from inspector.doctor.wiring.fed_states import slots_fed
+from inspector.doctor.wiring.search import WiringSearch
 from inspector.draft import Draft
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from inspector.doctor.reconcile_blame import blamed
-from inspector.doctor.reconcile_evidence import (
+from inspector.doctor.reconcile.blame import blamed
+from inspector.doctor.reconcile.evidence import (
     ambiguous_fix,
     check_of,
     clearly_worse,
@@ -44,16 +44,7 @@ from inspector.doctor.reconcile_evidence import (
     request_counts,
     settled,
 )
-from inspector.doctor.reconcile_rounds import (
-    bound_reason,
-    counted,
-    pooled,
-    request_rounds,
-    under_schedules,
-    windowed,
-)
-from inspector.doctor.reconcile_sampled import reconcile_sampled
-from inspector.doctor.reconciliation import (
+from inspector.doctor.reconcile.result import (
     Gap,
     Reconciliation,
     Verdict,
@@ -66,12 +57,21 @@ from inspector.doctor.reconciliation import (
     short_label,
     trained_clause,
 )
-from inspector.doctor.synthetic_acceptance import (
+from inspector.doctor.reconcile.rounds import (
+    bound_reason,
+    counted,
+    pooled,
+    request_rounds,
+    under_schedules,
+    windowed,
+)
+from inspector.doctor.reconcile.sampled import reconcile_sampled
+from inspector.doctor.reconcile.synthetic import (
     SyntheticSetting,
     synthetic_check,
     synthetic_reconciliation,
 )
-from inspector.doctor.trained_wiring import TrainedWiring
+from inspector.doctor.wiring.trained import TrainedWiring
 from inspector.engines import engine_words
 from inspector.formats.engine_log import EngineLog, RequestFigures
 from inspector.metrics.rounds import AcceptStats

@@ -22,21 +22,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from inspector.doctor.draft_shape import as_engine_runs
-from inspector.doctor.engine_reading import (
+from inspector.doctor.checks.draft_shape import as_engine_runs
+from inspector.doctor.wiring.engine_reading import (
     EngineRead,
     engine_reads,
     primary_reader,
     reader_norms,
 )
-from inspector.doctor.fed_states import (
+from inspector.doctor.wiring.fed_states import (
     can_silence,
     fed_label,
     silenced,
     silent_blocks,
     slots_fed,
 )
-from inspector.doctor.named_wirings import engine_config_of
+from inspector.doctor.wiring.named import engine_config_of
 from inspector.draft import Draft
 from inspector.engines import Engine, engine_id
 from inspector.engines.shapes import Verdict

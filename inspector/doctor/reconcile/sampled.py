@@ -30,8 +30,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from inspector.doctor.known_faults import known_faults
-from inspector.doctor.reconciliation import (
+from inspector.doctor.reconcile.known_faults import known_faults
+from inspector.doctor.reconcile.result import (
     PositionCheck,
     Reconciliation,
     Verdict,
@@ -42,7 +42,7 @@ from inspector.doctor.reconciliation import (
     short_label,
     trained_clause,
 )
-from inspector.doctor.trained_wiring import TrainedWiring
+from inspector.doctor.wiring.trained import TrainedWiring
 from inspector.engines import engine_words
 from inspector.engines.vllm import RELEASE as VLLM_RELEASE
 from inspector.formats.engine_log import EngineLog

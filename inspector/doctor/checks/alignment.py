@@ -20,8 +20,8 @@ import numpy as np
 
 from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.phrasing import Text
-from inspector.doctor.search import Scorer
 from inspector.doctor.stats import clearly_better, counts_of, paired_hits_z, severity_for_gain
+from inspector.doctor.wiring.search import Scorer
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formatting import pct

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from inspector.doctor.config_variants import (
+from inspector.doctor.checks.config_variants import (
     Alternative,
     alternatives,
     reads_nowhere,
@@ -36,8 +36,8 @@ from inspector.doctor.config_variants import (
 )
 from inspector.doctor.finding import ConfigFix, Finding, Kind, Severity
 from inspector.doctor.phrasing import Text
-from inspector.doctor.search import Scorer
 from inspector.doctor.stats import clearly_better, counts_of, paired_hits_z, severity_for_gain
+from inspector.doctor.wiring.search import Scorer
 from inspector.draft import Draft, DraftConfig, RopeConfig
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator

@@ -23,8 +23,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from inspector.doctor.engine_reading import EngineRead
-from inspector.doctor.layer_ids import HF, SGLANG, IdSource
+from inspector.doctor.checks.layer_ids import HF, SGLANG, IdSource
+from inspector.doctor.wiring.engine_reading import EngineRead
 from inspector.engines.vllm import LABEL as VLLM
 from inspector.sample import SlotInfo
 from inspector.wiring import Wiring

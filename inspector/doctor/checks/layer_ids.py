@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inspector.capture.conventions import LLAMA_CPP, LLAMA_CPP_KEY
+from inspector.doctor.checks.slot_identity import OVERRIDE, TARGET, SlotIdentity
 from inspector.doctor.serving import slots_for_hf
-from inspector.doctor.slot_identity import OVERRIDE, TARGET, SlotIdentity
 from inspector.draft import DraftConfig
 from inspector.errors import InputError
 from inspector.formats.layer_convention import read_layer_ids

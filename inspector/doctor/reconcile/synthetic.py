@@ -28,8 +28,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from inspector.doctor.reconcile_rounds import pooled
-from inspector.doctor.reconciliation import Reconciliation, Verdict, WiringCheck, logged_text
+from inspector.doctor.reconcile.result import Reconciliation, Verdict, WiringCheck, logged_text
+from inspector.doctor.reconcile.rounds import pooled
 from inspector.engines import Engine, engine, engine_words
 from inspector.errors import InputError, setting_field
 from inspector.formats.engine_log import EngineLog, RequestFigures

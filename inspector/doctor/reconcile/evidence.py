@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from inspector.doctor.reconcile_rounds import request_rounds
-from inspector.doctor.reconciliation import WiringCheck, config_for, report_target
-from inspector.doctor.settle import Settlement, clearly_below, settle
+from inspector.doctor.reconcile.result import WiringCheck, config_for, report_target
+from inspector.doctor.reconcile.rounds import request_rounds
+from inspector.doctor.reconcile.settle import Settlement, clearly_below, settle
 
 
 def request_counts(wa, pairs) -> dict[int, tuple[int, int]]:

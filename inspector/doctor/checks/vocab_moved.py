@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from inspector.doctor.finding import Finding, Kind, Severity
-from inspector.doctor.search import Scorer
 from inspector.doctor.stats import clearly_better, counts_of
+from inspector.doctor.wiring.search import Scorer
 from inspector.draft import Draft
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator

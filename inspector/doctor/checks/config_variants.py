@@ -48,7 +48,7 @@ def residual_readings(cfg) -> dict[str, bool]:
     parser of speculators configs sets true and its flat Llama draft (SpecForge, EAGLE layouts)
     reads the missing attribute as false. speculators' own config class defaults to false.
     """
-    from inspector.doctor.engine_reading import primary_reader, reader_norms
+    from inspector.doctor.wiring.engine_reading import primary_reader, reader_norms
 
     raw: dict = {}
     if cfg.norm_before_residual_explicit:

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from inspector.doctor.reconcile_rounds import counted, request_rounds
-from inspector.doctor.reconciliation import (
+from inspector.doctor.reconcile.result import (
     Blame,
     GateOff,
     Reconciliation,
@@ -32,6 +31,7 @@ from inspector.doctor.reconciliation import (
     fmt_figure,
     logged_text,
 )
+from inspector.doctor.reconcile.rounds import counted, request_rounds
 from inspector.engines import engine_words
 from inspector.formats.engine_figures import EngineLog, RequestFigures
 from inspector.formats.llamacpp_log import LlamacppLog

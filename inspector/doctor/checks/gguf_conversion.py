@@ -28,10 +28,10 @@ import torch
 from inspector.capture.conventions import (
     trainer_hf_indices,
 )
-from inspector.doctor.config_variants import residual_readings
-from inspector.doctor.fed_states import can_silence, silenced, silent_blocks, slots_fed
+from inspector.doctor.checks.config_variants import residual_readings
 from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.phrasing import Text, reconvert_command
+from inspector.doctor.wiring.fed_states import can_silence, silenced, silent_blocks, slots_fed
 from inspector.draft import Draft
 from inspector.engines.llamacpp_conversion import (
     TOP_LEVEL_KEY,

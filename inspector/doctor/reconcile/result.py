@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from inspector.doctor.phrasing import CONVERT_TO_GGUF
+from inspector.doctor.reconcile.settle import Settlement
 from inspector.doctor.serving import engine_configs, hf_indices, sglang_ids_text
-from inspector.doctor.settle import Settlement
-from inspector.doctor.trained_wiring import TrainedWiring, pct_of
+from inspector.doctor.wiring.trained import TrainedWiring, pct_of
 from inspector.engines import engine as serving_engine
 from inspector.engines.target_class import TargetClass
 from inspector.formats.engine_log import EngineLog

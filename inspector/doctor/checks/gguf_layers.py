@@ -22,8 +22,8 @@ from pathlib import Path
 from inspector.capture.conventions import (
     LLAMA_CPP,
 )
+from inspector.doctor.checks.layer_ids import CONVENTIONS
 from inspector.doctor.finding import Finding, Kind, Severity
-from inspector.doctor.layer_ids import CONVENTIONS
 from inspector.doctor.phrasing import Text, reconvert_command
 from inspector.doctor.report import DoctorReport
 from inspector.draft import Draft

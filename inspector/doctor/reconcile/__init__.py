@@ -1,0 +1,3 @@
+"""An engine's logged figures explained: the replay of the same requests under each wiring an
+engine may feed, the verdict (the draft as it is, the wrong wiring and its fix, an engine-side
+fault, undecided) and the evidence that settles it. `pipeline.reconcile` is the entry point."""
