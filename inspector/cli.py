@@ -308,6 +308,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(repeatable: vllm, sglang, llama.cpp, in any spelling: vLLM, llamacpp; default every "
         "engine)",
     )
+    p_doc.add_argument(
+        "--steps",
+        type=positive,
+        metavar="K",
+        help="the engine's draft length (vLLM num_speculative_tokens): a block draft's "
+        "block_size is checked against it",
+    )
     p_doc.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p_doc.add_argument(
         "--source",
