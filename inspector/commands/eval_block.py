@@ -71,7 +71,27 @@ def run_block_eval(args: argparse.Namespace) -> int:
         return 0
     out = stdout_console(None if sys.stdout.isatty() else 200)
     out.print(render_block_report(report, COUNTED_BY))
+    if args.per_sample:
+        out.print(render_block_samples(report))
     return 0
+
+
+def render_block_samples(report) -> Table:
+    """One row a sample: its blocks, and per wiring the block accuracy and vLLM's accept length."""
+    table = report_table("per sample", "sample", "blocks")
+    for w in report.wirings:
+        name = f"{w.name} {w.label}" if w.name else w.label
+        table.add_column(f"{name}\nacc", justify="right")
+        table.add_column("accept length", justify="right")
+    rows = zip(*(w.per_sample for w in report.wirings), strict=True)
+    for per_wiring in rows:
+        first = per_wiring[0]
+        row = [str(first["sample"]), str(first["blocks"])]
+        for r in per_wiring:
+            tau = r["accept_length_vllm"]
+            row += [pct(r["accuracy"]), "-" if tau is None else f"{tau:.2f}"]
+        table.add_row(*row)
+    return table
 
 
 def render_block_report(report, counted_by) -> Table:
