@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from inspector import __version__
 from inspector.commands.arguments import (
     SuggestingParser,
+    add_block_steps_arg,
     add_compare_parser,
     add_early_stop_args,
     add_engine_args,
@@ -308,13 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(repeatable: vllm, sglang, llama.cpp, in any spelling: vLLM, llamacpp; default every "
         "engine)",
     )
-    p_doc.add_argument(
-        "--steps",
-        type=positive,
-        metavar="K",
-        help="the engine's draft length (vLLM num_speculative_tokens): a block draft's "
-        "block_size is checked against it",
-    )
+    add_block_steps_arg(p_doc)
     p_doc.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p_doc.add_argument(
         "--source",

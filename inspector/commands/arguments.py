@@ -120,6 +120,18 @@ def port(text: str) -> int:
     return n
 
 
+def add_block_steps_arg(p: argparse.ArgumentParser) -> None:
+    """doctor's --steps: the engine's draft length, against which a block draft's block_size is
+    checked (a round runs the anchor and K masks)."""
+    p.add_argument(
+        "--steps",
+        type=positive,
+        metavar="K",
+        help="the engine's draft length (vLLM num_speculative_tokens): a block draft's "
+        "block_size is checked against it",
+    )
+
+
 def add_engine_args(p: argparse.ArgumentParser) -> None:
     """The engine settings a replay runs under (accept's, and compare's for both drafts)."""
     from inspector.serving.spec import KV_MODES
