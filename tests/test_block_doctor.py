@@ -331,3 +331,27 @@ def test_doctor_steps_against_the_block_size(block_bed, capsys):
     assert shape["severity"] == "warning" and code == 0  # a warning: the exit status stays 0
     assert "block_size 4 but num_speculative_tokens 7" in shape["summary"]
     assert shape["evidence"] == {"block_size": 4, "num_speculative_tokens": 7}
+
+
+def test_eval_positions_and_per_sample(block_bed, capsys):
+    """--positions --json: every block's draft, truth, p and rank; --per-sample: a row a sample."""
+    base = [
+        "eval",
+        str(block_bed.draft),
+        str(block_bed.samples),
+        "--target",
+        str(block_bed.target),
+        "--limit",
+        "2",
+        "--device",
+        "cpu",
+    ]
+    code, report = cli_json(capsys, [*base, "--positions", "--json"])
+    (w,) = report["wirings"]
+    first = w["positions"][0]
+    assert set(first) == {"sample", "anchor", "pred", "true", "p", "rank", "scored"}
+    assert len(first["pred"]) == len(first["rank"]) == 3
+    hit = [p == t for p, t in zip(first["pred"], first["true"], strict=True)]
+    assert all(r == 0 for r, h in zip(first["rank"], hit, strict=True) if h)
+    assert main([*base, "--per-sample"]) == 0
+    assert "per sample" in capsys.readouterr().out

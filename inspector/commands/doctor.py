@@ -45,6 +45,12 @@ def run_doctor(args: argparse.Namespace) -> int:
         _check_source(args.checkpoint, source)
         if not args.samples and not args.prompts:  # the conversion alone: no samples to score
             return _emit(args, _conversion_report(args, source), err)
+    from inspector.formats.block_config import block_draft_family
+
+    if block_draft_family(args.checkpoint) is not None:
+        from inspector.commands.doctor_block import block_doctor_report
+
+        return _emit(args, block_doctor_report(args, err), err)
     inputs = resolve_inputs(args)
     # the wiring finding quotes a chain's accept length, as vLLM's default (a chain) verifies it
     sampling = (
