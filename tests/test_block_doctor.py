@@ -355,3 +355,29 @@ def test_eval_positions_and_per_sample(block_bed, capsys):
     assert all(r == 0 for r, h in zip(first["rank"], hit, strict=True) if h)
     assert main([*base, "--per-sample"]) == 0
     assert "per sample" in capsys.readouterr().out
+
+
+def test_doctor_on_samples_without_the_configured_layers(block_bed, demo, capsys):
+    """The demo's own samples hold HF [0, 2, 4, 6], not the configured HF 1: the wiring is the
+    best of what they hold, a warning, and so is each reader's feed judged against it."""
+    code, report = cli_json(
+        capsys,
+        [
+            "doctor",
+            str(block_bed.draft),
+            str(demo.train_samples),
+            "--target",
+            str(block_bed.target),
+            "--engine",
+            "vllm",
+            "--json",
+            "--device",
+            "cpu",
+        ],
+    )
+    findings = {f["kind"]: f for f in report["findings"]}
+    assert findings["wiring"]["severity"] == "warning"
+    assert "do not hold the configured layers HF [1, 4, 6]" in findings["wiring"]["summary"]
+    feeds = findings["engine_feeds"]
+    assert feeds["severity"] == "info" and feeds["fix"] is None and code == 0
+    assert feeds["evidence"]["trained"] is None

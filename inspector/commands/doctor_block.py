@@ -75,6 +75,7 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
             decided_layers(search, block, configured_score),
             block,
             [engine(e).id for e in args.engine] if getattr(args, "engine", None) else None,
+            certain=configured_score is not None,
         ),
         block_size_finding(block, getattr(args, "steps", None)),
         mask_finding(draft),

@@ -152,15 +152,19 @@ class Reading:
 class EngineFacts:
     trained: Layers
     readings: tuple[Reading, ...]
+    judged: bool = True  # False: the trained layers are not decided, the feeds only listed
 
     def to_dict(self) -> dict:
-        return {"trained": list(self.trained), "readings": [r.to_dict() for r in self.readings]}
+        return {
+            "trained": list(self.trained) if self.judged else None,
+            "readings": [r.to_dict() for r in self.readings],
+        }
 
     def lines(self) -> list[str]:
         out = []
         for r in self.readings:
             fed = f"feeds HF {list(r.fed)}" if r.fed is not None else "feeds nothing it can use"
-            verdict = r.problem or "the trained layers"
+            verdict = r.problem or ("the trained layers" if self.judged else "it can serve it")
             out.append(f"{r.label}: {r.reads}; {fed}: {verdict}")
         return out
 
@@ -182,14 +186,17 @@ def engine_finding(
     trained: Layers,
     block: BlockConfig,
     engines: Sequence[Engine] | None = None,
+    certain: bool = True,
 ) -> Finding:
     """Each engine's reading of the config (and the reference's) against the trained layers;
-    `engines`: only theirs (None: every engine that reads this kind of draft)."""
+    `engines`: only theirs (None: every engine that reads this kind of draft). `certain`: False
+    where the trained layers are not decided (the samples lack the configured ones): each
+    reading is listed with only the reader's own problems, and nothing is fixed."""
     n = len(trained)
     readings: list[Reading] = []
     ref_ids = list(block.layer_ids)  # as written, or its default spread (the loader's)
     ref_fed = tuple(k + 1 for k in ref_ids)
-    ref_ok = ref_fed == tuple(trained)
+    ref_ok = ref_fed == tuple(trained) or not certain
     readings.append(
         Reading(
             REFERENCE,
@@ -207,13 +214,15 @@ def engine_finding(
         fed = r.fed
         problem = r.problem
         fix: str | None = None
-        if problem is None and fed is not None and tuple(fed) != tuple(trained):
+        if problem is None and certain and fed is not None and tuple(fed) != tuple(trained):
             problem = f"not the trained HF {list(trained)}"
             fix = _fix(trained, not r.reader.as_listed)
         elif problem is not None:
             # its own limit: the ids fix it only where the config does not name the trained ones
             fix = (
-                f"none in the config: {r.reader.label} cannot feed HF {list(trained)}"
+                None
+                if not certain
+                else f"none in the config: {r.reader.label} cannot feed HF {list(trained)}"
                 if tuple(block.hf_layer_ids) == tuple(trained)
                 else _fix(trained, not r.reader.as_listed)
             )
@@ -233,7 +242,17 @@ def engine_finding(
             )
         )
     bad = [r for r in readings if r.problem]
-    facts = EngineFacts(tuple(trained), tuple(readings))
+    facts = EngineFacts(tuple(trained), tuple(readings), certain)
+    if not certain:
+        return Finding(
+            Kind.ENGINE_FEEDS,
+            Severity.WARNING if bad else Severity.INFO,
+            "the samples lack the configured layers, so the trained ones are not decided: each "
+            "reader's feed is listed"
+            + (f"; {', '.join(r.label for r in bad)} cannot serve the config" if bad else ""),
+            None,
+            facts,
+        )
     if not bad:
         return Finding(
             Kind.ENGINE_FEEDS,
