@@ -29,6 +29,7 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
     from inspector.doctor.report import DoctorReport
     from inspector.engines import engine
     from inspector.evaluate.block_eval import load_block
+    from inspector.formats.block_config import build_target_layer_ids
     from inspector.formats.layer_convention import target_layer_count
 
     inputs = resolve_inputs(args)
@@ -58,13 +59,18 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
     configured = tuple(block.hf_layer_ids)
     held = set(scorer.held)
     seeds: list[tuple[str, tuple[int, ...] | None]] = [("configured", configured)]
-    search = search_block_wiring(scorer, seeds)
-    configured_score = scorer.score(configured) if held >= set(configured) else None
     num_layers = (
         (target_layer_count(inputs.target) if inputs.target else None)
         or block.num_target_layers
         or max(scorer.held)
     )
+    try:  # the reference's default spread: what a draft trained without naming ids was fed
+        spread = build_target_layer_ids(num_layers, draft.config.num_layers)
+        seeds.append(("default spread", tuple(k + 1 for k in spread)))
+    except ValueError:
+        pass
+    search = search_block_wiring(scorer, seeds)
+    configured_score = scorer.score(configured) if held >= set(configured) else None
     raw = json.loads((Path(draft.path) / "config.json").read_text())
     findings = [
         wiring_finding(search, block, configured_score),

@@ -232,10 +232,55 @@ def _attend_masked(
             "sliding_window",
             "a draft layer with a sliding window: explicit masks do not model it",
         )
+    if len({k.shape[0] for k in cache.keys}) > 1:
+        return _attend_shared(cfg, q, cache, mask)
     rep = q.shape[1] // cache.keys[0].shape[1]  # MLA keys come one per query head
     k = torch.cat(cache.keys, dim=2).repeat_interleave(rep, dim=1)
     v = torch.cat(cache.values, dim=2).repeat_interleave(rep, dim=1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attention_scale(cfg))
+
+
+def _attend_shared(
+    cfg: DraftConfig, q: torch.Tensor, cache: LayerCache, mask: torch.Tensor
+) -> torch.Tensor:
+    """`_attend_masked` where a cache entry is shared by every query batch (batch 1: one
+    sample's context under many blocks): its keys are neither copied per batch nor repeated per
+    query head (the queries are grouped by kv head instead), so the memory is the scores'.
+    Softmax in float32 over every entry's scores at once; mask [.., Q, sum K_i] broadcasts."""
+    b, h, nq, _ = q.shape
+    kvh = cache.keys[0].shape[1]
+    rep = h // kvh
+    qg = q.float().reshape(b, kvh, rep * nq, q.shape[-1])  # head g * rep + r reads kv head g
+    scale = attention_scale(cfg)
+    # a shared entry's product: every batch's query rows against its one set of keys in one
+    # matmul per kv head ([kvh, b * rows, d] @ [kvh, d, K]), with no copy of the keys per batch
+    rows = qg.transpose(0, 1).reshape(kvh, b * rep * nq, -1)
+
+    def shared(
+        x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:  # x [b, kvh, r, K], y [1, kvh, K, e]
+        flat = x.transpose(0, 1).reshape(kvh, -1, x.shape[-1]) @ y[0]
+        return flat.view(kvh, b, -1, flat.shape[-1]).transpose(0, 1)
+
+    scores = []
+    for k in cache.keys:
+        kt = k.float().transpose(-1, -2)
+        if k.shape[0] == 1 and b > 1:
+            scores.append((rows @ kt[0]).view(kvh, b, rep * nq, -1).transpose(0, 1))
+        else:
+            scores.append(qg @ kt)
+    s = torch.cat(scores, dim=-1).mul_(scale).view(b, kvh, rep, nq, -1)
+    m = mask if mask.dim() < 4 else mask.unsqueeze(-3)  # [A, 1, Q, K] -> [A, 1, 1, Q, K]
+    p = torch.softmax(s.masked_fill(~m, float("-inf")), dim=-1).view(b, kvh, rep * nq, -1)
+    out = None
+    at = 0
+    for v in cache.values:
+        pv = p[..., at : at + v.shape[2]]
+        part = shared(pv, v.float()) if v.shape[0] == 1 and b > 1 else pv @ v.float()
+        out = part if out is None else out + part
+        at += v.shape[2]
+    assert out is not None
+    return out.view(b, kvh, rep, nq, -1).reshape(b, h, nq, -1).to(q.dtype)
 
 
 def attention_dense(

@@ -152,7 +152,7 @@ def _attention(
     k_blk = apply_rope(k_blk, *rope_block)
     b = a.shape[0]
     cache = LayerCache()  # the window is in `mask`: explicit masks take no cache window
-    cache.append(k_ctx.expand(b, *k_ctx.shape[1:]), v_ctx.expand(b, *v_ctx.shape[1:]))
+    cache.append(k_ctx, v_ctx)  # batch 1 under b blocks: attend shares it, copies nothing
     cache.append(k_blk, v_blk)
     o = attend(cfg, q, cache, AttendSpec(mask=mask))
     b, nh, t, dv = o.shape
