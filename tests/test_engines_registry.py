@@ -171,3 +171,28 @@ def test_the_serving_config_says_the_dated_facts_where_such_a_target_is_named():
     )
     llama = engine_settings([2, 5, 8], last_layer=8, target={"model_type": "llama"}).vllm.notes
     assert not any("46973" in n or "50815" in n for n in llama)
+
+
+def _identity_checks(tree: ast.AST) -> list[int]:
+    """Lines comparing against an `Engine.X` member (`is`, `==`, `in`): branching on which engine
+    it is, where the engine's module should say what differs."""
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Compare):
+            for side in (n.left, *n.comparators):
+                for a in ast.walk(side):
+                    if (
+                        isinstance(a, ast.Attribute)
+                        and isinstance(a.value, ast.Name)
+                        and a.value.id == "Engine"
+                        and a.attr.isupper()
+                    ):
+                        out.append(n.lineno)
+    return out
+
+
+def test_no_module_outside_engines_branches_on_which_engine_it_is():
+    hits = [f"{rel}:{line}" for rel, tree in _outside() for line in _identity_checks(tree)]
+    assert hits == []
+    planted = ast.parse("if engine is Engine.SGLANG or x == Engine.VLLM:\n    pass\n")
+    assert _identity_checks(planted) == [1, 1]

@@ -38,13 +38,8 @@ COLOURS = {
 
 def engine_flags(spec, engine) -> str:
     """The engine's own flags for these draft settings."""
-    from inspector.engines import Engine
-
-    if engine is Engine.VLLM:
-        return f"{engine.display} num_speculative_tokens {spec.steps}"
-    if engine is Engine.LLAMACPP:
-        return f"llama.cpp --spec-draft-n-max {spec.steps}"
-    return spec.flags()
+    flag = engine.spec.steps_flag
+    return f"{engine.display} {flag} {spec.steps}" if flag else spec.flags()
 
 
 def configured_wiring(draft, infos, n_blocks: int):
@@ -154,7 +149,7 @@ def run_reconcile(args: argparse.Namespace) -> int:
     synthetic = _synthetic_setting(args)
     spec = DraftSpec(steps, args.topk, args.draft_tokens)
     engine = Engine(log.engine)
-    if engine is not Engine.SGLANG and not spec.is_chain:
+    if not engine.spec.trees and not spec.is_chain:
         raise InputError(
             None, "--topk", f"{engine.display} drafts chains: --topk 1 for a {engine.display} log"
         )
@@ -176,7 +171,7 @@ def run_reconcile(args: argparse.Namespace) -> int:
     else:
         report, samples, configured, trained = _replay(args, spec, engine, err)
     pairs, notes = pair_requests(log, samples)
-    if engine is Engine.SGLANG and not _overlap(args, log):
+    if engine.overlap_round and not _overlap(args, log):
         report = report.without_overlap_rounds()
         notes.append(
             "SGLang without its overlap scheduler"
@@ -207,7 +202,7 @@ def run_reconcile(args: argparse.Namespace) -> int:
         err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
     if args.json:
         config = {**spec.to_dict(), "engine": engine.value}
-        if engine is Engine.SGLANG:
+        if engine.overlap_round:
             config["overlap_scheduler"] = report.overlap
         write_json({"config": config, **result.to_dict()})
         return for_verdict(result.verdict)
@@ -233,7 +228,7 @@ def _synthetic_setting(args):
 
 def _overlap(args, log) -> bool:
     """Whether SGLang's overlap scheduler ran: --sglang-overlap, or (auto) off where the log
-    shows SGLang on a CPU (SGLang 0.5.23 srt/arg_groups/speculative_hook.py 66-78 forces it off
+    shows SGLang on a CPU (SGLang 0.5.23 srt/arg_groups/speculative_hook.py forces it off
     for speculative decoding there) and on elsewhere."""
     if args.sglang_overlap != "auto":
         return args.sglang_overlap == "on"
@@ -241,7 +236,6 @@ def _overlap(args, log) -> bool:
 
 
 def _replay(args, spec, engine, err):
-    from inspector.engines import Engine
     from inspector.formats.target_class import data_config_target, read_target_class
     from inspector.serving.replay import Replayer
 
@@ -263,8 +257,8 @@ def _replay(args, spec, engine, err):
             names=names,
             progress=advance,
         )
-    llamacpp = engine is Engine.LLAMACPP
-    silent = silent_feeds(fed, infos, served.draft, layers, err) if llamacpp else []
+    nothing = engine.spec.feeds_nothing_for_last
+    silent = silent_feeds(fed, infos, served.draft, layers, err) if nothing else []
     for name, label, w, silent_draft in silent:
         with progress_bar("replaying", err) as advance:
             more = Replayer(served.with_draft(silent_draft), spec, engine).run(
@@ -299,7 +293,6 @@ def _live(args, spec, engine, err, log):
         run_loop,
         sampling_options,
     )
-    from inspector.engines import Engine
     from inspector.serving.live import draft_ids
 
     if args.samples:
@@ -378,9 +371,8 @@ def _live(args, spec, engine, err, log):
         )
         done.update({wa.wiring.slots: wa for wa in more.wirings})
     report.wirings = [done[w.slots] for w in wirings]
-    silent = (
-        silent_feeds(fed, infos, served, info.num_layers, err) if engine is Engine.LLAMACPP else []
-    )
+    nothing = engine.spec.feeds_nothing_for_last
+    silent = silent_feeds(fed, infos, served, info.num_layers, err) if nothing else []
     for name, label, w, silent_draft in silent:
         more = run_loop(
             err, silent_draft, target, prompts, spec, [list(w.slots)], names=[name], **opts

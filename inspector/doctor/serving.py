@@ -9,12 +9,12 @@ Index conventions (HF index k = `output_hidden_states[k]`, 0 = embedding output)
   reaches L.
 - SGLang `eagle_config.eagle_aux_hidden_state_layer_ids`: the target's model file decides
   (`engine_conventions`): SGLang 0.5.23's llama.py and most others add 1 to every explicit id
-  (write k - 1; -1 = embedding; srt/models/llama.py 929-941); deepseek_v2.py adds 1 only when
+  (write k - 1; -1 = embedding; srt/models/llama.py); deepseek_v2.py adds 1 only when
   the first id is 1 (3458-3473): other lists are read as HF indices, and a first HF index of 1
   cannot be written at all. For a target class the table does not know, the ids of both
   readings are given.
 - SGLang captures at the input of layer i, so the last layer's output (HF index L) is reached
-  only where the model file captures after its layer loop (gpt-oss, gpt_oss.py 708-737).
+  only where the model file captures after its layer loop (gpt-oss, gpt_oss.py).
 
 Evidence of the finding: the `ServingConfig` itself (its JSON form is the report's
 `serving_config`). Fix: the config.json keys for both engines.

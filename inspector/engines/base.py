@@ -75,6 +75,8 @@ class ServingEngine:
     request_rounds: a request's record holds its verification rounds (llama-server's timings
       give drafted and accepted tokens only).
     synthetic_off: the setting that turns its synthetic (forced) acceptance off.
+    steps_flag: how its own settings name the draft length (None: the drafting settings' own
+      flags, SGLang's).
     bakes_ids: the layer ids are baked into the served file at conversion (a GGUF): a fix is a
       reconversion.
     conventions: what each pooled figure of a report means under it, for the JSON.
@@ -103,6 +105,7 @@ class ServingEngine:
     request_rounds: bool = True
     synthetic_off: str = ""
     bakes_ids: bool = False
+    steps_flag: str | None = None
     known_faults: tuple[KnownFault, ...] = ()
     captures: tuple[CaptureRelease, ...] = ()
     facts: tuple[Fact, ...] = field(default_factory=tuple)
@@ -119,6 +122,17 @@ class ServingEngine:
     @property
     def value(self) -> str:
         return self.id.value
+
+    @property
+    def plain_rounds(self) -> bool:
+        """Whether it counts rounds as the evaluator's own walk does: no overlap round after a
+        stop, no round capped at the room left (so eval's accept column is its figure)."""
+        return not self.overlap_round and not self.caps_at_remaining
+
+    @property
+    def feeds_nothing_for_last(self) -> bool:
+        """Whether an id equal to the layer count can feed an fc block nothing (llama.cpp)."""
+        return any(r.last_feeds_nothing for r in self.readers)
 
     def primary_reader(self, *, gguf: bool = False) -> Reader | None:
         """The reading path a plain launch takes (the first row of its kind)."""

@@ -149,4 +149,5 @@ ENGINE = ServingEngine(
     launch=launch,
     request_rounds=False,
     bakes_ids=True,
+    steps_flag="--spec-draft-n-max",
 )

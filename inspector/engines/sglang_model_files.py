@@ -7,13 +7,13 @@ Whether the ids get +1 on the way is each model file's own rule, read from SGLan
 
 - most files add 1 to every explicit id ("for the ith layer, it takes the output of the (i-1)th
   layer as aux hidden state"), so id = HF index - 1 and -1 is the embedding: Llama
-  (srt/models/llama.py 929-941; Mistral, Phi-3, InternLM3 and Llama 4 inherit or delegate to
+  (srt/models/llama.py; Mistral, Phi-3, InternLM3 and Llama 4 inherit or delegate to
   it), Qwen2/Qwen3 and their MoE, Next and VL files, Gemma 3/4, GLM-4 MoE, GLM-5 Next, Apertus,
   Bailing MoE, EXAONE MoE, LongCat-Flash, MiniMax-M2/M3;
-- DeepSeek-V2/V3 (srt/models/deepseek_v2.py 3458-3473; DeepSeek-V3.2, GLM MoE DSA, Mistral
-  Large 3 and Kimi K2.5 inherit or delegate to it) and GLM-4 MoE Lite (glm4_moe_lite.py 805-820)
+- DeepSeek-V2/V3 (srt/models/deepseek_v2.py; DeepSeek-V3.2, GLM MoE DSA, Mistral
+  Large 3 and Kimi K2.5 inherit or delegate to it) and GLM-4 MoE Lite (glm4_moe_lite.py)
   add 1 only when the first id is 1, else read the ids as HF indices;
-- gpt-oss (gpt_oss.py 1337-1352) adds 1 unless the largest id equals `num_hidden_layers`, and
+- gpt-oss (gpt_oss.py) adds 1 unless the largest id equals `num_hidden_layers`, and
   also captures HF L, the last layer's output before the final norm (708-737).
 
 `SGLANG_ID_RULES` is that table, one row per model file, keyed by the class names SGLang
@@ -78,7 +78,7 @@ class SglangIdRule:
 
     family: str  # "Llama"
     rule: str  # EVERY | FIRST_IS_ONE | UNLESS_LAST
-    source: str  # "srt/models/llama.py 929-941"
+    source: str  # "srt/models/llama.py"
     architectures: tuple[str, ...]
     model_types: tuple[str, ...] = ()
     captures_last: bool = False  # HF L (the last layer's pre-norm output) is captured too
@@ -121,7 +121,7 @@ SGLANG_ID_RULES: tuple[SglangIdRule, ...] = (
             "IQuestCoderForCausalLM",  # llama.py
             "TeleFLMForCausalLM",  # teleflm.py
             "Llama4ForCausalLM",  # llama4.py, a LlamaForCausalLM
-            "Llama4ForConditionalGeneration",  # mllama4.py 971-973, to its Llama4ForCausalLM
+            "Llama4ForConditionalGeneration",  # mllama4.py, to its Llama4ForCausalLM
         ),
         ("llama", "mistral", "phi3", "llama4", "llama4_text"),
     ),
@@ -184,7 +184,7 @@ SGLANG_ID_RULES: tuple[SglangIdRule, ...] = (
         "srt/models/gemma3_causal.py 917-926",
         (
             "Gemma3ForCausalLM",
-            "Gemma3ForConditionalGeneration",  # gemma3_mm.py 543-545, to its Gemma3ForCausalLM
+            "Gemma3ForConditionalGeneration",  # gemma3_mm.py, to its Gemma3ForCausalLM
         ),
         ("gemma3_text", "gemma3"),
     ),
@@ -229,7 +229,7 @@ SGLANG_ID_RULES: tuple[SglangIdRule, ...] = (
             "DeepseekV32ForCausalLM",
             "GlmMoeDsaForCausalLM",  # glm4_moe.py, a DeepseekV2ForCausalLM
             "MistralLarge3ForCausalLM",  # mistral_large_3.py
-            "KimiK25ForConditionalGeneration",  # kimi_k25.py 928-939, to its DeepseekV3ForCausalLM
+            "KimiK25ForConditionalGeneration",  # kimi_k25.py, to its DeepseekV3ForCausalLM
         ),
         ("deepseek_v2", "deepseek_v3"),
     ),

@@ -241,6 +241,7 @@ ENGINE = ServingEngine(
     launch=launch,
     captures=CAPTURES,
     synthetic_off="rejection_sample_method 'standard'",
+    steps_flag="num_speculative_tokens",
     known_faults=(CPU_EXPAND,),
     facts=FACTS,
 )

@@ -16,26 +16,26 @@
 - vLLM per request, JSON lines: `spec_decode_metrics` (`CompletionOutput.spec_decode_metrics
   .to_dict()`, or the keys at the top level) with `per_step_accepted` (one count per round),
   optionally `per_step_drafted` (each round's drafted count: the engine's own schedule, which
-  the replay then drafts; vLLM 0.32 `RequestSpecDecodeMetrics`, v1/metrics/stats.py 349-421, with
+  the replay then drafts; vLLM 0.32 `RequestSpecDecodeMetrics`, v1/metrics/stats.py, with
   `num_spec_tokens`, its k) and `prompt_token_ids` / `output_token_ids` to match the request with
   a sample. A 0 in `per_step_drafted` is a round that drafted nothing: no draft, not counted
   (vLLM records a round only where the request had draft tokens scheduled, v1/core/sched/
-  scheduler.py 2110-2116, so its own lists hold none; a log that keeps such rounds places them).
+  scheduler.py, so its own lists hold none; a log that keeps such rounds places them).
 - SGLang's log: "[2026-12-01 16:30:02] Decode batch, #running-req: 8, #token: 900, token usage:
   0.01, accept len: 2.31, accept rate: 0.44, cuda graph: True, gen throughput (token/s): 300.10,
   #queue-req: 0" once per `decode_log_interval` decode iterations (default 40). SGLang 0.5.23
   adds, per decode iteration, the batch size to its round count and `correct drafts + batch size`
   to its token count (`update_spec_metrics`, srt/managers/scheduler_components/metrics_reporter.py
-  543-555, called with `batch.batch_size()` in batch_result_processor.py 982-991; the tokens are
-  `get_num_generated_tokens`, srt/managers/utils.py 164-165); every `decode_log_interval`-th
-  iteration (metrics_reporter.py 933-935) it prints `#running-req: len(batch.reqs)` of that
+  543-555, called with `batch.batch_size()` in batch_result_processor.py; the tokens are
+  `get_num_generated_tokens`, srt/managers/utils.py); every `decode_log_interval`-th
+  iteration (metrics_reporter.py) it prints `#running-req: len(batch.reqs)` of that
   iteration's batch (946, 963) and `accept len: tokens / rounds` with two decimals (973, 1005),
   then adds both to its lifetime sums and resets them (999-1004). Its pooled
   `avg_spec_accept_length` is the tokens over the rounds of those sums, so the lines are pooled
   weighted by their rounds: `#running-req` stands for them (exactly with one iteration a line;
   otherwise the window's last batch size, the window's length being the same for every line).
   With `decode_log_interval` 1 (read from the start-up line `server_args={...,
-  'decode_log_interval': 1, ...}`, srt/entrypoints/engine.py 311, or given) a line is one
+  'decode_log_interval': 1, ...}`, srt/entrypoints/engine.py, or given) a line is one
   iteration: its rounds are `#running-req` and its correct drafts the one count that prints as
   its `accept len`, so the counts are exact where every line pins one count (always below 100
   running requests). Lines without `#running-req` are averaged unweighted.

@@ -3,21 +3,21 @@ adapts at run time (then a replay at a fixed K is an upper bound of its figure, 
 
 - vLLM 0.32 (`num_speculative_tokens_per_batch_size`, dynamic speculative decoding): its start-up
   line's `SpeculativeConfig(...)` prints only method, model and num_spec_tokens
-  (config/speculative.py 1990-2004), so the schedule shows only in the warning
+  (config/speculative.py), so the schedule shows only in the warning
   "Dynamic speculative decoding changes the target verification length at runtime" (config/
-  vllm.py 1049-1056, logged where full CUDA graphs were on), unless "Disabling
+  vllm.py, logged where full CUDA graphs were on), unless "Disabling
   num_speculative_tokens_per_batch_size and falling back to static" (1067-1075) follows it.
   Adaptive verification (`enable_adaptive_verification`) is DSpark's only (config/speculative.py
   551-553) and logs nothing.
 - SGLang 0.5.23: the start-up line `server_args={..., 'speculative_adaptive': True, ...}`
-  (srt/entrypoints/engine.py 311), unless "speculative_adaptive disabled: ... Falling back to
-  static speculative params." (srt/arg_groups/speculative_hook.py 1381-1383) follows it.
+  (srt/entrypoints/engine.py), unless "speculative_adaptive disabled: ... Falling back to
+  static speculative params." (srt/arg_groups/speculative_hook.py) follows it.
 - llama.cpp's `--spec-draft-p-min` (drafting stops at the first step whose draft top-1
   probability is below it) is not in a log `reconcile` reads: `--adaptive` says so.
 
 Synthetic acceptance is not in either log: vLLM's `rejection_sample_method='synthetic'` is not in
 that repr, and SGLang's `SGLANG_SIMULATE_ACC_LEN` is an environment variable it never logs
-(srt/environ.py 527); `reconcile --synthetic-rates / --simulated-accept-len` say so.
+(srt/environ.py); `reconcile --synthetic-rates / --simulated-accept-len` say so.
 """
 
 from __future__ import annotations

@@ -9,27 +9,27 @@ vendors; the acceptance metrics of PR #24536), as `engine_log` reads them:
   printed: they are the one count that gives the printed mean (1 + accepted / rounds, 2
   decimals) and per-position rates whose counts sum to the accepted tokens; where several
   counts do, the nearest to accepted / (mean - 1) is taken and the figure is a rounded one. The
-  counts reset with each request (server-context.cpp 354-355): the lines are summed.
+  counts reset with each request (server-context.cpp): the lines are summed.
 - The drafter's statistics line, `common_speculative_print_stats` (common/speculative.cpp
   2933-2975): "statistics draft-eagle3: #calls(b,g,a) = 1 87 87, #gen drafts = 87, #acc drafts =
   70, #gen tokens = 259, #acc tokens = 167, #mean acc len = 2.92, #acc rate/pos = (...)". Its
   counts are the drafter's, cumulative over the server's life (printed after every request,
-  server-context.cpp 653): the last line per drafter counts, and a line whose counts fall below
+  server-context.cpp): the last line per drafter counts, and a line whose counts fall below
   the one before, or the first after a server's start-up lines ("llama_server: initializing",
   "listening on", "main: build ="), starts a new run (a restart) whose last line is added: logs
   of several servers, one after another, are summed. Rounds = #gen drafts,
   accepted = #acc tokens: exact. Where the log holds these lines the slot lines are not summed.
-- `/metrics` (tools/server/server-task.cpp 1554-1615): `llamacpp:spec_decode_num_drafts_total`,
+- `/metrics` (tools/server/server-task.cpp): `llamacpp:spec_decode_num_drafts_total`,
   `..._num_draft_tokens_total`, `..._num_accepted_tokens_total` and
   `..._num_accepted_tokens_per_pos_total{position="i"}`, vLLM's schema.
 - The server's per-request JSON: `timings.draft_n` (drafted tokens) and `timings.draft_n_accepted`
-  (tools/server/server-common.cpp 99-102), with `prompt_token_ids` / `output_ids` (or `tokens`)
+  (tools/server/server-common.cpp), with `prompt_token_ids` / `output_ids` (or `tokens`)
   where the caller kept them, to pair the request with a sample, and `id_slot`, the slot that
   served it. The timings do not give the request's rounds.
 
 Each slot line is kept as one request's figures too (`LlamacppLog.slot_requests`, a
 `SlotFigures` each: its slot id and task id from SLT_INF's prefix "slot %12.*s: id %2d | task %d
-| ", tools/server/server-common.h 28), in the order the requests reached the server (by server
+| ", tools/server/server-common.h), in the order the requests reached the server (by server
 run, then task id): a slot whose requests depart from the others' is `reconcile_blame`'s.
 
 Every malformed line is one `InputError` naming the file and the line.

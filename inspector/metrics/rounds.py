@@ -21,7 +21,7 @@ A round drafts the spec's depth, or where the engine's own schedule is known (vL
 gives it: a chain's first d drafted tokens are those of its deeper chain, so such a round counts
 min(a, d). A round scheduled 0 drafts nothing: it emits the target's one token and is no draft.
 vLLM 0.32 counts a round only where the request had scheduled draft tokens (v1/core/sched/
-scheduler.py 2110-2116 for the per-request metrics; `make_spec_decoding_stats` 2969 for the
+scheduler.py for the per-request metrics; `make_spec_decoding_stats` 2969 for the
 pooled `num_drafts`), so such a round is left out of the rounds, as it is of vLLM's counts.
 
 llama.cpp's `llama-server` caps every round by the request's room: it drafts min(k, remaining - 1)
@@ -196,7 +196,7 @@ def walk(
 def _room_capped(engine: Engine, run: Run, n: int, d: int | None, depth: int | None) -> int | None:
     """The tokens a round after x_n drafts under the engine's rule: llama.cpp's server drafts at
     most the room left before max tokens less one (E - n - 1 in a run that ended by length,
-    `get_n_draft_max`, tools/server/server-context.cpp 453-471); no room: 0, a plain decode."""
+    `get_n_draft_max`, tools/server/server-context.cpp); no room: 0, a plain decode."""
     if not engine.caps_at_remaining or run.finish != "length":
         return d
     room = max(run.end - n - 1, 0)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from inspector.engines import Engine
 from inspector.errors import InputError
 from inspector.formats.run_dir import RunCheckpoint
-from inspector.serving.spec import DraftSpec
+from inspector.serving.spec import EXACT_KV, DraftSpec
 
 if TYPE_CHECKING:
     from inspector.evaluate import Evaluator
@@ -186,7 +186,8 @@ def evaluate_checkpoint(
     w = ev.wiring(wiring_text)
     report = ev.run([w], limit=limit, names=[preset_name(wiring_text)])
     wr = report.wirings[0]
-    if spec.is_chain and engine is Engine.VLLM and spec.kv == "exact" and wr.accept is not None:
+    # eval's accept column walks the rounds as an engine without overlap or caps counts them
+    if spec.is_chain and engine.spec.plain_rounds and spec.kv == EXACT_KV and wr.accept is not None:
         return wr.accept, wr, report
     rep = Replayer(ev, spec, engine).run([w], limit=limit, names=[preset_name(wiring_text)])
     if engine.overlap_round and not overlap:

@@ -102,7 +102,7 @@ def sweep_grid(
     out: list[DraftSpec] = []
     skipped: list[str] = []
     for k in sorted(set(topks)):
-        if k > 1 and engine is not None and engine is not Engine.SGLANG:
+        if k > 1 and engine is not None and not engine.spec.trees:
             skipped.append(f"topk {k}: {engine.display} drafts chains only")
             continue
         for s in sorted(set(steps)):

@@ -103,7 +103,7 @@ class LiveDraft:
     def kept(self) -> int:
         """How many of the chain `tree` just drafted llama.cpp keeps: up to the first step whose
         top-1 probability is below p_min (that one dropped), none if fewer than n_min remain
-        (common/speculative.cpp 808-830, 849-858); every step without the early stop."""
+        (common/speculative.cpp); every step without the early stop."""
         spec = self.spec
         if not spec.early_stop:
             return spec.steps

@@ -207,7 +207,7 @@ def run_sequence(
         n = len(seq) - 1
         room_before = max_new - (len(seq) - p_len)
         # llama-server drafts at most the room left less the bonus; with none left the last
-        # token is a plain decode, no round (tools/server/server-context.cpp 453-471)
+        # token is a plain decode, no round (tools/server/server-context.cpp)
         cap = room_before - 1 if engine.caps_at_remaining else None
         if cap is not None and cap <= 0:
             logits, f, cache = target.forward_cached(

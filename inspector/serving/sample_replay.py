@@ -150,7 +150,7 @@ class SampleReplay:
     def without_overlap_round(self) -> SampleReplay:
         """This request as SGLang counts it without its overlap scheduler (`--sglang-overlap
         off`; SGLang 0.5.23 forces it off for speculative decoding on CPU,
-        srt/arg_groups/speculative_hook.py 66-78): the round run after the stop is neither run
+        srt/arg_groups/speculative_hook.py): the round run after the stop is neither run
         nor counted. Dropping it is exact: it came after every round the request used."""
         assert self.after_stop is not None
         keep = ~self.after_stop

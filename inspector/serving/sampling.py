@@ -19,7 +19,7 @@ The rules (`VerifyRule`), a node's children tried in node order (the draft's sco
   final token is sampled from relu(p - draft_probs), the rejected children's p in draft_probs
   (p with them removed). At the default thresholds 1.0 a child is accepted with probability
   p(child) exactly, as under vllm-onehot; lower thresholds accept more (lossy).
-- `llamacpp-target-only` (llama.cpp's only rule, common/sampling.cpp 678-709): drafts are the
+- `llamacpp-target-only` (llama.cpp's only rule, common/sampling.cpp): drafts are the
   draft's argmax; the target samples its own token from p under its sampler chain and the draft
   token is accepted while they are equal, the sampled token emitted at the first mismatch. In
   distribution that is vllm-onehot's: d accepted with probability p(d), else a token from p

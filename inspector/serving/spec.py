@@ -15,7 +15,7 @@ KV_MODES = (EXACT_KV, *(s.tree_kv for s in all_engines() if s.tree_kv))
 # the doctor's replay and the app.
 DEFAULT_STEPS = 3
 # llama.cpp's draft sampler keeps the draft's top 10 and softmaxes over them (`top_k = 10`, then
-# the default `dist` sampler: common/speculative.cpp 516-521 and src/llama-sampler.cpp 1150-1184
+# the default `dist` sampler: common/speculative.cpp and src/llama-sampler.cpp
 # in llama.cpp as vendored by llama-cpp-python 0.3.36): `p_min` is held against the top-1
 # probability renormalised over those 10.
 P_MIN_TOP_K = 10
@@ -40,10 +40,10 @@ class DraftSpec:
     # row's earlier KV, not its parent's - an approximation of the engine's).
     kv: str = "exact"
     # llama.cpp's early stop (`--spec-draft-p-min`, `--spec-draft-n-min`; its EAGLE-3 drafter,
-    # common/speculative.cpp 808-830 and 849-858): a chain stops drafting at the first step whose
+    # common/speculative.cpp): a chain stops drafting at the first step whose
     # top-1 probability (over the draft's top `P_MIN_TOP_K`) is below p_min, that token dropped;
     # a draft shorter than n_min is dropped whole (the round drafts nothing). The live loop
-    # honours them (0: off, llama.cpp's defaults, common/common.h 329 and 332).
+    # honours them (0: off, llama.cpp's defaults, common/common.h).
     p_min: float = 0.0
     n_min: int = 0
 

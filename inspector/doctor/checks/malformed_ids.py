@@ -4,7 +4,7 @@ A config's ids are meant to name N distinct layers, one per fc block. A repeated
 or a negative one (`[-1, 2, 4]`: SGLang's eagle_config way of naming the embedding, pasted where
 vLLM reads HF indices) selects no wiring: each engine release does its own thing with it
 (`engine_reading`). vLLM 0.32 captures a layer whose index is among the ids, each once, with no
-negative indexing (vllm/model_executor/models/interfaces.py 1577-1611): fewer states than fc
+negative indexing (vllm/model_executor/models/interfaces.py): fewer states than fc
 blocks, a shape error when the draft first runs. SGLang's Llama file adds 1 to eagle_config ids,
 so -1 there is the embedding (HF 0), not a fault; it reads no top-level ids at all. llama.cpp
 feeds the state of each listed id in order, a repeat to two fc blocks, and has no layer below 0.

@@ -402,8 +402,8 @@ def reconcile(
             "or max tokens), or the engine drafts otherwise than --steps/--topk say"
         )
         if bound is not None:
-            # rounds without a draft are no draft to vLLM or llama.cpp (scheduler.py 2113,
-            # common/speculative.cpp 2829-2848): counted over the rounds it drafted in, an engine
+            # rounds without a draft are no draft to vLLM or llama.cpp (scheduler.py,
+            # common/speculative.cpp): counted over the rounds it drafted in, an engine
             # that skips the unsure ones can log more than a fixed-K replay
             summary += (
                 "; or, above every replay, an adaptive engine that leaves its rounds without a "

@@ -4,18 +4,18 @@ to what the setting gives is named as such (`Verdict.SYNTHETIC`), never blamed o
 
 - vLLM 0.32: `rejection_sample_method='synthetic'` with `synthetic_acceptance_rates`, the
   per-position *unconditional* rates r_k = P(the first k + 1 drafted tokens are all accepted),
-  non-increasing in [0, 1] (config/speculative.py 537-543, validated 566-598; a
+  non-increasing in [0, 1] (config/speculative.py, validated 566-598; a
   `synthetic_acceptance_length` L resolves to [1] * floor(L - 1) + [frac] + [0] ..., 555-563).
   The rejection sampler turns them into conditional rates c_k = r_k / r_(k-1)
-  (v1/spec_decode/utils.py 848-851; v1/sample/rejection_sampler.py 83-96) and accepts position k
+  (v1/spec_decode/utils.py; v1/sample/rejection_sampler.py) and accepts position k
   where a uniform drawn per drafted token is below c_k (755-765). A round's accepted count A then
   has P(A >= k + 1) = r_k, the product of the first k + 1 conditional rates, so
   E[A] = sum_k r_k (1 + that is the expected accept length) and E[A^2] = sum_k (2k + 1) r_k;
   rounds draw independently.
-- SGLang 0.5.23: `SGLANG_SIMULATE_ACC_LEN=X` (srt/environ.py 527; method `match-expected` by
+- SGLang 0.5.23: `SGLANG_SIMULATE_ACC_LEN=X` (srt/environ.py; method `match-expected` by
   default, 528) makes every verify call accept L - 1 drafted tokens, L drawn once per call for the
   whole batch: floor(X') or floor(X') + 1 with E[L] = X', X' = X clamped to [1, steps + 1]
-  (srt/speculative/spec_utils.py 489-524, 527-581). Its draws are decode iterations, not rounds.
+  (srt/speculative/spec_utils.py). Its draws are decode iterations, not rounds.
 
 The tolerance: four standard deviations of the mean over the draws the log covers (vLLM: its
 rounds; SGLang: its decode iterations, at least its longest request's verify rounds), plus the
@@ -56,7 +56,7 @@ class SyntheticSetting:
                 None, setting_field("synthetic-rates"), "rates in [0, 1], one per position"
             )
         if any(b > a for a, b in zip(rates, rates[1:], strict=False)):
-            # vLLM refuses them at start-up (config/speculative.py 588-591)
+            # vLLM refuses them at start-up (config/speculative.py)
             raise InputError(
                 None, setting_field("synthetic-rates"), f"{list(rates)}: must be non-increasing"
             )

@@ -237,7 +237,7 @@ def _negative_note(
     r: Reader, negative: Sequence[int], held: Sequence[int], L: int, n_blocks: int
 ) -> str:
     """What a reader does with an id below 0. vLLM 0.32 and SGLang capture a layer when its
-    index is in the set of ids (vllm/model_executor/models/interfaces.py 1577-1611: `layer_idx in
+    index is in the set of ids (vllm/model_executor/models/interfaces.py: `layer_idx in
     self.aux_hidden_state_layers`, indices 0..L): a negative id matches none, no Python negative
     indexing. llama.cpp taps the input of layer i: there is no layer below 0."""
     ids = f"id {negative[0]}" if len(negative) == 1 else f"ids {list(negative)}"
