@@ -207,7 +207,7 @@ class _StubScorer:
     def __init__(self, truth: tuple[int, ...], held: tuple[int, ...]) -> None:
         from types import SimpleNamespace
 
-        from inspector.doctor.block_wiring import Scored
+        from inspector.doctor.wiring.block_search import Scored
 
         self.truth, self.held, self.cache = truth, held, {}
         self.draft = SimpleNamespace(config=SimpleNamespace(num_fc_blocks=len(truth)))
@@ -225,7 +225,7 @@ class _StubScorer:
 def test_search_scales_to_5_of_61_layers():
     """Qwen3.8-27B-DFlash2's trained layers among the 62 states of a 61-layer capture, found
     from the reference's default guess in a few sweeps of N x S wirings (not 62^5 orderings)."""
-    from inspector.doctor.block_wiring import search_block_wiring
+    from inspector.doctor.wiring.block_search import search_block_wiring
 
     truth = (6, 20, 34, 48, 62)  # ids [5, 19, 33, 47, 61] + 1
     scorer = _StubScorer(truth, tuple(range(63)))

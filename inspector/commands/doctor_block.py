@@ -17,7 +17,6 @@ from inspector.errors import InputError
 
 def block_doctor_report(args: argparse.Namespace, err: Console):
     """The DoctorReport of a block draft over the first --samples samples."""
-    from inspector.doctor.block_wiring import BlockScorer, search_block_wiring
     from inspector.doctor.checks.block_checks import (
         block_size_finding,
         decided_layers,
@@ -27,6 +26,7 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
     )
     from inspector.doctor.finding import sort_findings
     from inspector.doctor.report import DoctorReport
+    from inspector.doctor.wiring.block_search import BlockScorer, search_block_wiring
     from inspector.engines import engine
     from inspector.evaluate.block_eval import load_block
     from inspector.formats.block_config import build_target_layer_ids

@@ -1,6 +1,6 @@
 """The doctor's checks of a block draft (DFlash, DFlash2), each one `Finding`:
 
-- wiring: the layers the weights were trained on (`block_wiring`'s search over the layers the
+- wiring: the layers the weights were trained on (`wiring.block_search`'s search over the layers the
   samples hold) against the config's ids;
 - engine_feeds: what each engine that serves block drafts reads from the config (vLLM's +1 on
   dflash_config.target_layer_ids, SGLang's guess where the config names no ids, ONNX Runtime
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from inspector.doctor.block_wiring import BlockSearch, Layers, Scored
 from inspector.doctor.finding import Finding, Kind, Severity
+from inspector.doctor.wiring.block_search import BlockSearch, Layers, Scored
 from inspector.doctor.wiring.engine_reading import engine_reads
 from inspector.draft import BlockConfig, Draft
 from inspector.engines import Engine
