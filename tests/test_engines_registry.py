@@ -16,10 +16,13 @@ from inspector.engines import (
     all_engines,
     engine,
     engine_words,
+    engines_named,
+    parse_engine,
     readers,
     vllm,
 )
 from inspector.engines.release import Release
+from inspector.errors import InputError
 
 PACKAGE = Path(__file__).resolve().parent.parent / "inspector"
 
@@ -196,3 +199,45 @@ def test_no_module_outside_engines_branches_on_which_engine_it_is():
     assert hits == []
     planted = ast.parse("if engine is Engine.SGLANG or x == Engine.VLLM:\n    pass\n")
     assert _identity_checks(planted) == [1, 1]
+
+
+def test_release_order_and_refusal_in_words():
+    assert not Release("0.32") < Release("0.32") and Release("0.32") <= Release("0.32")
+    assert Release("0.32").at_least("0.32") and not Release("0.31").at_least("0.32")
+    with pytest.raises(ValueError, match=r"release 'v0\.32': numbers and dots, or commit=True"):
+        Release("v0.32")
+
+
+def test_lookups_by_spelling_and_their_refusals():
+    with pytest.raises(KeyError, match=r"unknown engine 'trt' \(vllm, sglang, llamacpp"):
+        engine("trt")
+    with pytest.raises(InputError) as e:
+        parse_engine("sglng", True)
+    assert e.value.message.endswith("; did you mean 'sglang'?")
+    with pytest.raises(InputError) as e:
+        parse_engine("zzzz", True)
+    assert "did you mean" not in e.value.message
+    assert [s.id for s in engines_named(["llama.cpp", "vLLM"])] == [Engine.VLLM, Engine.LLAMACPP]
+    assert engines_named(None) == all_engines()
+
+
+def test_each_engine_reads_a_config_by_its_first_row_and_captures_by_its_release_lines():
+    from inspector.engines import capture_release, capture_releases
+
+    assert engine(Engine.VLLM).primary_reader().tag == ""  # the V1 runner, not MRV2
+    assert engine(Engine.LLAMACPP).primary_reader(gguf=True).gguf
+    assert engine(Engine.SGLANG).primary_reader(gguf=True) is None
+    keys = [c.key for c in capture_releases()]
+    assert keys[:4] == ["vllm", "vllm-pre36063", "sglang", "sglang-pre25454"]
+    assert capture_release("sglang").capture([1, 29, 57], "sglang", 61).hf_indices == (2, 30, 58)
+    with pytest.raises(ValueError, match="unknown engine 'trt'"):
+        capture_release("trt")
+
+
+def test_a_known_fault_applies_to_its_engine_build_device_and_temperature():
+    (fault,) = engine(Engine.VLLM).known_faults
+    assert fault.applies(Engine.VLLM, "cpu", "0.32.0", 0.7)
+    assert not fault.applies(Engine.VLLM, "cpu", "0.32.0", 0.0)  # greedy skips the fault
+    assert not fault.applies(Engine.VLLM, "cuda", "0.32.0", 0.7)
+    assert not fault.applies(Engine.VLLM, "cpu", "0.33.0", 0.7)
+    assert not fault.applies(Engine.SGLANG, "cpu", "0.32.0", 0.7)
