@@ -281,11 +281,14 @@ def test_tiny_build_end_to_end(tmp_path: Path) -> None:
 
 
 def test_build_refuses_a_bad_out_before_any_work(tmp_path: Path, monkeypatch) -> None:
+    import importlib
     import os
 
-    from inspector.demo import build as build_mod
     from inspector.errors import InputError
 
+    # the module, not the package's `build` function (which the package's attribute is until
+    # something imports the submodule: the test alone would patch the function)
+    build_mod = importlib.import_module("inspector.demo.build")
     monkeypatch.setattr(build_mod, "load_corpus", lambda *a, **k: pytest.fail("work started"))
     (tmp_path / "afile").write_text("x")
     (tmp_path / "demo" / "draft").mkdir(parents=True)
@@ -297,7 +300,7 @@ def test_build_refuses_a_bad_out_before_any_work(tmp_path: Path, monkeypatch) ->
     ):
         with pytest.raises(InputError) as e:
             build_mod.build(out)
-        assert (e.value.path, e.value.field) == (str(where), "--out")
+        assert (e.value.path, e.value.field) == (str(where), "out")  # the setting --out words
     assert (tmp_path / "demo" / "samples").read_text() == "a file where samples/ goes"
     if os.geteuid() != 0:  # root writes anywhere
         ro = tmp_path / "ro"
