@@ -52,7 +52,6 @@ LABEL = f"SGLang {RELEASE}"
 IDS_PR = "sgl-project/sglang PR #25454"
 
 
-
 def dflash_guess(num_target_layers: int, num_draft_layers: int) -> list[int]:
     """SGLang's guess of a DFlash draft's ids when its config names none
     (`srt/speculative/dflash_utils.py` `build_target_layer_ids`, a copy of the reference's

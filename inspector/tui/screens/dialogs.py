@@ -213,7 +213,9 @@ class ServingScreen(Dialog["Serving | None"]):
         try:
             serving = self.read()
         except InputError as e:
-            self.query_one("#serving-error", Label).update(printable(e.words()))  # the field by name
+            self.query_one("#serving-error", Label).update(
+                printable(e.words())
+            )  # the field by name
             return
         self.close(serving)
 
