@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-from collections.abc import Sequence
 from dataclasses import replace
 
 from rich.console import Console, Group
@@ -17,7 +16,11 @@ from rich.text import Text
 from inspector.commands.common import as_engine_runs_it, open_evaluator
 from inspector.commands.exit_codes import for_verdict
 from inspector.commands.output import report_table, safe, stdout_console, write_json
-from inspector.commands.reconcile_feeds import engine_fed, silent_feeds
+from inspector.doctor.reconcile.candidates import (
+    candidate_wirings,
+    engine_fed,
+    silent_feeds,
+)
 from inspector.errors import InputError
 from inspector.formatting import fmt_float, pct
 from inspector.progress import progress_bar, stage_progress_bar
@@ -40,87 +43,6 @@ def engine_flags(spec, engine) -> str:
     """The engine's own flags for these draft settings."""
     flag = engine.spec.steps_flag
     return f"{engine.display} {flag} {spec.steps}" if flag else spec.flags()
-
-
-def configured_wiring(draft, infos, n_blocks: int):
-    """The wiring the draft's config names (its aux ids as HF indices, fed in ascending order as
-    engines feed them), or None when the ids are absent, ambiguous or not among the slots."""
-    from inspector.doctor.checks.layer_ids import configured_hf_ids
-    from inspector.doctor.serving import slots_for_hf
-    from inspector.wiring import Wiring
-
-    readings = configured_hf_ids(draft.config.aux_layer_ids, draft.config.aux_layer_convention)
-    if len(readings) != 1 or len(readings[0]) != n_blocks:
-        return None
-    slots = slots_for_hf(readings[0], infos)
-    return Wiring(slots) if slots is not None else None
-
-
-def _wirings(
-    args,
-    infos,
-    n_blocks: int,
-    draft,
-    contenders: Sequence[tuple[int, ...]] = (),
-    preset_infos=None,
-    engine_fed: Sequence[tuple[str, tuple[int | None, ...]]] = (),
-) -> tuple[list, list[str | None], int | None, list[int]]:
-    """(wirings, names, index of the configured one, indices of the search's contenders): the
-    configured wiring first, then the wiring search's contenders for the trained wiring, what
-    an engine may be feeding (`engine_fed`: (name, HF indices in block order), where the slots
-    hold them; a feed that leaves a block at zeros is `reconcile_feeds.silent_feeds`'s, replayed
-    under llama.cpp only), the presets and every --wiring, without repeats.
-
-    preset_infos: the slots the presets are made of, when `infos` holds more (the live loop
-    captures every searched layer; the presets stay those of the draft's configured layers and
-    the target's last one), matched to `infos` by HF index."""
-    from inspector.doctor.wiring.fed_states import silent_blocks, slots_fed
-    from inspector.wiring import PRESETS, Wiring, parse_wiring, preset_name
-
-    out: list = []
-    names: list[str | None] = []
-
-    def add(w, name: str | None) -> int:
-        for i, x in enumerate(out):
-            if x.slots == w.slots:
-                return i
-        out.append(w)
-        names.append(name)
-        return len(out) - 1
-
-    conf = configured_wiring(draft, infos, n_blocks)
-    ci = add(conf, "configured") if conf is not None else None
-    ti = [add(Wiring(tuple(w)), "searched") for w in contenders]
-    for name, fed in engine_fed:
-        slots = slots_fed(fed, infos) if not silent_blocks(fed) else None
-        if slots is not None:
-            add(Wiring(slots), name)
-    for text in args.wiring or list(PRESETS):
-        name = preset_name(text)
-        try:
-            if name is not None and preset_infos is not None:
-                add(
-                    _by_layer(parse_wiring(text, preset_infos, n_blocks), preset_infos, infos), name
-                )
-            else:
-                add(parse_wiring(text, infos, n_blocks), name)
-        except InputError:
-            if args.wiring:  # a preset the slots cannot make is left out; an explicit one fails
-                raise
-    return out, names, ci, ti
-
-
-def _by_layer(w, source, infos):
-    """`w` over `source`'s slots, as the slots of `infos` that hold the same layers."""
-    from inspector.wiring import Wiring
-
-    at = {}
-    for i, s in enumerate(infos):
-        at.setdefault(s.hf_index, i)
-    slots = [at.get(source[k].hf_index) for k in w.slots]
-    if any(k is None for k in slots):
-        raise InputError(None, "wiring", f"{w.label(source)} names a layer the capture lacks")
-    return Wiring(tuple(slots))
 
 
 def run_reconcile(args: argparse.Namespace) -> int:
@@ -245,8 +167,8 @@ def _replay(args, spec, engine, err):
     layers = next((s.hf_index for s in infos if s.verifier and not s.post_norm), None)
     target = read_target_class(inputs.target) or data_config_target(ev.samples.data_config)
     fed = engine_fed(ev.draft, layers, target)
-    wirings, names, configured, ti = _wirings(
-        args, infos, ev.n_blocks, ev.draft, trained.contenders, engine_fed=fed
+    wirings, names, configured, ti = candidate_wirings(
+        args.wiring, infos, ev.n_blocks, ev.draft, trained.contenders, engine_fed=fed
     )
     n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
     served = ev.with_draft(as_engine_runs_it(err, ev.draft, engine).draft)  # the search keeps ev
@@ -258,7 +180,9 @@ def _replay(args, spec, engine, err):
             progress=advance,
         )
     nothing = engine.spec.feeds_nothing_for_last
-    silent = silent_feeds(fed, infos, served.draft, layers, err) if nothing else []
+    silent, notes = silent_feeds(fed, infos, served.draft, layers) if nothing else ([], [])
+    for line in notes:
+        err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
     for name, label, w, silent_draft in silent:
         with progress_bar("replaying", err) as advance:
             more = Replayer(served.with_draft(silent_draft), spec, engine).run(
@@ -320,7 +244,9 @@ def _live(args, spec, engine, err, log):
     # the presets: over the slots capture's plan gives this draft (its configured layers and
     # the target's last one), as `accept --live` makes them
     narrow = plan_infos(plan_slots(info.num_layers, draft=draft_ids(draft)))
-    wirings, names, _, _ = _wirings(args, infos, n_blocks, draft, preset_infos=narrow)
+    wirings, names, _, _ = candidate_wirings(
+        args.wiring, infos, n_blocks, draft, preset_infos=narrow
+    )
     if not wirings:  # no configured ids and no preset: any wiring captures every searched layer
         from inspector.wiring import Wiring
 
@@ -353,8 +279,8 @@ def _live(args, spec, engine, err, log):
     from inspector.formats.target_class import read_target_class
 
     fed = engine_fed(draft, info.num_layers, read_target_class(target))
-    wirings, names, configured, ti = _wirings(
-        args, infos, n_blocks, draft, trained.contenders, preset_infos=narrow, engine_fed=fed
+    wirings, names, configured, ti = candidate_wirings(
+        args.wiring, infos, n_blocks, draft, trained.contenders, preset_infos=narrow, engine_fed=fed
     )
     done = {report.wirings[0].wiring.slots: report.wirings[0]}
     rest = [(w, n) for w, n in zip(wirings, names, strict=True) if w.slots not in done]
@@ -372,7 +298,9 @@ def _live(args, spec, engine, err, log):
         done.update({wa.wiring.slots: wa for wa in more.wirings})
     report.wirings = [done[w.slots] for w in wirings]
     nothing = engine.spec.feeds_nothing_for_last
-    silent = silent_feeds(fed, infos, served, info.num_layers, err) if nothing else []
+    silent, notes = silent_feeds(fed, infos, served, info.num_layers) if nothing else ([], [])
+    for line in notes:
+        err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
     for name, label, w, silent_draft in silent:
         more = run_loop(
             err, silent_draft, target, prompts, spec, [list(w.slots)], names=[name], **opts
