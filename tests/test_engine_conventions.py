@@ -1,4 +1,4 @@
-"""SGLang's reading of eagle_config ids per target model class (`doctor/engine_conventions`), and
+"""SGLang's reading of eagle_config ids per target model class (`engines/sglang_model_files`), and
 the ids the doctor and reconcile advise from it.
 
 The rows follow SGLang 0.5.23's `set_eagle3_layers_to_capture`: srt/models/llama.py 929-941

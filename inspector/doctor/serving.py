@@ -8,7 +8,7 @@ Index conventions (HF index k = `output_hidden_states[k]`, 0 = embedding output)
   need the `EagleModelMixin` capture (vLLM PR #36063); the older capture crashes on 0 and never
   reaches L.
 - SGLang `eagle_config.eagle_aux_hidden_state_layer_ids`: the target's model file decides
-  (`engine_conventions`): SGLang 0.5.23's llama.py and most others add 1 to every explicit id
+  (`engines.sglang_model_files`): SGLang 0.5.23's llama.py and most others add 1 to every explicit id
   (write k - 1; -1 = embedding; srt/models/llama.py); deepseek_v2.py adds 1 only when
   the first id is 1 (3458-3473): other lists are read as HF indices, and a first HF index of 1
   cannot be written at all. For a target class the table does not know, the ids of both
@@ -83,7 +83,7 @@ class EngineConfig:
 class SglangConfig(EngineConfig):
     """SGLang's settings for the target's class (`target`: its name; None: not known).
 
-    rule: the class's row of `engine_conventions.SGLANG_ID_RULES` (None: a class it does not
+    rule: the class's row of `engines.sglang_model_files.SGLANG_ID_RULES` (None: a class it does not
       know); layer_ids: the ids to write, by that rule (None: no list selects the HF indices;
       for an unknown class, None where the readings differ); by_rule: the ids each reading
       needs (the class's rule alone when it is known, else every one of `READINGS`)."""
@@ -165,7 +165,7 @@ def sglang_settings(
     hf: Sequence[int], target: object = None
 ) -> tuple[str | None, SglangIdRule | None, list[int] | None, dict[str, list[int] | None]]:
     """(class name, its rule, the ids to write, the ids per reading) for HF indices `hf`
-    (ascending) on a target of class `target` (see `engine_conventions.target_class`)."""
+    (ascending) on a target of class `target` (see `engines.target_class.target_class`)."""
     cls = target_class(target)
     rule = sglang_rule(cls)
     if rule is not None:
@@ -182,7 +182,7 @@ def engine_settings(
 ) -> EngineConfigs:
     """config.json keys + launch lines for SGLang and vLLM that capture the HF indices `hf`.
 
-    target: the target's class (what `engine_conventions.target_class` reads: a TargetClass,
+    target: the target's class (what `engines.target_class.target_class` reads: a TargetClass,
     its config, an architecture or model_type name): SGLang's ids follow its model file; None or
     a class the table does not know gives the ids of every reading."""
     hf = sorted(hf)
