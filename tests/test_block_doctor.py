@@ -381,3 +381,15 @@ def test_doctor_on_samples_without_the_configured_layers(block_bed, demo, capsys
     feeds = findings["engine_feeds"]
     assert feeds["severity"] == "info" and feeds["fix"] is None and code == 0
     assert feeds["evidence"]["trained"] is None
+
+
+def test_the_block_demo_writes_a_new_folder_only(tmp_path):
+    """`python -m inspector.demo block --out DIR` refuses a folder that holds anything, before
+    any work (the README's case writes block-demo/)."""
+    from inspector.demo.block_draft import build_block_demo
+    from inspector.errors import InputError
+
+    (tmp_path / "x").write_text("")
+    with pytest.raises(InputError) as e:
+        build_block_demo(tmp_path, Path("unused"))
+    assert e.value.field == "out" and "not empty" in e.value.message

@@ -1,5 +1,7 @@
 """``python -m inspector.demo build [--out DIR] [--seed N]`` and ``python -m inspector.demo run --out
-DIR`` (a training run of the demo's draft, for ``eagle-inspect sweep``)"""
+DIR`` (a training run of the demo's draft, for ``eagle-inspect sweep``), ``python -m inspector.demo
+block --out DIR`` (a DFlash block draft trained on the demo target, and a copy whose config lost
+its ids)"""
 
 from __future__ import annotations
 
@@ -39,7 +41,22 @@ def main(argv: list[str] | None = None) -> int:
         default="shipped",
         help="start from the shipped draft (default: a fine-tune that overfits) or from scratch",
     )
+    k = sub.add_parser(
+        "block",
+        help="train a small DFlash block draft on the demo target's layer ids 0, 3, 5 (not the "
+        "default spread) and write beside it a copy whose config lost its target_layer_ids "
+        "(~30 s on one CPU thread)",
+    )
+    k.add_argument("--out", type=Path, required=True, help="the case's folder (new or empty)")
+    k.add_argument(
+        "--demo", type=Path, default=DEFAULT_OUT, help=f"the demo (default {DEFAULT_OUT})"
+    )
     args = parser.parse_args(argv)
+    if args.command == "block":
+        from inspector.demo.block_draft import build_block_demo
+
+        build_block_demo(args.out, args.demo, log=lambda line: print(line, file=sys.stderr))
+        return 0
     if args.command == "run":
         from inspector.demo.run import build_run
 

@@ -204,3 +204,42 @@ def train_block_draft(
     state = {k: v.detach().contiguous() for k, v in trained.items()}
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     return out
+
+
+TRAINED_IDS = (0, 3, 5)  # HF 1, 4, 6: not the reference's default spread [1, 2, 3] on 6 layers
+DEMO_STEPS = 400
+
+
+def build_block_demo(out: Path, demo_root: Path, log=print) -> dict[str, Path]:
+    """The demo's block-draft case: a DFlash draft trained on `TRAINED_IDS` (`out/draft`), the
+    same weights under a config that lost its `target_layer_ids` (`out/lost-ids`: what SGLang
+    serves with its guessed ids), and the demo's samples with every layer (`out/samples`).
+    One CPU thread, so the bits are the same on every machine (about 30 s)."""
+    import shutil
+
+    from inspector.demo_paths import DemoPaths
+
+    demo = DemoPaths(demo_root)
+    if out.exists() and any(out.iterdir()):
+        from inspector.errors import InputError, setting_field
+
+        raise InputError(out, setting_field("out"), "not empty: the demo writes a new folder")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        samples = recapture(load_target(demo.target), demo.train_samples, out / "samples")
+        draft = train_block_draft(
+            out / "draft", samples, demo.target, TRAINED_IDS, BlockPlan(steps=DEMO_STEPS)
+        )
+    finally:
+        torch.set_num_threads(before)
+    lost = out / "lost-ids"
+    shutil.copytree(draft, lost)
+    cfg = json.loads((lost / "config.json").read_text())
+    del cfg["dflash_config"]["target_layer_ids"]
+    (lost / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    log(
+        f"wrote {draft} (trained on target_layer_ids {list(TRAINED_IDS)}), {lost} (the same "
+        f"weights, its config without target_layer_ids) and {samples} (every layer)"
+    )
+    return {"draft": draft, "lost_ids": lost, "samples": samples}
