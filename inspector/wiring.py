@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from inspector.engines.capture import EAGLE_CONFIG
 from inspector.errors import InputError
 
 if TYPE_CHECKING:  # the app imports this module before torch: no torch (inspector.sample) here
@@ -72,7 +73,7 @@ def _distinct(slots: Sequence[int], infos: Sequence[SlotInfo]) -> list[int]:
     return out
 
 
-SGLANG_IDS = "sglang"  # DraftConfig.aux_layer_convention of eagle_config's ids
+SGLANG_IDS = EAGLE_CONFIG  # DraftConfig.aux_layer_convention of eagle_config's ids
 
 
 def id_readings(aux_ids: Sequence[int] | None, convention: str | None) -> list[list[int]]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.draft import DraftConfig, MlaConfig, ParallelConfig, RopeConfig
+from inspector.engines.capture import EAGLE_CONFIG, TOP_LEVEL
 from inspector.errors import InputError
 
 # The RoPE types the forward pass implements (inspector.model.rope_inv_freq).
@@ -437,12 +438,12 @@ def aux_layer_ids(top: ConfigReader) -> tuple[tuple[int, ...] | None, str | None
     then feeds is the doctor's finding (`doctor.checks.malformed_ids`), not a load error."""
     ids = top.int_list("eagle_aux_hidden_state_layer_ids", None)
     if ids is not None:
-        return ids, "hf"
+        return ids, TOP_LEVEL
     eagle = top.sub("eagle_config")
     if eagle is not None:
         ids = eagle.int_list("eagle_aux_hidden_state_layer_ids", None)
         if ids is not None:
-            return ids, "sglang"
+            return ids, EAGLE_CONFIG
     return None, None
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from inspector.draft import DraftConfig
+from inspector.engines.capture import LLAMA_CPP
 from inspector.errors import InputError
 from inspector.formats.config import ConfigReader
 from inspector.formats.gguf_file import ARCH
@@ -19,7 +20,7 @@ from inspector.formats.gguf_tensors import D2T
 
 # What aux_layer_convention records for a GGUF's ids: llama.cpp taps the input of target layer i
 # (`t_layer_inp[i]`), HF hidden_states index i, and adds nothing to the ids it reads.
-CONVENTION = "llama.cpp"
+CONVENTION = LLAMA_CPP
 LAYOUT = "gguf"
 # The ids' key: llama.cpp@0c1e57098's converter and runtime (LLM_KV_TARGET_LAYERS), then the name
 # other versions of PR #18039's code and the forks built on them use (LLM_KV_EAGLE3_EXTRACT_LAYERS).

@@ -30,19 +30,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inspector.capture.conventions import LLAMA_CPP, LLAMA_CPP_KEY
 from inspector.doctor.checks.slot_identity import OVERRIDE, TARGET, SlotIdentity
 from inspector.doctor.serving import slots_for_hf
 from inspector.draft import DraftConfig
+from inspector.engines.capture import EAGLE_CONFIG, LLAMA_CPP, LLAMA_CPP_KEY, TOP_LEVEL
 from inspector.errors import InputError
 from inspector.formats.layer_convention import read_layer_ids
 from inspector.formats.tensorfiles import read_json
 from inspector.sample import SlotInfo
 from inspector.wiring import id_readings
 
-HF = "hf"  # id = HF index
+HF = TOP_LEVEL  # id = HF index
 LAYER_OUTPUT = "layer_output"  # id = the decoder layer whose output is captured: HF index id + 1
-SGLANG = "sglang"  # SGLang eagle_config ids, before / since PR #25454
+SGLANG = EAGLE_CONFIG  # SGLang eagle_config ids, before / since PR #25454
 
 DRAFT_KEYS = {
     HF: "config.json eagle_aux_hidden_state_layer_ids",
@@ -302,9 +302,9 @@ def other_readings(
 
 # --- words ---------------------------------------------------------------------------------------
 CONVENTIONS = {
-    "hf": "HF indices",
-    "layer_output": "decoder-layer output ids (HF index = id + 1)",
-    "sglang": "SGLang ids (HF index = id + 1 before sglang PR #25454)",
+    HF: "HF indices",
+    LAYER_OUTPUT: "decoder-layer output ids (HF index = id + 1)",
+    SGLANG: "SGLang ids (HF index = id + 1 before sglang PR #25454)",
     LLAMA_CPP: "llama.cpp: id i = the input of target layer i = HF index i",
 }
 

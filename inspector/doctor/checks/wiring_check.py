@@ -36,6 +36,7 @@ from inspector.doctor.serving import ServingConfig
 from inspector.doctor.stats import clearly_better, paired_hits_z
 from inspector.doctor.wiring.named import ENGINE_DEFAULT, NamedWirings, is_ascending
 from inspector.doctor.wiring.search import WiringSearch
+from inspector.engines.capture import LLAMA_CPP as GGUF_IDS
 from inspector.metrics import Counts
 from inspector.sample import SlotInfo
 
@@ -333,9 +334,10 @@ def _engine_defaults(facts: WiringFacts) -> str:
 
 
 def _baked(facts: WiringFacts) -> bool:
-    """The ids are a llama.cpp GGUF's `eagle3.target_layers`, not a config's."""
+    """The ids are a GGUF's baked `eagle3.target_layers` (their convention, named by the engine
+    that bakes them), not a config's."""
     d = facts.layer_ids.draft
-    return d is not None and d.convention == "llama.cpp"
+    return d is not None and d.convention == GGUF_IDS
 
 
 def _wiring_fix(facts: WiringFacts, cfg_line: str) -> str:
