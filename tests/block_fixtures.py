@@ -7,16 +7,15 @@ thread), and a copy of it whose config lost its ids (the reference and SGLang th
 
 from __future__ import annotations
 
-import json
-import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-TRAINED = (0, 3, 5)  # dflash_config.target_layer_ids the draft is trained on
-STEPS = 400
+from inspector.demo.block_draft import DEMO_STEPS, TRAINED_IDS
+
+TRAINED = TRAINED_IDS  # dflash_config.target_layer_ids the draft is trained on
+STEPS = DEMO_STEPS
 
 
 @dataclass(frozen=True)
@@ -25,30 +24,13 @@ class BlockBed:
     samples: Path  # every layer, HF 0..6
     draft: Path  # configured with TRAINED
     lost_ids: Path  # the same weights, config without target_layer_ids
-    seconds: float
 
 
 @pytest.fixture(scope="session")
 def block_bed(demo, tmp_path_factory) -> BlockBed:
-    import torch
+    """The README's block-draft case (`python -m inspector.demo block`), built once a session."""
+    from inspector.demo.block_draft import build_block_demo
 
-    from inspector.demo.block_draft import BlockPlan, load_target, recapture, train_block_draft
-
-    root = tmp_path_factory.mktemp("block")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # the bits depend on it, and one thread beats two on a busy box
-    try:
-        started = time.perf_counter()
-        samples = recapture(load_target(demo.target), demo.train_samples, root / "samples")
-        draft = train_block_draft(
-            root / "draft", samples, demo.target, TRAINED, BlockPlan(steps=STEPS)
-        )
-        seconds = time.perf_counter() - started
-    finally:
-        torch.set_num_threads(before)
-    lost = root / "lost_ids"
-    shutil.copytree(draft, lost)
-    cfg = json.loads((lost / "config.json").read_text())
-    del cfg["dflash_config"]["target_layer_ids"]
-    (lost / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    return BlockBed(demo.target, samples, draft, lost, seconds)
+    root = tmp_path_factory.mktemp("block") / "case"
+    made = build_block_demo(root, demo.root, log=lambda line: None)
+    return BlockBed(demo.target, made["samples"], made["draft"], made["lost_ids"])
