@@ -214,3 +214,36 @@ def wirings_and_names(ev, texts: list[str] | None) -> tuple[list, list[str | Non
     name in the report (a preset's, else None)."""
     texts = texts or list(PRESETS)
     return [ev.wiring(t) for t in texts], [preset_name(t) for t in texts]
+
+
+def open_block_draft(args: argparse.Namespace, err):
+    """(inputs, draft, sample set) of a block draft (DFlash), its load notes printed: what eval
+    and doctor on a block draft both start from."""
+    from inspector.evaluate.block_eval import load_block
+
+    inputs = resolve_inputs(args)
+    draft, sample_set = load_block(
+        str(inputs.checkpoint),
+        inputs.samples,
+        target=str(inputs.target) if inputs.target else None,
+        embed=str(inputs.embed) if inputs.embed else None,
+        device=args.device,
+        dtype=args.dtype,
+    )
+    for note in [*inputs.notes, *draft.notes]:
+        err.print(f"note: {note}", highlight=False, soft_wrap=True)
+    return inputs, draft, sample_set
+
+
+def readable_samples(sample_set, n: int, err) -> list[tuple[int, object]]:
+    """(index, sample) of the first `n` samples that load; each one that does not is printed as
+    skipped, and none loading is an InputError."""
+    out = []
+    for i in range(min(n, len(sample_set))):
+        try:
+            out.append((i, sample_set[i]))
+        except InputError as e:
+            err.print(f"[yellow]skipped[/] sample {i}: {e}", highlight=False, soft_wrap=True)
+    if not out:
+        raise InputError(None, None, f"none of the {n} samples could be used")
+    return out

@@ -11,8 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from inspector.commands.common import resolve_inputs
-from inspector.errors import InputError
+from inspector.commands.common import open_block_draft, readable_samples
 
 
 def block_doctor_report(args: argparse.Namespace, err: Console):
@@ -28,33 +27,15 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
     from inspector.doctor.report import DoctorReport
     from inspector.doctor.wiring.block_search import BlockScorer, search_block_wiring
     from inspector.engines import engine
-    from inspector.evaluate.block_eval import load_block
     from inspector.formats.block_config import build_target_layer_ids
     from inspector.formats.layer_convention import target_layer_count
 
-    inputs = resolve_inputs(args)
     started = time.perf_counter()
-    draft, sample_set = load_block(
-        str(inputs.checkpoint),
-        inputs.samples,
-        target=str(inputs.target) if inputs.target else None,
-        embed=str(inputs.embed) if inputs.embed else None,
-        device=args.device,
-        dtype=args.dtype,
-    )
-    for note in [*inputs.notes, *draft.notes]:
-        err.print(f"note: {note}", highlight=False, soft_wrap=True)
+    inputs, draft, sample_set = open_block_draft(args, err)
     block = draft.config.block
     assert block is not None
-    samples, indices = [], []
-    for i in range(min(args.n_samples, len(sample_set))):
-        try:
-            samples.append(sample_set[i])
-            indices.append(i)
-        except InputError as e:
-            err.print(f"[yellow]skipped[/] sample {i}: {e}", highlight=False, soft_wrap=True)
-    if not samples:
-        raise InputError(None, None, "none of the samples could be read")
+    read = readable_samples(sample_set, args.n_samples, err)
+    indices, samples = [i for i, _ in read], [x for _, x in read]
     scorer = BlockScorer(draft, samples)
     configured = tuple(block.hf_layer_ids)
     held = set(scorer.held)

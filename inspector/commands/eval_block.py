@@ -10,7 +10,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from inspector.commands.common import resolve_inputs
+from inspector.commands.common import open_block_draft, readable_samples
 from inspector.commands.output import report_table, stdout_console, write_json
 from inspector.errors import InputError
 from inspector.formatting import pct
@@ -19,20 +19,10 @@ from inspector.wiring import parse_wiring, preset_name
 
 
 def run_block_eval(args: argparse.Namespace) -> int:
-    from inspector.evaluate.block_eval import COUNTED_BY, evaluate_blocks, load_block
+    from inspector.evaluate.block_eval import COUNTED_BY, evaluate_blocks
 
     err = Console(stderr=True)
-    inputs = resolve_inputs(args)
-    draft, sample_set = load_block(
-        str(inputs.checkpoint),
-        inputs.samples,
-        target=str(inputs.target) if inputs.target else None,
-        embed=str(inputs.embed) if inputs.embed else None,
-        device=args.device,
-        dtype=args.dtype,
-    )
-    for note in [*inputs.notes, *draft.notes]:
-        err.print(f"note: {note}", highlight=False, soft_wrap=True)
+    inputs, draft, sample_set = open_block_draft(args, err)
     block = draft.config.block
     assert block is not None
     infos = sample_set.slot_info
@@ -53,15 +43,8 @@ def run_block_eval(args: argparse.Namespace) -> int:
         (preset_name(t), parse_wiring(t, infos, draft.config.num_fc_blocks, block.hf_layer_ids))
         for t in texts
     ]
-    n = len(sample_set) if args.limit is None else min(args.limit, len(sample_set))
-    samples = []
-    for i in range(n):
-        try:
-            samples.append((i, sample_set[i]))
-        except InputError as e:
-            err.print(f"[yellow]skipped[/] sample {i}: {e}", highlight=False, soft_wrap=True)
-    if not samples:
-        raise InputError(None, None, f"none of the {n} samples could be used")
+    n = len(sample_set) if args.limit is None else args.limit
+    samples = readable_samples(sample_set, n, err)
     with progress_bar("evaluating", err) as advance:
         report = evaluate_blocks(
             draft, samples, wirings, positions=bool(args.positions), progress=advance
