@@ -34,6 +34,7 @@ from inspector.doctor.checks.slot_identity import SlotIdentity, decide, identity
 from inspector.doctor.checks.target_data import target_data_finding
 from inspector.doctor.checks.target_slots import measure_slots
 from inspector.doctor.checks.vocab import vocab_check
+from inspector.doctor.checks.vocab_contract import target_vocabulary, vocab_contract_finding
 from inspector.doctor.checks.wiring_check import wiring_finding
 from inspector.doctor.context import DoctorContext, Searched
 from inspector.doctor.finding import Finding, Severity, sort_findings
@@ -218,11 +219,14 @@ def _data_findings(ctx: DoctorContext) -> list[Finding]:
     state), the vocab map, the slots' identity, the data's source,
     and (the target not run, its head given) whether the slot named final is the final state."""
     ev, identity = ctx.ev, ctx.identity
+    target = ctx.target or (ev.target_head.path if ev.target_head is not None else None)
+    real, padded = target_vocabulary(ev.draft.path or None, target)
     findings = [
         integrity_finding(measure_integrity(ev, list(ctx.samples), ctx.infos)),
-        vocab_check(ev, list(ctx.samples)),
+        vocab_check(ev, list(ctx.samples), real.size if real is not None else None),
     ]
-    for f in (identity_finding(identity), target_data_finding(identity.measured)):
+    contract = vocab_contract_finding(ev.draft, real, padded, target)
+    for f in (contract, identity_finding(identity), target_data_finding(identity.measured)):
         if f is not None:
             findings.append(f)
     if not identity.measured_ok and ev.target_head is not None:

@@ -28,6 +28,9 @@ class Fact:
     applies_to: tuple[str, ...] = ()  # target model_types it concerns (empty: every target)
     drafts: str = "eagle3"  # the drafts whose ids it concerns ("eagle3", "dflash")
     last_id: bool = False  # it concerns an id equal to the target's layer count only
+    # what of the draft it concerns: "layer_ids" (the ids it reads), "vocab_map" (d2t against
+    # the target's vocabulary), "quantization" (the numerics it is run in)
+    topic: str = "layer_ids"
 
 
 @dataclass(frozen=True)
@@ -138,12 +141,15 @@ class ServingEngine:
         """The reading path a plain launch takes (the first row of its kind)."""
         return next((r for r in self.readers if r.gguf == gguf), None)
 
-    def facts_for(self, model_type: str | None, drafts: str | None = None) -> tuple[Fact, ...]:
-        """The facts that concern a target of `model_type` (None: only those for every target)
-        and, given `drafts`, that kind of draft."""
+    def facts_for(
+        self, model_type: str | None, drafts: str | None = None, topic: str = "layer_ids"
+    ) -> tuple[Fact, ...]:
+        """The facts on `topic` that concern a target of `model_type` (None: only those for
+        every target) and, given `drafts`, that kind of draft."""
         return tuple(
             f
             for f in self.facts
-            if (not f.applies_to or model_type in f.applies_to)
+            if f.topic == topic
+            and (not f.applies_to or model_type in f.applies_to)
             and (drafts is None or f.drafts == drafts)
         )

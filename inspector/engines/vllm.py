@@ -130,6 +130,14 @@ FACTS = (
         "with HF indices is fed the next layer, and an id of L-1 asks for a state past the last",
         drafts="dflash",
     ),
+    Fact(
+        "PR #46435, 2026-06-23",
+        "vLLM releases before it build a draft_id_to_target_id map whenever draft_vocab_size "
+        "differs from the target config's vocab_size, padding included: a draft whose head "
+        "covers the target's whole real vocabulary without a d2t (152064 rows against a padded "
+        "152576) was served through a map it does not have, at accept length 1.00",
+        topic="vocab_map",
+    ),
 )
 
 
