@@ -1,15 +1,20 @@
 """The docs site's build hook (mkdocs.yml `hooks:`): the home page from the README, the
 reference pages written from the code (`inspector.reference_pages`: the commands from the CLI's
-parser, the app's keys from its bindings) and the app's screenshots from its SVG snapshots,
-added to the build as generated files, so that none can drift from its source."""
+parser, the app's keys from its bindings), added to the build as generated files, and the app's
+screenshots, which the app itself draws into docs/img (`docs/screens.py`, git-ignored) before the
+pages are read: none can drift from its source."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
+from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 
 ROOT = Path(__file__).resolve().parent
+_shot = {"serve": False, "done": False}
 
 
 # the README's words for the generated pages, linked on the site (they are not files on GitHub)
@@ -29,6 +34,26 @@ def home_page(readme: str) -> str:
         )
     text = readme.replace(old, new).replace("](docs/", "](")
     return text.replace("](assets/screenshots/app.svg)", "](img/app.svg)")
+
+
+def on_startup(command, dirty):
+    _shot["serve"] = command == "serve"
+
+
+def on_pre_build(config):
+    """The app's screens, drawn by the app on the demo (docs/screens.py) into docs/img, before
+    the files are read; `mkdocs serve` draws them once, not at every rebuild of an edit."""
+    if _shot["serve"] and _shot["done"]:
+        return
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "docs" / "screens.py")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if p.returncode != 0:
+        raise PluginError(f"docs/screens.py failed:\n{p.stdout}{p.stderr}")
+    _shot["done"] = True
 
 
 def on_files(files, config):
@@ -52,13 +77,4 @@ def on_files(files, config):
     }
     for path, text in pages.items():
         files.append(File.generated(config, path, content=text))
-    # the app as its snapshot tests see it (tests/__snapshots__: pytest-textual-snapshot's SVGs)
-    shots = ROOT / "tests" / "__snapshots__" / "test_tui_snapshots"
-    for name, shot in (
-        ("app.svg", "test_main_120x40.svg"),
-        ("app-trainer-view.svg", "test_trainer_view_120x40.svg"),
-        ("app-tree.svg", "test_tree_panel_120x40.svg"),
-        ("app-wiring-editor.svg", "test_wiring_editor_120x40.svg"),
-    ):
-        files.append(File.generated(config, f"img/{name}", content=(shots / shot).read_bytes()))
     return files
