@@ -25,10 +25,8 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
     )
     from inspector.doctor.finding import sort_findings
     from inspector.doctor.report import DoctorReport
-    from inspector.doctor.wiring.block_search import BlockScorer, search_block_wiring
+    from inspector.doctor.wiring.block_search import search_from_config
     from inspector.engines import engine
-    from inspector.formats.block_config import build_target_layer_ids
-    from inspector.formats.layer_convention import target_layer_count
 
     started = time.perf_counter()
     inputs, draft, sample_set = open_block_draft(args, err)
@@ -36,22 +34,8 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
     assert block is not None
     read = readable_samples(sample_set, args.n_samples, err)
     indices, samples = [i for i, _ in read], [x for _, x in read]
-    scorer = BlockScorer(draft, samples)
-    configured = tuple(block.hf_layer_ids)
-    held = set(scorer.held)
-    seeds: list[tuple[str, tuple[int, ...] | None]] = [("configured", configured)]
-    num_layers = (
-        (target_layer_count(inputs.target) if inputs.target else None)
-        or block.num_target_layers
-        or max(scorer.held)
-    )
-    try:  # the reference's default spread: what a draft trained without naming ids was fed
-        spread = build_target_layer_ids(num_layers, draft.config.num_layers)
-        seeds.append(("default spread", tuple(k + 1 for k in spread)))
-    except ValueError:
-        pass
-    search = search_block_wiring(scorer, seeds)
-    configured_score = scorer.score(configured) if held >= set(configured) else None
+    num_layers = block_target_layers(inputs, block, samples)
+    search, configured_score = search_from_config(draft, samples, num_layers)
     raw = json.loads((Path(draft.path) / "config.json").read_text())
     findings = [
         wiring_finding(search, block, configured_score),
@@ -75,4 +59,18 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
         checkpoint=str(inputs.checkpoint),
         sample_indices=indices,
         seconds={"block_doctor": round(time.perf_counter() - started, 2)},
+    )
+
+
+def block_target_layers(inputs, block, samples) -> int:
+    """The target's layer count: --target's config, else the draft's num_target_layers, else the
+    deepest layer the samples hold."""
+    from inspector.formats.layer_convention import target_layer_count
+
+    infos = samples[0].slot_info if samples else []
+    held = [s.hf_index for s in infos if s.hf_index is not None and not s.post_norm]
+    return (
+        (target_layer_count(inputs.target) if inputs.target else None)
+        or block.num_target_layers
+        or max(held)
     )

@@ -88,20 +88,25 @@ def anchors_of(runs: Sequence[tuple[int, int]]) -> list[int]:
     return [n for p, e in runs for n in range(p, e)]
 
 
-def chunk_size(draft: Draft, length: int) -> int:
-    """How many blocks over a context of `length` rows run in one pass (`CHUNK_BYTES`)."""
+def chunk_size(draft: Draft, length: int, width: int | None = None) -> int:
+    """How many blocks of `width` rows (default the block size) over a context of `length`
+    rows run in one pass (`CHUNK_BYTES`)."""
     cfg = draft.config
-    b = block_of(draft).block_size
+    b = width or block_of(draft).block_size
     per_block = (length + b) * (2 * cfg.num_kv_heads * cfg.head_dim + cfg.num_heads * b) * 4
     per_block += b * cfg.vocab_size * 4 * 3  # the logits, their log-softmax and a compare
     return max(1, CHUNK_BYTES // per_block)
 
 
 @torch.no_grad()
-def predict_blocks(draft: Draft, sample: Sample, wiring: Wiring) -> BlockPredictions:
-    """Every block a round could draft over `sample`'s generations, under `wiring`."""
+def predict_blocks(
+    draft: Draft, sample: Sample, wiring: Wiring, width: int | None = None
+) -> BlockPredictions:
+    """Every block a round could draft over `sample`'s generations, under `wiring`. `width`:
+    the rows of the block a round runs, the anchor's included (default the draft's block_size;
+    an engine run with num_speculative_tokens K runs K + 1)."""
     block = block_of(draft)
-    b = block.block_size
+    b = width or block.block_size
     ids = sample.input_ids.to(draft.device)
     t = ids.shape[0]
     runs = tuple(generation_runs(sample.loss_mask.cpu().numpy()))
@@ -112,7 +117,7 @@ def predict_blocks(draft: Draft, sample: Sample, wiring: Wiring) -> BlockPredict
         in_run[p : e + 1] = e
     context = context_of(sample, wiring, draft)
     preds, trues, ps, ranks = [], [], [], []
-    step = chunk_size(draft, t)
+    step = chunk_size(draft, t, b)
     offsets = torch.arange(1, b, device=draft.device)
     for lo in range(0, len(anchors), step):
         at = torch.tensor(anchors[lo : lo + step], device=draft.device)
@@ -154,7 +159,8 @@ class BlockWiringReport:
     label: str
     slots: tuple[int, ...]
     layers: tuple[int | None, ...]  # the HF index each fc block reads, where the samples say
-    block_size: int
+    block_size: int  # the rows a round runs, the anchor's included
+    engines: tuple[Engine, ...] = COUNTED_BY  # whose counts of the rounds `stats` holds
     hits: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # [B-1]
     counts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     p_sum: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -169,7 +175,7 @@ class BlockWiringReport:
         self.counts = np.zeros(w, dtype=np.int64)
         self.p_sum = np.zeros(w)
         self.top5 = np.zeros(w, dtype=np.int64)
-        self.stats = {e: AcceptStats(w) for e in COUNTED_BY}
+        self.stats = {e: AcceptStats(w) for e in self.engines}
 
     def add(self, index: int, path: str, bp: BlockPredictions, positions: bool) -> None:
         s = bp.scored
@@ -178,7 +184,7 @@ class BlockWiringReport:
         self.p_sum += np.where(s, bp.p, 0.0).sum(axis=0)
         self.top5 += ((bp.rank < 5) & s).sum(axis=0)
         row: dict = {"sample": index, "path": path, "blocks": int(len(bp.anchors))}
-        for e in COUNTED_BY:
+        for e in self.engines:
             st = bp.rounds(e)
             self.stats[e].add(st)
             row[f"accept_length_{e.value}"] = st.accept_length
@@ -233,6 +239,8 @@ class BlockWiringReport:
                 e.value: {
                     "value": st.accept_length,
                     "rounds": st.rounds,
+                    "accepted": st.accepted,
+                    "per_depth": st.per_depth,
                     "lower_bound": st.is_bound,
                     "counted_as": engine(e).conventions.get("logged_as"),
                 }
@@ -270,22 +278,26 @@ def evaluate_blocks(
     *,
     positions: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    engines: Sequence[Engine] = COUNTED_BY,
+    width: int | None = None,
 ) -> BlockReport:
     """Every wiring over every sample; `samples` as (index, Sample); `progress(done, total)`
-    after each sample."""
+    after each sample. `engines`: whose counts of the rounds each wiring keeps; `width`: the
+    rows a round runs (`predict_blocks`)."""
     block = block_of(draft)
+    b = width or block.block_size
     reports = []
     for name, w in wirings:
         infos = samples[0][1].slot_info if samples else []
         label = w.label(infos)
         layers = tuple(infos[i].hf_index if i < len(infos) else None for i in w.slots)
-        reports.append(BlockWiringReport(name, label, w.slots, layers, block.block_size))
+        reports.append(BlockWiringReport(name, label, w.slots, layers, b, tuple(engines)))
     for done, (index, sample) in enumerate(samples, 1):
         for (_, w), rep in zip(wirings, reports, strict=True):
-            rep.add(index, sample.path, predict_blocks(draft, sample, w), positions)
+            rep.add(index, sample.path, predict_blocks(draft, sample, w, b), positions)
         if progress is not None:
             progress(done, len(samples))
-    return BlockReport(draft.name, block.family, block.block_size, len(samples), reports)
+    return BlockReport(draft.name, block.family, b, len(samples), reports)
 
 
 def load_block(

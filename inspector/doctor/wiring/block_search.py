@@ -223,3 +223,26 @@ def search_block_wiring(
         if not changed:
             break
     return BlockSearch(best, tuple(named), held, len(scorer.cache), sweeps)
+
+
+def search_from_config(
+    draft: Draft, samples: Sequence[Sample], num_layers: int
+) -> tuple[BlockSearch, Scored | None]:
+    """The search as the doctor seeds it: from the configured ids, the reference's default
+    spread over `num_layers` target layers (what a draft trained without naming ids was fed)
+    and the even spread; with the configured ids' own score (None where the samples lack
+    them). `doctor` and `accept` on a block draft both start here."""
+    from inspector.formats.block_config import build_target_layer_ids
+
+    block = block_of(draft)
+    scorer = BlockScorer(draft, samples)
+    configured = tuple(block.hf_layer_ids)
+    seeds: list[tuple[str, Layers | None]] = [("configured", configured)]
+    try:
+        ids = build_target_layer_ids(num_layers, draft.config.num_layers)
+        seeds.append(("default spread", tuple(k + 1 for k in ids)))
+    except ValueError:
+        pass
+    search = search_block_wiring(scorer, seeds)
+    score = scorer.score(configured) if set(scorer.held) >= set(configured) else None
+    return search, score
