@@ -121,6 +121,15 @@ def _held(layers: Sequence[int] | None, infos: Sequence[SlotInfo], n_blocks: int
     return Wiring(tuple(sorted(by_hf[k] for k in layers)))
 
 
+def layers_wiring(layers: Sequence[int], infos: Sequence[SlotInfo]) -> Wiring | None:
+    """The slots holding `layers` (HF indices) in the order given, fc block 0 first (a block
+    draft's feed, as a reader lists it); None where the samples lack one of them."""
+    by_hf = _slot_of_layer(infos)
+    if any(k not in by_hf for k in layers):
+        return None
+    return Wiring(tuple(by_hf[k] for k in layers))
+
+
 def train_wiring(
     infos: Sequence[SlotInfo], n_blocks: int, layers: Sequence[int] | None = None
 ) -> Wiring:

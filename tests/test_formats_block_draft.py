@@ -273,17 +273,18 @@ def test_commands_refuse_block_drafts_in_one_line():
     assert line.startswith("tests/golden_block/dflash/checkpoint/config.json: architectures: ") or (
         "config.json: architectures: 'DFlashDraftModel'" in line
     )
-    assert "only eval and doctor run block drafts so far" in line
+    assert "only eval, doctor and accept run block drafts so far" in line
 
 
 def test_the_replays_say_so_and_exit_2(capsys):
     from inspector.cli import main
 
-    argv = ["accept", str(ROOT / "dflash" / "checkpoint"), str(ROOT), "--target", str(TARGET)]
+    ckpt = str(ROOT / "dflash" / "checkpoint")
+    argv = ["compare", ckpt, ckpt, str(ROOT), "--target", str(TARGET)]
     assert main([*argv, "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert "dflash/checkpoint/config.json: architectures: 'DFlashDraftModel'" in err
-    assert "only eval and doctor run block drafts so far" in err
+    assert "only eval, doctor and accept run block drafts so far" in err
     assert "Traceback" not in err
 
 

@@ -51,7 +51,12 @@ def spec_from_args(args: argparse.Namespace):
 def run_accept(args: argparse.Namespace) -> int:
     from inspector.distributed import init_from_env
     from inspector.engines import parse_engine
+    from inspector.formats.block_config import block_draft_family
 
+    if block_draft_family(args.checkpoint) is not None:
+        from inspector.commands.accept_block import run_block_accept
+
+        return run_block_accept(args)
     spec = spec_from_args(args)
     engine = parse_engine(args.engine, spec.is_chain)
     err = Console(stderr=True)

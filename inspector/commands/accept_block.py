@@ -1,0 +1,241 @@
+"""`eagle-inspect accept` on a block draft (DFlash, DFlash2): the block accept length each engine
+logs, replayed from samples, for the configured wiring, the one the weights were trained on
+(the doctor's search, where it differs) and the wiring each reader of the config feeds.
+
+A round verifies the block's drafts and accepts their matching prefix; `evaluate.block_eval`
+walks the rounds (`metrics.rounds.walk`) as each engine counts them. Which wirings: the
+doctor's search (`doctor.wiring.block_search.search_from_config`) and the readers' feeds
+(`doctor.wiring.block_feeds`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from inspector.commands.common import open_block_draft, readable_samples
+from inspector.commands.output import report_table, safe, stdout_console, write_json
+from inspector.errors import InputError
+from inspector.formatting import fmt_float, pct
+from inspector.progress import progress_bar
+
+# the samples the wiring search reads (the doctor's default --samples)
+SEARCH_SAMPLES = 8
+
+
+def refuse_replay_flags(args: argparse.Namespace) -> None:
+    """The settings a block draft's replay does not take, each one line (exit 2)."""
+    checks = [
+        ("--live", getattr(args, "live", False), "a live loop"),
+        ("--temperature", getattr(args, "temperature", 0.0) > 0, "sampling"),
+        ("--topk", getattr(args, "topk", 1) != 1, "a tree (a block draft drafts one chain)"),
+        ("--profile", getattr(args, "profile", None), "an acceptance profile"),
+        ("--p-min", getattr(args, "p_min", 0.0) or getattr(args, "n_min", 0), "an early stop"),
+        ("--kv", getattr(args, "kv", "exact") != "exact", "a tree's draft KV"),
+        (
+            "--sglang-overlap",
+            getattr(args, "sglang_overlap", "on") == "off",
+            "SGLang's count without its overlap round",
+        ),
+    ]
+    for flag, given, what in checks:
+        if given:
+            raise InputError(
+                None, flag, f"{what} is not replayed on a block draft yet: drop {flag}"
+            )
+    steps, tokens = getattr(args, "steps", None), getattr(args, "draft_tokens", None)
+    if tokens is not None and steps is not None and tokens != steps + 1:
+        raise InputError(None, "--draft-tokens", "a block draft's round verifies steps + 1")
+
+
+def counting_engines(args: argparse.Namespace, family: str):
+    """Whose counts the report gives: --engine's, else vLLM's and SGLang's (`COUNTED_BY`); an
+    engine none of whose readers reads this kind of draft is refused."""
+    from inspector.engines import engine, parse_engine
+    from inspector.evaluate.block_eval import COUNTED_BY
+
+    if args.engine is None:
+        return tuple(COUNTED_BY)
+    e = parse_engine(args.engine, True)
+    if not any(family in r.drafts for r in engine(e).readers):
+        raise InputError(
+            None, "--engine", f"{engine(e).label} reads no {family} draft: vllm or sglang"
+        )
+    return (e,)
+
+
+def run_block_accept(args: argparse.Namespace) -> int:
+    from inspector.commands.doctor_block import block_target_layers
+    from inspector.commands.gates import gate_exit
+    from inspector.doctor.checks.block_checks import decided_layers
+    from inspector.doctor.wiring.block_feeds import accept_rows, block_feeds
+    from inspector.doctor.wiring.block_search import search_from_config
+    from inspector.evaluate.block_eval import evaluate_blocks
+    from inspector.formats.block_config import block_draft_family
+    from inspector.wiring import layers_wiring, parse_wiring, preset_name
+
+    refuse_replay_flags(args)
+    engines = counting_engines(args, block_draft_family(args.checkpoint) or "dflash")
+    err = Console(stderr=True)
+    inputs, draft, sample_set = open_block_draft(args, err)
+    block = draft.config.block
+    assert block is not None
+    width = args.steps + 1 if args.steps else block.block_size
+    if width != block.block_size:
+        err.print(
+            f"note: num_speculative_tokens {width - 1}: each round runs a block of {width} rows "
+            f"(the anchor and {width - 1} masks); the draft was trained on blocks of "
+            f"{block.block_size}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    n = len(sample_set) if args.limit is None else args.limit
+    samples = readable_samples(sample_set, n, err)
+    infos = sample_set.slot_info
+    n_blocks = draft.config.num_fc_blocks
+    search = None
+    if args.wiring:
+        wirings = [
+            (preset_name(t), parse_wiring(t, infos, n_blocks, block.hf_layer_ids))
+            for t in args.wiring
+        ]
+        rows = None
+    else:
+        head = [s for _, s in samples[:SEARCH_SAMPLES]]
+        num_layers = block_target_layers(inputs, block, head)
+        configured = tuple(block.hf_layer_ids)
+        trained = None
+        try:
+            search, scored = search_from_config(draft, head, num_layers)
+            trained = decided_layers(search, block, scored)
+            if tuple(trained) != configured:
+                than = (
+                    ""
+                    if scored is None
+                    else f": block accuracy {pct(search.best.accuracy)} against "
+                    f"{pct(scored.accuracy)}"
+                )
+                err.print(
+                    f"note: the weights fit HF {list(trained)} (ids {list(search.trained_ids)}), "
+                    f"not the configured HF {list(configured)}{than} (the doctor's wiring search "
+                    f"on {len(head)} samples): replayed as 'searched'",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+        except ValueError as e:  # the samples hold fewer layers than fc takes
+            err.print(f"note: no wiring search: {e}", highlight=False, soft_wrap=True)
+        raw = json.loads((Path(draft.path) / "config.json").read_text())
+        feeds = block_feeds(raw, block, num_layers, n_blocks)
+        for f in feeds:
+            if f.fed is None:
+                err.print(
+                    f"note: {safe(f.reader)} feeds nothing to replay: {safe(f.problem or '')}",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+        rows = []
+        for row in accept_rows(configured, trained, feeds):
+            w = layers_wiring(row.layers, infos)
+            if w is None:
+                err.print(
+                    f"note: {row.name} HF {list(row.layers)}: the samples do not hold those "
+                    "layers (capture --layers)",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+                continue
+            rows.append((row, w))
+        if not rows:
+            raise InputError(
+                inputs.samples[0] if inputs.samples else None,
+                "--wiring",
+                "the samples hold none of the wirings to replay: name the slots with --wiring",
+            )
+        wirings = [(row.name, w) for row, w in rows]
+    with progress_bar("replaying", err) as advance:
+        report = evaluate_blocks(
+            draft, samples, wirings, progress=advance, engines=engines, width=width
+        )
+    fed_by = [list(row.fed_by) for row, _ in rows] if rows else [[] for _ in wirings]
+    if args.json:
+        doc = report.to_dict()
+        doc["block_size"] = block.block_size
+        doc["drafts_per_round"] = width - 1
+        doc["engines"] = [e.value for e in engines]
+        for w, by in zip(doc["wirings"], fed_by, strict=True):
+            w["fed_by"] = by
+        if search is not None:
+            doc["search"] = search.to_dict()
+        if not args.wiring:
+            doc["feeds"] = [f.to_dict() for f in feeds]
+        write_json(doc)
+    else:
+        out = stdout_console(None if sys.stdout.isatty() else 200)
+        out.print(render_block_accept(report, engines, fed_by))
+    return gate_exit(err, block_accept_gate, (report, engines[0]), args.fail_under)
+
+
+def block_accept_gate(report_engine, threshold: float) -> str | None:
+    """`--fail-under`: the first wiring whose accept length, as the first engine counts it, is
+    below `threshold` (`gates.accept_gate`'s line)."""
+    report, first = report_engine
+    for w in report.wirings:
+        al = w.stats[first].accept_length
+        if al is None or al < threshold:
+            shown = "none (no rounds)" if al is None else fmt_float(al, 4)
+            name = f"{w.name} {w.label}" if w.name else w.label
+            return f"fail-under: wiring {name} has accept length {shown}, below {threshold:g}"
+    return None
+
+
+def render_block_accept(report, engines, fed_by) -> Table:
+    """One row per wiring: the accept length as each engine counts it, with its rounds; the
+    share of rounds accepting at least k drafts as the first engine counts them; who feeds it."""
+    from inspector.engines import engine
+
+    k = report.block_size - 1
+    table = report_table(
+        safe(
+            f"{report.draft}: block accept length per round ({report.family}, {k} drafts a "
+            f"round) on {report.samples} samples"
+        )
+    )
+    table.add_column("wiring", no_wrap=True)
+    table.add_column("fc <- layers", no_wrap=True)
+    for e in engines:
+        table.add_column(f"accept len\n{engine(e).display}", justify="right")
+        table.add_column("rounds", justify="right")
+    for j in range(k):
+        table.add_column(f">={j + 1}", justify="right")
+    table.add_column("accepted", justify="right")
+    table.add_column("fed by")
+    for w, by in zip(report.wirings, fed_by, strict=True):
+        row = [safe(w.name or "custom"), safe(w.label)]
+        for e in engines:
+            st = w.stats[e]
+            al = st.accept_length
+            row += [
+                "-" if al is None else fmt_float(al) + ("+" if st.is_bound else ""),
+                f"{st.rounds:,}",
+            ]
+        first = w.stats[engines[0]]
+        row += [pct(x) for x in first.per_depth]
+        row += [f"{first.accepted:,}", safe(", ".join(by))]
+        table.add_row(*row)
+    after = (
+        "; SGLang counts one more round after each request's stop (overlap scheduler)"
+        if any(engine(e).overlap_round for e in engines)
+        else ""
+    )
+    table.caption = (
+        "accept len: 1 + accepted / rounds, pooled, as the engines log it; a round accepts the "
+        "leading drafts of its block that match the target; + marks a lower bound (the samples "
+        f"do not hold the target's continuation past a stop). >=k: the share of rounds "
+        f"accepting at least k drafts ({engine(engines[0]).display}'s count){after}"
+    )
+    table.caption_justify = "left"
+    return table
