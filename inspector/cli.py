@@ -321,8 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_doc.add_argument(
         "--parent",
         metavar="CKPT",
-        help="the checkpoint CKPT was warm-started from: adds whether the vocabulary map moved "
-        "under the weights (d2t rows that map elsewhere, both maps scored on the samples)",
+        help="the checkpoint CKPT was fine-tuned from: adds what changed (capture ids, config, "
+        "tensors dropped or changed) and whether the vocabulary map moved under the weights",
     )
     p_doc.add_argument(
         "--write-fixed",

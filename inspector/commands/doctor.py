@@ -50,8 +50,15 @@ def run_doctor(args: argparse.Namespace) -> int:
     if block_draft_family(args.checkpoint) is not None:
         from inspector.commands.doctor_block import block_doctor_report
 
-        return _emit(args, block_doctor_report(args, err), err)
+        parent = _parent_diff(args.checkpoint, args)  # a bad --parent fails before the run
+        report = block_doctor_report(args, err)
+        if parent is not None:
+            from inspector.doctor.pipeline import with_finding
+
+            with_finding(report, parent)
+        return _emit(args, report, err)
     inputs = resolve_inputs(args)
+    parent = _parent_diff(inputs.checkpoint, args)
     # the wiring finding quotes a chain's accept length, as vLLM's default (a chain) verifies it
     sampling = (
         expectation_settings(args, default_engine(True), chain=True)
@@ -90,9 +97,10 @@ def run_doctor(args: argparse.Namespace) -> int:
 
     with stage_progress_bar(err) as advance:
         report = run(request, load, progress=advance)
-    if getattr(args, "parent", None) and loaded:
+    if parent is not None and loaded:
         from inspector.doctor.pipeline import with_finding
 
+        with_finding(report, parent)
         with_finding(report, _parent_finding(Path(args.parent), inputs, loaded[-1], report))
     if source is not None and loaded:
         from inspector.doctor.pipeline import with_finding
@@ -102,6 +110,20 @@ def run_doctor(args: argparse.Namespace) -> int:
         )
         with_finding(report, finding)
     return _emit(args, report, err)
+
+
+def _parent_diff(checkpoint: str | Path, args: argparse.Namespace) -> Finding | None:
+    """What CKPT changed or dropped against --parent, capture ids first
+    (`doctor.checks.parent_diff`); None without --parent."""
+    if not getattr(args, "parent", None):
+        return None
+    from inspector.formats.checkpoint import is_gguf
+
+    if is_gguf(checkpoint) or is_gguf(args.parent):  # the vocab_moved finding alone
+        return None
+    from inspector.doctor.checks.parent_diff import diff_against_parent, parent_diff_finding
+
+    return parent_diff_finding(diff_against_parent(checkpoint, args.parent))
 
 
 def _parent_finding(parent: Path, inputs, ev: Evaluator, report: DoctorReport) -> Finding:
