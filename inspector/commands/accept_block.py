@@ -10,9 +10,7 @@ doctor's search (`doctor.wiring.block_search.search_from_config`) and the reader
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -69,14 +67,11 @@ def counting_engines(args: argparse.Namespace, family: str):
 
 
 def run_block_accept(args: argparse.Namespace) -> int:
-    from inspector.commands.doctor_block import block_target_layers
     from inspector.commands.gates import gate_exit
-    from inspector.doctor.checks.block_checks import decided_layers
-    from inspector.doctor.wiring.block_feeds import accept_rows, block_feeds
-    from inspector.doctor.wiring.block_search import search_from_config
+    from inspector.doctor.wiring.block_feeds import plan_block_wirings
     from inspector.evaluate.block_eval import evaluate_blocks
     from inspector.formats.block_config import block_draft_family
-    from inspector.wiring import layers_wiring, parse_wiring, preset_name
+    from inspector.wiring import parse_wiring, preset_name
 
     refuse_replay_flags(args)
     engines = counting_engines(args, block_draft_family(args.checkpoint) or "dflash")
@@ -97,70 +92,29 @@ def run_block_accept(args: argparse.Namespace) -> int:
     samples = readable_samples(sample_set, n, err)
     infos = sample_set.slot_info
     n_blocks = draft.config.num_fc_blocks
-    search = None
+    plan = None
     if args.wiring:
         wirings = [
             (preset_name(t), parse_wiring(t, infos, n_blocks, block.hf_layer_ids))
             for t in args.wiring
         ]
-        rows = None
     else:
-        head = [s for _, s in samples[:SEARCH_SAMPLES]]
-        num_layers = block_target_layers(inputs, block, head)
-        configured = tuple(block.hf_layer_ids)
-        trained = None
-        try:
-            search, scored = search_from_config(draft, head, num_layers)
-            trained = decided_layers(search, block, scored)
-            if tuple(trained) != configured:
-                than = (
-                    ""
-                    if scored is None
-                    else f": block accuracy {pct(search.best.accuracy)} against "
-                    f"{pct(scored.accuracy)}"
-                )
-                err.print(
-                    f"note: the weights fit HF {list(trained)} (ids {list(search.trained_ids)}), "
-                    f"not the configured HF {list(configured)}{than} (the doctor's wiring search "
-                    f"on {len(head)} samples): replayed as 'searched'",
-                    highlight=False,
-                    soft_wrap=True,
-                )
-        except ValueError as e:  # the samples hold fewer layers than fc takes
-            err.print(f"note: no wiring search: {e}", highlight=False, soft_wrap=True)
-        raw = json.loads((Path(draft.path) / "config.json").read_text())
-        feeds = block_feeds(raw, block, num_layers, n_blocks)
-        for f in feeds:
-            if f.fed is None:
-                err.print(
-                    f"note: {safe(f.reader)} feeds nothing to replay: {safe(f.problem or '')}",
-                    highlight=False,
-                    soft_wrap=True,
-                )
-        rows = []
-        for row in accept_rows(configured, trained, feeds):
-            w = layers_wiring(row.layers, infos)
-            if w is None:
-                err.print(
-                    f"note: {row.name} HF {list(row.layers)}: the samples do not hold those "
-                    "layers (capture --layers)",
-                    highlight=False,
-                    soft_wrap=True,
-                )
-                continue
-            rows.append((row, w))
-        if not rows:
+        head = [x for _, x in samples[:SEARCH_SAMPLES]]
+        plan = plan_block_wirings(draft, head, inputs.target)
+        for line in plan.notes:
+            err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
+        if not plan.held:
             raise InputError(
                 inputs.samples[0] if inputs.samples else None,
                 "--wiring",
                 "the samples hold none of the wirings to replay: name the slots with --wiring",
             )
-        wirings = [(row.name, w) for row, w in rows]
+        wirings = [(row.name, w) for row, w in plan.held]
     with progress_bar("replaying", err) as advance:
         report = evaluate_blocks(
             draft, samples, wirings, progress=advance, engines=engines, width=width
         )
-    fed_by = [list(row.fed_by) for row, _ in rows] if rows else [[] for _ in wirings]
+    fed_by = [list(row.fed_by) for row, _ in plan.held] if plan else [[] for _ in wirings]
     if args.json:
         doc = report.to_dict()
         doc["block_size"] = block.block_size
@@ -168,10 +122,9 @@ def run_block_accept(args: argparse.Namespace) -> int:
         doc["engines"] = [e.value for e in engines]
         for w, by in zip(doc["wirings"], fed_by, strict=True):
             w["fed_by"] = by
-        if search is not None:
-            doc["search"] = search.to_dict()
-        if not args.wiring:
-            doc["feeds"] = [f.to_dict() for f in feeds]
+        if plan is not None:
+            doc["search"] = plan.search.to_dict() if plan.search is not None else None
+            doc["feeds"] = [f.to_dict() for f in plan.feeds]
         write_json(doc)
     else:
         out = stdout_console(None if sys.stdout.isatty() else 200)

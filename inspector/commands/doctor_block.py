@@ -25,6 +25,7 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
     )
     from inspector.doctor.finding import sort_findings
     from inspector.doctor.report import DoctorReport
+    from inspector.doctor.wiring.block_feeds import target_layers
     from inspector.doctor.wiring.block_search import search_from_config
     from inspector.engines import engine
 
@@ -34,7 +35,7 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
     assert block is not None
     read = readable_samples(sample_set, args.n_samples, err)
     indices, samples = [i for i, _ in read], [x for _, x in read]
-    num_layers = block_target_layers(inputs, block, samples)
+    num_layers = target_layers(inputs.target, block, samples)
     search, configured_score = search_from_config(draft, samples, num_layers)
     raw = json.loads((Path(draft.path) / "config.json").read_text())
     findings = [
@@ -59,18 +60,4 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
         checkpoint=str(inputs.checkpoint),
         sample_indices=indices,
         seconds={"block_doctor": round(time.perf_counter() - started, 2)},
-    )
-
-
-def block_target_layers(inputs, block, samples) -> int:
-    """The target's layer count: --target's config, else the draft's num_target_layers, else the
-    deepest layer the samples hold."""
-    from inspector.formats.layer_convention import target_layer_count
-
-    infos = samples[0].slot_info if samples else []
-    held = [s.hf_index for s in infos if s.hf_index is not None and not s.post_norm]
-    return (
-        (target_layer_count(inputs.target) if inputs.target else None)
-        or block.num_target_layers
-        or max(held)
     )

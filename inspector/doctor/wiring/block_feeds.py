@@ -3,16 +3,22 @@ drafts) feeds its fc blocks: the wirings `accept` replays beside the trained one
 
 The readings are `engine_reading.engine_reads`'s (vLLM's +1 on DFlash ids, SGLang's guess where a
 config names none, ...) and the reference's own (`BlockConfig.layer_ids` + 1: the ids as written,
-or its default spread). Pure: no torch, no files."""
+or its default spread). `plan_block_wirings` puts them beside the configured wiring and the
+trained one (the doctor's search), as slots of the samples: what `accept` and the app show."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
+from inspector.doctor.wiring.block_search import BlockSearch
 from inspector.doctor.wiring.engine_reading import engine_reads
-from inspector.draft import BlockConfig
+from inspector.draft import BlockConfig, Draft
 from inspector.engines import Engine
+from inspector.sample import Sample
+from inspector.wiring import Wiring, layers_wiring
 
 REFERENCE = "dflash 0.1.0 (reference)"
 
@@ -91,3 +97,80 @@ def accept_rows(
             r = rows[at]
             rows[at] = AcceptRow(r.name, r.layers, (*r.fed_by, f.reader))
     return rows
+
+
+def target_layers(target: str | Path | None, block: BlockConfig, samples: Sequence[Sample]) -> int:
+    """The target's layer count: --target's config, else the draft's num_target_layers, else the
+    deepest layer the samples hold."""
+    from inspector.formats.layer_convention import target_layer_count
+
+    infos = samples[0].slot_info if samples else []
+    held = [s.hf_index for s in infos if s.hf_index is not None and not s.post_norm]
+    return (
+        (target_layer_count(target) if target else None)
+        or block.num_target_layers
+        or max(held, default=0)
+    )
+
+
+@dataclass
+class BlockPlan:
+    """The wirings to show of a block draft: each row with its slots (None where the samples lack
+    its layers), the search that named the trained one, the readers' feeds, and notes."""
+
+    rows: list[tuple[AcceptRow, Wiring | None]]
+    search: BlockSearch | None
+    feeds: list[BlockFeed]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def held(self) -> list[tuple[AcceptRow, Wiring]]:
+        return [(r, w) for r, w in self.rows if w is not None]
+
+
+def plan_block_wirings(
+    draft: Draft, samples: Sequence[Sample], target: str | Path | None = None
+) -> BlockPlan:
+    """The configured ids' wiring, the trained one (the doctor's search over `samples`, where it
+    puts them elsewhere) and each reader's feed (`accept_rows`), as slots of the samples:
+    what `accept` replays and the app toggles over."""
+    from inspector.doctor.checks.block_checks import decided_layers
+    from inspector.doctor.wiring.block_search import search_from_config
+    from inspector.formatting import pct
+
+    block = draft.config.block
+    assert block is not None
+    infos = samples[0].slot_info if samples else []
+    num_layers = target_layers(target, block, samples)
+    configured = tuple(block.hf_layer_ids)
+    notes: list[str] = []
+    search, trained = None, None
+    try:
+        search, scored = search_from_config(draft, samples, num_layers)
+        trained = decided_layers(search, block, scored)
+        if tuple(trained) != configured:
+            than = (
+                ""
+                if scored is None
+                else f": block accuracy {pct(search.best.accuracy)} against {pct(scored.accuracy)}"
+            )
+            notes.append(
+                f"the weights fit HF {list(trained)} (ids {list(search.trained_ids)}), not the "
+                f"configured HF {list(configured)}{than} (the doctor's wiring search on "
+                f"{len(samples)} samples): shown as 'searched'"
+            )
+    except ValueError as e:  # the samples hold fewer layers than fc takes
+        notes.append(f"no wiring search: {e}")
+    raw = json.loads((Path(draft.path) / "config.json").read_text())
+    feeds = block_feeds(raw, block, num_layers, draft.config.num_fc_blocks)
+    notes += [f"{f.reader} feeds nothing to replay: {f.problem}" for f in feeds if f.fed is None]
+    rows = []
+    for row in accept_rows(configured, trained, feeds):
+        w = layers_wiring(row.layers, infos)
+        if w is None:
+            notes.append(
+                f"{row.name} HF {list(row.layers)}: the samples do not hold those layers "
+                "(capture --layers)"
+            )
+        rows.append((row, w))
+    return BlockPlan(rows, search, feeds, notes)
