@@ -196,6 +196,40 @@ class StoredVocab:
     t2d: torch.Tensor | None
 
 
+@dataclass(frozen=True)
+class Quantization:
+    """How a quantized draft's weights were stored, read and dequantized at load
+    (`inspector.formats.quantized`): the canonical weights hold `scale * stored` in float32.
+
+    method: "fp8" (the only one read). format: what declared it ("modelopt", "compressed-tensors",
+    or "scales only" where no config names it). weight_dtype: the stored element type
+    ("float8_e4m3fn"). granularity: "per-tensor", "per-channel" or "mixed". tensors: the canonical
+    names dequantized. input_scales: activation scales stored beside them (static input
+    quantization, which the forward does not apply: it runs the activations unquantized).
+    """
+
+    method: str
+    format: str
+    weight_dtype: str
+    granularity: str
+    tensors: tuple[str, ...]
+    input_scales: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.method} ({self.weight_dtype}, {self.granularity}, {self.format})"
+
+    def to_dict(self) -> dict:
+        return {
+            "method": self.method,
+            "format": self.format,
+            "weight_dtype": self.weight_dtype,
+            "granularity": self.granularity,
+            "tensors": list(self.tensors),
+            "input_scales": self.input_scales,
+        }
+
+
 def dtype_label(computed: str, stored: str | None) -> str:
     """For header lines: the compute dtype, and the stored one where it differs
     (`float32 (stored bfloat16)`)."""
@@ -232,6 +266,7 @@ class Draft:
     # The floating dtype of the weight file; None when the draft was not loaded from files.
     stored_dtype: torch.dtype | None = None
     dtype_note: str | None = None  # why it is computed in another dtype than stored, or not
+    quantization: Quantization | None = None  # stored quantized, dequantized at load
 
     @property
     def device(self) -> torch.device:

@@ -97,11 +97,13 @@ def run_doctor(args: argparse.Namespace) -> int:
 
     with stage_progress_bar(err) as advance:
         report = run(request, load, progress=advance)
-    if parent is not None and loaded:
+    if getattr(args, "parent", None) and loaded:
         from inspector.doctor.pipeline import with_finding
 
-        with_finding(report, parent)
-        with_finding(report, _parent_finding(Path(args.parent), inputs, loaded[-1], report))
+        if parent is not None:
+            with_finding(report, parent)
+        for f in _parent_findings(Path(args.parent), inputs, loaded[-1], report):
+            with_finding(report, f)
     if source is not None and loaded:
         from inspector.doctor.pipeline import with_finding
 
@@ -126,9 +128,10 @@ def _parent_diff(checkpoint: str | Path, args: argparse.Namespace) -> Finding | 
     return parent_diff_finding(diff_against_parent(checkpoint, args.parent))
 
 
-def _parent_finding(parent: Path, inputs, ev: Evaluator, report: DoctorReport) -> Finding:
+def _parent_findings(parent: Path, inputs, ev: Evaluator, report: DoctorReport) -> list[Finding]:
     """Whether the vocabulary map moved against --parent's (`doctor.checks.vocab_moved`), both maps
-    scored on the doctor's samples under its recommended wiring."""
+    scored on the doctor's samples under its recommended wiring; for a quantized draft, what the
+    quantization costs against the parent there (`doctor.checks.quantization_cost`)."""
     from inspector.doctor.checks.vocab_moved import compare_maps, score_maps, vocab_moved_finding
     from inspector.formats import load_draft
 
@@ -144,7 +147,16 @@ def _parent_finding(parent: Path, inputs, ev: Evaluator, report: DoctorReport) -
     wiring = report.recommended_wiring or report.best_wiring
     if wiring:
         facts = score_maps(facts, ev, other, report.sample_indices, tuple(wiring))
-    return vocab_moved_finding(facts)
+    out = [vocab_moved_finding(facts)]
+    if ev.draft.quantization is not None and wiring:
+        from inspector.doctor.checks.quantization_cost import (
+            measure_quantization_cost,
+            quantization_cost_finding,
+        )
+
+        cost = measure_quantization_cost(ev, other, report.sample_indices, wiring)
+        out.append(quantization_cost_finding(cost))
+    return out
 
 
 def _check_source(checkpoint: str | None, source: Path) -> None:

@@ -53,6 +53,7 @@ class Kind(StrEnum):
     VOCAB_MOVED = "vocab_moved"  # the map against a parent checkpoint's (doctor --parent)
     VOCAB_CONTRACT = "vocab_contract"  # the map against the target's real, unpadded vocabulary
     PARENT_DIFF = "parent_diff"  # config fields and tensors a fine-tune changed (doctor --parent)
+    QUANTIZATION = "quantization"  # an FP8 draft's acceptance against its parent (doctor --parent)
     SAMPLES = "samples"  # samples that could not be scored
     ALIGNMENT = "alignment"
     NORM_BEFORE_RESIDUAL = "norm_before_residual"

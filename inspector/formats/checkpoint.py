@@ -26,6 +26,7 @@ from inspector.errors import InputError
 from inspector.formats.config import ConfigReader, ParsedConfig, parse_draft_config, read_rope
 from inspector.formats.draft_assembly import assemble_draft
 from inspector.formats.gguf_draft import load_gguf_draft
+from inspector.formats.quantized import dequantize
 from inspector.formats.tensorfiles import find_weight_file, read_json, read_tensors
 
 _PREFIXES = (
@@ -96,9 +97,11 @@ def load_draft(
     if not folder.is_dir():
         raise InputError(path, None, "checkpoint folder not found")
     cfg_path = folder / "config.json"
-    parsed = parse_draft_config(cfg_path, read_json(cfg_path))
+    raw = read_json(cfg_path)
+    parsed = parse_draft_config(cfg_path, raw)
     weight_file = find_weight_file(folder)
     weights = _canonical_weights(weight_file, parsed.config)
+    quantization = dequantize(weights, folder, raw, weight_file)  # FP8: scale * weight
     notes: list[str] = []
     cfg = _settle_config(parsed, weights, weight_file, cfg_path, strict, notes)
     return assemble_draft(
@@ -114,6 +117,7 @@ def load_draft(
         name=folder.name,
         path=str(folder),
         layout=parsed.layout,
+        quantization=quantization,
     )
 
 

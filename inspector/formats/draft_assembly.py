@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from inspector.draft import Draft, DraftConfig, StoredVocab
+from inspector.draft import Draft, DraftConfig, Quantization, StoredVocab
 from inspector.errors import InputError
 from inspector.formats.compute_dtype import compute_dtype
 from inspector.formats.target_tensors import read_embedding
@@ -35,6 +35,7 @@ def assemble_draft(
     name: str,
     path: str,
     layout: str,
+    quantization: Quantization | None = None,
 ) -> Draft:
     """The Draft from settled config and canonical weights (d2t as offsets, t2d as a mask, when
     stored): the embedding attached, the vocab map validated, every tensor checked, and the
@@ -77,6 +78,7 @@ def assemble_draft(
         stored_vocab=stored,
         stored_dtype=chosen.stored,
         dtype_note=chosen.note,
+        quantization=quantization,
     )
     return draft.to(device) if str(device) != "cpu" else draft
 

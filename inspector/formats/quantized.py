@@ -1,0 +1,153 @@
+"""FP8 drafts: weights stored as float8 with their scales, dequantized into the canonical draft.
+
+Two layouts write the same tensors: every quantized linear's `<name>.weight` in float8_e4m3fn
+(e5m2 read too) beside `<name>.weight_scale` in float32, one value (per-tensor) or one per output
+row (per-channel, [out] or [out, 1]); static activation scales `<name>.input_scale` (and KV-cache
+`k_scale` / `v_scale`) may sit beside them. What declares it:
+
+- ModelOpt (`quantize_drafter.py`, `hf_ptq.py`): `hf_quant_config.json` with
+  `quantization.quant_algo: "FP8"`, and in newer exports config.json's `quantization_config`
+  (`quant_method: "modelopt"`, `quant_algo: "FP8"`);
+- llm-compressor / compressed-tensors: config.json's `quantization_config` with
+  `quant_method: "compressed-tensors"` and `config_groups.*.weights` of `type: "float"`,
+  `num_bits: 8` (strategy "tensor" or "channel").
+
+The loader multiplies each weight by its scale in float32 (the product of an e4m3 value and a
+float32 scale rounds once, at float32's 2^-24), records the quantization on the `Draft`
+(`Draft.quantization`), and drops the scales. Activation scales are counted, not applied: the
+forward runs activations unquantized. Block-wise scales (`weight_scale_inv`,
+`weight_block_size`), other methods (NVFP4, INT4, ...) and a declaration the tensors contradict
+are one-line errors naming the file and the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from inspector.draft import Quantization
+from inspector.errors import InputError
+from inspector.formats.files import read_json
+
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+HF_QUANT_CONFIG = "hf_quant_config.json"  # ModelOpt's
+_ACTIVATION_SCALES = (".input_scale", ".k_scale", ".v_scale")
+
+__all__ = ["FP8", "HF_QUANT_CONFIG", "declared_quantization", "dequantize"]
+
+
+def _modelopt_algo(path: Path, field: str, algo: object) -> str:
+    if not isinstance(algo, str) or algo.upper() != "FP8":
+        raise InputError(path, field, f"{algo!r}: not read (FP8 drafts only)")
+    return "modelopt"
+
+
+def _compressed_tensors(path: Path, qc: dict) -> str:
+    groups = qc.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        raise InputError(path, "quantization_config.config_groups", "missing or empty")
+    for name, g in groups.items():
+        w = g.get("weights") if isinstance(g, dict) else None
+        field = f"quantization_config.config_groups.{name}.weights"
+        if not isinstance(w, dict):
+            raise InputError(path, field, "missing or not an object")
+        if w.get("type") != "float" or w.get("num_bits") != 8:
+            raise InputError(
+                path,
+                field,
+                f"type {w.get('type')!r}, {w.get('num_bits')!r} bits: not read (FP8 only)",
+            )
+        if w.get("strategy") not in ("tensor", "channel"):
+            raise InputError(
+                path, field + ".strategy", f"{w.get('strategy')!r}: not read (tensor or channel)"
+            )
+    return "compressed-tensors"
+
+
+def declared_quantization(folder: Path, config: dict) -> str | None:
+    """Which layout declares the draft quantized (None: nothing does); InputError for a method
+    this reader does not dequantize."""
+    cfg_path = folder / "config.json"
+    qc = config.get("quantization_config")
+    if qc is not None:
+        if not isinstance(qc, dict):
+            raise InputError(cfg_path, "quantization_config", "expected an object")
+        if "weight_block_size" in qc:
+            raise InputError(
+                cfg_path, "quantization_config.weight_block_size", "block-wise FP8: not read"
+            )
+        method = qc.get("quant_method")
+        if method == "compressed-tensors":
+            return _compressed_tensors(cfg_path, qc)
+        if method in ("modelopt", "fp8") or "quant_algo" in qc:
+            return _modelopt_algo(cfg_path, "quantization_config.quant_algo", qc.get("quant_algo"))
+        raise InputError(cfg_path, "quantization_config.quant_method", f"{method!r}: not read")
+    hf = folder / HF_QUANT_CONFIG
+    if hf.is_file():
+        q = read_json(hf).get("quantization")
+        if not isinstance(q, dict):
+            raise InputError(hf, "quantization", "missing or not an object")
+        return _modelopt_algo(hf, "quantization.quant_algo", q.get("quant_algo"))
+    return None
+
+
+def _scale(wf: Path, name: str, s: torch.Tensor, rows: int) -> tuple[torch.Tensor, str]:
+    """The scale as a float32 column to multiply the weight's rows by, and its granularity."""
+    if not s.is_floating_point() or s.dtype in FP8:
+        raise InputError(wf, name, f"dtype {s.dtype}, expected a floating scale")
+    s = s.float()
+    if not bool(torch.isfinite(s).all()) or not bool((s > 0).all()):
+        raise InputError(wf, name, "holds a scale that is not finite and positive")
+    if s.numel() == 1:
+        return s.reshape(1, 1), "per-tensor"
+    if s.numel() == rows and (s.dim() == 1 or (s.dim() == 2 and s.shape[1] == 1)):
+        return s.reshape(rows, 1), "per-channel"
+    raise InputError(
+        wf, name, f"shape {tuple(s.shape)}: expected one scale or one per row ({rows})"
+    )
+
+
+def dequantize(
+    weights: dict[str, torch.Tensor], folder: Path, config: dict, wf: Path
+) -> Quantization | None:
+    """Replace every FP8 weight in `weights` (canonical names) by scale * weight in float32 and
+    drop the scales; the quantization read (None: none stored)."""
+    declared = declared_quantization(folder, config)
+    fp8 = sorted(n for n, t in weights.items() if t.dtype in FP8)
+    for n in weights:
+        if n.endswith(".weight_scale_inv"):
+            raise InputError(wf, n, "a block-wise FP8 scale: not read")
+    if not fp8:
+        stray = next((n for n in weights if n.endswith(".weight_scale")), None)
+        if stray is not None:
+            raise InputError(wf, stray, "a weight scale beside a weight that is not FP8")
+        return None
+    kinds, dtypes = set(), set()
+    for n in fp8:
+        if not n.endswith(".weight"):
+            raise InputError(wf, n, f"dtype {weights[n].dtype}: only a weight may be FP8")
+        scale_name = n + "_scale"
+        if scale_name not in weights:
+            raise InputError(wf, scale_name, "tensor not found: an FP8 weight needs its scale")
+        w = weights[n]
+        if w.dim() != 2:
+            raise InputError(wf, n, f"shape {tuple(w.shape)}: an FP8 weight is a matrix")
+        col, kind = _scale(wf, scale_name, weights.pop(scale_name), w.shape[0])
+        weights[n] = w.float() * col
+        kinds.add(kind)
+        dtypes.add(str(w.dtype).removeprefix("torch."))
+    stray = next((n for n in weights if n.endswith(".weight_scale")), None)
+    if stray is not None:
+        raise InputError(wf, stray, "a weight scale beside a weight that is not FP8")
+    activation = [n for n in weights if n.endswith(_ACTIVATION_SCALES)]
+    for n in activation:
+        del weights[n]
+    return Quantization(
+        method="fp8",
+        format=declared or "scales only",
+        weight_dtype="/".join(sorted(dtypes)),
+        granularity=kinds.pop() if len(kinds) == 1 else "mixed",
+        tensors=tuple(fp8),
+        input_scales=len(activation),
+    )
