@@ -51,8 +51,8 @@ def _layer_cfg(edit):
         (
             lambda c: c.update(architectures=["DFlashDraftModel"]),
             "config.json: architectures: 'DFlashDraftModel': a DFlash (block diffusion drafting) "
-            "draft, only eval, doctor and accept run block drafts so far; compare, the other "
-            "replays and the app do not (docs/guides/block-drafts.md)",
+            "draft, eval, doctor, accept and the app run block drafts; compare and the other "
+            "replays do not yet (docs/guides/block-drafts.md)",
         ),
         (
             lambda c: c.update(architectures=["DeepSeekMTPModel"]),

@@ -265,7 +265,7 @@ def test_block_family(config, family):
 
 
 def test_commands_refuse_block_drafts_in_one_line():
-    """eval, doctor and the rest load through load_draft: a DFlash draft is one line there."""
+    """compare and the other replays load through load_draft: a DFlash draft is one line there."""
     with pytest.raises(InputError) as e:
         load_draft(ROOT / "dflash" / "checkpoint", target=TARGET)
     line = str(e.value)
@@ -273,7 +273,7 @@ def test_commands_refuse_block_drafts_in_one_line():
     assert line.startswith("tests/golden_block/dflash/checkpoint/config.json: architectures: ") or (
         "config.json: architectures: 'DFlashDraftModel'" in line
     )
-    assert "only eval, doctor and accept run block drafts so far" in line
+    assert "eval, doctor, accept and the app run block drafts" in line
 
 
 def test_the_replays_say_so_and_exit_2(capsys):
@@ -284,7 +284,7 @@ def test_the_replays_say_so_and_exit_2(capsys):
     assert main([*argv, "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert "dflash/checkpoint/config.json: architectures: 'DFlashDraftModel'" in err
-    assert "only eval, doctor and accept run block drafts so far" in err
+    assert "eval, doctor, accept and the app run block drafts" in err
     assert "Traceback" not in err
 
 

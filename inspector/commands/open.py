@@ -39,9 +39,23 @@ def no_terminal_line(stream: str) -> str:
 
 def build_app(args: argparse.Namespace):
     """The app for these arguments (inputs resolved; nothing heavy imported yet)."""
-    from inspector.tui.app import InspectorApp
+    from inspector.formats.block_config import block_draft_family
 
     inputs = resolve_inputs(args)
+    if block_draft_family(inputs.checkpoint) is not None:
+        from inspector.errors import InputError
+        from inspector.tui.block_app import BlockApp
+
+        for flag, given in (
+            ("--compare", args.compare),
+            ("--engine-log", args.engine_log),
+            ("--temperature", args.temperature > 0),
+        ):
+            if given:
+                raise InputError(None, flag, f"not on a block draft's app yet: drop {flag}")
+        return BlockApp(inputs, device=args.device, dtype=args.dtype, wiring=args.wiring)
+    from inspector.tui.app import InspectorApp
+
     return InspectorApp(
         inputs,
         device=args.device,

@@ -179,8 +179,8 @@ NOT_EAGLE3 = "not an EAGLE-3 or P-EAGLE draft, which is what this tool runs"
 # The one-line refusal of a DFlash draft by the commands that replay EAGLE-3's TTT steps only:
 # eval and doctor branch to the block draft's own (evaluate.block_eval, doctor.checks.block_checks).
 DFLASH_MISSING = (
-    "only eval, doctor and accept run block drafts so far; compare, the other replays and the "
-    "app do not (docs/guides/block-drafts.md)"
+    "eval, doctor, accept and the app run block drafts; compare and the other replays do not "
+    "yet (docs/guides/block-drafts.md)"
 )
 # P-EAGLE (docs/peagle.md) is run: speculators marks it by speculators_model_type "peagle" (and
 # saves architectures ["PEagleDraftModel"], its class), SpecForge by its class name alone.
