@@ -33,6 +33,7 @@ from inspector.model.attention import AttendSpec, LayerCache, attend
 from inspector.model.decoder import add_bias, kv_heads, mlp, query_heads
 from inspector.model.linear import linear
 from inspector.model.rope import apply_rope, rms_norm, rope_cos_sin
+from inspector.model.tap import Tap, tap_at
 from inspector.model.weights import LayerWeights, LlamaAttention, resolve_layers
 
 
@@ -167,26 +168,36 @@ def _layer(
     rope_ctx: Rope,
     rope_block: Rope,
     mask: torch.Tensor,
+    tap: Tap | None = None,
 ) -> torch.Tensor:
     cfg = draft.config
     block = _block_config(draft)
     assert isinstance(lw.attn, LlamaAttention)
     dflash2 = block.family == "dflash2"
     p = f"layers.{lw.index}."
+    name = f"layer{lw.index}."
     a = rms_norm(x, lw.input_norm, cfg.rms_norm_eps)
     if dflash2:
         conv_a = _Conv(draft, p + "attention_conv.")
         a, dyn_a = conv_a.prepare(a)
+    tap_at(tap, name + "attn_input", a)
+    tap_at(tap, name + "residual", x)
     o = _attention(cfg, lw.attn, a, ctx, rope_ctx, rope_block, mask)
     if dflash2:
         o = conv_a.finish(o, dyn_a)
+    tap_at(tap, name + "attn_out", o)
     x = x + o
     m = rms_norm(x, lw.post_norm, cfg.rms_norm_eps)
     if dflash2:
         conv_m = _Conv(draft, p + "mlp_conv.")
         m, dyn_m = conv_m.prepare(m)
-        return x + conv_m.finish(mlp(m, lw), dyn_m)
-    return x + mlp(m, lw)
+        m = conv_m.finish(mlp(m, lw), dyn_m)
+    else:
+        m = mlp(m, lw)
+    tap_at(tap, name + "mlp_out", m)
+    out = x + m
+    tap_at(tap, name + "out", out)
+    return out
 
 
 def block_hidden(draft: Draft, context: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:
@@ -243,6 +254,7 @@ def anchored_block_hidden(
     block_ids: torch.Tensor,
     *,
     fc_out: torch.Tensor | None = None,
+    tap: Tap | None = None,
 ) -> torch.Tensor:
     """The final-normed rows [A, B, H] of A blocks drafted over one sample: block a is
     [x_n, mask, ...] at positions n.. (n = anchors[a]) over the context rows 0..n-1, what a
@@ -251,23 +263,28 @@ def anchored_block_hidden(
 
     context: [T, N*Ht] the sample's features at the draft's layers, fc block order; anchors:
     [A] positions 1..T; block_ids: [A, B]. `fc_out` [T, H] instead of `context`: fc's output
-    already summed (the doctor's search adds cached per-block projections: fc is linear)."""
+    already summed (the doctor's search adds cached per-block projections: fc is linear).
+    `tap` sees its stages (`model.tap`)."""
     cfg = draft.config
     block = _block_config(draft)
     if fc_out is None:
         assert context is not None
         fc_out = linear(context.to(draft.dtype), draft.weights["fc.weight"])
     ctx = rms_norm(fc_out, draft.weights["hidden_norm.weight"], cfg.rms_norm_eps)[None]
+    tap_at(tap, "context", ctx[0])
     t, b = ctx.shape[-2], block_ids.shape[-1]
     x = noise_embedding(draft, block_ids).to(ctx.dtype)
+    tap_at(tap, "embed", x)
     rope_ctx = rope_cos_sin(cfg, torch.arange(t), ctx.device)
     positions = anchors[:, None].cpu() + torch.arange(b)[None, :]
     cos, sin = rope_cos_sin(cfg, positions, ctx.device)
     rope_block = (cos[:, None], sin[:, None])  # [A, 1, B, d]: broadcast over the heads
     for lw in resolve_layers(draft):
         mask = anchored_mask(anchors, t, b, block.causal[lw.index], cfg.sliding_window(lw.index))
-        x = _layer(draft, lw, x, ctx, rope_ctx, rope_block, mask)
-    return rms_norm(x, draft.weights["norm.weight"], cfg.rms_norm_eps)
+        x = _layer(draft, lw, x, ctx, rope_ctx, rope_block, mask, tap)
+    out = rms_norm(x, draft.weights["norm.weight"], cfg.rms_norm_eps)
+    tap_at(tap, "norm", out)
+    return out
 
 
 def head_logits(draft: Draft, normed: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ from inspector.draft import DraftConfig
 from inspector.model.attention import DEFAULT_CHUNKING, AttendSpec, Chunking, LayerCache, attend
 from inspector.model.linear import linear
 from inspector.model.rope import apply_rope, deinterleave, rms_norm
+from inspector.model.tap import Tap, tap_at
 from inspector.model.weights import LayerWeights, LlamaAttention, MlaAttention
 
 
@@ -126,15 +127,25 @@ def project_mla(
 
 
 def layer_output(
-    cfg: DraftConfig, lw: LayerWeights, residual: torch.Tensor, o: torch.Tensor, mlp_rows: int
+    cfg: DraftConfig,
+    lw: LayerWeights,
+    residual: torch.Tensor,
+    o: torch.Tensor,
+    mlp_rows: int,
+    tap: Tap | None = None,
 ) -> torch.Tensor:
     """The layer after attention: o_proj (+ bias) on the heads' outputs o [B, heads, T, dv], the
     residual, the post-attention norm and the MLP (in row chunks of `mlp_rows`)."""
     b, nh, t, dv = o.shape
     o = add_bias(linear(o.transpose(1, 2).reshape(b, t, nh * dv), lw.attn.o), lw.attn.o_bias)
+    tap_at(tap, f"layer{lw.index}.attn_out", o)
     u = residual + o
     normed = rms_norm(u, lw.post_norm, cfg.rms_norm_eps)
-    return u + rowwise_mlp(normed, lw, mlp_rows)
+    m = rowwise_mlp(normed, lw, mlp_rows)
+    tap_at(tap, f"layer{lw.index}.mlp_out", m)
+    out = u + m
+    tap_at(tap, f"layer{lw.index}.out", out)
+    return out
 
 
 def layer(
@@ -147,10 +158,14 @@ def layer(
     cache: LayerCache,
     spec: AttendSpec | None = None,
     chunking: Chunking = DEFAULT_CHUNKING,
+    tap: Tap | None = None,
 ) -> torch.Tensor:
     """One draft layer on [B, R, H] rows (embeds: the token embeddings, read by layer 0 only),
-    appending its keys/values to `cache` and attending as `spec` says (see `attention.attend`)."""
+    appending its keys/values to `cache` and attending as `spec` says (see `attention.attend`).
+    `tap` sees its stages (`model.tap`)."""
     a, residual = attention_input(cfg, lw, hidden, embeds)
+    tap_at(tap, f"layer{lw.index}.attn_input", a)
+    tap_at(tap, f"layer{lw.index}.residual", residual)
     if isinstance(lw.attn, MlaAttention):
         q, k, v = project_mla(cfg, lw.attn, a, cos, sin)
     else:
@@ -158,4 +173,4 @@ def layer(
     del a
     cache.append(k, v)
     o = attend(cfg, q, cache, spec, chunking)
-    return layer_output(cfg, lw, residual, o, chunking.mlp_rows)
+    return layer_output(cfg, lw, residual, o, chunking.mlp_rows, tap)

@@ -15,6 +15,7 @@ from inspector.model.decoder import layer
 from inspector.model.fc import mask_feature
 from inspector.model.heads import draft_logits
 from inspector.model.rope import rms_norm, rope_cos_sin
+from inspector.model.tap import Tap, tap_at
 from inspector.model.weights import LayerWeights, resolve_layers
 
 
@@ -34,17 +35,20 @@ def draft_step(
     caches: Sequence[LayerCache],
     spec: AttendSpec | None = None,
     chunking: Chunking = DEFAULT_CHUNKING,
+    tap: Tap | None = None,
 ) -> torch.Tensor:
     """One draft forward over [B, R, H] rows: `hidden` (the fc output at step 0, else
     `next_input` of the previous step), fed the target ids `tokens` [B, R] at RoPE `positions`
     [R]; every layer appends its keys/values to its cache and attends as `spec` says. Returns
-    the last layer's output z (pre-norm) [B, R, H]."""
+    the last layer's output z (pre-norm) [B, R, H]. `tap` sees its stages (`model.tap`)."""
     cfg = draft.config
     embeds = F.embedding(tokens, draft.weights["embed_tokens.weight"]).to(hidden.dtype)
+    tap_at(tap, "embed", embeds)
     cos, sin = rope_cos_sin(cfg, positions, hidden.device)
     x = hidden
     for lw, cache in zip(layers, caches, strict=True):
-        x = layer(cfg, lw, x, embeds if lw.index == 0 else None, cos, sin, cache, spec, chunking)
+        e = embeds if lw.index == 0 else None
+        x = layer(cfg, lw, x, e, cos, sin, cache, spec, chunking, tap)
     return x
 
 
@@ -55,8 +59,10 @@ def _steps(
     steps: int,
     position_offset: int,
     chunking: Chunking = DEFAULT_CHUNKING,
+    tap: Tap | None = None,
 ) -> Iterator[tuple[int, torch.Tensor]]:
-    """(k, x_k [B, R, H]) per step; rows j >= R-k of step k were fed the padding token."""
+    """(k, x_k [B, R, H]) per step; rows j >= R-k of step k were fed the padding token. `tap`
+    sees step 0's stages."""
     cfg = draft.config
     layers = resolve_layers(draft)
     _, r, _ = h.shape
@@ -75,7 +81,16 @@ def _steps(
             # Under causal + diagonal attention they cannot reach the kept rows.
             tok_k = torch.zeros_like(tokens)
             tok_k[:, : r - k] = tokens[:, k:]
-        x = draft_step(draft, layers, hidden, tok_k, base_pos + k, caches, chunking=chunking)
+        x = draft_step(
+            draft,
+            layers,
+            hidden,
+            tok_k,
+            base_pos + k,
+            caches,
+            chunking=chunking,
+            tap=tap if k == 0 else None,
+        )
         yield k, x
         if k + 1 < steps and par is None:
             hidden = next_input(draft, x)
@@ -93,6 +108,7 @@ def iter_steps(
     steps: int = 1,
     position_offset: int = 1,
     chunking: Chunking = DEFAULT_CHUNKING,
+    tap: Tap | None = None,
 ) -> Iterator[tuple[int, torch.Tensor]]:
     """The draft layer output z (pre-norm) of TTT steps 0..steps-1, one step at a time.
 
@@ -100,12 +116,13 @@ def iter_steps(
     tokens: [R] or [B, R], the token x_{j+1} fed at row j.
     position_offset: RoPE position of row 0 (speculators feeds position_ids[1:], i.e. 1;
       SpecForge 0). Only q-k differences matter, so this moves the logits by float rounding only.
+    tap: sees step 0's stages (`model.tap`; the train/serve trace).
     Yields (k, z_k) with z_k [.., R-k, H]: row j of step k predicts x_{j+2+k} through
     `draft_logits`. Memory stays linear in R: nothing of size R x vocab is built here.
     """
     squeeze = h.dim() == 2
     r = h.shape[-2]
-    for k, x in _steps(draft, *_batched(h, tokens), steps, position_offset, chunking):
+    for k, x in _steps(draft, *_batched(h, tokens), steps, position_offset, chunking, tap):
         yield k, (x[0, : r - k] if squeeze else x[:, : r - k])
 
 

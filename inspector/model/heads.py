@@ -8,11 +8,14 @@ import torch
 from inspector.draft import Draft
 from inspector.model.linear import linear
 from inspector.model.rope import rms_norm
+from inspector.model.tap import Tap, tap_at
 
 
-def draft_logits(draft: Draft, z: torch.Tensor) -> torch.Tensor:
-    """Draft-vocab logits lm_head(norm(z)) in float32, [.., D], z a layer output (pre-norm)."""
+def draft_logits(draft: Draft, z: torch.Tensor, tap: Tap | None = None) -> torch.Tensor:
+    """Draft-vocab logits lm_head(norm(z)) in float32, [.., D], z a layer output (pre-norm);
+    `tap` sees the normed rows as `norm`."""
     normed = rms_norm(z, draft.weights["norm.weight"], draft.config.rms_norm_eps)
+    tap_at(tap, "norm", normed)
     return linear(normed, draft.weights["lm_head.weight"]).float()
 
 
