@@ -79,6 +79,9 @@ class BlockPlan:
     samples_per_step: int = 2
     anchors_per_sample: int = 32  # a random subset of each picked sample's anchors
     seed: int = 0
+    # the block's embedding rows times this (the reference reads `input_embedding_scale`);
+    # written to the config where it is not 1
+    input_embedding_scale: float = 1.0
 
 
 def block_config(target_cfg: dict, ids: tuple[int, ...], plan: BlockPlan) -> dict:
@@ -102,6 +105,11 @@ def block_config(target_cfg: dict, ids: tuple[int, ...], plan: BlockPlan) -> dic
             "block_size": plan.block_size,
             "mask_token_id": target_cfg["vocab_size"] - 1,
             "target_layer_ids": list(ids),
+            **(
+                {"input_embedding_scale": plan.input_embedding_scale}
+                if plan.input_embedding_scale != 1.0
+                else {}
+            ),
         },
         "tie_word_embeddings": False,
     }

@@ -112,6 +112,10 @@ class ServingEngine:
     known_faults: tuple[KnownFault, ...] = ()
     captures: tuple[CaptureRelease, ...] = ()
     facts: tuple[Fact, ...] = field(default_factory=tuple)
+    # the block families whose `input_embedding_scale` it multiplies the block's input rows by
+    # (None: not known); the others it runs at its own scale, `block_embedding_own`
+    embedding_scale_read: frozenset[str] | None = None
+    block_embedding_own: tuple[float, str] = (1.0, "")
 
     @property
     def release(self) -> Release:
@@ -136,6 +140,15 @@ class ServingEngine:
     def feeds_nothing_for_last(self) -> bool:
         """Whether an id equal to the layer count can feed an fc block nothing (llama.cpp)."""
         return any(r.last_feeds_nothing for r in self.readers)
+
+    def block_embedding_scale(self, family: str, stated: float) -> tuple[float, str] | None:
+        """(the scale it multiplies a `family` block draft's input rows by, why) for a config
+        that states `stated`; None where the engine's rule is not known."""
+        if self.embedding_scale_read is None:
+            return None
+        if family in self.embedding_scale_read:
+            return stated, "reads input_embedding_scale"
+        return self.block_embedding_own
 
     def primary_reader(self, *, gguf: bool = False) -> Reader | None:
         """The reading path a plain launch takes (the first row of its kind)."""

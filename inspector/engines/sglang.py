@@ -258,4 +258,13 @@ ENGINE = ServingEngine(
     windowed_log=True,
     tree_kv="sglang",
     synthetic_off="SGLANG_SIMULATE_ACC_LEN unset",
+    # 0.5.23's DFlash worker scales the block's embedding rows by the target model's
+    # get_dflash_noise_embedding_scale() where the class has one, else 1.0; none of its model
+    # classes defines it, and the draft config's input_embedding_scale is read nowhere
+    embedding_scale_read=frozenset(),
+    block_embedding_own=(
+        1.0,
+        "reads no input_embedding_scale: its DFlash worker asks the target model class "
+        "(get_dflash_noise_embedding_scale, defined by none: 1.0)",
+    ),
 )

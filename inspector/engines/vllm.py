@@ -252,4 +252,8 @@ ENGINE = ServingEngine(
     steps_flag="num_speculative_tokens",
     known_faults=(CPU_EXPAND,),
     facts=FACTS,
+    # qwen3_dflash2 (0.32) multiplies the block's embedding rows by the config's
+    # input_embedding_scale; qwen3_dflash (DFlash) embeds them as they are
+    embedding_scale_read=frozenset({"dflash2"}),
+    block_embedding_own=(1.0, "its DFlash model class reads no input_embedding_scale"),
 )
