@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from inspector import __version__
 from inspector.commands.arguments import (
     SuggestingParser,
-    add_block_steps_arg,
     add_compare_parser,
+    add_doctor_probe_args,
     add_early_stop_args,
     add_engine_args,
     add_reconcile_args,
@@ -309,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(repeatable: vllm, sglang, llama.cpp, in any spelling: vLLM, llamacpp; default every "
         "engine)",
     )
-    add_block_steps_arg(p_doc)
+    add_doctor_probe_args(p_doc)
     p_doc.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p_doc.add_argument(
         "--source",

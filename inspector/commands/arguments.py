@@ -120,15 +120,33 @@ def port(text: str) -> int:
     return n
 
 
-def add_block_steps_arg(p: argparse.ArgumentParser) -> None:
-    """doctor's --steps: the engine's draft length, against which a block draft's block_size is
-    checked (a round runs the anchor and K masks)."""
+def add_doctor_probe_args(p: argparse.ArgumentParser) -> None:
+    """doctor's --steps (the engine's draft length, against which a block draft's block_size is
+    checked: a round runs the anchor and K masks) and --trace (`add_trace_arg`)."""
+    add_trace_arg(p)
     p.add_argument(
         "--steps",
         type=positive,
         metavar="K",
         help="the engine's draft length (vLLM num_speculative_tokens): a block draft's "
         "block_size is checked against it",
+    )
+
+
+def add_trace_arg(p: argparse.ArgumentParser) -> None:
+    """doctor's --trace: one sample through the trained path and each engine's
+    (`doctor.trace`)."""
+    p.add_argument(
+        "--trace",
+        metavar="N",
+        type=int,
+        nargs="?",
+        const=0,
+        default=None,
+        help="run sample N (default 0) through the draft as its trainer computed it and as "
+        "each engine runs it (--engine: only those); per stage the norm ratio, the first stage "
+        "where they part and the cause (an embedding scale, a norm flag, a dtype, the "
+        "vocabulary map, the token/feature shift, the wiring, a dropped feature)",
     )
 
 

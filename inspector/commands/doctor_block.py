@@ -52,6 +52,10 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
         block_size_finding(block, getattr(args, "steps", None)),
         mask_finding(draft),
     ]
+    if getattr(args, "trace", None) is not None:
+        findings.append(
+            _trace_finding(args, sample_set, draft, raw, num_layers, search, configured_score)
+        )
     return DoctorReport(
         best_wiring=(),
         wirings=[],
@@ -61,3 +65,29 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
         sample_indices=indices,
         seconds={"block_doctor": round(time.perf_counter() - started, 2)},
     )
+
+
+def _trace_finding(args, sample_set, draft, raw, num_layers, search, configured_score):
+    """The train/serve trace of sample --trace over the layers the weights were trained on
+    (`doctor.trace`), against each engine that reads this kind of draft (--engine: those)."""
+    from inspector.doctor.checks.block_checks import decided_layers
+    from inspector.doctor.trace.build import block_trace, pick_sample
+    from inspector.doctor.trace.finding import trace_finding
+    from inspector.engines import engine_id
+    from inspector.wiring import layers_wiring
+
+    block = draft.config.block
+    index = pick_sample(
+        sample_set.files[0] if sample_set.files else None, args.trace, len(sample_set)
+    )
+    sample = sample_set[index]
+    infos = sample.slot_info
+    trained = layers_wiring(decided_layers(search, block, configured_score), infos)
+    if trained is None:
+        trained = layers_wiring(block.hf_layer_ids, infos)
+    assert trained is not None  # the search ran over the layers these samples hold
+    engines = [engine_id(e) for e in args.engine] if getattr(args, "engine", None) else None
+    trace = block_trace(
+        draft, sample, infos, trained, raw, num_layers, sample_index=index, engines=engines
+    )
+    return trace_finding(trace)
