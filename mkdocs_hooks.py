@@ -6,6 +6,8 @@ pages are read: none can drift from its source."""
 
 from __future__ import annotations
 
+import html
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -78,3 +80,28 @@ def on_files(files, config):
     for path, text in pages.items():
         files.append(File.generated(config, path, content=text))
     return files
+
+
+# a fenced code block as the theme writes it; a console one holds a `$ ` prompt (class "gp")
+CODE_BLOCK = re.compile(r'<div class="highlight"><pre>(.*?)</pre></div>', re.S)
+BOX = re.compile(r"[│┃━─╭╰┏┗┡└]")
+
+
+def console_columns(block_html: str) -> int:
+    """The width of a console block's widest box-drawn line (a table's or a panel's rules), 0
+    when it draws none: what must fit across the page without wrapping."""
+    text = html.unescape(re.sub(r"<[^>]+>", "", block_html))
+    return max((len(x) for x in text.splitlines() if BOX.search(x)), default=0)
+
+
+def on_post_page(output, page, config):
+    """Each console block marked `console`, with --cols its widest box-drawn line (or 80): the
+    site's CSS (docs/stylesheets/console.css) sizes its font so that many columns fit."""
+
+    def mark(m: re.Match) -> str:
+        if 'class="gp"' not in m[1]:
+            return m[0]
+        cols = max(console_columns(m[1]), 80)
+        return f'<div class="highlight console" style="--cols: {cols}"><pre>{m[1]}</pre></div>'
+
+    return CODE_BLOCK.sub(mark, output)
