@@ -42,14 +42,15 @@ def path_line(p: PathTrace) -> str:
         f"proposals agree on {pct(p.agreement)} of {p.rows} rows "
         f"(accuracy {pct(p.accuracy_trained)} trained, {pct(p.accuracy_served)} served)"
     )
-    if p.note:
-        tail += f" (the wiring as trained: {p.note})"
+    label = p.label
+    if p.note:  # the engine's own reading fails: the rest is traced over the trained wiring
+        label += f" ({p.note}; traced over the trained wiring)"
     if first is None:
-        return f"{p.label}: every stage within rounding of the trained path; {tail}"
+        return f"{label}: every stage within rounding of the trained path; {tail}"
     causes = p.causes
     why = "; ".join(f"{d.cause}: {d.words}" for d in causes) if causes else "no known cause"
     return (
-        f"{p.label}: parts at {first.stage}, norm ratio {_num(first.ratio)} (served/trained), "
+        f"{label}: parts at {first.stage}, norm ratio {_num(first.ratio)} (served/trained), "
         f"relative difference {_num(first.rel)}; cause: {why}; {tail}"
     )
 
@@ -62,7 +63,8 @@ class TraceFacts:
         return self.trace.to_dict()
 
     def lines(self) -> list[str]:
-        out = [f"sample {self.trace.sample}, {self.trace.rows} rows, against {self.trace.trained}"]
+        t = self.trace
+        out = [f"sample {t.sample}, {t.rows} rows, against the trained path ({t.trained})"]
         out += [path_line(p) for p in self.trace.paths]
         return out
 

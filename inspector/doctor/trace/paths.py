@@ -62,7 +62,7 @@ def residual_stage() -> str:
 
 def trained_path(draft: Draft, wiring: Wiring, trainer: str) -> TracePath:
     """The draft as its config and weights say, over the wiring it was trained on."""
-    return TracePath(f"as trained ({trainer})", draft, wiring)
+    return TracePath(trainer, draft, wiring)
 
 
 def with_dtype(path: TracePath, dtype: torch.dtype, why: str) -> TracePath:
@@ -178,9 +178,12 @@ def block_engine_paths(
             path = replace(
                 path, draft=run, differences=(Difference(EMBEDDING_SCALE, words, "embed"),)
             )
-        if r.fed is not None:
-            wiring = layers_wiring(tuple(r.fed), infos)
-            if wiring is not None:
-                path = with_wiring(path, wiring, f"feeds HF {list(r.fed)}")
+        wiring = layers_wiring(tuple(r.fed), infos) if r.fed is not None else None
+        if wiring is not None:
+            path = with_wiring(path, wiring, f"feeds HF {list(r.fed or ())}")
+        elif r.problem is not None:
+            path = replace(path, note=r.problem)
+        elif r.fed is not None:
+            path = replace(path, note=f"its feed HF {list(r.fed)} is not in the samples")
         out.append(path)
     return out
