@@ -270,3 +270,19 @@ def test_doctor_trace_on_a_block_draft_names_the_scale(demo, scaled_block_draft,
     assert p["first_parted"] == "embed" and p["causes"] == ["embedding scale"]
     assert p["stages"][1]["norm_ratio"] == pytest.approx(0.125, rel=1e-4)
     assert "parts at embed, norm ratio 0.125" in f["summary"]
+
+
+def test_the_rows_traced_keep_the_logits_within_their_bytes(demo):
+    from inspector.doctor.trace.run import LOGIT_BYTES, block_anchors, eagle3_rows
+    from inspector.formats import SampleSet
+
+    sample = SampleSet([str(demo.train_samples)])[0]
+    assert LOGIT_BYTES == 64 << 20
+    assert eagle3_rows(sample, 64) == 64
+    assert eagle3_rows(sample, 64, 1, 1 << 20) == 16  # 16 rows x 2^20 x 4 bytes = 64 MiB
+    assert eagle3_rows(sample, 64, 1, 1 << 30) == 1
+    assert eagle3_rows(sample, 10**6) == sample.length - 1
+    assert len(block_anchors(sample, 64)) == 64
+    assert len(block_anchors(sample, 64, 5, 1 << 20)) == 4  # 4 blocks x 4 rows x 2^20 x 4
+    anchors = block_anchors(sample, 8)
+    assert anchors == sorted(anchors) and len(set(anchors)) == 8

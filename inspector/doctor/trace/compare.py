@@ -206,7 +206,9 @@ def trace(
     num_layers = trained.draft.config.num_layers
     kept: dict[str, torch.Tensor] = {}
     if block:
-        anchors = block_anchors(sample, rows)
+        cfg = trained.draft.config
+        assert cfg.block is not None
+        anchors = block_anchors(sample, rows, cfg.block.block_size, cfg.vocab_size)
 
         def run(path: TracePath, sink) -> torch.Tensor:
             return run_block(path, sample, anchors, sink)
@@ -219,7 +221,7 @@ def trace(
         def run(path: TracePath, sink) -> torch.Tensor:
             return run_eagle3(path, sample, rows, position_offset, sink)
 
-        n_rows = eagle3_rows(sample, rows, trained.shift)
+        n_rows = eagle3_rows(sample, rows, trained.shift, trained.draft.config.draft_vocab_size)
         truth = _truth_eagle3(sample, n_rows, trained.shift)
     ours = run(trained, kept.__setitem__)
     out = Trace(trained.label, sample_index, n_rows)

@@ -23,6 +23,10 @@ from inspector.model.forward import iter_steps
 from inspector.model.heads import draft_logits
 from inspector.sample import Sample
 
+# The trained path's stages are kept while each engine path runs beside them: the widest, the
+# logits (rows x vocabulary), are held to this many bytes by running fewer rows or blocks.
+LOGIT_BYTES = 64 << 20
+
 Stages = dict[str, torch.Tensor]  # stage -> [rows, width], float32, CPU, computation order
 Sink = Callable[[str, torch.Tensor], None]
 
@@ -31,8 +35,11 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
     return x.detach().reshape(-1, x.shape[-1]).float().cpu()
 
 
-def eagle3_rows(sample: Sample, rows: int, shift: int = 1) -> int:
-    """How many step-0 rows a trace of `sample` runs: `rows`, or fewer in a short sample."""
+def eagle3_rows(sample: Sample, rows: int, shift: int = 1, vocab: int = 0) -> int:
+    """How many step-0 rows a trace of `sample` runs: `rows`, fewer in a short sample or where
+    `vocab`-wide float32 logits of that many rows pass LOGIT_BYTES (at least one)."""
+    if vocab:
+        rows = min(rows, max(1, LOGIT_BYTES // (4 * vocab)))
     return max(0, min(rows, sample.length - shift))
 
 
@@ -43,7 +50,7 @@ def run_eagle3(
     """Step 0 of `path` over the first rows of `sample`, every stage handed to `sink`; returns
     the target id each row proposes [R]."""
     draft = path.draft
-    r = eagle3_rows(sample, rows, path.shift)
+    r = eagle3_rows(sample, rows, path.shift, draft.config.draft_vocab_size)
     dev = draft.device
     slots = [sample.slots[i][:r].to(device=dev, dtype=draft.dtype) for i in path.wiring.slots]
     h = fc_wired(draft, slots)
@@ -61,9 +68,11 @@ def run_eagle3(
     return ids.cpu()
 
 
-def block_anchors(sample: Sample, rows: int) -> list[int]:
+def block_anchors(sample: Sample, rows: int, block_size: int = 2, vocab: int = 0) -> list[int]:
     """Up to `rows` anchors spread evenly over the sample's generations (every n a round may
-    start after)."""
+    start after), fewer where their blocks' `vocab`-wide float32 logits pass LOGIT_BYTES."""
+    if vocab:
+        rows = min(rows, max(1, LOGIT_BYTES // (4 * vocab * max(1, block_size - 1))))
     runs = generation_runs(sample.loss_mask.cpu().numpy())
     every = [n for p, e in runs for n in range(p, e)]
     if len(every) <= rows:
@@ -90,6 +99,8 @@ def run_block(path: TracePath, sample: Sample, anchors: list[int], sink: Sink) -
     block_ids[:, 0] = ids[at]
 
     def tap(name: str, x: torch.Tensor) -> None:
+        if name == "context":  # the whole sample's rows: keep the one before each anchor
+            x = x[at - 1]
         sink(name, _flat(x))
 
     normed = anchored_block_hidden(draft, context, at, block_ids, tap=tap)[:, 1:]
