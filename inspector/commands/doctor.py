@@ -76,6 +76,7 @@ def run_doctor(args: argparse.Namespace) -> int:
         sampling=sampling,
         target_dtype=args.dtype,
         engines=tuple(args.engine) if args.engine else None,
+        trace=getattr(args, "trace", None),
     )
 
     loaded: list[Evaluator] = []
@@ -108,10 +109,6 @@ def run_doctor(args: argparse.Namespace) -> int:
             with_finding(report, parent)
         for f in _parent_findings(Path(args.parent), inputs, loaded[-1], report):
             with_finding(report, f)
-    if getattr(args, "trace", None) is not None and loaded:
-        from inspector.doctor.pipeline import with_finding
-
-        with_finding(report, _trace_finding(args, inputs, loaded[-1], report))
     if source is not None and loaded:
         from inspector.doctor.pipeline import with_finding
 
@@ -134,43 +131,6 @@ def _parent_diff(checkpoint: str | Path, args: argparse.Namespace) -> Finding | 
     from inspector.doctor.checks.parent_diff import diff_against_parent, parent_diff_finding
 
     return parent_diff_finding(diff_against_parent(checkpoint, args.parent))
-
-
-def _trace_finding(args, inputs, ev: Evaluator, report: DoctorReport) -> Finding:
-    """The train/serve trace of sample --trace (`doctor.trace`) over the trained wiring the
-    report found (else the configured one), against each engine asked for (else every one)."""
-    from inspector.commands.common import target_facts
-    from inspector.doctor.trace.build import eagle3_trace, pick_sample
-    from inspector.doctor.trace.finding import trace_finding
-    from inspector.engines import engine_id
-    from inspector.wiring import Wiring, configured_layers, train_wiring
-
-    draft = ev.draft
-    infos = ev.slot_info
-    index = pick_sample(inputs.samples[0], args.trace, len(ev.samples))
-    if report.best_wiring:
-        trained = Wiring(tuple(report.best_wiring))
-    else:
-        cfg = draft.config
-        layers = configured_layers(cfg.aux_layer_ids, cfg.aux_layer_convention)
-        trained = train_wiring(infos, cfg.num_fc_blocks, layers)
-    num_layers, target = target_facts(inputs, ev)
-    if num_layers is None and inputs.target is not None:
-        from inspector.formats.layer_convention import target_layer_count
-
-        num_layers = target_layer_count(inputs.target)
-    trace = eagle3_trace(
-        draft,
-        ev.samples[index],
-        infos,
-        trained,
-        sample_index=index,
-        engines=[engine_id(e) for e in args.engine] if args.engine else None,
-        num_layers=num_layers,
-        target=target,
-        position_offset=ev.position_offset,
-    )
-    return trace_finding(trace)
 
 
 def _parent_findings(parent: Path, inputs, ev: Evaluator, report: DoctorReport) -> list[Finding]:

@@ -74,6 +74,7 @@ class DoctorRequest:
     sampling: SamplingSettings | None = None
     target_dtype: str = "auto"
     engines: tuple[str, ...] | None = None  # the engine_feeds finding's rows (None: every engine)
+    trace: int | None = None  # the sample the train/serve trace runs (`doctor.trace`; None: none)
 
 
 def headless_report(status: HeadStatus) -> DoctorReport:
@@ -173,6 +174,13 @@ def run(
         report.findings = sort_findings(
             [*report.findings, *gguf_layers_finding(ev.draft, report, request.target)]
         )
+        if request.trace is not None:
+            from inspector.doctor.trace.build import report_trace_finding
+
+            engines = request.engines
+            with_finding(
+                report, report_trace_finding(ev, report, request.trace, engines, request.target)
+            )
         if request.write_fixed is not None:
             write_fixed(
                 ev,
@@ -219,12 +227,16 @@ def run_loaded(
     sampling: SamplingSettings | None = None,
     target: Path | None = None,
     target_model: TargetModel | None = None,
+    trace: int | None = None,
 ) -> DoctorReport:
     """`run` for a session that holds an evaluator (the app): the request is read off it (its
     draft's folder; `target`, else its target head's folder, as --target), at `sampling` (the
-    app's τ settings; `target_model`: the app's loaded target, not loaded again)."""
+    app's τ settings; `target_model`: the app's loaded target, not loaded again; `trace`: the
+    sample the train/serve trace runs)."""
     checkpoint = Path(ev.draft.path)
     if target is None and ev.target_head is not None:
         target = Path(ev.target_head.path)
-    request = DoctorRequest(checkpoint, target, n_samples, max_tokens, sampling=sampling)
+    request = DoctorRequest(
+        checkpoint, target, n_samples, max_tokens, sampling=sampling, trace=trace
+    )
     return run(request, reuse(ev, checkpoint), progress=progress, target_model=target_model)

@@ -9,6 +9,8 @@ runs (`paths`), in the dtype the checkpoint stores (what an engine's `dtype auto
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -26,6 +28,11 @@ from inspector.engines import SERVING, Engine
 from inspector.errors import InputError, setting_field
 from inspector.sample import Sample, SlotInfo
 from inspector.wiring import Wiring
+
+if TYPE_CHECKING:
+    from inspector.doctor.finding import Finding
+    from inspector.doctor.report import DoctorReport
+    from inspector.evaluate import Evaluator
 
 ROWS = 64  # rows (EAGLE-3) or blocks (block drafts) a trace runs: stages are rows x width each
 
@@ -93,3 +100,46 @@ def block_trace(
         for p in block_engine_paths(base, config, num_layers, infos, engines)
     ]
     return trace(base, paths, sample, sample_index=sample_index, rows=rows)
+
+
+def report_trace_finding(
+    ev: Evaluator,
+    report: DoctorReport,
+    index: int,
+    engines: Sequence[str] | None = None,
+    target: Path | None = None,
+) -> Finding:
+    """The doctor's trace finding: sample `index` of the evaluator's set over the trained wiring
+    the report found (else the configured one), against each engine named (else every one),
+    with the target's layer count and class as the samples and `target` tell them."""
+    from inspector.doctor.trace.finding import trace_finding
+    from inspector.engines import engine_id
+    from inspector.formats.layer_convention import target_layer_count
+    from inspector.formats.target_class import data_config_target, read_target_class
+    from inspector.wiring import configured_layers, train_wiring
+
+    draft = ev.draft
+    infos = ev.slot_info
+    index = pick_sample(ev.samples.files[0] if ev.samples.files else None, index, len(ev.samples))
+    if report.best_wiring:
+        trained = Wiring(tuple(report.best_wiring))
+    else:
+        cfg = draft.config
+        layers = configured_layers(cfg.aux_layer_ids, cfg.aux_layer_convention)
+        trained = train_wiring(infos, cfg.num_fc_blocks, layers)
+    num_layers = next((s.hf_index for s in infos if s.verifier and not s.post_norm), None)
+    if num_layers is None and target is not None:
+        num_layers = target_layer_count(target)
+    klass = read_target_class(target) or data_config_target(ev.samples.data_config)
+    trace = eagle3_trace(
+        draft,
+        ev.samples[index],
+        infos,
+        trained,
+        sample_index=index,
+        engines=[engine_id(e) for e in engines] if engines else None,
+        num_layers=num_layers,
+        target=klass,
+        position_offset=ev.position_offset,
+    )
+    return trace_finding(trace)
