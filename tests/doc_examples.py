@@ -37,6 +37,11 @@ BORDERS = re.compile(r"[│┃╭╮╰╯─━═┏┓┗┛┡┩╇┳┻�
 TIME = re.compile(r"\b\d[\d,]*(?:\.\d+)?\s?(?:s|ms|min|tokens/s|it/s|samples/s|positions/s)\b")
 NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# The terminal width the examples run at: the docs' code-block width, the widest table the docs
+# show (the demo's `eval` table, 124 columns) fitting without a cell wrapped. The site's CSS
+# (docs/stylesheets/console.css) sizes each console block's font so its widest table fits the
+# page; a wider table would be printed squeezed here, as a terminal this wide shows it.
+DOCS_COLUMNS = 124
 
 
 @dataclass
@@ -222,7 +227,7 @@ def run(example: Example, cwd: Path, env: dict[str, str]) -> tuple[int, str]:
 
 def environment() -> dict[str, str]:
     env = dict(os.environ)
-    env.update(COLUMNS="200", NO_COLOR="1", TERM="dumb", HF_HUB_OFFLINE="1")
+    env.update(COLUMNS=str(DOCS_COLUMNS), NO_COLOR="1", TERM="dumb", HF_HUB_OFFLINE="1")
     env.update(TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     return env
 

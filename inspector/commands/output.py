@@ -41,8 +41,17 @@ def write_json(doc: Any, stream: IO[str] | None = None) -> int:
 
 def stdout_console(width: int | None = None):
     """A Rich console on stdout whose reader may leave early (`eval | head`): the write raises
-    BrokenPipeError, which the CLI turns into a quiet exit 0 (Rich's own handler exits 1)."""
+    BrokenPipeError, which the CLI turns into a quiet exit 0 (Rich's own handler exits 1).
+    `width` is the width off a terminal (piped: the callers give 200, so a table is not cut to
+    Rich's default 80); a COLUMNS the user set wins over it, as it does on a terminal (the docs'
+    examples run at their page's width so)."""
+    import os
+
     from rich.console import Console
+
+    columns = os.environ.get("COLUMNS", "")
+    if width is not None and columns.isdigit() and int(columns) > 0:
+        width = int(columns)
 
     class _Console(Console):
         def on_broken_pipe(self) -> None:
