@@ -8,14 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inspector.doctor.reconcile.pipeline import (
-    ENGINE_FAULTS,
-    ROUNDING,
-    WINDOW_TOLERANCE,
-    Verdict,
-    pair_requests,
-    reconcile,
-)
+from inspector.doctor.reconcile.matching import ROUNDING, WINDOW_TOLERANCE
+from inspector.doctor.reconcile.pipeline import Verdict, pair_requests, reconcile
+from inspector.doctor.reconcile.shortfall import ENGINE_FAULTS
 from inspector.formats.engine_log import EngineLog, RequestFigures
 from inspector.formats.samples import v1_slot_info
 from inspector.serving.replay import AcceptReport, SampleReplay, WiringAccept
@@ -587,7 +582,7 @@ def test_a_half_precision_log_is_the_wiring_it_drifts_near():
     of one replay and nearer it than half the gap to any other, it is that wiring's; float32
     stays count for count; a figure between two wirings (not twice as near one), or past the
     drift, matches none."""
-    from inspector.doctor.reconcile.pipeline import HALF_DRIFT, near_match
+    from inspector.doctor.reconcile.matching import HALF_DRIFT, near_match
 
     rep = _report({(0, 1, 2): GOOD, (1, 2, 3): BAD})  # 2.857 and 1.286
     drifted = _log(al=2.80, rounded=True)  # 2% below GOOD's replay

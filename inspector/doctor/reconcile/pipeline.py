@@ -34,6 +34,7 @@ the replay at a fixed K is an upper bound of the engine's figure (the summary sa
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from inspector.doctor.reconcile.blame import blamed
 from inspector.doctor.reconcile.evidence import (
@@ -44,6 +45,7 @@ from inspector.doctor.reconcile.evidence import (
     request_counts,
     settled,
 )
+from inspector.doctor.reconcile.matching import below, matching_checks, wiring_checks
 from inspector.doctor.reconcile.result import (
     Gap,
     Reconciliation,
@@ -57,16 +59,12 @@ from inspector.doctor.reconcile.result import (
     short_label,
     trained_clause,
 )
-from inspector.doctor.reconcile.rounds import (
-    bound_reason,
-    counted,
-    pooled,
-    request_rounds,
-    under_schedules,
-    windowed,
-)
+from inspector.doctor.reconcile.rounds import bound_reason, under_schedules
 from inspector.doctor.reconcile.sampled import reconcile_sampled
+from inspector.doctor.reconcile.settle import Settlement
+from inspector.doctor.reconcile.shortfall import fault_classes, first_gap
 from inspector.doctor.reconcile.synthetic import (
+    SyntheticCheck,
     SyntheticSetting,
     synthetic_check,
     synthetic_reconciliation,
@@ -74,42 +72,7 @@ from inspector.doctor.reconcile.synthetic import (
 from inspector.doctor.wiring.trained import TrainedWiring
 from inspector.engines import engine_words
 from inspector.formats.engine_log import EngineLog, RequestFigures
-from inspector.metrics.rounds import AcceptStats
 from inspector.serving.replay import AcceptReport, SampleReplay
-
-# A mean printed with two decimals is within half a unit of its last digit.
-ROUNDING = 0.005 + 1e-9
-# SGLang's log lines at its default decode_log_interval (40) pool a window each, weighted by the
-# window's last batch size, and the last partial window is never logged: a few hundredths on
-# uneven windows. At interval 1 a line is one iteration and its figure is exact to rounding.
-WINDOW_TOLERANCE = 0.05
-
-# A half-precision engine's greedy output leaves ours at bf16 near-ties (verifying k + 1 tokens
-# in one forward is not bit-equal to one-token decoding), and the pooled figure moves with it.
-# Measured on the demo against the float32 replay: SGLang 0.5.23 bf16 chain k = 1, 3, 5 and a
-# tree moved 1.0%, 4.0%, 1.9% and 5.2%; so a bf16 log within 8% of one wiring's replay, and at
-# least twice as near it as any other, is that wiring's.
-HALF_DRIFT = 0.08
-
-# Engine-side fault classes that make an engine accept less than the draft does on the same
-# requests, as public reports of collapsed acceptance named them.
-ENGINE_FAULTS = (
-    (
-        "late",
-        "the engine ignores the draft's sliding window or attention config, or feeds dummy "
-        "tokens past max_model_len (the gap grows with the context position)",
-    ),
-    (
-        "early",
-        "the draft's KV cache is read back wrong (prefix cache, attention metadata, a port's "
-        "indexing): the engine accepts less from the first rounds on",
-    ),
-    (
-        "batch",
-        "batching or CUDA-graph state shared between requests: compare the requests run alone "
-        "with a batch",
-    ),
-)
 
 
 def pair_requests(
@@ -147,83 +110,6 @@ def pair_requests(
     return {}, notes
 
 
-def _equal(log: EngineLog, stats: AcceptStats, bound: bool = False) -> bool:
-    """The engine's figure equals the replay's (counts, or within the log's rounding); `bound`:
-    the replay at a fixed K is an upper bound of an adaptive engine's, which is consistent with
-    it when at most it."""
-    if stats.accept_length is None or log.accept_length is None:
-        return False
-    if bound:
-        exact = log.rounds is not None and log.accepted is not None and not log.rounded
-        if exact and not stats.is_bound:
-            assert log.rounds is not None and log.accepted is not None
-            return log.accepted * stats.rounds <= stats.accepted * log.rounds
-        windows = windowed(log)
-        return log.accept_length <= stats.accept_length + (
-            WINDOW_TOLERANCE if windows else ROUNDING
-        )
-    if log.rounds is not None and log.accepted is not None and not log.rounded:
-        if stats.is_bound:
-            # the replay's count is a lower bound: equal when the engine's is within its slack
-            return log.rounds == stats.rounds and log.accepted >= stats.accepted
-        return (log.rounds, log.accepted) == (stats.rounds, stats.accepted)
-    windows = windowed(log)
-    tol = WINDOW_TOLERANCE if windows else ROUNDING
-    if stats.is_bound:
-        return log.accept_length >= stats.accept_length - tol
-    return abs(log.accept_length - stats.accept_length) <= tol
-
-
-def _below(log: EngineLog, stats: AcceptStats) -> bool:
-    """Below a replay it does not equal (`_equal` holds the tolerance)."""
-    assert log.accept_length is not None and stats.accept_length is not None
-    return log.accept_length < stats.accept_length
-
-
-def _first_gap(
-    pairs: dict[int, RequestFigures], per_sample: dict[int, SampleReplay]
-) -> tuple[Gap | None, list[int]]:
-    """The first round (in the engine's request order) where it accepted less than the
-    replay, and the start of every such round."""
-    first: Gap | None = None
-    short: list[int] = []
-    order = sorted(pairs.items(), key=lambda kv: kv[1].line)  # the log's own order
-    for i, req in order:
-        rep = per_sample.get(i)
-        logged = req.counted_accepted
-        if rep is None or logged is None:
-            continue
-        ours = request_rounds(rep)
-        starts = [int(rep.starts[k]) for k in counted(rep)]
-        for k, (e, a) in enumerate(zip(logged, ours, strict=False)):
-            if e < a:
-                short.append(starts[k])
-                if first is None:
-                    first = Gap(req.where, i, k, e, a, starts[k])
-    return first, short
-
-
-def _fault_classes(short: list[int], first: Gap | None) -> list[str]:
-    """The engine-side classes that fit where the engine fell short (`short`: the starts of
-    the rounds it fell short in)."""
-    by = dict(ENGINE_FAULTS)
-    if not short:
-        return [by["early"], by["late"], by["batch"]]
-    positions = sorted(short)
-    mid = positions[len(positions) // 2]
-    out = []
-    if first is not None and first.round == 0:
-        out.append(by["early"])
-    if mid >= 1024 or (first is not None and first.position >= 1024):
-        out.append(by["late"])
-    out.append(by["batch"])
-    if by["early"] not in out:
-        out.append(by["early"])
-    if by["late"] not in out:
-        out.append(by["late"])
-    return out
-
-
 def reconcile(
     log: EngineLog,
     report: AcceptReport,
@@ -258,29 +144,103 @@ def reconcile(
     if synth is not None and synth.matches:
         return synthetic_reconciliation(log, report, pairs, notes, synth)
     if synth is not None:
-        notes.append(
-            f"the figure is not what {synth.setting.text} gives (expected {synth.expected:.3f} "
-            f"+- {synth.tolerance:.3f}): held against the replay as the engine's own"
-        )
+        notes.append(_not_synthetic(synth))
     if report.sampling is not None:
         return reconcile_sampled(log, report, configured=configured, notes=notes, trained=trained)
+    held = _hold(log, report, pairs, notes, configured, trained, adaptive)
+    matches = matching_checks(log, held.checks, held.scored, pairs, engine_dtype, notes)
+    outcome = _outcome(held, matches)
+    serving_config, fix = _fix(held, outcome.verdict)
+    summary = _close(held, outcome.verdict, outcome.summary, notes)
+    result = Reconciliation(
+        log,
+        held.checks,
+        outcome.verdict,
+        summary,
+        fix=fix,
+        matched=outcome.served,
+        best=held.best.label,
+        gap=outcome.gap,
+        faults=outcome.faults,
+        requests_matched=len(pairs),
+        notes=notes,
+        serving_config=serving_config,
+        trained=held.trained,
+        configured=held.conf.label if held.conf is not None else None,
+        bound=held.bound,
+        scheduled=held.scheduled,
+        settlement=held.settlement,
+    )
+    return blamed(result, held.per_request, pairs)  # a gate or a slot, where the figures show one
+
+
+def _not_synthetic(synth: SyntheticCheck) -> str:
+    """Why a figure the synthetic setting does not give is held against the replay after all."""
+    return (
+        f"the figure is not what {synth.setting.text} gives (expected {synth.expected:.3f} "
+        f"+- {synth.tolerance:.3f}): held against the replay as the engine's own"
+    )
+
+
+@dataclass(frozen=True)
+class _Held:
+    """The engine's figure held against every wiring's replay: built once (`_hold`), read by each
+    step that words the verdict, its fix and its notes."""
+
+    log: EngineLog
+    report: AcceptReport
+    pairs: dict[int, RequestFigures]
+    checks: list[WiringCheck]
+    scored: list[WiringCheck]  # the checks with a replayed figure
+    conf: WiringCheck | None  # the wiring the draft's config names
+    best: WiringCheck  # the trained wiring as the evidence names it, else the best replay
+    ref: int  # the index in `checks` a shortfall is measured against (configured, else best)
+    counts: dict[tuple[int, ...], dict[int, tuple[int, int]]]  # `request_counts` per wiring
+    settlement: Settlement | None  # None: no wiring search ran
+    trained: TrainedWiring | None  # the wiring search's answer (None: not run)
+    bound: str | None  # why the replay is an upper bound (None: held count for count)
+    scheduled: int  # paired requests replayed under the engine's own schedule
+    per_request: dict[int, SampleReplay]  # the reference wiring's replay per sample
+    engine_name: str
+    figure: str  # the engine's figure as written in the summary
+    label: dict[str, str]  # a check's label -> its short form
+
+    @property
+    def exactly(self) -> str:
+        return "exactly what" if self.bound is None else "at most what"
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """A verdict and its words, with what the verdict names: the wiring the figure matched, or
+    the engine's first shortfall and the fault classes that fit it."""
+
+    verdict: Verdict
+    summary: str
+    served: str | None = None
+    gap: Gap | None = None
+    faults: list[str] = field(default_factory=list)
+
+
+def _hold(
+    log: EngineLog,
+    report: AcceptReport,
+    pairs: dict[int, RequestFigures],
+    notes: list[str],
+    configured: int | None,
+    trained: tuple[Sequence[int], TrainedWiring] | None,
+    adaptive: str | None,
+) -> _Held:
+    """Replay every wiring as the engine scheduled and counted it, and name the wirings the
+    verdict turns on (configured, trained, reference) once, so each later step only reads."""
     wirings, scheduled, refused = under_schedules(report.wirings, pairs, notes)
     bound = bound_reason(log, adaptive, scheduled, refused, report.spec.steps, notes)
-    checks: list[WiringCheck] = []
-    for wa in wirings:
-        stats = pooled(wa, pairs, log)
-        eq = None
-        if pairs:
-            eq = sum(1 for s in wa.per_sample if s.index in pairs and _same(pairs[s.index], s))
-        checks.append(
-            WiringCheck(wa.label, wa.wiring.slots, stats, _equal(log, stats, bound is not None), eq)
-        )
+    checks = wiring_checks(wirings, pairs, log, bound is not None)
     engine_name = engine_words(log.engine)
     figure = logged_text(log)
     scored = [c for c in checks if c.stats.accept_length is not None]
     if not scored or log.accept_length is None:
         raise ValueError("nothing to reconcile: no rounds replayed or no figure logged")
-    exactly = "exactly what" if bound is None else "at most what"
     conf = checks[configured] if configured is not None else None
     counts = {c.wiring: request_counts(wa, pairs) for c, wa in zip(checks, wirings, strict=True)}
     settlement = None
@@ -290,211 +250,221 @@ def reconcile(
     else:
         best = reference(checks, scored, trained)
     ref = configured if configured is not None else checks.index(best)
-    per_request = {s.index: s for s in wirings[ref].per_sample}
-    # a per-request match decides between wirings a pooled figure cannot tell apart
-    matches = [c for c in checks if c.equal]
-    if pairs and any(c.requests_equal for c in checks):
-        full = [c for c in checks if c.requests_equal == len(pairs)]
-        matches = full or matches
-    if not matches and engine_dtype in ("bfloat16", "float16"):
-        near = near_match(log, scored)
-        if near is not None:
-            matches = [near]
-            notes.append(
-                f"the engine ran in {engine_dtype}: its figure equals no replay exactly, and "
-                f"lies within {HALF_DRIFT:.0%} of {label_of(near)}'s (at least twice as near it as "
-                "any other), the drift of half-precision near-ties"
-            )
-    label = {c.label: short_label(c.label) for c in checks}
-    served = None
-    gap = None
-    faults: list[str] = []
+    return _Held(
+        log=log,
+        report=report,
+        pairs=pairs,
+        checks=checks,
+        scored=scored,
+        conf=conf,
+        best=best,
+        ref=ref,
+        counts=counts,
+        settlement=settlement,
+        trained=trained[1] if trained is not None else None,
+        bound=bound,
+        scheduled=scheduled,
+        per_request={s.index: s for s in wirings[ref].per_sample},
+        engine_name=engine_name,
+        figure=figure,
+        label={c.label: short_label(c.label) for c in checks},
+    )
+
+
+def _outcome(held: _Held, matches: list[WiringCheck]) -> _Outcome:
+    """The verdict the figure earns: a wiring's replay it matches, below every replay (the
+    engine's side), or above or between them (not the requests the engine served)."""
     if matches:
-        m = best if best in matches else matches[0]
-        served = m.label
-        if settlement is not None and settlement.wiring is None:
-            verdict = Verdict.UNDECIDED
-            summary = (
-                f"{engine_name} logged {figure}, {exactly} this draft gives fed "
-                f"{label[m.label]}; which wiring the weights were trained on is undecided: "
-                f"{settlement.undecided}"
-            )
-        elif trained is not None and settlement is not None:
-            worse = clearly_worse(m, best, counts)
-            verdict = Verdict.WRONG_WIRING if worse else Verdict.AS_IS
-            if worse:
-                conclusion = ": your engine feeds the wrong layers" + (
-                    ", the ones its config names" if m is conf else ""
-                )
-            elif m is conf and settlement.configured_stands:
-                conclusion = (
-                    ": served as configured, and the draft is what it is. More draft steps, a "
-                    "tree (SGLang's topk > 1) or training data closer to the served traffic "
-                    "raise it"
-                )
-            else:
-                conclusion = (
-                    ": the draft is what it is. More draft steps, a tree (SGLang's topk > 1) or "
-                    "training data closer to the served traffic raise it"
-                )
-            if m is best or worse:
-                clause = trained_clause(trained[1], m, best, conf, label)
-                if settlement.ambiguous:
-                    others = [c.label for c in checks if c.wiring in settlement.indistinct]
-                    clause += (
-                        f" (or {', '.join(label[o] for o in others)}: these samples cannot tell "
-                        "them apart)"
-                    )
-            else:
-                clause = (
-                    f", which these requests cannot tell from {label[best.label]} "
-                    f"({fmt_figure(best.stats.accept_length)}), the wiring the evidence names"
-                )
-            summary = (
-                f"{engine_name} logged {figure}, {exactly} this draft gives fed "
-                f"{label[m.label]}" + clause + conclusion
-            )
-        elif m is best:
-            verdict = Verdict.AS_IS
-            summary = (
-                f"{engine_name} logged {figure}; this draft gives {fmt_figure(m.stats.accept_length)} "
-                f"when fed {label[m.label]}, the wiring it fits best of those tried: the draft "
-                "is what it is. More draft steps, a tree (SGLang's topk > 1) or training data "
-                "closer to the served traffic raise it"
-            )
-            if conf is not None and m is not conf:
-                summary += (
-                    f"; note the draft's config names {label[conf.label]} "
-                    f"({fmt_figure(conf.stats.accept_length)}), which this engine does not feed"
-                )
-        else:
-            verdict = Verdict.WRONG_WIRING
-            summary = (
-                f"{engine_name} logged {figure}; this draft gives "
-                f"{fmt_figure(m.stats.accept_length)} when fed {label[m.label]} and "
-                f"{fmt_figure(best.stats.accept_length)} when fed {label[best.label]}"
-                + (", what its config names" if best is conf else "")
-                + ": your engine feeds the wrong layers"
-            )
-    elif all(_below(log, c.stats) for c in scored):
-        verdict = Verdict.ENGINE_FAULT
-        low = min(scored, key=lambda c: c.stats.accept_length or 0.0)
+        return _matched(held, matches)
+    if all(below(held.log, c.stats) for c in held.scored):
+        return _engine_fault(held)
+    return _other_data(held)
+
+
+# what raises the figure of a draft served as it was trained
+_AS_IS = (
+    "the draft is what it is. More draft steps, a tree (SGLang's topk > 1) or training data "
+    "closer to the served traffic raise it"
+)
+
+
+def _matched(held: _Held, matches: list[WiringCheck]) -> _Outcome:
+    """The figure is a wiring's replay: the verdict turns on whether that wiring is the trained
+    one as the evidence settles it (without a search, the best of those tried)."""
+    m = held.best if held.best in matches else matches[0]
+    s = held.settlement
+    if s is not None and s.wiring is None:
         summary = (
-            f"{engine_name} logged {figure}, below every wiring's replay of these requests "
-            f"(lowest {fmt_figure(low.stats.accept_length)} fed {label[low.label]}, "
-            f"{fmt_figure(checks[ref].stats.accept_length)} fed {label[checks[ref].label]}): an "
-            "engine-side fault"
+            f"{held.engine_name} logged {held.figure}, {held.exactly} this draft gives fed "
+            f"{held.label[m.label]}; which wiring the weights were trained on is undecided: "
+            f"{s.undecided}"
         )
-        gap, short = _first_gap(pairs, per_request)
-        if gap is not None:
-            summary += (
-                f"; the first shortfall is request {gap.request} (sample {gap.sample}), round "
-                f"{gap.round} at position {gap.position}: the engine accepted {gap.engine} where "
-                f"this draft accepts {gap.replay}"
-            )
-        faults = _fault_classes(short, gap)
+        return _Outcome(Verdict.UNDECIDED, summary, m.label)
+    if held.trained is not None and s is not None:
+        return _against_trained(held, m, s, held.trained)
+    if m is held.best:
+        return _Outcome(Verdict.AS_IS, _best_of_tried(held, m), m.label)
+    return _Outcome(Verdict.WRONG_WIRING, _worse_than_tried(held, m), m.label)
+
+
+def _against_trained(held: _Held, m: WiringCheck, s: Settlement, t: TrainedWiring) -> _Outcome:
+    """The figure is `m`'s replay and the search named the trained wiring: the draft is what it
+    is where `m` is that wiring or within noise of it, else the engine feeds the wrong layers."""
+    worse = clearly_worse(m, held.best, held.counts)
+    if worse:
+        conclusion = ": your engine feeds the wrong layers" + (
+            ", the ones its config names" if m is held.conf else ""
+        )
+    elif m is held.conf and s.configured_stands:
+        conclusion = ": served as configured, and " + _AS_IS
     else:
-        verdict = Verdict.OTHER_DATA
-        summary = (
-            f"{engine_name} logged {figure}, which matches no wiring's replay ("
-            + ", ".join(f"{fmt_figure(c.stats.accept_length)} fed {label[c.label]}" for c in scored)
-            + "): the samples are not the requests the engine served (other prompts, sampling "
-            "or max tokens), or the engine drafts otherwise than --steps/--topk say"
-        )
-        if bound is not None:
-            # rounds without a draft are no draft to vLLM or llama.cpp (scheduler.py,
-            # common/speculative.cpp): counted over the rounds it drafted in, an engine
-            # that skips the unsure ones can log more than a fixed-K replay
-            summary += (
-                "; or, above every replay, an adaptive engine that leaves its rounds without a "
-                "draft out of its counts (llama.cpp's p-min): only its per-step drafted counts "
-                "(vLLM's per_step_drafted) hold that figure"
+        conclusion = ": " + _AS_IS
+    summary = (
+        f"{held.engine_name} logged {held.figure}, {held.exactly} this draft gives fed "
+        f"{held.label[m.label]}" + _trained_words(held, m, s, t, worse) + conclusion
+    )
+    return _Outcome(Verdict.WRONG_WIRING if worse else Verdict.AS_IS, summary, m.label)
+
+
+def _trained_words(
+    held: _Held, m: WiringCheck, s: Settlement, t: TrainedWiring, worse: bool
+) -> str:
+    """The clause that names the trained wiring beside the one fed (with the neighbours the
+    samples cannot tell from it), or says these requests cannot tell the fed one from it."""
+    label, best = held.label, held.best
+    if m is best or worse:
+        clause = trained_clause(t, m, best, held.conf, label)
+        if s.ambiguous:
+            others = [c.label for c in held.checks if c.wiring in s.indistinct]
+            clause += (
+                f" (or {', '.join(label[o] for o in others)}: these samples cannot tell them apart)"
             )
-    serving_config, fix = serving_fix(verdict, best, conf, report, label)
+        return clause
+    return (
+        f", which these requests cannot tell from {label[best.label]} "
+        f"({fmt_figure(best.stats.accept_length)}), the wiring the evidence names"
+    )
+
+
+def _best_of_tried(held: _Held, m: WiringCheck) -> str:
+    """No search ran and the figure is the best replay of those tried: the draft as it is (and
+    the config's wiring, where the engine fed another)."""
+    conf = held.conf
+    summary = (
+        f"{held.engine_name} logged {held.figure}; this draft gives "
+        f"{fmt_figure(m.stats.accept_length)} when fed {held.label[m.label]}, the wiring it fits "
+        "best of those tried: " + _AS_IS
+    )
+    if conf is not None and m is not conf:
+        summary += (
+            f"; note the draft's config names {held.label[conf.label]} "
+            f"({fmt_figure(conf.stats.accept_length)}), which this engine does not feed"
+        )
+    return summary
+
+
+def _worse_than_tried(held: _Held, m: WiringCheck) -> str:
+    """No search ran and the figure is a replay below the best of those tried: the wrong
+    layers."""
+    best = held.best
+    return (
+        f"{held.engine_name} logged {held.figure}; this draft gives "
+        f"{fmt_figure(m.stats.accept_length)} when fed {held.label[m.label]} and "
+        f"{fmt_figure(best.stats.accept_length)} when fed {held.label[best.label]}"
+        + (", what its config names" if best is held.conf else "")
+        + ": your engine feeds the wrong layers"
+    )
+
+
+def _engine_fault(held: _Held) -> _Outcome:
+    """The figure lies below every replay: the engine accepted less than this draft does on these
+    requests; where the requests were paired, its first shortfall and the classes that fit."""
+    label, ref = held.label, held.checks[held.ref]
+    low = min(held.scored, key=lambda c: c.stats.accept_length or 0.0)
+    summary = (
+        f"{held.engine_name} logged {held.figure}, below every wiring's replay of these requests "
+        f"(lowest {fmt_figure(low.stats.accept_length)} fed {label[low.label]}, "
+        f"{fmt_figure(ref.stats.accept_length)} fed {label[ref.label]}): an engine-side fault"
+    )
+    gap, short = first_gap(held.pairs, held.per_request)
+    if gap is not None:
+        summary += (
+            f"; the first shortfall is request {gap.request} (sample {gap.sample}), round "
+            f"{gap.round} at position {gap.position}: the engine accepted {gap.engine} where "
+            f"this draft accepts {gap.replay}"
+        )
+    return _Outcome(Verdict.ENGINE_FAULT, summary, gap=gap, faults=fault_classes(short, gap))
+
+
+def _other_data(held: _Held) -> _Outcome:
+    """The figure matches no replay and is not below them all: the samples are not the requests
+    the engine served (or, for an adaptive engine, it leaves its draftless rounds uncounted)."""
+    summary = (
+        f"{held.engine_name} logged {held.figure}, which matches no wiring's replay ("
+        + ", ".join(
+            f"{fmt_figure(c.stats.accept_length)} fed {held.label[c.label]}" for c in held.scored
+        )
+        + "): the samples are not the requests the engine served (other prompts, sampling "
+        "or max tokens), or the engine drafts otherwise than --steps/--topk say"
+    )
+    if held.bound is not None:
+        # rounds without a draft are no draft to vLLM or llama.cpp (scheduler.py,
+        # common/speculative.cpp): counted over the rounds it drafted in, an engine
+        # that skips the unsure ones can log more than a fixed-K replay
+        summary += (
+            "; or, above every replay, an adaptive engine that leaves its rounds without a "
+            "draft out of its counts (llama.cpp's p-min): only its per-step drafted counts "
+            "(vLLM's per_step_drafted) hold that figure"
+        )
+    return _Outcome(Verdict.OTHER_DATA, summary)
+
+
+def _fix(held: _Held, verdict: Verdict) -> tuple[dict | None, str | None]:
+    """The serving config and fix the verdict earns: none while undecided; the config's ids where
+    the engine fed the trained wiring but the config names a clearly worse one; and every
+    neighbour named where the evidence cannot tell the trained wiring from them."""
+    best, conf, s = held.best, held.conf, held.settlement
+    serving_config, fix = serving_fix(verdict, best, conf, held.report, held.label)
     if verdict is Verdict.UNDECIDED:
         serving_config, fix = None, None
     elif (
-        trained is not None
+        held.trained is not None
         and conf is not None
         and conf is not best
         and fix is None
-        and clearly_worse(conf, best, counts)
+        and clearly_worse(conf, best, held.counts)
     ):
-        fix = config_fix(best, conf, report, label)
-    if fix is not None and settlement is not None and settlement.ambiguous:
-        fix = ambiguous_fix(fix, settlement, checks, report, label)
-    if settlement is not None and (
-        settlement.wiring is None
-        or settlement.ambiguous
-        or verdict is Verdict.WRONG_WIRING
-        and settlement.indistinct
+        fix = config_fix(best, conf, held.report, held.label)
+    if fix is not None and s is not None and s.ambiguous:
+        fix = ambiguous_fix(fix, s, held.checks, held.report, held.label)
+    return serving_config, fix
+
+
+def _close(held: _Held, verdict: Verdict, summary: str, notes: list[str]) -> str:
+    """The notes that qualify any verdict (the witnesses where they bear on it, replays that are
+    lower bounds, an adaptive engine's bound) appended to `notes`; the summary with the bound."""
+    s = held.settlement
+    if s is not None and (
+        s.wiring is None or s.ambiguous or verdict is Verdict.WRONG_WIRING and s.indistinct
     ):
         # the witnesses bear on the verdict: say what each found (the JSON holds them always)
-        notes.extend(evidence_lines(settlement, checks, label))
-    if any(c.stats.is_bound for c in checks):
+        notes.extend(evidence_lines(s, held.checks, held.label))
+    if any(c.stats.is_bound for c in held.checks):
         notes.append(
             "some replayed requests end in a round drafted past what their samples hold of the "
             "target's continuation: those accept lengths are lower bounds"
         )
-    if bound is not None:
+    if held.bound is not None:
         sentence = (
-            f"The engine's draft length adapts ({bound}): the replay drafts "
-            f"{report.spec.steps} tokens every round, an upper bound of what the engine drafts "
-            "and accepts, so its figure is held to be at most a wiring's replay, not equal to it"
+            f"The engine's draft length adapts ({held.bound}): the replay drafts "
+            f"{held.report.spec.steps} tokens every round, an upper bound of what the engine "
+            "drafts and accepts, so its figure is held to be at most a wiring's replay, not equal "
+            "to it"
         )
         summary += ". " + sentence
         notes.append(sentence)
-    result = Reconciliation(
-        log,
-        checks,
-        verdict,
-        summary,
-        fix,
-        served,
-        best.label,
-        gap,
-        faults,
-        len(pairs),
-        notes,
-        serving_config,
-        trained=trained[1] if trained is not None else None,
-        configured=conf.label if conf is not None else None,
-        bound=bound,
-        scheduled=scheduled,
-        settlement=settlement,
-    )
-    return blamed(result, per_request, pairs)  # a gate or a slot, where the figures show one
-
-
-def near_match(log: EngineLog, scored: Sequence[WiringCheck]) -> WiringCheck | None:
-    """The one wiring a half-precision engine's figure is within `HALF_DRIFT` of, and at least
-    twice as near as any other; None when none is, or the figure lies between two."""
-    x = log.accept_length
-    if x is None:
-        return None
-    by = sorted(scored, key=lambda c: abs((c.stats.accept_length or 0.0) - x))
-    first = by[0]
-    y = first.stats.accept_length or 0.0
-    if abs(x - y) > HALF_DRIFT * y:
-        return None
-    for other in by[1:]:
-        z = other.stats.accept_length or 0.0
-        if 2 * abs(x - y) > abs(x - z):
-            return None
-    return first
+    return summary
 
 
 def label_of(c: WiringCheck) -> str:
     return short_label(c.label)
-
-
-def _same(req: RequestFigures, s: SampleReplay) -> bool:
-    """The engine's request counts what the replay's does: every round (vLLM's
-    per_step_accepted), else its rounds and accepted drafts (SGLang's spec_verify_ct and
-    spec_num_correct_drafts); False where the request gives neither."""
-    ours = request_rounds(s)
-    if req.counted_accepted is not None:
-        return req.counted_accepted == ours
-    if req.rounds is not None and req.accepted is not None and not req.per_request_figure:
-        return (req.rounds, req.accepted) == (len(ours), sum(ours))
-    return False
