@@ -224,6 +224,10 @@ async def test_the_doctor_screen_reads_as_a_verdict():
         assert len(evidence) > 3 and not any(RAW_FLOAT.search(line) for line in evidence)
         # key: value lines, no JSON punctuation of their own (a value may quote a flag's JSON)
         assert not any(line.strip().startswith(("{", "}", '"', "[{")) for line in evidence)
+        # the sample on screen is traced through the trained path and each engine's
+        trace = next(f for f in screen.findings if f.kind == "trace")
+        assert trace.evidence["sample"] == screen.trace == 0  # the first sample is on screen
+        assert "every stage within rounding" in trace.summary or "parts at" in trace.summary
 
 
 @needs_demo

@@ -2,7 +2,8 @@
 `eagle-inspect doctor` runs) on the device thread and shows its verdict: one line first (the
 trained wiring, what the engine feeds, the fix), then the findings one line each, the highlighted
 one in full under them (its evidence folded behind `e`); Enter applies the highlighted finding's
-wiring, `a` the trained one.
+wiring, `a` the trained one. The sample on screen is traced through the trained path and each
+engine's (the `trace` finding: where they part, and why).
 
 The screen is given the device thread (to submit the job) and the session (slot labels, the first
 look's fed wiring); the job posts its typed `DoctorOutcome` straight back to the screen, so
@@ -80,6 +81,7 @@ def doctor_job(
     *,
     sampling: SamplingSettings | None = None,
     target: str | None = None,
+    trace: int | None = None,
 ) -> Callable[[Any], None]:
     """The device-thread task: run the doctor on the evaluator's first `n_samples` samples and post progress
     and the outcome with `post` (thread-safe). Closing the screen sets `cancel`, which stops the
@@ -88,7 +90,8 @@ def doctor_job(
 
     sampling / target: the app's τ temperature and its target folder: the wiring finding then
     quotes the expected accept length there, as `doctor --target T --temperature` does, with
-    the target the backend loaded for τ (loaded once for both)."""
+    the target the backend loaded for τ (loaded once for both). trace: the sample on screen,
+    run through the trained path and each engine's (the `trace` finding, `doctor --trace N`)."""
 
     def progress(stage: str, done: int, total: int) -> None:
         check_cancel(cancel)
@@ -113,6 +116,7 @@ def doctor_job(
                 sampling=sampling,
                 target=None if target is None else Path(target),
                 target_model=None if sampling is None else backend.target(),
+                trace=trace,
             )
             post(finished(report=report))
 
@@ -210,12 +214,14 @@ class DoctorScreen(JobDialog[WiringKey | None]):
         *,
         n_samples: int = N_SAMPLES,
         sampling: SamplingSettings | None = None,
+        trace: int | None = None,
     ) -> None:
         super().__init__()
         self.device = device
         self.session = session
         self.n_samples = n_samples
         self.sampling = sampling  # τ's temperature, which the wiring finding quotes
+        self.trace = trace  # the sample on screen: the train/serve trace runs it
         self.report: DoctorReport | None = None
         self.findings: list[Finding] = []
         self.show_evidence = False  # the highlighted finding's evidence (`e`)
@@ -246,6 +252,7 @@ class DoctorScreen(JobDialog[WiringKey | None]):
             self.post_message,
             sampling=self.sampling,
             target=self.session.target if self.sampling is not None else None,
+            trace=self.trace,
         )
         self.device.submit("doctor", job)
 

@@ -477,7 +477,9 @@ class MainScreen(DeviceMessages):
             return
         serving = self.state.serving
         sampling = None if serving is None else doctor_sampling(serving)
-        screen = DoctorScreen(self.device, self.state.session, sampling=sampling)
+        screen = DoctorScreen(
+            self.device, self.state.session, sampling=sampling, trace=self.state.sample
+        )
         self.app.push_screen(screen, self.doctor_done)
 
     def doctor_done(self, w: WiringKey | None) -> None:
