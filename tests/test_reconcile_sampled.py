@@ -263,6 +263,8 @@ def test_a_build_known_to_verify_wrong_is_the_engines_fault_whatever_its_figure(
         "draft": "draft",
         "spec_tokens": 3,
         "where": "vllm.log:16",
+        "engine": "vllm",
+        "commit": None,
     }
     # the statistics agree: the shortfall's sentence follows the build's fault
     short = reconcile(_started(_log(1000, [58, 0, 0]), CPU_0320), report)

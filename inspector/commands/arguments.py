@@ -242,8 +242,12 @@ def add_reconcile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--engine-log",
         required=True,
+        action="append",
         metavar="FILE",
-        help="the engine's log, Prometheus text, or per-request JSON lines",
+        help="the engine's log, Prometheus text, or per-request JSON lines; given again, each "
+        "file is one run of the same draft (another backend or build), each held against the "
+        "replay, and a run that departs from it while another equals it is its backend's or "
+        "build's",
     )
     p.add_argument(
         "--wiring",

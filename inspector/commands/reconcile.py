@@ -16,6 +16,7 @@ from rich.text import Text
 from inspector.commands.common import as_engine_runs_it, open_evaluator
 from inspector.commands.exit_codes import for_verdict
 from inspector.commands.output import report_table, safe, stdout_console, write_json
+from inspector.commands.reconcile_runs import check_steps, render_runs, same_engine
 from inspector.doctor.reconcile.candidates import (
     candidate_wirings,
     engine_fed,
@@ -33,6 +34,8 @@ COLOURS = {
     "engine_fault": "red",
     "engine_gate": "red",
     "engine_slot": "red",
+    "engine_backend": "red",
+    "target_hidden_state": "red",
     "other_data": "yellow",
     "synthetic": "magenta",
     "undecided": "yellow",
@@ -46,28 +49,26 @@ def engine_flags(spec, engine) -> str:
 
 
 def run_reconcile(args: argparse.Namespace) -> int:
+    from inspector.doctor.reconcile.hidden_state import hidden_state_blame
     from inspector.doctor.reconcile.pipeline import pair_requests, reconcile
+    from inspector.doctor.reconcile.runs import across_runs, run_labels
     from inspector.engines import Engine
     from inspector.formats.engine_log import read_engine_log
     from inspector.serving.spec import DEFAULT_STEPS, DraftSpec
 
     err = Console(stderr=True)
-    log = read_engine_log(args.engine_log, decode_log_interval=args.decode_log_interval)
-    if log.accept_length is None:
-        raise InputError(log.path, None, "holds no accept length (no rounds counted)")
-    steps = args.steps or log.steps or log.most_drafted or DEFAULT_STEPS
-    if log.steps is not None and args.steps and args.steps != log.steps:
-        raise InputError(
-            log.path,
-            "num_spec_tokens" if log.source == "requests" else "Per-position acceptance rate",
-            f"the engine drafted {log.steps} tokens a round, --steps says {args.steps}",
-        )
-    if log.most_drafted is not None and steps < log.most_drafted:
-        raise InputError(
-            log.path,
-            "per_step_drafted",
-            f"a round drafted {log.most_drafted} tokens, --steps says {steps}",
-        )
+    paths = args.engine_log if isinstance(args.engine_log, list) else [args.engine_log]
+    logs = [read_engine_log(p, decode_log_interval=args.decode_log_interval) for p in paths]
+    for log in logs:
+        if log.accept_length is None:
+            raise InputError(log.path, None, "holds no accept length (no rounds counted)")
+    same_engine(logs, args)
+    log = logs[0]
+    steps = args.steps or next(
+        (x for lg in logs for x in (lg.steps, lg.most_drafted) if x is not None), DEFAULT_STEPS
+    )
+    for lg in logs:
+        check_steps(lg, args.steps, steps)
     synthetic = _synthetic_setting(args)
     spec = DraftSpec(steps, args.topk, args.draft_tokens)
     engine = Engine(log.engine)
@@ -75,14 +76,15 @@ def run_reconcile(args: argparse.Namespace) -> int:
         raise InputError(
             None, "--topk", f"{engine.display} drafts chains: --topk 1 for a {engine.display} log"
         )
-    err.print(
-        f"note: {safe(log.description)} from {safe(str(log.path))}: accept length "
-        f"{fmt_float(log.accept_length)}; replaying " + engine_flags(spec, engine),
-        highlight=False,
-        soft_wrap=True,
-    )
+    for lg in logs:
+        err.print(
+            f"note: {safe(lg.description)} from {safe(str(lg.path))}: accept length "
+            f"{fmt_float(lg.accept_length)}; replaying " + engine_flags(spec, engine),
+            highlight=False,
+            soft_wrap=True,
+        )
     if args.prompts:
-        report, samples, configured, trained = _live(args, spec, engine, err, log)
+        report, samples, configured, trained, hc = _live(args, spec, engine, err, log)
     elif args.temperature > 0:
         raise InputError(
             None,
@@ -91,46 +93,79 @@ def run_reconcile(args: argparse.Namespace) -> int:
             "round's odds (--prompts INPUT --target T, the engine's requests)",
         )
     else:
-        report, samples, configured, trained = _replay(args, spec, engine, err)
-    pairs, notes = pair_requests(log, samples)
-    if engine.overlap_round and not _overlap(args, log):
-        report = report.without_overlap_rounds()
-        notes.append(
-            "SGLang without its overlap scheduler"
-            + (" (its decode lines show a CPU, where SGLang forces it off)" if log.device else "")
-            + ": the round it would run after each request's stop is not counted"
-        )
-    if configured is None:
-        notes.append(
-            "the draft's config names no wiring of these slots (no aux ids, or ids the samples "
-            "do not hold): the wirings tried are the presets and --wiring"
-        )
+        report, samples, configured, trained, hc = _replay(args, spec, engine, err)
     if not any(w.stats.rounds for w in report.wirings):
         raise InputError(
             None, "SAMPLES", "no round to replay: no sample holds a generated (loss-masked) run"
         )
-    result = reconcile(
-        log,
-        report,
-        configured=configured,
-        pairs=pairs,
-        notes=notes,
-        trained=trained,
-        engine_dtype=args.engine_dtype,
-        adaptive="--adaptive" if args.adaptive else None,
-        synthetic=synthetic,
-    )
-    for line in result.notes:
-        err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
+    results, reports = [], []
+    for lg in logs:
+        pairs, notes = pair_requests(lg, samples)
+        run_report = report
+        if engine.overlap_round and not _overlap(args, lg):
+            run_report = report.without_overlap_rounds()
+            notes.append(
+                "SGLang without its overlap scheduler"
+                + (
+                    " (its decode lines show a CPU, where SGLang forces it off)"
+                    if lg.device
+                    else ""
+                )
+                + ": the round it would run after each request's stop is not counted"
+            )
+        if configured is None:
+            notes.append(
+                "the draft's config names no wiring of these slots (no aux ids, or ids the "
+                "samples do not hold): the wirings tried are the presets and --wiring"
+            )
+        result = reconcile(
+            lg,
+            run_report,
+            configured=configured,
+            pairs=pairs,
+            notes=notes,
+            trained=trained,
+            engine_dtype=args.engine_dtype,
+            adaptive="--adaptive" if args.adaptive else None,
+            synthetic=synthetic,
+        )
+        results.append(hidden_state_blame(result, hc))  # a hyper-connection target's state
+        reports.append(run_report)
+    labels = run_labels(logs)
+    results, comparison = across_runs(results, labels)
+    many = len(results) > 1
+    for label, result in zip(labels, results, strict=True):
+        for line in result.notes:
+            head = f"{label}: " if many else ""
+            err.print(f"note: {safe(head + line)}", highlight=False, soft_wrap=True)
+    status = max(for_verdict(r.verdict) for r in results)
+    config = {**spec.to_dict(), "engine": engine.value}
     if args.json:
-        config = {**spec.to_dict(), "engine": engine.value}
-        if engine.overlap_round:
-            config["overlap_scheduler"] = report.overlap
-        write_json({"config": config, **result.to_dict()})
-        return for_verdict(result.verdict)
+        if not many:
+            if engine.overlap_round:
+                config["overlap_scheduler"] = reports[0].overlap
+            write_json({"config": config, **results[0].to_dict()})
+            return status
+        runs = []
+        for label, result, rep in zip(labels, results, reports, strict=True):
+            extra = {"overlap_scheduler": rep.overlap} if engine.overlap_round else {}
+            runs.append({"run": label, **extra, **result.to_dict()})
+        doc = {
+            "config": config,
+            "runs": runs,
+            "across_runs": comparison.to_dict() if comparison is not None else None,
+        }
+        write_json(doc)
+        return status
     out = stdout_console(None if sys.stdout.isatty() else 200)
-    out.print(render(result, report))
-    return for_verdict(result.verdict)
+    if not many:
+        out.print(render(results[0], reports[0]))
+        return status
+    for i, (label, result, rep) in enumerate(zip(labels, results, reports, strict=True)):
+        out.print(Text(f"run {i + 1} of {len(results)}: {label} ({result.log.path})", style="bold"))
+        out.print(render(result, rep))
+    out.print(render_runs(comparison, results))
+    return status
 
 
 def _synthetic_setting(args):
@@ -158,7 +193,12 @@ def _overlap(args, log) -> bool:
 
 
 def _replay(args, spec, engine, err):
-    from inspector.formats.target_class import data_config_target, read_target_class
+    from inspector.formats.target_class import (
+        data_config_hyper_connections,
+        data_config_target,
+        read_hyper_connections,
+        read_target_class,
+    )
     from inspector.serving.replay import Replayer
 
     inputs, ev = open_evaluator(args, err, args.device, spec.steps if spec.is_chain else 1)
@@ -196,7 +236,10 @@ def _replay(args, spec, engine, err):
         except InputError:
             continue
         samples.append((i, s.input_ids.tolist(), s.loss_mask.tolist()))
-    return report, samples, configured, (ti, trained)
+    hc = read_hyper_connections(inputs.target) or data_config_hyper_connections(
+        ev.samples.data_config
+    )
+    return report, samples, configured, (ti, trained), hc
 
 
 def _search(ev, err):
@@ -314,8 +357,11 @@ def _live(args, spec, engine, err, log):
     for i, r in enumerate(records):
         if i in by_index:
             samples.append((i, list(r.prompt), []))
+    from inspector.formats.target_class import read_hyper_connections
+
     # a live request's tokens are its prompt + what the engine emitted: pair by prompt
-    return report, _prompt_pairs(samples, log), configured, (ti, trained)
+    hc = read_hyper_connections(target)
+    return report, _prompt_pairs(samples, log), configured, (ti, trained), hc
 
 
 def _prompt_pairs(samples, log):

@@ -29,7 +29,8 @@ class Fact:
     drafts: str = "eagle3"  # the drafts whose ids it concerns ("eagle3", "dflash")
     last_id: bool = False  # it concerns an id equal to the target's layer count only
     # what of the draft it concerns: "layer_ids" (the ids it reads), "vocab_map" (d2t against
-    # the target's vocabulary), "quantization" (the numerics it is run in)
+    # the target's vocabulary), "quantization" (the numerics it is run in), "backend" (which
+    # backend or build served it), "hidden_state" (the target's state it hands the draft)
     topic: str = "layer_ids"
 
 

@@ -22,7 +22,7 @@
 
 from __future__ import annotations
 
-from inspector.engines.base import ServingEngine
+from inspector.engines.base import Fact, ServingEngine
 from inspector.engines.ids import Engine
 from inspector.engines.reading import TOP, Reader
 from inspector.engines.release import Release
@@ -133,6 +133,17 @@ def shape_rule(shape: DraftShape) -> Verdict | None:
     return Verdict(LABEL, Support.SERVES, source=src)
 
 
+# dated facts (`Fact`): which backend or build a figure came from matters (`reconcile_runs`)
+FACTS = (
+    Fact(
+        "issue #26750, 2026-08-08",
+        "one build's MTP acceptance was 35.8% on CUDA against 92.2% on Vulkan, and 84.0% fell to "
+        "51.3% between two CUDA builds: the same draft and requests, another backend or build",
+        topic="backend",
+    ),
+)
+
+
 ENGINE = ServingEngine(
     id=Engine.LLAMACPP,
     display="llama.cpp",
@@ -150,4 +161,5 @@ ENGINE = ServingEngine(
     request_rounds=False,
     bakes_ids=True,
     steps_flag="--spec-draft-n-max",
+    facts=FACTS,
 )

@@ -43,21 +43,31 @@ class RequestFigures:
 
 @dataclass(frozen=True)
 class EngineStart:
-    """The engine's build and speculative config, as its start-up line states them."""
+    """The engine's build and speculative config, as its start-up lines state them."""
 
     where: str  # "file:line"
-    version: str  # "0.32.0" (a local suffix such as "+cpu" dropped)
-    device: str | None = None  # "cpu", "cuda", ...
+    version: str  # "0.32.0" (a local suffix such as "+cpu" dropped); llama.cpp: "b7000"
+    # the device or backend: vLLM's device_config ("cpu", "cuda"), llama.cpp's backend as its
+    # device names say it ("CUDA", "Vulkan", "ROCm", ...)
+    device: str | None = None
     method: str | None = None  # "eagle3", ...
     draft: str | None = None  # the draft model's path or name
     spec_tokens: int | None = None  # num_speculative_tokens
+    engine: Engine = Engine.VLLM  # whose start-up lines (vLLM's were the first read)
+    commit: str | None = None  # the build's commit, where its lines state one (llama.cpp)
 
     @property
     def label(self) -> str:
-        return f"vLLM {self.version}" + (f" on {self.device}" if self.device else "")
+        """How a report names the build: vLLM 0.32.0 on cpu, llama.cpp b7000 (abc1234) on CUDA."""
+        commit = f" ({self.commit})" if self.commit else ""
+        on = f" on {self.device}" if self.device else ""
+        version = f" {self.version}" if self.version else ""
+        return f"{engine_words(self.engine)}{version}{commit}{on}"
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["engine"] = Engine(self.engine).value
+        return d
 
 
 @dataclass
@@ -114,8 +124,8 @@ class EngineLog:
             return None
         first = self.starts[0]
         same = all(
-            (s.version, s.device, s.method, s.spec_tokens)
-            == (first.version, first.device, first.method, first.spec_tokens)
+            (s.version, s.commit, s.device, s.method, s.spec_tokens)
+            == (first.version, first.commit, first.device, first.method, first.spec_tokens)
             for s in self.starts
         )
         return first if same else None

@@ -27,6 +27,13 @@ vendors; the acceptance metrics of PR #24536), as `engine_log` reads them:
   where the caller kept them, to pair the request with a sample, and `id_slot`, the slot that
   served it. The timings do not give the request's rounds.
 
+The build and backend each server run states (`EngineLog.starts`, an `EngineStart` per run): the
+build line (`common_params_print_info: build 7000 (abc1234) with ...`, common/common.cpp; older
+builds "build: N (C) with ..." or "main: build = N (C)") and the backend its devices name
+("llama_model_load_from_file_impl: using device CUDA0 (...)", src/llama.cpp; else "ggml_cuda_init:
+found 1 CUDA devices", else "load_backend: loaded Vulkan backend from ..."): the run's label when
+several runs of one draft are compared (`reconcile_runs`).
+
 Each slot line is kept as one request's figures too (`LlamacppLog.slot_requests`, a
 `SlotFigures` each: its slot id and task id from SLT_INF's prefix "slot %12.*s: id %2d | task %d
 | ", tools/server/server-common.h), in the order the requests reached the server (by server
@@ -43,7 +50,7 @@ from pathlib import Path
 
 from inspector.engines import Engine
 from inspector.errors import InputError
-from inspector.formats.engine_figures import EngineLog, RequestFigures
+from inspector.formats.engine_figures import EngineLog, EngineStart, RequestFigures
 
 __all__ = [
     "LlamacppLog",
@@ -66,6 +73,12 @@ START_LINE = re.compile(
 )
 # SLT_INF's prefix: the slot and the task (the request) a slot line is about
 SLOT_ID = re.compile(r"\bid\s*(?P<slot>\d+) \| task (?P<task>\d+) \|")
+# a server run's build and backend (the module docstring)
+INIT_LINE = re.compile(r"llama_server: initializing|main: build =")
+BUILD_LINE = re.compile(r"\bbuild(?: =|:)? (?P<n>\d+) \((?P<commit>[0-9a-f]{6,40})\)")
+DEVICE_LINE = re.compile(r"using device (?P<dev>[A-Za-z]+)\d* \(")
+FOUND_LINE = re.compile(r"\b[Ff]ound \d+ (?P<dev>[A-Za-z]+) devices")
+LOADED_LINE = re.compile(r"load_backend: loaded (?P<dev>[A-Za-z]+) backend from")
 POS_LINE = re.compile(r"acc per pos = \((?P<rates>[^)]*)\)")
 STATS_LINE = re.compile(
     r"statistics\s+(?P<impl>\S+): #calls\(b,g,a\) =\s*\d+\s+\d+\s+(?P<calls>\d+), "
@@ -136,7 +149,9 @@ def llamacpp_log(path: Path, lines: list[str]) -> EngineLog:
     started: set[str] = set()  # drafters with a line since the last server start
     slots: list[list] = []  # [line, accepted, generated, mean, rates]
     ids_of: list[tuple[int, int | None, int | None]] = []  # each slot line's (run, task, slot)
+    builds = _Builds(path)
     for no, ln in enumerate(lines, start=1):
+        builds.read(no, ln)
         if START_LINE.search(ln):
             started.clear()
             run += 1
@@ -216,10 +231,70 @@ def llamacpp_log(path: Path, lines: list[str]) -> EngineLog:
     if all(task is not None for _, task, _ in arrived):
         arrived.sort(key=lambda x: (x[0], x[1]))
     out.slot_requests = [req for _, _, req in arrived]
+    out.starts = builds.starts()
     if out.accepted_per_pos:
         out.steps = len(out.accepted_per_pos)
     out.accept_length = 1 + out.accepted / out.rounds if out.rounds else None
     return out
+
+
+class _Builds:
+    """Each server run's build and backend, as its start-up lines state them."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.runs: list[dict] = []
+
+    def _run(self) -> dict:
+        if not self.runs:
+            self.runs.append(self._empty())
+        return self.runs[-1]
+
+    @staticmethod
+    def _empty() -> dict:
+        return {"where": None, "n": None, "commit": None, "using": [], "found": [], "loaded": []}
+
+    def read(self, no: int, ln: str) -> None:
+        if INIT_LINE.search(ln):
+            run = self._run()
+            if run["n"] is not None or run["using"] or run["found"] or run["loaded"]:
+                self.runs.append(self._empty())
+        m = BUILD_LINE.search(ln)
+        if m is not None:
+            run = self._run()
+            if run["n"] is None:
+                run["n"], run["commit"] = m["n"], m["commit"]
+                run["where"] = f"{self.path.name}:{no}"
+            return
+        for key, pattern in (
+            ("using", DEVICE_LINE),
+            ("found", FOUND_LINE),
+            ("loaded", LOADED_LINE),
+        ):
+            m = pattern.search(ln)
+            if m is not None:
+                run = self._run()
+                run[key].append(m["dev"])
+                run["where"] = run["where"] or f"{self.path.name}:{no}"
+                return
+
+    def starts(self) -> list[EngineStart]:
+        out = []
+        for run in self.runs:
+            gpu = [d for d in run["loaded"] if d.upper() != "CPU"]
+            devices = run["using"] or run["found"] or gpu or run["loaded"]
+            if run["where"] is None:
+                continue
+            out.append(
+                EngineStart(
+                    run["where"],
+                    f"b{run['n']}" if run["n"] is not None else "",
+                    device="+".join(dict.fromkeys(devices)) or None,
+                    engine=Engine.LLAMACPP,
+                    commit=run["commit"],
+                )
+            )
+        return out
 
 
 def llamacpp_request(path: Path, no: int, entry: dict, ints, count) -> RequestFigures | None:

@@ -1,9 +1,11 @@
-"""The target class a target folder's config.json, or a data_config.json, names."""
+"""The target class a target folder's config.json, or a data_config.json, names; and the
+hyper-connection streams it declares (`hc_mult`)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.engines.target_class import TargetClass, target_class
@@ -40,4 +42,62 @@ def data_config_target(path: str | Path | None) -> TargetClass | None:
         return target_class(target)
     if isinstance(target, str) and target.strip():
         return read_target_class(path.parent / target)
+    return None
+
+
+@dataclass(frozen=True)
+class HyperConnections:
+    """A target's hyper-connection residual streams, as its config declares them."""
+
+    hc_mult: int  # the residual streams each layer carries (> 1)
+    source: str  # the file (and key) that declares them
+
+    @property
+    def text(self) -> str:
+        return f"hc_mult = {self.hc_mult} ({self.source})"
+
+
+def hc_mult_of(cfg: object) -> int | None:
+    """`hc_mult` of a config dict (at the top level or under `text_config`), where an integer."""
+    if not isinstance(cfg, Mapping):
+        return None
+    for c in (cfg, cfg.get("text_config")):
+        if isinstance(c, Mapping):
+            x = c.get("hc_mult")
+            if isinstance(x, int) and not isinstance(x, bool):
+                return x
+    return None
+
+
+def read_hyper_connections(path: str | Path | None) -> HyperConnections | None:
+    """The streams a target folder's config.json (or that file) declares, where hc_mult > 1."""
+    if path is None:
+        return None
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    n = hc_mult_of(cfg)
+    return HyperConnections(n, f"{path}: hc_mult") if n is not None and n > 1 else None
+
+
+def data_config_hyper_connections(path: str | Path | None) -> HyperConnections | None:
+    """The streams the target a data_config.json records in `target` declares (its config
+    itself, or the target folder relative to the file's own), where hc_mult > 1."""
+    if path is None:
+        return None
+    path = Path(path)
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    target = cfg.get("target") if isinstance(cfg, dict) else None
+    if isinstance(target, Mapping):
+        n = hc_mult_of(target)
+        return HyperConnections(n, f"{path}: target.hc_mult") if n is not None and n > 1 else None
+    if isinstance(target, str) and target.strip():
+        return read_hyper_connections(path.parent / target)
     return None

@@ -40,6 +40,13 @@ class Verdict(str, Enum):
     # ... or one server slot's requests accept far less than the replay while another slot's
     # equal it (llama.cpp -np 2)
     ENGINE_SLOT = "engine_slot"
+    # several runs of the same draft (`reconcile_runs`): this run's accept length departs from
+    # the replay of its requests while another run's equals it: its backend or build
+    ENGINE_BACKEND = "engine_backend"
+    # the target declares hyper-connections (hc_mult > 1) and the engine's accept length sits at
+    # about 1.0 where the replay accepts more: the hidden state the draft is fed is not the one
+    # it was trained on (`reconcile_hidden_state`)
+    TARGET_HIDDEN_STATE = "target_hidden_state"
 
 
 @dataclass(frozen=True)
@@ -143,20 +150,58 @@ class SlotCheck:
 
 
 @dataclass(frozen=True)
-class Blame:
-    """Which side a shortfall is on, where the per-request figures say (`reconcile_blame`):
-    "gate" (`gate`) or "slot" (`slot`, the departing slot; `slots`, every slot's figures)."""
+class RunCheck:
+    """One run (one engine log) of the draft against the replay of the requests it served, under
+    the wiring the runs are held to (`reconcile_runs`)."""
 
-    kind: str  # "gate" | "slot"
+    run: str  # its backend / build as its start-up lines state them, else its file
+    path: str
+    verdict: str  # its own reconciliation's
+    engine_accept_length: float
+    replay_accept_length: float
+    rounds: int  # the engine's rounds where it counts them, else the replay's
+    short: float  # accepted tokens short of the replay over those rounds (negative: above)
+    departs: bool  # below the replay beyond the drift allowed
+    equal: bool  # within the drift allowed
+
+    def to_dict(self) -> dict:
+        return {
+            "run": self.run,
+            "path": self.path,
+            "verdict": self.verdict,
+            "engine_accept_length": self.engine_accept_length,
+            "replay_accept_length": self.replay_accept_length,
+            "rounds": self.rounds,
+            "short": self.short,
+            "departs": self.departs,
+            "equal": self.equal,
+        }
+
+
+@dataclass(frozen=True)
+class Blame:
+    """Which side a shortfall is on, where the figures say: from the per-request figures
+    (`reconcile_blame`) "gate" (`gate`) or "slot" (`slot`, the departing slot; `slots`, every
+    slot's figures); across runs (`reconcile_runs`) "backend" (`run`, the departing run; `runs`,
+    every run's figures; `wiring`, the replay they are held to); from the target's config
+    (`reconcile_hidden_state`) "hidden_state" (`hc_mult`)."""
+
+    kind: str  # "gate" | "slot" | "backend" | "hidden_state"
     words: str
     paired_by: str  # how the engine's requests were paired with samples
     gate: GateOff | None = None
     slot: int | None = None
     slots: tuple[SlotCheck, ...] = ()
+    run: str | None = None
+    runs: tuple[RunCheck, ...] = ()
+    wiring: str | None = None
+    hc_mult: int | None = None
 
     @property
     def side(self) -> str:
-        return "engine"
+        """The side at fault: the engine, or the target where its hidden state is not what
+        the draft reads."""
+        return "target" if self.kind == "hidden_state" else "engine"
 
     def to_dict(self) -> dict:
         return {
@@ -167,6 +212,10 @@ class Blame:
             "gate": self.gate.to_dict() if self.gate is not None else None,
             "slot": self.slot,
             "slots": [c.to_dict() for c in self.slots],
+            "run": self.run,
+            "runs": [c.to_dict() for c in self.runs],
+            "wiring": self.wiring,
+            "hc_mult": self.hc_mult,
         }
 
 
