@@ -209,3 +209,53 @@ def test_two_honest_runs_blame_nothing_and_two_engines_are_refused(
     argv = ["reconcile", str(deployed), str(generated), "--engine-log", str(a)]
     assert main([*argv, "--engine-log", str(llama), "--device", "cpu"]) == ExitCode.BAD_INPUT
     assert "the logs are vLLM and llama.cpp's" in capsys.readouterr().err
+
+
+def _sglang_lines(path: Path, values: list[str]) -> Path:
+    """SGLang's decode lines, one a window (cuda graph: a GPU run), at these accept lens."""
+    path.write_text(
+        "\n".join(
+            f"[2026-12-01 16:30:{i:02d}] Decode batch, #running-req: 1, #token: 900, token usage: "
+            f"0.01, accept len: {v}, accept rate: 0.00, cuda graph: True, gen throughput "
+            "(token/s): 300.10, #queue-req: 0"
+            for i, v in enumerate(values)
+        )
+        + "\n"
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def hc_samples(tmp_path_factory, generated) -> Path:
+    """The same samples, their data_config.json recording the target's config with
+    hyper-connections declared (hc_mult = 4, as GLM-5.3-Flash's)."""
+    out = tmp_path_factory.mktemp("hc") / "samples"
+    shutil.copytree(generated, out)
+    cfg = json.loads((DEMO / "target" / "config.json").read_text())
+    data = json.loads((out / "data_config.json").read_text())
+    data["target"] = {**cfg, "hc_mult": 4}
+    (out / "data_config.json").write_text(json.dumps(data))
+    return out
+
+
+def test_a_hyper_connection_target_at_accept_length_one_names_the_targets_state(
+    capsys, tmp_path, generated, hc_samples
+):
+    from support import reconcile_json
+
+    log = _sglang_lines(tmp_path / "sglang.log", ["1.00", "1.01", "1.00", "1.00"])
+    r = reconcile_json(capsys, hc_samples, log)
+    assert r["verdict"] == "target_hidden_state", r["summary"]
+    blame = r["blame"]
+    assert (blame["side"], blame["kind"], blame["hc_mult"]) == ("target", "hidden_state", 4)
+    trained = next(w for w in r["wirings"] if w["label"] == r["best"])
+    assert blame["wiring"] == r["best"] and trained["accept_length"] > 1.5
+    assert "hc_mult = 4" in r["summary"] and "data_config.json: target.hc_mult" in r["summary"]
+    assert "not the draft's wiring or weights" in r["summary"]
+    assert any("#36829" in f and "SGLang" in f for f in r["engine_fault_classes"])
+    # the same log on a target without hyper-connections: an engine-side fault, no state named
+    plain = reconcile_json(capsys, generated, log)
+    assert plain["verdict"] == "engine_fault" and plain["blame"] is None
+    # a figure well above 1.0 on the hyper-connection target is not the pattern
+    above = _sglang_lines(tmp_path / "above.log", ["1.40", "1.40"])
+    assert reconcile_json(capsys, hc_samples, above)["verdict"] != "target_hidden_state"

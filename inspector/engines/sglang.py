@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from inspector.engines.base import ServingEngine
+from inspector.engines.base import Fact, ServingEngine
 from inspector.engines.capture import (
     EAGLE_CONFIG,
     LLAMA_CPP,
@@ -240,6 +240,20 @@ def shape_rule(shape: DraftShape) -> Verdict | None:
     return Verdict(LABEL, Support.SERVES, tuple(why), source=src)
 
 
+# dated facts (`Fact`): the hidden state a hyper-connection target hands the draft
+# (`reconcile_hidden_state`, the doctor's hyper-connections check)
+FACTS = (
+    Fact(
+        "issue #36829, 2026-08-28",
+        "on a hyper-connection target (GLM-5.3-Flash, hc_mult=4 in its config.json) SGLang hands "
+        "the draft the aux hidden state with its hc_mult residual streams flattened into one "
+        "vector, which breaks the draft's fused norm (fused_eh_norm): the accept length stays at "
+        "about 1.0",
+        topic="hidden_state",
+    ),
+)
+
+
 ENGINE = ServingEngine(
     id=Engine.SGLANG,
     display="SGLang",
@@ -256,6 +270,7 @@ ENGINE = ServingEngine(
     launch=launch,
     captures=CAPTURES,
     windowed_log=True,
+    facts=FACTS,
     tree_kv="sglang",
     synthetic_off="SGLANG_SIMULATE_ACC_LEN unset",
     # 0.5.23's DFlash worker scales the block's embedding rows by the target model's
