@@ -8,14 +8,11 @@ writes the folders and reports like the replay, mode "live".
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 
 from inspector.draft import Draft
@@ -25,9 +22,9 @@ from inspector.formats.sample_set import SkippedSample
 from inspector.formats.samples import v1_slot_info
 from inspector.progress import Progress
 from inspector.sample import SlotInfo
-from inspector.serving.expectation import SampleOdds
-from inspector.serving.live_sequence import run_sequence
-from inspector.serving.replay import AcceptReport, SampleReplay, WiringAccept
+from inspector.serving.live_output import live_sample_replay, run_key, write_live_sample
+from inspector.serving.live_sequence import LiveSequence, run_sequence
+from inspector.serving.replay import AcceptReport, WiringAccept
 from inspector.serving.sampling_settings import (
     Sampling,
     SamplingSettings,
@@ -38,8 +35,9 @@ from inspector.serving.spec import DraftSpec
 from inspector.wiring import Wiring, configured_layers, named_label, parse_wiring, preset_name
 
 if TYPE_CHECKING:  # capture loads transformers; only the loop itself needs it
+    from inspector.capture.inputs import Record
     from inspector.capture.plan import DraftIds
-    from inspector.capture.run import Prepared
+    from inspector.capture.run import CaptureSettings, Prepared
     from inspector.capture.transformers_target import TargetModel
 
 
@@ -66,32 +64,51 @@ def live_folder(out: str | Path, wiring_text: str | Sequence[int], wiring: Wirin
     return Path(out) / ("wiring-" + "-".join(map(str, wiring.slots)))
 
 
-def _live_config(
-    prep: Prepared,
-    input: str | Path,
-    key: str,
-    spec: DraftSpec,
-    wiring: Wiring,
-    n: int,
-    complete: bool,
-    settings: SamplingSettings,
-) -> dict:
-    """capture's data_config.json for the loop's samples, keyed by the loop's settings too."""
-    from inspector.capture.run import data_config
+@dataclass(frozen=True)
+class LiveSettings:
+    """What a live run is asked for: `live_accept`'s keywords as one value, so each step reads
+    the few it needs instead of passing nineteen along (each field as `live_accept` says)."""
 
-    cfg = data_config(prep, input, complete)
-    cfg["format"]["num_samples"] = n
-    cfg["capture"]["key"] = key
-    s = prep.settings
-    cfg["live"] = {
-        "spec": spec.to_dict(),
-        "wiring": list(wiring.slots),
-        "temperature": s.temperature,
-        "seed": s.seed,
-        "sampling": settings.to_dict(),
-        "features": "the prefill's and the verify forwards' states: what the loop fed its draft",
-    }
-    return cfg
+    spec: DraftSpec
+    max_new: int
+    wirings: Sequence[str | Sequence[int]] = ("train",)
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    verification: Verification | None = None
+    seed: int = 0
+    out: str | Path | None = None
+    target_dtype: str = "auto"
+    names: Sequence[str | None] | None = None
+    limit: int | None = None
+    engine: Engine | None = None
+    layers: str | None = None
+
+
+@dataclass(frozen=True)
+class _WiringRun:
+    """One wiring's part of the run: the wiring, its folder (None: nothing written), the key of
+    its settings that folder is marked with, and the report the prompts' rounds fill."""
+
+    wiring: Wiring
+    folder: Path | None
+    key: str
+    result: WiringAccept
+
+
+@dataclass(frozen=True)
+class _Loop:
+    """What every prompt's run reads, resolved once: the target and the draft, the settings, the
+    engine and its rule, capture's plan (in the target's dtype) and the prompt's cut."""
+
+    model: TargetModel
+    draft: Draft
+    live: LiveSettings
+    engine: Engine
+    rules: SamplingSettings
+    prep: Prepared
+    input: str | Path
+    cut: int  # a prompt's tokens kept: the deepest verified position must fit
 
 
 def live_accept(
@@ -141,15 +158,75 @@ def live_accept(
       are to be searched for the trained wiring (`reconcile --prompts`).
     model: the target, already loaded in `target_dtype` on the draft's device (a caller running
       the loop more than once loads it once); None: loaded here.
+
+    The keywords are one `LiveSettings` to `run_live`, which does the work.
     """
-    engine = engine if engine is not None else default_engine(spec.is_chain)
-    from inspector.capture import store
-    from inspector.capture.run import CaptureSettings, prepare
+    live = LiveSettings(
+        spec=spec,
+        max_new=max_new,
+        wirings=wirings,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        verification=verification,
+        seed=seed,
+        out=out,
+        target_dtype=target_dtype,
+        names=names,
+        limit=limit,
+        engine=engine,
+        layers=layers,
+    )
+    return run_live(draft, target, input, live, progress=progress, model=model)
+
+
+def run_live(
+    draft: Draft,
+    target: str | Path,
+    input: str | Path,
+    live: LiveSettings,
+    *,
+    progress: Progress | None = None,
+    model: TargetModel | None = None,
+) -> AcceptReport:
+    """`live_accept` over its settings as one value: the rules and the wirings' folders are
+    settled before any weights load (a wrong flag or folder fails at once), then every prompt
+    runs under every wiring."""
     from inspector.capture.transformers_target import TargetModel
 
-    if max_new < 1:
+    engine, rules = _rules(draft, live)
+    prep, settings = _prepare(draft, target, input, live)
+    infos: list[SlotInfo] = v1_slot_info([None if s == "post-norm" else s for s in prep.plan.slots])
+    runs = _plan_wirings(draft, prep, infos, live, engine, rules)
+    records = prep.records if live.limit is None else prep.records[: live.limit]
+    if model is None:
+        model = TargetModel(prep.target, dtype=live.target_dtype, device=settings.device)
+    save_dtype = str(model.dtype).replace("torch.", "")
+    loop = _Loop(
+        model=model,
+        draft=draft,
+        live=live,
+        engine=engine,
+        rules=rules,
+        prep=replace(prep, settings=replace(settings, save_dtype=save_dtype)),
+        input=input,
+        cut=prep.max_length - live.max_new - live.spec.steps,
+    )
+    skipped: list[SkippedSample] = []
+    tick = _ticker(progress, len(records) * len(runs))
+    for run in runs:
+        # the same prompt fails under every wiring: report it once, from the first
+        _run_wiring(loop, run, records, skipped if run is runs[0] else None, tick)
+    return _report(loop, target, infos, [run.result for run in runs], skipped)
+
+
+def _rules(draft: Draft, live: LiveSettings) -> tuple[Engine, SamplingSettings]:
+    """The engine and its rule at the requests' sampling (the engine's default rule unless one is
+    named), refused where the loop cannot run them as the engine would: before anything loads."""
+    engine = live.engine if live.engine is not None else default_engine(live.spec.is_chain)
+    if live.max_new < 1:
         raise InputError(
-            None, setting_field("max-new"), f"{max_new}: at least 1 (the prefill's token)"
+            None, setting_field("max-new"), f"{live.max_new}: at least 1 (the prefill's token)"
         )
     windowed = [i for i in range(draft.config.num_layers) if draft.config.sliding_window(i)]
     if windowed:
@@ -159,7 +236,8 @@ def live_accept(
             f"draft layer {windowed[0]} has a sliding window: the live loop does not model one "
             "(the replay does)",
         )
-    sampling = Sampling(temperature, top_k, top_p)
+    sampling = Sampling(live.temperature, live.top_k, live.top_p)
+    verification = live.verification
     if verification is None:
         verification = Verification(default_rule(engine.value))
     if verification.rule.engine != engine.value:
@@ -168,158 +246,165 @@ def live_accept(
             setting_field("verify"),
             f"{verification.rule.value} is not {engine.display}'s rule",
         )
-    verification.check_tree(spec.is_chain)
-    if spec.early_stop and not sampling.greedy and verification.rule.samples_drafts:
+    verification.check_tree(live.spec.is_chain)
+    if live.spec.early_stop and not sampling.greedy and verification.rule.samples_drafts:
         raise InputError(
             None,
             setting_field("p-min"),
             "llama.cpp's early stop reads a greedy draft: not a sampled-draft rule",
         )
-    settings_s = SamplingSettings(sampling, verification)
+    return engine, SamplingSettings(sampling, verification)
+
+
+def _prepare(
+    draft: Draft, target: str | Path, input: str | Path, live: LiveSettings
+) -> tuple[Prepared, CaptureSettings]:
+    """capture's plan of the run (the slots to return, the prompts, the settings key), as
+    `capture --generate` makes it, and the settings it was made under."""
+    from inspector.capture.run import CaptureSettings, prepare
+
     ids = draft_ids(draft)
     settings = CaptureSettings(
-        layers=layers,
+        layers=live.layers,
         draft=draft.path or None,
-        generate=max_new,
-        temperature=temperature,
-        seed=seed,
-        dtype=target_dtype,
+        generate=live.max_new,
+        temperature=live.temperature,
+        seed=live.seed,
+        dtype=live.target_dtype,
         device=str(draft.device),
         save_dtype="float32",  # replaced by the target's own dtype once it is loaded
     )
-    prep = prepare(target, input, settings, draft_ids=ids)
-    plan = prep.plan
-    infos: list[SlotInfo] = v1_slot_info([None if s == "post-norm" else s for s in plan.slots])
-    n_blocks = draft.config.num_fc_blocks
+    return prepare(target, input, settings, draft_ids=ids), settings
+
+
+def _plan_wirings(
+    draft: Draft,
+    prep: Prepared,
+    infos: list[SlotInfo],
+    live: LiveSettings,
+    engine: Engine,
+    rules: SamplingSettings,
+) -> list[_WiringRun]:
+    """Each wiring parsed over capture's slots, with its folder under `out` and its settings key;
+    a folder named twice, or one another run's settings already hold, fails here."""
+    from inspector.capture import store
+
     cfg = draft.config
     layers = configured_layers(cfg.aux_layer_ids, cfg.aux_layer_convention)
-    parsed = [parse_wiring(w, infos, n_blocks, layers) for w in wirings]
+    parsed = [parse_wiring(w, infos, cfg.num_fc_blocks, layers) for w in live.wirings]
     folders: list[Path | None] = [None] * len(parsed)
-    if out is not None:
-        folders = [live_folder(out, t, w) for t, w in zip(wirings, parsed, strict=True)]
+    if live.out is not None:
+        folders = [live_folder(live.out, t, w) for t, w in zip(live.wirings, parsed, strict=True)]
         if len(set(folders)) != len(folders):
             raise InputError(None, setting_field("wiring"), "the same wiring twice")
-    keys = [
-        hashlib.sha256(
-            json.dumps(
-                {
-                    "capture": prep.key,
-                    "draft": str(Path(draft.path).resolve()) if draft.path else None,
-                    "spec": spec.to_dict(),
-                    "wiring": list(w.slots),
-                    "engine": engine.value,
-                    "sampling": settings_s.to_dict(),
-                },
-                sort_keys=True,
-            ).encode()
-        ).hexdigest()
-        for w in parsed
+    names = live.names or [preset_name(text) for text in live.wirings]
+    runs = [
+        _WiringRun(
+            w,
+            fold,
+            run_key(prep, draft, live.spec, w, engine, rules),
+            WiringAccept(w, named_label(w, infos, nm), live.spec.steps, name=nm),
+        )
+        for w, fold, nm in zip(parsed, folders, names, strict=True)
     ]
-    for fold, key in zip(folders, keys, strict=True):
-        if fold is not None:  # before the weights load: a wrong folder fails at once
-            store.check_output(fold, key)
-    records = prep.records if limit is None else prep.records[:limit]
-    if model is None:
-        model = TargetModel(prep.target, dtype=target_dtype, device=settings.device)
-    save_dtype = str(model.dtype).replace("torch.", "")
-    prep = replace(prep, settings=replace(settings, save_dtype=save_dtype))
-    cut = prep.max_length - max_new - spec.steps  # the deepest verified position must fit
-    eos = prep.info.eos_ids
+    for run in runs:
+        if run.folder is not None:  # before the weights load: a wrong folder fails at once
+            store.check_output(run.folder, run.key)
+    return runs
 
-    names = names or [preset_name(text) for text in wirings]
-    results = [
-        WiringAccept(w, named_label(w, infos, nm), spec.steps, name=nm)
-        for w, nm in zip(parsed, names, strict=True)
-    ]
-    skipped: list[SkippedSample] = []
+
+def _ticker(progress: Progress | None, total: int) -> Callable[[], None]:
+    """A callback that counts one prompt run under one wiring towards `total`."""
     done = 0
-    for w, wa, fold, key in zip(parsed, results, folders, keys, strict=True):
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total)
+
+    return tick
+
+
+def _run_wiring(
+    loop: _Loop,
+    run: _WiringRun,
+    records: Sequence[Record],
+    skipped: list[SkippedSample] | None,
+    tick: Callable[[], None],
+) -> None:
+    """One wiring over every prompt: its folder's marker first, each prompt's rounds into its
+    report (and its sample into the folder), then the lengths and the finished config.
+    `skipped`: where a prompt the loop cannot run is said (None: said already)."""
+    from inspector.capture import store
+
+    fold = run.folder
+    if fold is not None:
+        fold.mkdir(parents=True, exist_ok=True)
+        # the marker first, as capture writes it: an interrupted run leaves a folder that a
+        # rerun with the same settings may overwrite, and nobody else's
+        store.write_config(fold, _live_config(loop, run, len(records), False))
+    lengths: dict[int, int] = {}
+    for i, r in enumerate(records):
+        try:
+            seq = _decode(loop, run.wiring, i, r)
+        except InputError as e:
+            if skipped is not None:
+                skipped.append(SkippedSample.from_error(i, r.where, e))
+            tick()
+            continue
+        path = r.where
         if fold is not None:
-            fold.mkdir(parents=True, exist_ok=True)
-            # the marker first, as capture writes it: an interrupted run leaves a folder that a
-            # rerun with the same settings may overwrite, and nobody else's
-            store.write_config(
-                fold, _live_config(prep, input, key, spec, w, len(records), False, settings_s)
-            )
-        lengths: dict[int, int] = {}
-        for i, r in enumerate(records):
-            prompt = r.prompt[:cut]
-            try:
-                if not prompt:
-                    raise InputError(r.where, None, "no prompt token before the generated part")
-                gen = torch.Generator().manual_seed((seed * 1_000_003 + i) % (1 << 62))
-                with torch.inference_mode():
-                    seq = run_sequence(
-                        model,
-                        draft,
-                        spec,
-                        w,
-                        plan.slots,
-                        prompt,
-                        max_new=max_new,
-                        sampling=sampling,
-                        verification=verification,
-                        gen=gen,
-                        eos=eos,
-                        engine=engine,
-                    )
-                if len(seq.ids) < 3:
-                    raise InputError(r.where, None, f"{len(seq.ids)} tokens after generation")
-            except InputError as e:
-                if w is parsed[0]:  # the same prompt fails under every wiring: report it once
-                    skipped.append(SkippedSample.from_error(i, r.where, e))
-                done += 1
-                if progress is not None:
-                    progress(done, len(records) * len(parsed))
-                continue
-            path = r.where
-            if fold is not None:
-                mask = [0] * seq.prompt_len + [1] * (len(seq.ids) - seq.prompt_len)
-                cont = (torch.tensor(seq.tail, dtype=torch.long), seq.tail_slots, seq.finish)
-                store.write_sample(
-                    fold,
-                    i,
-                    torch.tensor(seq.ids),
-                    seq.slots,
-                    torch.tensor(mask),
-                    cont,
-                    category=r.category,
-                )
-                lengths[i] = len(seq.ids)
-                path = str(store.sample_path(fold, i))
-            a_by_start = np.full(len(seq.ids) + len(seq.tail), -1, dtype=np.int64)
-            a_by_start[seq.starts] = seq.accepted
-            wa.per_sample.append(
-                SampleReplay(
-                    i,
-                    path,
-                    np.array(seq.starts, dtype=np.int64),
-                    np.array(seq.accepted, dtype=np.int64),
-                    np.array(seq.emitted, dtype=np.int64),
-                    a_by_start,
-                    spec.steps,
-                    after_stop=np.array(seq.after_stop, dtype=bool),
-                    drafted=(
-                        np.array(seq.drafted, dtype=np.int64)
-                        if spec.early_stop or any(d != spec.steps for d in seq.drafted)
-                        else None
-                    ),
-                    completion_tokens=len(seq.ids) - seq.prompt_len,
-                    odds=None if sampling.greedy else SampleOdds.of(seq.odds, spec.steps),
-                    category=r.category,
-                )
-            )
-            done += 1
-            if progress is not None:
-                progress(done, len(records) * len(parsed))
-        if fold is not None:
-            store.write_lengths(fold, lengths)
-            store.write_config(
-                fold, _live_config(prep, input, key, spec, w, len(records), True, settings_s)
-            )
+            path = write_live_sample(fold, i, seq, r.category)
+            lengths[i] = len(seq.ids)
+        run.result.per_sample.append(
+            live_sample_replay(seq, i, path, loop.live.spec, loop.rules.sampling.greedy, r.category)
+        )
+        tick()
+    if fold is not None:
+        store.write_lengths(fold, lengths)
+        store.write_config(fold, _live_config(loop, run, len(records), True))
+
+
+def _decode(loop: _Loop, wiring: Wiring, i: int, record: Record) -> LiveSequence:
+    """Prompt `i`'s rounds under `wiring` (`run_sequence`), its generator seeded from the seed and
+    the prompt's index as capture --generate seeds it; InputError where it cannot run."""
+    prompt = record.prompt[: loop.cut]
+    if not prompt:
+        raise InputError(record.where, None, "no prompt token before the generated part")
+    gen = torch.Generator().manual_seed((loop.live.seed * 1_000_003 + i) % (1 << 62))
+    with torch.inference_mode():
+        seq = run_sequence(
+            loop.model,
+            loop.draft,
+            loop.live.spec,
+            wiring,
+            loop.prep.plan.slots,
+            prompt,
+            max_new=loop.live.max_new,
+            sampling=loop.rules.sampling,
+            verification=loop.rules.verification,
+            gen=gen,
+            eos=loop.prep.info.eos_ids,
+            engine=loop.engine,
+        )
+    if len(seq.ids) < 3:
+        raise InputError(record.where, None, f"{len(seq.ids)} tokens after generation")
+    return seq
+
+
+def _report(
+    loop: _Loop,
+    target: str | Path,
+    infos: list[SlotInfo],
+    results: list[WiringAccept],
+    skipped: list[SkippedSample],
+) -> AcceptReport:
+    """The run as the replay reports one, mode "live"."""
+    draft, sampling = loop.draft, loop.rules.sampling
     n_samples = len({s.index for wa in results for s in wa.per_sample})
     return AcceptReport(
-        spec=spec,
+        spec=loop.live.spec,
         mode="live",
         checkpoint=draft.path,
         samples=n_samples,
@@ -329,6 +414,25 @@ def live_accept(
         wirings=results,
         skipped=skipped,
         verifier=str(target),
-        engine=engine,
-        sampling=None if sampling.greedy else settings_s,
+        engine=loop.engine,
+        sampling=None if sampling.greedy else loop.rules,
     )
+
+
+def _live_config(loop: _Loop, run: _WiringRun, n: int, complete: bool) -> dict:
+    """capture's data_config.json for the loop's samples, keyed by the loop's settings too."""
+    from inspector.capture.run import data_config
+
+    cfg = data_config(loop.prep, loop.input, complete)
+    cfg["format"]["num_samples"] = n
+    cfg["capture"]["key"] = run.key
+    s = loop.prep.settings
+    cfg["live"] = {
+        "spec": loop.live.spec.to_dict(),
+        "wiring": list(run.wiring.slots),
+        "temperature": s.temperature,
+        "seed": s.seed,
+        "sampling": loop.rules.to_dict(),
+        "features": "the prefill's and the verify forwards' states: what the loop fed its draft",
+    }
+    return cfg
