@@ -85,6 +85,14 @@ def test_accept_on_the_configured_draft(block_bed, capsys):
     assert sglang["fed"] is None and "cannot be fed" in sglang["problem"]
     tau = row["accept_length"]["vllm"]["value"]
     assert 1.2 < tau < 2.0
+    # per request, each counted round's accepted drafts (vLLM's per_step_accepted): they add
+    # up to the pooled counts, each engine's own
+    for e in ("vllm", "sglang"):
+        lists = [s[f"accepted_{e}"] for s in row["per_sample"]]
+        pooled = row["accept_length"][e]
+        assert sum(map(len, lists)) == pooled["rounds"]
+        assert sum(map(sum, lists)) == pooled["accepted"]
+        assert all(0 <= a <= 3 for a in sum(lists, []))
     # the gate follows the first engine's count; another K runs blocks of K + 1 rows
     assert main([*base, "--fail-under", str(tau + 0.01)]) == 3
     assert "fail-under: wiring configured" in capsys.readouterr().err

@@ -22,7 +22,7 @@ import torch
 
 from inspector.draft import BlockConfig, Draft
 from inspector.engines import Engine, engine
-from inspector.metrics.rounds import AcceptStats, Run, generation_runs, walk
+from inspector.metrics.rounds import AcceptStats, Round, Run, generation_runs, walk
 from inspector.model.block import anchored_block_hidden, head_logits, selector_path
 from inspector.sample import Sample
 from inspector.wiring import Wiring
@@ -70,10 +70,15 @@ class BlockPredictions:
         a[self.anchors] = lead
         return a
 
-    def rounds(self, which: Engine) -> AcceptStats:
+    def round_list(self, which: Engine) -> list[Round]:
+        """The rounds `which` takes through the sample's generations, in order."""
         depth = self.pred.shape[1]
-        rs = walk(self.accept_by_start(), [Run.of(r) for r in self.runs], depth=depth, engine=which)
-        return AcceptStats.of(rs, depth)
+        return walk(
+            self.accept_by_start(), [Run.of(r) for r in self.runs], depth=depth, engine=which
+        )
+
+    def rounds(self, which: Engine) -> AcceptStats:
+        return AcceptStats.of(self.round_list(which), self.pred.shape[1])
 
 
 def context_of(sample: Sample, wiring: Wiring, draft: Draft) -> torch.Tensor:
@@ -185,9 +190,13 @@ class BlockWiringReport:
         self.top5 += ((bp.rank < 5) & s).sum(axis=0)
         row: dict = {"sample": index, "path": path, "blocks": int(len(bp.anchors))}
         for e in self.engines:
-            st = bp.rounds(e)
+            rounds = bp.round_list(e)
+            st = AcceptStats.of(rounds, bp.pred.shape[1])
             self.stats[e].add(st)
             row[f"accept_length_{e.value}"] = st.accept_length
+            # each counted round's accepted drafts, in order: what vLLM's per-request
+            # spec_decode_metrics.per_step_accepted lists, so a request compares round by round
+            row[f"accepted_{e.value}"] = [r.accepted for r in rounds if r.is_draft]
         n = int(s.sum())
         row["accuracy"] = float((bp.hit & s).sum() / n) if n else None
         self.per_sample.append(row)
