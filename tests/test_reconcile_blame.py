@@ -213,3 +213,55 @@ def test_a_log_short_everywhere_but_one_request_is_no_gate(capsys, tmp_path, sam
     planted = [r if i == 3 else [0] * len(r) for i, r in enumerate(vllm_rounds)]
     r = _reconcile(capsys, samples, _vllm_requests(tmp_path / "short.jsonl", planted))
     assert r["verdict"] == "engine_fault" and r["blame"] is None, r["summary"]
+
+
+def _sglang_windows(path: Path, values: list[str], interval: int = 40) -> Path:
+    """SGLang's start-up line (its decode_log_interval) and one decode line per window, a GPU
+    run (cuda graph), one request running."""
+    lines = [f"[2026-12-01 16:29:50] server_args={{'decode_log_interval': {interval}}}"]
+    lines += [
+        f"[2026-12-01 16:30:{i:02d}] Decode batch, #running-req: 1, #token: 900, token usage: "
+        f"0.01, accept len: {v}, accept rate: 0.30, cuda graph: True, gen throughput "
+        "(token/s): 300.10, #queue-req: 0"
+        for i, v in enumerate(values)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> Path:
+    """The demo target's continuations of its 8 prompts (128 tokens, past each stop too): no
+    replayed round is a lower bound, so a pooled figure above a wiring's is not that wiring's."""
+    pytest.importorskip("transformers")
+    from support import capture_generated
+
+    return capture_generated(tmp_path_factory.mktemp("gen") / "gen", 128)
+
+
+def test_a_gate_in_sglangs_windowed_lines(capsys, tmp_path, generated):
+    """Four windows at the replay's figure, then three at accept len 1.00: a gate at the first
+    1.00 line; the same lines with the replay's figure throughout blame nothing, and lines short
+    of the replay before the 1.00s are no gate (the engine never matched the draft)."""
+    probe = _reconcile(capsys, generated, _sglang_windows(tmp_path / "probe.log", ["1.50"]))
+    al = next(w for w in probe["wirings"] if w["label"] == probe["best"])["accept_length"]
+    assert al > 1.5
+    text = f"{al:.2f}"
+    log = _sglang_windows(tmp_path / "gated.log", [text] * 4 + ["1.00"] * 3)
+    r = _reconcile(capsys, generated, log)
+    assert r["verdict"] == "engine_gate", r["summary"]
+    gate = r["blame"]["gate"]
+    assert gate["request"] == f"{log.name}:6" and gate["windows_after"] == 3
+    assert gate["sample"] is None and r["blame"]["paired_by"] == "windows"
+    assert gate["replay_rounds_after"] == 3 * 40  # #running-req 1 x decode_log_interval 40
+    assert gate["replay_accepted_after"] == round((al - 1) * 120)
+    assert gate["engine_accept_length_before"] == pytest.approx(float(text), abs=1e-12)
+    assert abs(float(text) - al) <= 0.005 + 1e-12  # the line prints the replay's figure
+    assert "printed accept len 1.00 in every line (3 lines" in r["summary"]
+    honest = _reconcile(capsys, generated, _sglang_windows(tmp_path / "ok.log", [text] * 7))
+    assert honest["blame"] is None, honest["summary"]
+    low = f"{(al - 1) / 2 + 1:.2f}"  # half the replay's accepted tokens before the 1.00s
+    short = _reconcile(
+        capsys, generated, _sglang_windows(tmp_path / "low.log", [low] * 4 + ["1.00"] * 3)
+    )
+    assert short["blame"] is None and short["verdict"] != "engine_gate", short["summary"]

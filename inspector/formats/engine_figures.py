@@ -42,6 +42,21 @@ class RequestFigures:
 
 
 @dataclass(frozen=True)
+class WindowFigures:
+    """One windowed log line (SGLang's "accept len: X" over decode_log_interval decode
+    iterations), as printed: the figure and the batch size of the window's last iteration."""
+
+    where: str  # "file:line"
+    line: int
+    text: str  # the accept len as printed ("1.00")
+    running: int | None  # #running-req (None: the line states none)
+
+    @property
+    def accept_length(self) -> float:
+        return float(self.text)
+
+
+@dataclass(frozen=True)
 class EngineStart:
     """The engine's build and speculative config, as its start-up lines state them."""
 
@@ -92,6 +107,8 @@ class EngineLog:
     requests: list[RequestFigures] = field(default_factory=list)
     # the engine's start-up lines, where the log holds them (several: it was restarted)
     starts: list[EngineStart] = field(default_factory=list)
+    # a windowed log's lines in the log's order (SGLang's decode lines): where the figure fell
+    windows: list[WindowFigures] = field(default_factory=list)
     # SGLang's log lines: how they were pooled ("running-req": weighted by #running-req as the
     # engine pools them; "unweighted": some line states no #running-req), the decode iterations
     # a line covers where known, and a sentence saying how exact the figure is

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from inspector.engines import Engine
 from inspector.errors import InputError
-from inspector.formats.engine_figures import EngineLog
+from inspector.formats.engine_figures import EngineLog, WindowFigures
 
 SGLANG_LINE = re.compile(r"(?<!block )accept len: (?P<len>[0-9.]+|nan)")
 SGLANG_RUNNING = re.compile(r"#running-req: (?P<n>\d+)")
@@ -52,6 +52,7 @@ def sglang_log(path: Path, lines: list[str], interval: int | None = None) -> Eng
     out = EngineLog(
         path, Engine.SGLANG, "log", lines=len(rows), rounded=True, decode_log_interval=interval
     )
+    out.windows = [WindowFigures(f"{path.name}:{no}", no, text, n) for no, text, n in rows]
     graphs = {g for ln in lines for g in SGLANG_GRAPH.findall(ln)}
     if len(graphs) == 1:  # the decode lines' "cpu graph: ..." or "cuda graph: ..."
         out.device = graphs.pop()

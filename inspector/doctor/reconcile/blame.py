@@ -9,6 +9,12 @@ draft's wiring or weights. Two patterns, each named with its point or its slot:
   backend) turns speculation off for good once the rolling accept length over its last
   completed requests falls below the threshold: every later round is a plain decode, accept
   length exactly 1.
+  SGLang's text log has no requests but windows (`accept len` over decode_log_interval decode
+  iterations, `windowed_log`): there the point is the first of at least two last lines that all
+  print accept len 1.00, where the lines before it pool (weighted by #running-req, as SGLang
+  pools them) to the replay's accept length within DRIFT, and the replay's accept length over
+  the rounds those lines cover at the least (#running-req x decode_log_interval, 1 where the log
+  states none) comes to at least MIN_SHORT tokens.
 - a slot: the requests one server slot served accept far less than the replay while another
   slot's equal it (llama-server -np 2, where one slot sat at 0.0 acceptance: llama.cpp issue
   #27572); llama-server's slot lines carry the slot id (`formats.llamacpp_log`).
@@ -32,7 +38,7 @@ from inspector.doctor.reconcile.result import (
     logged_text,
 )
 from inspector.doctor.reconcile.rounds import counted, request_rounds
-from inspector.engines import engine_words
+from inspector.engines import engine, engine_words
 from inspector.formats.engine_figures import EngineLog, RequestFigures
 from inspector.formats.llamacpp_log import LlamacppLog
 from inspector.serving.sample_replay import SampleReplay
@@ -90,10 +96,12 @@ def blamed(
     per_sample: the replay the verdict held the log to, by sample; pairs: `pair_requests`'."""
     if result.verdict not in (Verdict.ENGINE_FAULT, Verdict.OTHER_DATA):
         return result
-    paired, how = pair_all(result.log, per_sample, pairs)
-    if len(paired) < 2:
-        return result
-    blame = gate_off(result.log, paired, how) or departing_slot(result.log, paired, how)
+    blame = windows_gate(result.log, per_sample)
+    if blame is None:
+        paired, how = pair_all(result.log, per_sample, pairs)
+        if len(paired) < 2:
+            return result
+        blame = gate_off(result.log, paired, how) or departing_slot(result.log, paired, how)
     if blame is None:
         return result
     head = f"{engine_words(result.log.engine)} logged {logged_text(result.log)}"
@@ -220,6 +228,65 @@ def gate_off(log: EngineLog, paired: list[Paired], how: str) -> Blame | None:
         f"not the draft's wiring or weights (requests paired by {how})"
     )
     return Blame("gate", words, how, gate=gate)
+
+
+def windows_gate(log: EngineLog, per_sample: dict[int, SampleReplay]) -> Blame | None:
+    """A gate in a windowed log's lines (SGLang's decode lines: the module docstring); None where
+    the log has no windows or they show none."""
+    if not (engine(log.engine).windowed_log and log.source == "log" and log.windows):
+        return None
+    rows = log.windows
+    j = len(rows) - 1
+    while j >= 0 and rows[j].accept_length < 1.005:  # prints as 1.00: nothing accepted
+        j -= 1
+    after = rows[j + 1 :]
+    if j < 0 or len(after) < 2:
+        return None  # nothing accepted at all, or not "for good"
+    stats = [s.stats for s in per_sample.values()]
+    rounds, accepted = sum(st.rounds for st in stats), sum(st.accepted for st in stats)
+    if not rounds:
+        return None
+    al_r = 1 + accepted / rounds
+
+    def weight(w) -> int:
+        return w.running if w.running is not None else 1
+
+    before = rows[: j + 1]
+    al_e = sum(w.accept_length * weight(w) for w in before) / sum(weight(w) for w in before)
+    covered = sum(weight(w) for w in after) * (log.decode_log_interval or 1)
+    y = (al_r - 1) * covered
+    if abs(al_e - al_r) > DRIFT * al_r or y < MIN_SHORT:
+        return None
+    first = after[0]
+    gate = GateOff(
+        first.where,
+        None,
+        None,
+        None,
+        0,
+        None,
+        0,
+        covered,
+        round(y),
+        al_e,
+        al_r,
+        al_r,
+        windows_after=len(after),
+    )
+    engine_name = engine_words(log.engine)
+    interval = log.decode_log_interval
+    span = f"{interval} decode iterations each" if interval else "decode_log_interval not stated"
+    words = (
+        f"from the window logged at {first.where} on, {engine_name} printed accept len 1.00 in "
+        f"every line ({len(after)} lines, {span}), where this draft's replay of these requests "
+        f"gives {fmt_figure(al_r)} (about {round(y)} tokens over the {covered} rounds those "
+        f"lines cover at the least); before it the lines pool to {fmt_figure(al_e)}, the "
+        f"replay's {fmt_figure(al_r)}: speculation was switched off part-way on the engine's "
+        "side (a gate such as TensorRT-LLM's SpeculationGate, which turns it off for good once "
+        "the rolling accept length falls below its threshold), not the draft's wiring or "
+        "weights (windowed lines: held against the replay of every sample)"
+    )
+    return Blame("gate", words, "windows", gate=gate)
 
 
 def slot_checks(paired: list[Paired]) -> list[SlotCheck]:

@@ -78,8 +78,8 @@ class GateOff:
     of the same rounds accepts `replay_accepted`. Accept lengths before and after that point,
     the engine's against the replay's."""
 
-    request: str
-    sample: int
+    request: str  # a windowed log's: the first line printing 1.00
+    sample: int | None  # None: a windowed log's lines (no request paired)
     round: int | None  # None: request-level figures (the gate is at the request's start)
     position: int | None  # the round's start in the sample
     requests_after: int  # requests from that point on (the first included)
@@ -90,10 +90,15 @@ class GateOff:
     engine_accept_length_before: float
     replay_accept_length_before: float
     replay_accept_length_after: float
+    # a windowed log's lines from that point on (None: per-request figures); the replay's
+    # rounds after are then the least those lines cover (#running-req x decode_log_interval)
+    # and its accepted tokens its pooled accept length over them
+    windows_after: int | None = None
 
     def to_dict(self) -> dict:
         return {
             "request": self.request,
+            "windows_after": self.windows_after,
             "sample": self.sample,
             "round": self.round,
             "position": self.position,
