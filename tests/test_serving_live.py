@@ -4,6 +4,7 @@ replay of the sequences it wrote: the same accepted count in every round, greedy
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -325,8 +326,9 @@ def test_an_eos_stops_the_request_where_the_target_emits_it(engine, tmp_path, mo
     real, seqs = live_module.run_sequence, []
     extra_eos: tuple[int, ...] = ()  # the EOS the second run adds
 
-    def recorded(*a, eos=(), **kw):
-        seq = real(*a, eos=extra_eos or eos, **kw)
+    def recorded(target, draft, prompt, settings, gen=None):
+        settings = replace(settings, eos=extra_eos or settings.eos)
+        seq = real(target, draft, prompt, settings, gen)
         seqs.append(seq)
         return seq
 
@@ -348,13 +350,14 @@ def test_an_eos_stops_the_request_where_the_target_emits_it(engine, tmp_path, mo
             cut = a.prompt_len + gen.index(extra_eos[0]) + 1
             assert b.ids == a.ids[:cut] and b.finish == "stop"
             stopped += 1
-            assert b.after_stop[-1] == (engine is Engine.SGLANG)
-            last = -2 if engine is Engine.SGLANG else -1
-            assert sum(b.emitted) == len(b.ids) - b.prompt_len - 1  # x_P from the prefill
-            assert b.accepted[last] >= b.emitted[last] - 1  # its whole path, also past the stop
+            assert b.rounds[-1].after_stop == (engine is Engine.SGLANG)
+            last = b.rounds[-2 if engine is Engine.SGLANG else -1]
+            emitted = sum(r.emitted for r in b.rounds)
+            assert emitted == len(b.ids) - b.prompt_len - 1  # x_P from the prefill
+            assert last.accepted >= last.emitted - 1  # its whole path, also past the stop
         else:
             assert b.ids == a.ids and b.finish == a.finish == "length"
-        assert s.accepted.tolist() == b.accepted
+        assert s.accepted.tolist() == [r.accepted for r in b.rounds]
     assert stopped >= 1 and free[0].finish == "length"
     ev, rep = _replayer(out / "train", spec, engine=engine)
     for s in report.wirings[0].per_sample:
@@ -374,7 +377,7 @@ def test_the_features_fed_are_the_targets_own_at_every_position(monkeypatch):
 
     def recorded(*a, **kw):
         seq = real(*a, **kw)
-        calls.append((a[0], a[4], seq))
+        calls.append((a[0], a[3].plan_slots, seq))
         return seq
 
     monkeypatch.setattr(live_module, "run_sequence", recorded)

@@ -23,7 +23,7 @@ from inspector.formats.samples import v1_slot_info
 from inspector.progress import Progress
 from inspector.sample import SlotInfo
 from inspector.serving.live_output import live_sample_replay, run_key, write_live_sample
-from inspector.serving.live_sequence import LiveSequence, run_sequence
+from inspector.serving.live_sequence import LiveSequence, SequenceSettings, run_sequence
 from inspector.serving.replay import AcceptReport, WiringAccept
 from inspector.serving.sampling_settings import (
     Sampling,
@@ -344,10 +344,11 @@ def _run_wiring(
         # the marker first, as capture writes it: an interrupted run leaves a folder that a
         # rerun with the same settings may overwrite, and nobody else's
         store.write_config(fold, _live_config(loop, run, len(records), False))
+    settings = _sequence_settings(loop, run.wiring)
     lengths: dict[int, int] = {}
     for i, r in enumerate(records):
         try:
-            seq = _decode(loop, run.wiring, i, r)
+            seq = _decode(loop, settings, i, r)
         except InputError as e:
             if skipped is not None:
                 skipped.append(SkippedSample.from_error(i, r.where, e))
@@ -366,28 +367,29 @@ def _run_wiring(
         store.write_config(fold, _live_config(loop, run, len(records), True))
 
 
-def _decode(loop: _Loop, wiring: Wiring, i: int, record: Record) -> LiveSequence:
-    """Prompt `i`'s rounds under `wiring` (`run_sequence`), its generator seeded from the seed and
+def _sequence_settings(loop: _Loop, wiring: Wiring) -> SequenceSettings:
+    """How each prompt's loop runs under `wiring`: the run's settings as `run_sequence` reads them."""
+    return SequenceSettings(
+        spec=loop.live.spec,
+        wiring=wiring,
+        plan_slots=loop.prep.plan.slots,
+        max_new=loop.live.max_new,
+        sampling=loop.rules.sampling,
+        verification=loop.rules.verification,
+        eos=loop.prep.info.eos_ids,
+        engine=loop.engine,
+    )
+
+
+def _decode(loop: _Loop, settings: SequenceSettings, i: int, record: Record) -> LiveSequence:
+    """Prompt `i`'s rounds under `settings` (`run_sequence`), its generator seeded from the seed and
     the prompt's index as capture --generate seeds it; InputError where it cannot run."""
     prompt = record.prompt[: loop.cut]
     if not prompt:
         raise InputError(record.where, None, "no prompt token before the generated part")
     gen = torch.Generator().manual_seed((loop.live.seed * 1_000_003 + i) % (1 << 62))
     with torch.inference_mode():
-        seq = run_sequence(
-            loop.model,
-            loop.draft,
-            loop.live.spec,
-            wiring,
-            loop.prep.plan.slots,
-            prompt,
-            max_new=loop.live.max_new,
-            sampling=loop.rules.sampling,
-            verification=loop.rules.verification,
-            gen=gen,
-            eos=loop.prep.info.eos_ids,
-            engine=loop.engine,
-        )
+        seq = run_sequence(loop.model, loop.draft, prompt, settings, gen)
     if len(seq.ids) < 3:
         raise InputError(record.where, None, f"{len(seq.ids)} tokens after generation")
     return seq

@@ -73,23 +73,31 @@ def live_sample_replay(
 ) -> SampleReplay:
     """The loop's rounds of prompt `i` as the replay reports a sample's (`greedy`: no odds kept;
     the drafted counts only where some round drafted other than `spec.steps`)."""
+    rounds = seq.rounds
+    starts = [r.start for r in rounds]
+    accepted = [r.accepted for r in rounds]
+    drafted = [r.drafted for r in rounds]
     a_by_start = np.full(len(seq.ids) + len(seq.tail), -1, dtype=np.int64)
-    a_by_start[seq.starts] = seq.accepted
+    a_by_start[starts] = accepted
     return SampleReplay(
         i,
         path,
-        np.array(seq.starts, dtype=np.int64),
-        np.array(seq.accepted, dtype=np.int64),
-        np.array(seq.emitted, dtype=np.int64),
+        np.array(starts, dtype=np.int64),
+        np.array(accepted, dtype=np.int64),
+        np.array([r.emitted for r in rounds], dtype=np.int64),
         a_by_start,
         spec.steps,
-        after_stop=np.array(seq.after_stop, dtype=bool),
+        after_stop=np.array([r.after_stop for r in rounds], dtype=bool),
         drafted=(
-            np.array(seq.drafted, dtype=np.int64)
-            if spec.early_stop or any(d != spec.steps for d in seq.drafted)
+            np.array(drafted, dtype=np.int64)
+            if spec.early_stop or any(d != spec.steps for d in drafted)
             else None
         ),
         completion_tokens=len(seq.ids) - seq.prompt_len,
-        odds=None if greedy else SampleOdds.of(seq.odds, spec.steps),
+        odds=(
+            None
+            if greedy
+            else SampleOdds.of([r.odds for r in rounds if r.odds is not None], spec.steps)
+        ),
         category=category,
     )

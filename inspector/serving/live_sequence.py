@@ -75,196 +75,311 @@ if TYPE_CHECKING:  # capture loads transformers; only the loop itself needs it
     from inspector.capture.transformers_target import TargetModel
 
 
+@dataclass(frozen=True)
+class LiveRound:
+    """One round as the engine counts it: the last committed row it drafts after (`start`), the
+    accepted path's length (the whole path, also past the stop), the tokens it emitted (cut at
+    the stop), whether it ran after the stop (SGLang's overlap round), its draft steps (fewer
+    than steps: llama.cpp's early stop or the room left) and, at a temperature, its odds under
+    the rule given its start."""
+
+    start: int
+    accepted: int
+    emitted: int
+    after_stop: bool
+    drafted: int
+    odds: RoundOdds | None = None
+
+
 @dataclass
 class LiveSequence:
     """One prompt's loop: the realised tokens, the features fed (per slot, [T, H] on the CPU),
-    the rounds (each round's accepted count as the engine counts it: the whole matched path,
-    also past the stop; the tokens it emitted, cut at the stop), and the target's continuation
-    past the stop that those counts read (tokens and slots, [C, H])."""
+    its rounds, and the target's continuation past the stop that the rounds' counts read
+    (tokens and slots, [C, H])."""
 
     ids: list[int]
     prompt_len: int
     slots: list[torch.Tensor]
-    starts: list[int]
-    accepted: list[int]
-    emitted: list[int]
-    after_stop: list[bool]
+    rounds: list[LiveRound]
     tail: list[int]
     tail_slots: list[torch.Tensor]
     finish: str  # "stop" (EOS) or "length"
-    odds: list[RoundOdds]  # at a temperature: each round's odds under the rule, given its start
-    drafted: list[int]  # each round's draft steps (fewer than steps: llama.cpp's early stop)
+
+
+@dataclass(frozen=True)
+class SequenceSettings:
+    """How one prompt's loop runs: the draft's shape, the wiring that feeds it, the slots the
+    target returns (capture's plan, in file order), the tokens to generate, the request's
+    sampling and the engine's rule at a temperature (`sampling`), the stop tokens, the draft's
+    RoPE offset and the engine (SGLang runs one more round after the stop, its overlap
+    scheduler, counted but emitting nothing; llama-server drafts at most the room left)."""
+
+    spec: DraftSpec
+    wiring: Wiring
+    plan_slots: tuple
+    max_new: int
+    sampling: Sampling = GREEDY
+    verification: Verification = ONE_HOT
+    eos: Sequence[int] = ()
+    position_offset: int = 1
+    engine: Engine = Engine.VLLM
 
 
 def run_sequence(
     target: TargetModel,
     draft: Draft,
-    spec: DraftSpec,
-    wiring: Wiring,
-    plan_slots: tuple,
     prompt: list[int],
-    *,
-    max_new: int,
-    sampling: Sampling = GREEDY,
-    verification: Verification = ONE_HOT,
+    settings: SequenceSettings,
     gen: torch.Generator | None = None,
-    eos: Sequence[int] = (),
-    position_offset: int = 1,
-    engine: Engine = Engine.VLLM,
 ) -> LiveSequence:
-    """Speculative decoding of one prompt (see the module docstring). `plan_slots`: the slots
-    the target returns (capture's plan), in file order. `sampling`, `verification`: the
-    request's settings and the engine's rule at a temperature (`sampling`). `engine`: SGLang
-    runs one more round after the stop (its overlap scheduler), counted but emitting nothing."""
-    dev = draft.device
-    eos_set = set(eos)
-    p_len = len(prompt)
-    uniform, categorical = torch_draws(gen)
-    sampled_drafts = not sampling.greedy and verification.rule.samples_drafts
+    """Speculative decoding of one prompt (see the module docstring): the prefill, the rounds,
+    SGLang's round after the stop, then the features of what no round verified. `gen`: the
+    CPU generator of the draws at a temperature."""
+    loop = _Decoding(target, draft, settings, gen)
+    loop.prefill(prompt)
+    loop.run_rounds()
+    finish = "stop" if loop.seq[-1] in loop.eos else "length"
+    loop.overlap_round(finish)
+    return loop.sequence(finish)
 
-    def pick(row: torch.Tensor) -> int:
+
+@dataclass(frozen=True)
+class _Drafted:
+    """A round's draft as the target verifies it: the kept nodes' tokens (target vocabulary),
+    their parents and depths, the count recorded as drafted, and (sampled drafts) the draft's q
+    per node."""
+
+    tokens: list[int]
+    parent: list[int]
+    depth: torch.Tensor
+    kept: int
+    drafted: int
+    q_draft: torch.Tensor | None
+
+
+@dataclass(frozen=True)
+class _Verified:
+    """A verified round: the accepted path's tokens, the new tokens (the path and the bonus), the
+    committed rows' features, its drafted count and odds."""
+
+    path: list[int]
+    new: list[int]
+    committed: list[torch.Tensor]
+    drafted: int
+    odds: RoundOdds | None
+
+
+class _Decoding:
+    """One prompt's loop in progress: the target's KV cache and the features it returned per slot,
+    the draft's own cache (`LiveDraft`), the tokens so far and the rounds; each method is one step
+    of the protocol in the module docstring."""
+
+    def __init__(
+        self,
+        target: TargetModel,
+        draft: Draft,
+        settings: SequenceSettings,
+        gen: torch.Generator | None,
+    ) -> None:
+        self.target, self.draft, self.s = target, draft, settings
+        self.dev = draft.device
+        self.eos = set(settings.eos)
+        self.uniform, self.categorical = torch_draws(gen)
+        self.sampled_drafts = (
+            not settings.sampling.greedy and settings.verification.rule.samples_drafts
+        )
+        self.rounds: list[LiveRound] = []
+        self.room_before = 0
+        self.last_committed: list[torch.Tensor] = []
+
+    def pick(self, row: torch.Tensor) -> int:
+        """The target's token at a row: its argmax, or a sample at the request's settings."""
         row = row.float().cpu()
-        if sampling.greedy:
+        if self.s.sampling.greedy:
             return int(row.argmax())
-        return categorical(target_probs(row, sampling))
+        return self.categorical(target_probs(row, self.s.sampling))
 
-    def fc_of(feats: list[torch.Tensor]) -> torch.Tensor:
+    def fc_of(self, feats: list[torch.Tensor]) -> torch.Tensor:
+        """The draft's fc over the wired slots of target features."""
         # the evaluator's conversion of stored slots: to the draft's device and dtype
-        return fc_wired(draft, [feats[s].to(dev, draft.dtype) for s in wiring.slots])
+        dev, dtype = self.dev, self.draft.dtype
+        return fc_wired(self.draft, [feats[s].to(dev, dtype) for s in self.s.wiring.slots])
 
-    logits, f, cache = target.forward_cached(torch.tensor(prompt), plan_slots)
-    parts: list[list[torch.Tensor]] = [[x.cpu()] for x in f]
-    seq = [*prompt, pick(logits[-1])]
-    ld = LiveDraft(draft, spec, position_offset)
-    ld.extend(fc_of([x.cpu() for x in f]), torch.tensor(seq[1:], device=dev))
-    d2t = ld.d2t
-    starts: list[int] = []
-    accepted: list[int] = []
-    emitted: list[int] = []
-    after_stop: list[bool] = []
-    odds: list[RoundOdds] = []
-    drafted: list[int] = []
+    def prefill(self, prompt: list[int]) -> None:
+        """Step 1: the target runs the prompt and emits x_P; the draft extends over the prompt's
+        features paired with the next tokens."""
+        self.p_len = len(prompt)
+        logits, f, self.cache = self.target.forward_cached(torch.tensor(prompt), self.s.plan_slots)
+        self.parts: list[list[torch.Tensor]] = [[x.cpu()] for x in f]
+        self.seq = [*prompt, self.pick(logits[-1])]
+        self.ld = LiveDraft(self.draft, self.s.spec, self.s.position_offset)
+        self.ld.extend(
+            self.fc_of([x.cpu() for x in f]), torch.tensor(self.seq[1:], device=self.dev)
+        )
+        self.d2t = self.ld.d2t
+        self.full = list(
+            self.seq
+        )  # what the engine holds: the whole accepted path and bonus, uncut
 
-    def one_round(
-        full: list[int], cap: int | None = None
-    ) -> tuple[list[int], list[int], list[torch.Tensor]]:
-        """Draft after `full`, verify, keep the accepted path: (path tokens, new tokens: the
-        path and the bonus, the committed rows' features); its drafted count to `drafted`.
-        `cap`: at most this many drafted tokens (llama-server's room left, a chain's prefix)."""
-        nonlocal cache
+    def run_rounds(self) -> None:
+        """Steps 2-5 until `max_new` tokens or the target's EOS."""
+        max_new = self.s.max_new
+        while len(self.seq) - self.p_len < max_new and self.seq[-1] not in self.eos:
+            n = len(self.seq) - 1
+            self.room_before = max_new - (len(self.seq) - self.p_len)
+            # llama-server drafts at most the room left less the bonus; with none left the last
+            # token is a plain decode, no round (tools/server/server-context.cpp)
+            cap = self.room_before - 1 if self.s.engine.caps_at_remaining else None
+            if cap is not None and cap <= 0:
+                self._plain_decode(n)
+                break
+            self._round(n, cap)
+
+    def _plain_decode(self, n: int) -> None:
+        """The last token without a round: one target forward at row n."""
+        logits, f, self.cache = self.target.forward_cached(
+            torch.tensor([self.seq[n]]),
+            self.s.plan_slots,
+            cache=self.cache,
+            positions=torch.tensor([n]),
+        )
+        for s, x in enumerate(f):
+            self.parts[s].append(x.cpu())
+        self.seq.append(self.pick(logits[-1]))
+        self.full = list(self.seq)
+
+    def _round(self, n: int, cap: int | None) -> None:
+        """A round after committed x_0..x_n: emit what it accepted up to the stop, count the
+        whole path, and extend the draft over the committed rows unless generation is done."""
+        v = self._one_round(self.seq, cap)
+        stop = next((i + 1 for i, t in enumerate(v.new) if t in self.eos), len(v.new))
+        out = v.new[: min(self.room_before, stop)]
+        self.full = self.seq + v.new
+        self.seq += out
+        # the engines count the whole path, also past the stop
+        self.rounds.append(LiveRound(n, len(v.path), len(out), False, v.drafted, v.odds))
+        self.last_committed = v.committed
+        if len(self.seq) - self.p_len < self.s.max_new and self.seq[-1] not in self.eos:
+            new_rows = torch.tensor(self.seq[n + 1 : n + len(v.new) + 1], device=self.dev)
+            self.ld.extend(self.fc_of(v.committed), new_rows)
+
+    def overlap_round(self, finish: str) -> None:
+        """SGLang launched the next round before this one's result was read: it drafts after the
+        whole path and bonus and is counted, though the request has stopped (an EOS from the
+        prefill too: the draft then holds the prompt's rows already)."""
+        if not self.s.engine.overlap_round:
+            return
+        if not (finish == "stop" or (self.rounds and self.room_before > 1)):
+            return
+        if self.rounds:
+            n = self.rounds[-1].start
+            self.ld.extend(
+                self.fc_of(self.last_committed), torch.tensor(self.full[n + 1 :], device=self.dev)
+            )
+        n2 = len(self.full) - 1
+        v = self._one_round(self.full)
+        self.full = self.full + v.new
+        self.rounds.append(LiveRound(n2, len(v.path), 0, True, v.drafted, v.odds))
+
+    def _one_round(self, full: list[int], cap: int | None = None) -> _Verified:
+        """Draft after `full`, verify, keep the accepted path. `cap`: at most this many drafted
+        tokens (llama-server's room left, a chain's prefix)."""
         n = len(full) - 1
+        d = self._draft(cap)
+        logits, f = self._verify(full, d)
+        path, bonus, odds = self._accept(logits, d)
+        committed = self._commit(n, path, f)
+        path_tokens = [d.tokens[j] for j in path]
+        return _Verified(path_tokens, [*path_tokens, bonus], committed, d.drafted, odds)
+
+    def _draft(self, cap: int | None) -> _Drafted:
+        """Step 2: the draft's tree (or a chain drawn from its q), cut to the nodes verified:
+        every one, or the prefix of the chain llama.cpp's drafter keeps, at most `cap`."""
+        spec = self.s.spec
         q_draft = None
-        if sampled_drafts:
-            tr, q_draft = ld.sampled_chain(sampling.temperature, categorical)
+        if self.sampled_drafts:
+            tr, q_draft = self.ld.sampled_chain(self.s.sampling.temperature, self.categorical)
         else:
-            tr = ld.tree()
-        # the nodes verified: every one, or the prefix of the chain llama.cpp's drafter keeps
-        m = ld.kept() if spec.early_stop else len(tr.tokens[0])
+            tr = self.ld.tree()
+        m = self.ld.kept() if spec.early_stop else len(tr.tokens[0])
         if cap is not None and cap < m:
             m = cap
-            drafted.append(m)
+            drafted = m
         else:
-            drafted.append(m if spec.early_stop else spec.steps)
-        tokens = d2t[tr.tokens[0][:m]].tolist()
-        parent = tr.parent[0][:m].tolist()
-        # The tree's ancestor mask (root column always on) and positions n + depth.
+            drafted = m if spec.early_stop else spec.steps
+        tokens = self.d2t[tr.tokens[0][:m]].tolist()
+        return _Drafted(tokens, tr.parent[0][:m].tolist(), tr.depth[0][:m], m, drafted, q_draft)
+
+    def _verify(self, full: list[int], d: _Drafted) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Step 3's forward: the root x_n and the tree in one target forward over its KV cache,
+        under the tree's ancestor mask (root column always on) at positions n + depth."""
+        n, m = len(full) - 1, d.kept
         anc = torch.zeros(m + 1, m + 1, dtype=torch.bool)
         anc[0, 0] = True
-        for j, par in enumerate(parent):
+        for j, par in enumerate(d.parent):
             anc[j + 1] = anc[par + 1]
             anc[j + 1, j + 1] = True
         mask = torch.cat([torch.ones(m + 1, n, dtype=torch.bool), anc], 1)
-        pos = n + torch.cat([torch.zeros(1, dtype=torch.long), tr.depth[0][:m].cpu()])
-        logits, f, cache = target.forward_cached(
-            torch.tensor([full[n], *tokens]), plan_slots, cache=cache, positions=pos, mask=mask
+        pos = n + torch.cat([torch.zeros(1, dtype=torch.long), d.depth.cpu()])
+        logits, f, self.cache = self.target.forward_cached(
+            torch.tensor([full[n], *d.tokens]),
+            self.s.plan_slots,
+            cache=self.cache,
+            positions=pos,
+            mask=mask,
         )
-        if sampling.greedy:  # nothing random: the odds are the count (the report keeps none)
-            path, bonus = verify_tree(logits, tokens, parent)
-        else:
-            probs = target_probs(logits.cpu(), sampling)
-            q = None
-            if q_draft is not None:  # over the target's vocabulary: the draft's ids by d2t
-                q = torch.zeros(q_draft.shape[0], probs.shape[-1], dtype=torch.float64)
-                q[:, d2t.cpu()] = q_draft
-            q_at = None if q is None else q[torch.arange(m), torch.tensor(tokens)].tolist()
-            reach = node_reach(probs, tokens, parent, verification, q_at)
-            odds.append(RoundOdds.of(reach, tr.depth[0][:m].tolist(), spec.steps))
-            path, bonus = sample_verify(
-                probs, tokens, parent, verification, uniform, categorical, q
-            )
+        return logits, f
+
+    def _accept(self, logits: torch.Tensor, d: _Drafted) -> tuple[list[int], int, RoundOdds | None]:
+        """Step 3's verdict: the longest path equal to the target's argmax (greedy), else the
+        engine's rule, with the round's odds given its start; and the bonus token."""
+        if self.s.sampling.greedy:  # nothing random: the odds are the count (the report keeps none)
+            path, bonus = verify_tree(logits, d.tokens, d.parent)
+            return path, bonus, None
+        verification = self.s.verification
+        probs = target_probs(logits.cpu(), self.s.sampling)
+        q = None
+        if d.q_draft is not None:  # over the target's vocabulary: the draft's ids by d2t
+            q = torch.zeros(d.q_draft.shape[0], probs.shape[-1], dtype=torch.float64)
+            q[:, self.d2t.cpu()] = d.q_draft
+        q_at = None if q is None else q[torch.arange(d.kept), torch.tensor(d.tokens)].tolist()
+        reach = node_reach(probs, d.tokens, d.parent, verification, q_at)
+        odds = RoundOdds.of(reach, d.depth.tolist(), self.s.spec.steps)
+        path, bonus = sample_verify(
+            probs, d.tokens, d.parent, verification, self.uniform, self.categorical, q
+        )
+        return path, bonus, odds
+
+    def _commit(self, n: int, path: list[int], f: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Step 4: the target's KV cache keeps the root and the accepted path; their features
+        (of this verify forward) are kept for the samples and the draft's next extend."""
         keep = [0, *(1 + j for j in path)]
-        trim_cache(cache, torch.cat([torch.arange(n), n + torch.tensor(keep)]))
+        trim_cache(self.cache, torch.cat([torch.arange(n), n + torch.tensor(keep)]))
         sel = torch.tensor(keep, device=f[0].device)
         committed = [x.index_select(0, sel).cpu() for x in f]
         for s, x in enumerate(committed):
-            parts[s].append(x)
-        path_tokens = [tokens[j] for j in path]
-        return path_tokens, [*path_tokens, bonus], committed
+            self.parts[s].append(x)
+        return committed
 
-    full = list(seq)  # what the engine holds: the whole accepted path and bonus, uncut
-    room_before = 0
-    while len(seq) - p_len < max_new and seq[-1] not in eos_set:
-        n = len(seq) - 1
-        room_before = max_new - (len(seq) - p_len)
-        # llama-server drafts at most the room left less the bonus; with none left the last
-        # token is a plain decode, no round (tools/server/server-context.cpp)
-        cap = room_before - 1 if engine.caps_at_remaining else None
-        if cap is not None and cap <= 0:
-            logits, f, cache = target.forward_cached(
-                torch.tensor([seq[n]]), plan_slots, cache=cache, positions=torch.tensor([n])
+    def sequence(self, finish: str) -> LiveSequence:
+        """The realised sequence and its continuation, with the features of tokens no round
+        verified (the last bonus) from one more forward: they feed no round of the replay
+        either (a round after x_n reads rows up to n-1)."""
+        have = sum(x.shape[0] for x in self.parts[0])
+        if have < len(self.full):
+            _, f, _ = self.target.forward_cached(
+                torch.tensor(self.full[have:]), self.s.plan_slots, cache=self.cache
             )
             for s, x in enumerate(f):
-                parts[s].append(x.cpu())
-            seq.append(pick(logits[-1]))
-            full = list(seq)
-            break
-        path, new, committed = one_round(seq, cap)
-        stop = next((i + 1 for i, t in enumerate(new) if t in eos_set), len(new))
-        out = new[: min(room_before, stop)]
-        full = seq + new
-        seq += out
-        starts.append(n)
-        accepted.append(len(path))  # the engines count the whole path, also past the stop
-        emitted.append(len(out))
-        after_stop.append(False)
-        if len(seq) - p_len < max_new and seq[-1] not in eos_set:
-            ld.extend(fc_of(committed), torch.tensor(seq[n + 1 : n + len(new) + 1], device=dev))
-    finish = "stop" if seq[-1] in eos_set else "length"
-    if engine.overlap_round and (finish == "stop" or (starts and room_before > 1)):
-        # SGLang launched the next round before this one's result was read: it drafts after
-        # the whole path and bonus and is counted, though the request has stopped (an EOS from
-        # the prefill too: the draft then holds the prompt's rows already)
-        if starts:
-            n = starts[-1]
-            ld.extend(fc_of(committed), torch.tensor(full[n + 1 :], device=dev))
-        n2 = len(full) - 1
-        path, new, _ = one_round(full)
-        full = full + new
-        starts.append(n2)
-        accepted.append(len(path))
-        emitted.append(0)
-        after_stop.append(True)
-    have = sum(x.shape[0] for x in parts[0])
-    if have < len(full):
-        # tokens never verified (the last bonus): one more forward gives their features (they
-        # feed no round of the replay either: a round after x_n reads rows up to n-1)
-        _, f, _ = target.forward_cached(torch.tensor(full[have:]), plan_slots, cache=cache)
-        for s, x in enumerate(f):
-            parts[s].append(x.cpu())
-    every = [torch.cat(p)[: len(full)] for p in parts]
-    slots = [x[: len(seq)].clone() for x in every]
-    tail_slots = [x[len(seq) :].clone() for x in every]
-    return LiveSequence(
-        seq,
-        p_len,
-        slots,
-        starts,
-        accepted,
-        emitted,
-        after_stop,
-        full[len(seq) :],
-        tail_slots,
-        finish,
-        odds,
-        drafted,
-    )
+                self.parts[s].append(x.cpu())
+        every = [torch.cat(p)[: len(self.full)] for p in self.parts]
+        n = len(self.seq)
+        return LiveSequence(
+            self.seq,
+            self.p_len,
+            [x[:n].clone() for x in every],
+            self.rounds,
+            self.full[n:],
+            [x[n:].clone() for x in every],
+            finish,
+        )
