@@ -1,11 +1,12 @@
 """``python -m inspector.demo build [--out DIR] [--seed N]`` and ``python -m inspector.demo run --out
 DIR`` (a training run of the demo's draft, for ``eagle-inspect sweep``), ``python -m inspector.demo
 block --out DIR`` (a DFlash block draft trained on the demo target, and a copy whose config lost
-its ids)"""
+its ids), ``python -m inspector.demo specforge --out DIR`` (the demo draft in SpecForge's layout)"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -51,7 +52,33 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument(
         "--demo", type=Path, default=DEFAULT_OUT, help=f"the demo (default {DEFAULT_OUT})"
     )
+    s = sub.add_parser(
+        "specforge",
+        help="write the demo draft in SpecForge's layout (the same weights: a flat "
+        "LlamaForCausalLMEagle3 config, its ids under eagle_config, midlayer.* tensors, no "
+        "embedding), as SpecForge's SGLang export writes a draft",
+    )
+    s.add_argument("--out", type=Path, required=True, help="a new folder")
+    s.add_argument(
+        "--demo", type=Path, default=DEFAULT_OUT, help=f"the demo (default {DEFAULT_OUT})"
+    )
     args = parser.parse_args(argv)
+    if args.command == "specforge":
+        from inspector.demo.specforge_layout import write_specforge_demo
+        from inspector.errors import InputError
+
+        try:
+            out = write_specforge_demo(args.out, args.demo)
+        except InputError as e:
+            print(f"{parser.prog} specforge: error: {e}", file=sys.stderr)
+            return 2
+        cfg = json.loads((out / "config.json").read_text())
+        ids = cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+        print(
+            f"wrote {args.out}: the demo draft in SpecForge's layout ({cfg['architectures'][0]}, "
+            f"eagle_config ids {ids}, midlayer.* tensors, no embedding)"
+        )
+        return 0
     if args.command == "block":
         from inspector.demo.block_draft import build_block_demo
 
