@@ -48,8 +48,9 @@ CLEAN_VERDICTS = frozenset({"as_is", "synthetic"})
 def for_verdict(verdict: str) -> ExitCode:
     """reconcile's exit status for its verdict (a `Verdict` or its value): 0 for the draft served
     as it is (or a synthetic acceptance), 1 for the rest: wrong wiring, an engine-side fault
-    (engine_fault, engine_gate, engine_slot), a log of other requests (other_data), and a verdict
-    the witnesses leave undecided."""
+    (engine_fault, engine_gate, engine_slot, engine_backend), the target's hidden state
+    (target_hidden_state), a log of other requests (other_data), and a verdict the witnesses
+    leave undecided."""
     value = getattr(verdict, "value", verdict)
     return ExitCode.OK if value in CLEAN_VERDICTS else ExitCode.PROBLEM
 
