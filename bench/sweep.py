@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from inspector.engines import Engine  # noqa: E402
 from inspector.formats.run_dir import find_checkpoints  # noqa: E402
-from inspector.serving.checkpoint_sweep import sweep_run  # noqa: E402
+from inspector.serving.checkpoint_sweep import SweepSettings, sweep_run  # noqa: E402
 from inspector.serving.spec import DraftSpec  # noqa: E402
 
 
@@ -71,7 +71,7 @@ def main() -> int:
         for _ in range(a.repeats):
             refs.append(one_accept(ckpts[0].path, samples, spec))
             t0 = time.perf_counter()
-            sweep_run(ckpts, [str(samples)], spec, Engine.VLLM, device="cpu")
+            sweep_run(ckpts, [str(samples)], SweepSettings(spec, Engine.VLLM, device="cpu"))
             sweeps.append(time.perf_counter() - t0)
     ref, sw = statistics.median(refs), statistics.median(sweeps)
     n = a.checkpoints

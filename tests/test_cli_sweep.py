@@ -350,7 +350,7 @@ def test_progress_counts_every_checkpoint_refused_or_not(run, tmp_path) -> None:
     included; the report carries no state without one."""
     from inspector.engines import Engine
     from inspector.formats.run_dir import find_checkpoints
-    from inspector.serving.checkpoint_sweep import sweep_run
+    from inspector.serving.checkpoint_sweep import SweepSettings, sweep_run
     from inspector.serving.spec import DraftSpec
 
     draft, samples, folder = run
@@ -360,8 +360,9 @@ def test_progress_counts_every_checkpoint_refused_or_not(run, tmp_path) -> None:
     (bad / "model.safetensors").write_bytes(b"\x00" * 16)
     scan = find_checkpoints(folder)
     calls: list[tuple[int, int]] = []
+    settings = SweepSettings(DraftSpec(3), Engine.VLLM, limit=2)
     report = sweep_run(
-        scan.checkpoints, [str(samples)], DraftSpec(3), Engine.VLLM, limit=2,
+        scan.checkpoints, [str(samples)], settings,
         progress=lambda done, total: calls.append((done, total)),
     )  # fmt: skip
     n = len(scan.checkpoints)
@@ -369,5 +370,5 @@ def test_progress_counts_every_checkpoint_refused_or_not(run, tmp_path) -> None:
     assert len(report.refused) == 1 and len(report.results) == 3
     assert report.state is None and report.samples == 2
     only_bad = sweep_run([c for c in scan.checkpoints if c.path == bad], [str(samples)],
-                         DraftSpec(3), Engine.VLLM, limit=2)  # fmt: skip
+                         settings)  # fmt: skip
     assert (only_bad.results, only_bad.samples, len(only_bad.refused)) == ([], 0, 1)

@@ -117,7 +117,7 @@ def run_sweep_run(args: argparse.Namespace) -> int:
     from inspector.distributed import gather_sweep, init_from_env
     from inspector.engines import parse_engine
     from inspector.formats.run_dir import find_checkpoints
-    from inspector.serving.checkpoint_sweep import sweep_run
+    from inspector.serving.checkpoint_sweep import SweepSettings, sweep_run
 
     spec = spec_from_args(args)
     engine = parse_engine(args.engine, spec.is_chain)
@@ -156,9 +156,7 @@ def run_sweep_run(args: argparse.Namespace) -> int:
     if dist_ctx is not None:
         mine = [scan.checkpoints[i] for i in dist_ctx.shard(len(scan.checkpoints))]
     with progress_bar("checkpoints", err, hidden=not main) as advance:
-        report = sweep_run(
-            mine,
-            args.samples,
+        settings = SweepSettings(
             spec,
             engine,
             wiring=args.wiring,
@@ -167,10 +165,15 @@ def run_sweep_run(args: argparse.Namespace) -> int:
             dtype=args.dtype,
             limit=args.limit,
             state=state,
+            overlap=args.sglang_overlap != "off",
+        )
+        report = sweep_run(
+            mine,
+            args.samples,
+            settings,
             progress=advance,
             refused=scan.refused if main else (),
             check=config_wiring_note,
-            overlap=args.sglang_overlap != "off",
         )
     if dist_ctx is not None:
         report = gather_sweep(dist_ctx, report, [str(c.path) for c in scan.checkpoints])

@@ -31,7 +31,13 @@ from inspector.formats.run_dir import RunCheckpoint
 from inspector.serving.spec import EXACT_KV, DraftSpec
 
 if TYPE_CHECKING:
+    import torch
+
+    from inspector.draft import Draft
     from inspector.evaluate import Evaluator
+    from inspector.evaluate.report import WiringReport
+    from inspector.formats import SampleSet, TargetHead
+    from inspector.metrics.rounds import AcceptStats
 
 SCHEMA_VERSION = 1
 
@@ -195,159 +201,226 @@ def evaluate_checkpoint(
     return rep.wirings[0].stats, wr, report
 
 
+@dataclass(frozen=True)
+class SweepSettings:
+    """What every checkpoint of a sweep is evaluated under: the drafting and the engine's
+    counting, the wiring, the target (its head for the trainers' metrics, its layer count), the
+    device and dtype, the samples' limit, the state file (None: no resume) and whether SGLang's
+    overlap round is counted. All but the device and the state file key a finished result."""
+
+    spec: DraftSpec
+    engine: Engine
+    wiring: str = "train"
+    target: str | Path | None = None
+    device: str = "cpu"
+    dtype: str = "auto"
+    limit: int | None = None
+    state: Path | None = None
+    overlap: bool = True
+
+    def key_fields(self, samples: Sequence[str]) -> dict:
+        """The settings a finished result is valid for (`checkpoint_key`), the samples with them."""
+        return {
+            "spec": self.spec.to_dict(),
+            "engine": self.engine.value,
+            "wiring": self.wiring,
+            "samples": [str(Path(s).resolve()) for s in samples],
+            "limit": self.limit,
+            "target": str(Path(self.target).resolve()) if self.target is not None else None,
+            "dtype": self.dtype,
+            "schema": SCHEMA_VERSION,
+            **({} if self.overlap else {"sglang_overlap": False}),
+        }
+
+
 def sweep_run(
     checkpoints: Sequence[RunCheckpoint],
     samples: Sequence[str],
-    spec: DraftSpec,
-    engine: Engine,
+    settings: SweepSettings,
     *,
-    wiring: str = "train",
-    target: str | Path | None = None,
-    device: str = "cpu",
-    dtype: str = "auto",
-    limit: int | None = None,
-    state: Path | None = None,
     progress: Callable[[int, int], None] | None = None,
     refused: Sequence[tuple[Path, str]] = (),
     check: Callable[[Evaluator], str | None] | None = None,
-    overlap: bool = True,
 ) -> SweepRunReport:
     """Evaluate every checkpoint in order (module docstring); a checkpoint that does not load
     is refused in one line and the rest still run.
 
+    refused: the run folder's checkpoints refused before the sweep (kept first in the report).
     check: a note on each checkpoint's evaluator (the command's: whether its config names the
     wiring its weights fit best), kept in the checkpoint's result."""
-    from inspector.evaluate import Evaluator, resolve_device
-    from inspector.formats import SampleSet, load_draft, read_target_head
-    from inspector.formats.layer_convention import target_layer_count
+    from inspector.evaluate import resolve_device
 
-    dev = resolve_device(device)
-    settings = {
-        "spec": spec.to_dict(),
-        "engine": engine.value,
-        "wiring": wiring,
-        "samples": [str(Path(s).resolve()) for s in samples],
-        "limit": limit,
-        "target": str(Path(target).resolve()) if target is not None else None,
-        "dtype": dtype,
-        "schema": SCHEMA_VERSION,
-        **({} if overlap else {"sglang_overlap": False}),
-    }
-    done = read_state(state) if state is not None else {}
+    sweep = _Sweep(settings, samples, resolve_device(settings.device), check)
+    key_fields = settings.key_fields(samples)
+    done = read_state(settings.state) if settings.state is not None else {}
     results: list[CheckpointResult] = []
     out_refused = [(str(p), why) for p, why in refused]
-    sample_set = None
-    head = None
-    first_vocab = None
     n_samples = 0
-    ttt = spec.steps if spec.is_chain else 1
     for k, ckpt in enumerate(checkpoints):
-        key = checkpoint_key(ckpt, settings)
+        key = checkpoint_key(ckpt, key_fields)
         if key in done:
-            r = CheckpointResult.from_dict(done[key])
-            r.resumed = True
-            results.append(r)
-            if progress is not None:
-                progress(k + 1, len(checkpoints))
-            continue
-        t0 = time.perf_counter()
-        try:
-            draft = load_draft(ckpt.path, target=target, dtype=dtype, device=dev)
-            cfg = draft.config
-            if sample_set is None:
-                n_layers = target_layer_count(target) if target is not None else None
-                sample_set = SampleSet(
-                    list(samples),
-                    vocab_size=cfg.vocab_size,
-                    hidden_size=cfg.target_hidden_size,
-                    num_layers=n_layers,
-                )
-                if target is not None:
-                    head = read_target_head(
-                        target, vocab_size=cfg.vocab_size, hidden_size=cfg.target_hidden_size
-                    )
-                first_vocab = (
-                    ckpt.name,
-                    draft.vocab.draft_to_target.cpu(),
-                    draft.layout,
-                    ckpt.path,
-                )
-            elif (cfg.vocab_size, cfg.target_hidden_size) != (
-                sample_set.vocab_size,
-                sample_set.hidden_size,
-            ):
-                raise InputError(
-                    ckpt.path / "config.json",
-                    "vocab_size",
-                    f"vocab {cfg.vocab_size} / target hidden {cfg.target_hidden_size}: the run's "
-                    f"first checkpoint has {sample_set.vocab_size} / {sample_set.hidden_size}",
-                )
-            assert first_vocab is not None
-            notes = []
-            if draft.layout != first_vocab[2]:
-                notes.append(
-                    f"its layout is {draft.layout}, {first_vocab[0]}'s {first_vocab[2]} (read by "
-                    "its own adapter: evaluated all the same)"
-                )
-            d2t = draft.vocab.draft_to_target.cpu()
-            if d2t.shape != first_vocab[1].shape:
-                notes.append(
-                    f"its draft vocabulary ({d2t.numel()} tokens) is not {first_vocab[0]}'s "
-                    f"({first_vocab[1].numel()}): evaluated all the same"
-                )
-            elif not bool((d2t == first_vocab[1]).all()):
-                moved = int((d2t != first_vocab[1]).sum())
-                notes.append(
-                    f"its vocab map (d2t) moved against {first_vocab[0]}'s: {moved} of "
-                    f"{d2t.numel()} draft rows map to other target tokens, evaluated all the "
-                    f"same (`eagle-inspect doctor {ckpt.path} SAMPLES --parent {first_vocab[3]}` "
-                    "says whether its head followed)"
-                )
-            ev = Evaluator(
-                draft,
-                sample_set,
-                ttt_steps=ttt,
-                target_head=None if head is None else head.to(dev, draft.dtype),
-            )
-            checked = check(ev) if check is not None else None
-            if checked:
-                notes.append(checked)
-            note = "; ".join(notes) or None
-            stats, wr, report = evaluate_checkpoint(ev, spec, engine, wiring, limit, overlap)
-        except InputError as e:
-            out_refused.append((str(ckpt.path), str(e)))
-            if progress is not None:
-                progress(k + 1, len(checkpoints))
-            continue
-        n_samples = max(n_samples, report.samples)
-        r = CheckpointResult(
-            ckpt.name,
-            str(ckpt.path),
-            ckpt.step,
-            stats.accept_length,
-            stats.is_bound,
-            stats.rounds,
-            stats.accepted,
-            [float(x) for x in stats.per_depth],
-            [s.all_tok.acc if s.all_tok.total else None for s in wr.steps],
-            [s.cond.acc if s.cond.total else None for s in wr.steps],
-            wr.acceptance_length_estimate,
-            _trainer(wr.steps),
-            note,
-            round(time.perf_counter() - t0, 3),
-        )
-        results.append(r)
-        if state is not None:
-            _append_state(state, key, r)
+            results.append(_resumed(done[key]))
+        else:
+            try:
+                r, n = sweep.evaluate(ckpt)
+            except InputError as e:
+                out_refused.append((str(ckpt.path), str(e)))
+            else:
+                n_samples = max(n_samples, n)
+                results.append(r)
+                if settings.state is not None:
+                    _append_state(settings.state, key, r)
         if progress is not None:
             progress(k + 1, len(checkpoints))
     return SweepRunReport(
         run_dir="",
-        spec=spec,
-        engine=engine,
-        wiring=wiring,
+        spec=settings.spec,
+        engine=settings.engine,
+        wiring=settings.wiring,
         samples=n_samples,
         results=results,
         refused=out_refused,
-        state=str(state) if state is not None else None,
+        state=str(settings.state) if settings.state is not None else None,
+    )
+
+
+def _resumed(d: dict) -> CheckpointResult:
+    """A result the state file holds for this checkpoint under these settings: not rerun."""
+    r = CheckpointResult.from_dict(d)
+    r.resumed = True
+    return r
+
+
+@dataclass(frozen=True)
+class _FirstVocab:
+    """The run's first loaded checkpoint, which the later ones' vocabularies are held to."""
+
+    name: str
+    d2t: torch.Tensor
+    layout: str
+    path: Path
+
+
+class _Sweep:
+    """What a sweep shares across its checkpoints: the samples, read once (one `SampleSet` and its
+    cache serve every checkpoint's evaluator) when the first checkpoint loads, the target's head,
+    and that first checkpoint's vocabulary."""
+
+    def __init__(
+        self,
+        settings: SweepSettings,
+        samples: Sequence[str],
+        device: str,
+        check: Callable[[Evaluator], str | None] | None,
+    ) -> None:
+        self.s, self.samples, self.dev, self.check = settings, samples, device, check
+        self.sample_set: SampleSet | None = None
+        self.head: TargetHead | None = None
+        self.first: _FirstVocab | None = None
+
+    def evaluate(self, ckpt: RunCheckpoint) -> tuple[CheckpointResult, int]:
+        """One checkpoint's row and the samples it read; InputError where it does not load or
+        does not fit the run's samples."""
+        from inspector.evaluate import Evaluator
+        from inspector.formats import load_draft
+
+        s = self.s
+        t0 = time.perf_counter()
+        draft = load_draft(ckpt.path, target=s.target, dtype=s.dtype, device=self.dev)
+        sample_set = self._samples_for(draft, ckpt)
+        notes = self._vocab_notes(draft, ckpt)
+        ev = Evaluator(
+            draft,
+            sample_set,
+            ttt_steps=s.spec.steps if s.spec.is_chain else 1,
+            target_head=None if self.head is None else self.head.to(self.dev, draft.dtype),
+        )
+        checked = self.check(ev) if self.check is not None else None
+        if checked:
+            notes.append(checked)
+        note = "; ".join(notes) or None
+        stats, wr, report = evaluate_checkpoint(ev, s.spec, s.engine, s.wiring, s.limit, s.overlap)
+        return _result(ckpt, stats, wr, note, round(time.perf_counter() - t0, 3)), report.samples
+
+    def _samples_for(self, draft: Draft, ckpt: RunCheckpoint) -> SampleSet:
+        """The run's samples: opened by the first checkpoint that loads (with the target's head),
+        refused to a later one whose vocabulary or target hidden size differs."""
+        from inspector.formats import SampleSet, read_target_head
+        from inspector.formats.layer_convention import target_layer_count
+
+        cfg, target = draft.config, self.s.target
+        if self.sample_set is None:
+            n_layers = target_layer_count(target) if target is not None else None
+            self.sample_set = SampleSet(
+                list(self.samples),
+                vocab_size=cfg.vocab_size,
+                hidden_size=cfg.target_hidden_size,
+                num_layers=n_layers,
+            )
+            if target is not None:
+                self.head = read_target_head(
+                    target, vocab_size=cfg.vocab_size, hidden_size=cfg.target_hidden_size
+                )
+            d2t = draft.vocab.draft_to_target.cpu()
+            self.first = _FirstVocab(ckpt.name, d2t, draft.layout, ckpt.path)
+        elif (cfg.vocab_size, cfg.target_hidden_size) != (
+            self.sample_set.vocab_size,
+            self.sample_set.hidden_size,
+        ):
+            raise InputError(
+                ckpt.path / "config.json",
+                "vocab_size",
+                f"vocab {cfg.vocab_size} / target hidden {cfg.target_hidden_size}: the run's "
+                f"first checkpoint has {self.sample_set.vocab_size} / {self.sample_set.hidden_size}",
+            )
+        return self.sample_set
+
+    def _vocab_notes(self, draft: Draft, ckpt: RunCheckpoint) -> list[str]:
+        """Where this checkpoint's layout or vocabulary map departs from the run's first: it is
+        evaluated all the same, and the note says so."""
+        first = self.first
+        assert first is not None
+        notes = []
+        if draft.layout != first.layout:
+            notes.append(
+                f"its layout is {draft.layout}, {first.name}'s {first.layout} (read by "
+                "its own adapter: evaluated all the same)"
+            )
+        d2t = draft.vocab.draft_to_target.cpu()
+        if d2t.shape != first.d2t.shape:
+            notes.append(
+                f"its draft vocabulary ({d2t.numel()} tokens) is not {first.name}'s "
+                f"({first.d2t.numel()}): evaluated all the same"
+            )
+        elif not bool((d2t == first.d2t).all()):
+            moved = int((d2t != first.d2t).sum())
+            notes.append(
+                f"its vocab map (d2t) moved against {first.name}'s: {moved} of "
+                f"{d2t.numel()} draft rows map to other target tokens, evaluated all the "
+                f"same (`eagle-inspect doctor {ckpt.path} SAMPLES --parent {first.path}` "
+                "says whether its head followed)"
+            )
+        return notes
+
+
+def _result(
+    ckpt: RunCheckpoint, stats: AcceptStats, wr: WiringReport, note: str | None, seconds: float
+) -> CheckpointResult:
+    """A checkpoint's row: the engine's accept length (the replay's), our step accuracies, the
+    trainers' closed form and their own metrics."""
+    return CheckpointResult(
+        ckpt.name,
+        str(ckpt.path),
+        ckpt.step,
+        stats.accept_length,
+        stats.is_bound,
+        stats.rounds,
+        stats.accepted,
+        [float(x) for x in stats.per_depth],
+        [s.all_tok.acc if s.all_tok.total else None for s in wr.steps],
+        [s.cond.acc if s.cond.total else None for s in wr.steps],
+        wr.acceptance_length_estimate,
+        _trainer(wr.steps),
+        note,
+        seconds,
     )
