@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from inspector.doctor.phrasing import CONVERT_TO_GGUF
+from inspector.doctor.reconcile.run_check import RunCheck
 from inspector.doctor.reconcile.settle import Settlement
 from inspector.doctor.serving import engine_configs, hf_indices, sglang_ids_text
 from inspector.doctor.wiring.trained import TrainedWiring, pct_of
@@ -149,35 +150,6 @@ class SlotCheck:
             "replay_accepted": self.replay_accepted,
             "replay_rounds": self.replay_rounds,
             "replay_accept_length": self.replay_accept_length,
-            "departs": self.departs,
-            "equal": self.equal,
-        }
-
-
-@dataclass(frozen=True)
-class RunCheck:
-    """One run (one engine log) of the draft against the replay of the requests it served, under
-    the wiring the runs are held to (`reconcile_runs`)."""
-
-    run: str  # its backend / build as its start-up lines state them, else its file
-    path: str
-    verdict: str  # its own reconciliation's
-    engine_accept_length: float
-    replay_accept_length: float
-    rounds: int  # the engine's rounds where it counts them, else the replay's
-    short: float  # accepted tokens short of the replay over those rounds (negative: above)
-    departs: bool  # below the replay beyond the drift allowed
-    equal: bool  # within the drift allowed
-
-    def to_dict(self) -> dict:
-        return {
-            "run": self.run,
-            "path": self.path,
-            "verdict": self.verdict,
-            "engine_accept_length": self.engine_accept_length,
-            "replay_accept_length": self.replay_accept_length,
-            "rounds": self.rounds,
-            "short": self.short,
             "departs": self.departs,
             "equal": self.equal,
         }

@@ -25,12 +25,12 @@ from inspector.doctor.reconcile.blame import DRIFT, MIN_SHORT
 from inspector.doctor.reconcile.result import (
     Blame,
     Reconciliation,
-    RunCheck,
     Verdict,
     fmt_figure,
     logged_text,
     short_label,
 )
+from inspector.doctor.reconcile.run_check import RunCheck
 from inspector.engines import engine, engine_words
 from inspector.formats.engine_figures import EngineLog
 
@@ -40,6 +40,7 @@ BACKEND_CLASS = (
     "same requests on the backend or build that matches, bisect the builds between the two, and "
     "report both runs' accept lengths upstream"
 )
+
 
 # the verdicts a run's own reconciliation leaves unexplained: below the replay, or matching none
 OPEN = (Verdict.ENGINE_FAULT, Verdict.OTHER_DATA)
