@@ -16,7 +16,7 @@ class RunCheck:
     verdict: str  # its own reconciliation's
     engine_accept_length: float
     replay_accept_length: float
-    rounds: int  # the engine's rounds where it counts them, else the replay's
+    rounds: int  # the replay's rounds of those requests (what `short` is counted over)
     short: float  # accepted tokens short of the replay over those rounds (negative: above)
     departs: bool  # below the replay beyond the drift allowed
     equal: bool  # within the drift allowed
