@@ -68,11 +68,9 @@ def eagle3_trace(
     rows: int = ROWS,
 ) -> Trace:
     base = trained_path(draft, trained, draft.layout)
+    stored = _stored(base, draft.stored_dtype)  # one copy of the weights for every engine
     paths = [
-        _stored(
-            eagle3_engine_path(base, e, infos, num_layers=num_layers, target=target),
-            draft.stored_dtype,
-        )
+        eagle3_engine_path(stored, e, infos, num_layers=num_layers, target=target)
         for e in (engines or SERVING)
     ]
     return trace(
@@ -95,10 +93,8 @@ def block_trace(
     block = draft.config.block
     assert block is not None
     base = trained_path(draft, trained, REFERENCE)
-    paths = [
-        _stored(p, draft.stored_dtype)
-        for p in block_engine_paths(base, config, num_layers, infos, engines)
-    ]
+    stored = _stored(base, draft.stored_dtype)  # one copy of the weights for every engine
+    paths = block_engine_paths(stored, config, num_layers, infos, engines)
     return trace(base, paths, sample, sample_index=sample_index, rows=rows)
 
 

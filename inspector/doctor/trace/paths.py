@@ -109,18 +109,19 @@ def with_wiring(path: TracePath, wiring: Wiring, words: str) -> TracePath:
 
 
 def eagle3_engine_path(
-    trained: TracePath,
+    base: TracePath,
     engine: str,
     infos: Sequence[SlotInfo],
     *,
     num_layers: int | None = None,
     target: object = None,
 ) -> TracePath:
-    """An EAGLE-3 draft as `engine` runs it (`doctor.wiring.engine_run`): its flags, the
-    features it drops, the layers it feeds where the target's layer count is known."""
+    """An EAGLE-3 draft as `engine` runs it (`doctor.wiring.engine_run`) on top of `base` (the
+    trained path, or it in the dtype the engine loads): its flags, the features it drops, the
+    layers it feeds where the target's layer count is known."""
     from inspector.doctor.wiring.engine_run import engine_run
 
-    run = engine_run(trained.draft, engine, num_layers=num_layers, target=target)
+    run = engine_run(base.draft, engine, num_layers=num_layers, target=target)
     who = run.who or str(run.engine)
     diffs: list[Difference] = []
     for f in run.flags:
@@ -134,7 +135,9 @@ def eagle3_engine_path(
             )
         )
     note = run.read.problem if run.read is not None else None
-    path = TracePath(who, run.draft, trained.wiring, trained.shift, tuple(diffs), note)
+    # `base`'s own differences (the dtype it computes in) stay: the engine runs on top of them
+    all_diffs = (*base.differences, *diffs)
+    path = TracePath(who, run.draft, base.wiring, base.shift, all_diffs, note)
     fed = run.feed(infos)
     if fed is not None:
         wiring, draft, label = fed
@@ -143,7 +146,7 @@ def eagle3_engine_path(
 
 
 def block_engine_paths(
-    trained: TracePath,
+    base: TracePath,
     config: Mapping,
     num_layers: int,
     infos: Sequence[SlotInfo],
@@ -151,11 +154,12 @@ def block_engine_paths(
 ) -> list[TracePath]:
     """A block draft as each engine that reads its kind runs it: the layers its reading of the
     config feeds (where the samples hold them), and the scale it gives the block's embedding
-    rows (`ServingEngine.block_embedding_scale`)."""
+    rows (`ServingEngine.block_embedding_scale`), on top of `base` (the trained path, or it in
+    the dtype the engine loads, whose differences stay)."""
     from inspector.doctor.wiring.engine_reading import engine_reads
     from inspector.engines import engine as engine_of
 
-    draft = trained.draft
+    draft = base.draft
     block = draft.config.block
     assert block is not None
     out = []
@@ -163,7 +167,7 @@ def block_engine_paths(
         eng = engine_of(r.reader.engine)
         if engines is not None and eng.id not in engines:
             continue
-        path = replace(trained, label=r.reader.label, differences=())
+        path = replace(base, label=r.reader.label)
         scale = eng.block_embedding_scale(block.family, block.input_embedding_scale)
         if scale is not None and scale[0] != block.input_embedding_scale:
             value, why = scale
@@ -175,9 +179,8 @@ def block_engine_paths(
                 f"scales the block's embedding rows by {value:g}, not the config's "
                 f"input_embedding_scale {block.input_embedding_scale:g} ({why})"
             )
-            path = replace(
-                path, draft=run, differences=(Difference(EMBEDDING_SCALE, words, "embed"),)
-            )
+            scaled = Difference(EMBEDDING_SCALE, words, "embed")
+            path = replace(path, draft=run, differences=(*path.differences, scaled))
         wiring = layers_wiring(tuple(r.fed), infos) if r.fed is not None else None
         if wiring is not None:
             path = with_wiring(path, wiring, f"feeds HF {list(r.fed or ())}")
