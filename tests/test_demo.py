@@ -75,7 +75,9 @@ def test_assets_are_complete_and_small() -> None:
     ):
         assert (DEMO / rel).is_file(), rel
     size = sum(p.stat().st_size for p in DEMO.rglob("*") if p.is_file())
-    assert size < 25_000_000, f"assets/demo is {size / 1e6:.1f} MB"
+    # samples 15 MB, target 5 MB, the engine logs 4.5 MB (with the two converted GGUFs the
+    # llama.cpp guide runs, 1.5 MB each), the draft 1.5 MB: a clone stays quick
+    assert size < 30_000_000, f"assets/demo is {size / 1e6:.1f} MB"
 
 
 def test_target_is_a_complete_hf_llama_checkpoint() -> None:
