@@ -71,6 +71,7 @@ class Kind(StrEnum):
     LONG_CONTEXT = "long_context"
     GGUF_LAYERS = "gguf_layers"  # a llama.cpp GGUF's baked target layers against the trained ones
     GGUF_CONVERSION = "gguf_conversion"  # what llama.cpp's converter changed (doctor --source)
+    DRAFT_NUMERICS = "draft_numerics"  # the target's quantization an engine runs the draft in
     TRACE = "trace"  # one sample through the trained path and each engine's (doctor --trace)
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from inspector.doctor.checks.draft_numerics import draft_numerics_findings
 from inspector.doctor.checks.gguf_layers import gguf_layers_finding
 from inspector.doctor.checks.lm_head import (
     HeadStatus,
@@ -171,8 +172,11 @@ def run(
             target_model=target_model,
             engines=request.engines,
         )
+        numerics = draft_numerics_findings(
+            ev, report.sample_indices, report.best_wiring, request.target, request.engines
+        )
         report.findings = sort_findings(
-            [*report.findings, *gguf_layers_finding(ev.draft, report, request.target)]
+            [*report.findings, *gguf_layers_finding(ev.draft, report, request.target), *numerics]
         )
         if request.trace is not None:
             from inspector.doctor.trace.build import report_trace_finding

@@ -35,6 +35,16 @@ class Fact:
 
 
 @dataclass(frozen=True)
+class QuantInheritance:
+    """An engine that runs the draft in the target's quantization unless told otherwise."""
+
+    since: str  # the release or PR it holds from, with its source
+    optout: str  # the launch setting that keeps the draft's own numerics
+    projections: tuple[str, ...]  # the draft weights the target's method quantizes (name parts)
+    words: str  # those weights in words, and what stays unquantized
+
+
+@dataclass(frozen=True)
 class KnownFault:
     """A fault of some builds of one engine on one device, under sampling or always."""
 
@@ -115,6 +125,9 @@ class ServingEngine:
     facts: tuple[Fact, ...] = field(default_factory=tuple)
     # the block families whose `input_embedding_scale` it multiplies the block's input rows by
     # (None: not known); the others it runs at its own scale, `block_embedding_own`
+    # runs the draft in the target's quantization unless its opt-out is given (None: the
+    # draft runs as its own checkpoint states)
+    quant_inheritance: QuantInheritance | None = None
     embedding_scale_read: frozenset[str] | None = None
     block_embedding_own: tuple[float, str] = (1.0, "")
 

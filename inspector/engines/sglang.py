@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from inspector.engines.base import Fact, ServingEngine
+from inspector.engines.base import Fact, QuantInheritance, ServingEngine
 from inspector.engines.capture import (
     EAGLE_CONFIG,
     LLAMA_CPP,
@@ -276,6 +276,21 @@ ENGINE = ServingEngine(
     # 0.5.23's DFlash worker scales the block's embedding rows by the target model's
     # get_dflash_noise_embedding_scale() where the class has one, else 1.0; none of its model
     # classes defines it, and the draft config's input_embedding_scale is read nowhere
+    quant_inheritance=QuantInheritance(
+        since="PR #33115 (2026-08-03); 0.5.23's serving hook",
+        optout="--speculative-draft-model-quantization unquant",
+        projections=(
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ),
+        words="its decoder layers' attention and MLP projections (fc is a plain Linear and "
+        "stays unquantized)",
+    ),
     embedding_scale_read=frozenset(),
     block_embedding_own=(
         1.0,
