@@ -138,6 +138,15 @@ FACTS = (
         "152576) was served through a map it does not have, at accept length 1.00",
         topic="vocab_map",
     ),
+    Fact(
+        "0.32.0's CPU build, measured in CI against the demo's DFlash draft",
+        "vLLM's CPU build normalises every DFlash layer's context keys with layer 0's k_norm "
+        "(qwen3_dflash.py `_normalize_context_k` stacks the layers' k_norm weights into one "
+        "tensor for one rms_norm call; the CPU kernel reads its first row only): a draft whose "
+        "layers' k_norms differ proposes otherwise than trained there, with no error",
+        drafts="dflash",
+        topic="numerics",
+    ),
 )
 
 

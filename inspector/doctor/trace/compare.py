@@ -106,6 +106,7 @@ class PathTrace:
     accuracy_served: float
     rows: int
     note: str | None = None  # the path's own (`TracePath.note`)
+    known: tuple[str, ...] = ()  # `TracePath.known`
 
     @property
     def first_parted(self) -> StageDiff | None:
@@ -147,6 +148,7 @@ class PathTrace:
             "accuracy_served": round(self.accuracy_served, 6),
             "rows": self.rows,
             "note": self.note,
+            "known": list(self.known),
             "stages": [s.to_dict() for s in self.stages],
         }
 
@@ -252,6 +254,7 @@ def trace(
                 _accuracy(theirs, truth) if same else float("nan"),
                 n_rows,
                 path.note,
+                path.known,
             )
         )
     return out

@@ -65,7 +65,9 @@ class TraceFacts:
     def lines(self) -> list[str]:
         t = self.trace
         out = [f"sample {t.sample}, {t.rows} rows, against the trained path ({t.trained})"]
-        out += [path_line(p) for p in self.trace.paths]
+        for p in self.trace.paths:
+            out.append(path_line(p))
+            out += [f"{p.label}, known and not modelled here: {k}" for k in p.known]
         return out
 
 

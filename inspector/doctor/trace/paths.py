@@ -49,6 +49,7 @@ class TracePath:
     shift: int = 1  # row j pairs the features at j with token x_{j+shift}
     differences: tuple[Difference, ...] = ()
     note: str | None = None  # what the path leaves out (the engine's own problem reading it)
+    known: tuple[str, ...] = ()  # the engine's known numerics faults the path does not model
 
 
 def feature_stage(draft: Draft) -> str:
@@ -167,7 +168,10 @@ def block_engine_paths(
         eng = engine_of(r.reader.engine)
         if engines is not None and eng.id not in engines:
             continue
-        path = replace(base, label=r.reader.label)
+        known = tuple(
+            f"{f.words} ({f.since})" for f in eng.facts_for(None, drafts="dflash", topic="numerics")
+        )
+        path = replace(base, label=r.reader.label, known=known)
         scale = eng.block_embedding_scale(block.family, block.input_embedding_scale)
         if scale is not None and scale[0] != block.input_embedding_scale:
             value, why = scale
