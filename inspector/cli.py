@@ -310,6 +310,12 @@ def build_parser() -> argparse.ArgumentParser:
         "engine)",
     )
     add_doctor_probe_args(p_doc)
+    p_doc.add_argument(
+        "--no-capture",
+        action="store_true",
+        help="block drafts: search only the layers the samples hold (default with --target: "
+        "run the target over the first samples and search every layer)",
+    )
     p_doc.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p_doc.add_argument(
         "--source",

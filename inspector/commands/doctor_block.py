@@ -1,6 +1,8 @@
 """`eagle-inspect doctor` on a block draft (DFlash, DFlash2): the trained layers asked of the
 weights, each engine's reading of the config, the block size, the mask token
-(`doctor.checks.block_checks`), as the doctor's report."""
+(`doctor.checks.block_checks`), as the doctor's report. With --target (and not --no-capture) the
+layers the samples lack are captured over its samples first, so the search runs over every
+layer (`doctor.wiring.block_capture`)."""
 
 from __future__ import annotations
 
@@ -36,10 +38,19 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
     read = readable_samples(sample_set, args.n_samples, err)
     indices, samples = [i for i, _ in read], [x for _, x in read]
     num_layers = target_layers(inputs.target, block, samples)
-    search, configured_score = search_from_config(draft, samples, num_layers)
+    captured, capture = None, None
+    if inputs.target is not None and not getattr(args, "no_capture", False):
+        from inspector.doctor.wiring.block_capture import capture_every_layer
+
+        captured, capture, notes = capture_every_layer(
+            inputs.target, samples, block.block_size, draft.device
+        )
+        for note in notes:
+            err.print(f"note: {note}", highlight=False, soft_wrap=True)
+    search, configured_score = search_from_config(draft, captured or samples, num_layers)
     raw = json.loads((Path(draft.path) / "config.json").read_text())
     findings = [
-        wiring_finding(search, block, configured_score),
+        wiring_finding(search, block, configured_score, capture),
         engine_finding(
             raw,
             block.family,
@@ -53,8 +64,11 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
         mask_finding(draft),
     ]
     if getattr(args, "trace", None) is not None:
+        by_index = dict(zip(indices, captured or [], strict=False))
         findings.append(
-            _trace_finding(args, sample_set, draft, raw, num_layers, search, configured_score)
+            _trace_finding(
+                args, sample_set, draft, raw, num_layers, search, configured_score, by_index
+            )
         )
     return DoctorReport(
         best_wiring=(),
@@ -67,9 +81,11 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
     )
 
 
-def _trace_finding(args, sample_set, draft, raw, num_layers, search, configured_score):
+def _trace_finding(args, sample_set, draft, raw, num_layers, search, configured_score, captured):
     """The train/serve trace of sample --trace over the layers the weights were trained on
-    (`doctor.trace`), against each engine that reads this kind of draft (--engine: those)."""
+    (`doctor.trace`), against each engine that reads this kind of draft (--engine: those);
+    `captured`: sample index -> that sample with every layer (its first tokens), where the
+    doctor captured it."""
     from inspector.doctor.checks.block_checks import decided_layers
     from inspector.doctor.trace.build import block_trace, pick_sample
     from inspector.doctor.trace.finding import trace_finding
@@ -80,7 +96,7 @@ def _trace_finding(args, sample_set, draft, raw, num_layers, search, configured_
     index = pick_sample(
         sample_set.files[0] if sample_set.files else None, args.trace, len(sample_set)
     )
-    sample = sample_set[index]
+    sample = captured.get(index) or sample_set[index]
     infos = sample.slot_info
     trained = layers_wiring(decided_layers(search, block, configured_score), infos)
     if trained is None:

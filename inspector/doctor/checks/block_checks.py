@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from inspector.doctor.finding import Finding, Kind, Severity
+from inspector.doctor.wiring.block_capture import BlockCapture
 from inspector.doctor.wiring.block_search import BlockSearch, Layers, Scored
 from inspector.doctor.wiring.engine_reading import engine_reads
 from inspector.draft import BlockConfig, Draft
@@ -39,12 +40,14 @@ class WiringFacts:
     search: BlockSearch
     configured: Scored | None
     configured_layers: Layers
+    capture: BlockCapture | None = None  # the layers the target gave the search (--target)
 
     def to_dict(self) -> dict:
         return {
             **self.search.to_dict(),
             "configured_layers": list(self.configured_layers),
             "configured": self.configured.to_dict() if self.configured else None,
+            "capture": self.capture.to_dict() if self.capture else None,
         }
 
     def lines(self) -> list[str]:
@@ -66,6 +69,8 @@ class WiringFacts:
             f"{self.search.evaluated} wirings scored over the held layers "
             f"{list(self.search.held)} in {self.search.sweeps} sweeps"
         )
+        if self.capture is not None:
+            out.append(self.capture.line())
         return out
 
 
@@ -77,9 +82,22 @@ def decided_layers(search: BlockSearch, block: BlockConfig, configured: Scored |
     return tuple(block.hf_layer_ids)
 
 
-def wiring_finding(search: BlockSearch, block: BlockConfig, configured: Scored | None) -> Finding:
+def wiring_finding(
+    search: BlockSearch,
+    block: BlockConfig,
+    configured: Scored | None,
+    capture: BlockCapture | None = None,
+) -> Finding:
+    """The trained layers against the configured ids; `capture`: the layers the target gave the
+    search, named in the summary where the trained ones are among them."""
     best = search.best
-    facts = WiringFacts(search, configured, block.hf_layer_ids)
+    facts = WiringFacts(search, configured, block.hf_layer_ids, capture)
+    got = sorted(set(best.layers) & set(capture.layers)) if capture is not None else []
+    came = (
+        f"HF {got} captured from the target over {capture.samples} samples"
+        if capture is not None and got
+        else ""
+    )
     cfg_ids = list(block.layer_ids)
     trained = list(search.trained_ids)
     where = (
@@ -93,7 +111,7 @@ def wiring_finding(search: BlockSearch, block: BlockConfig, configured: Scored |
             Severity.WARNING,
             f"the samples do not hold the configured layers HF {list(block.hf_layer_ids)}; "
             f"of those they hold, the weights fit ids {trained} best "
-            f"(block accuracy {pct(best.accuracy)})",
+            f"(block accuracy {pct(best.accuracy)})" + (f"; {came}" if came else ""),
             "capture the configured layers (capture --layers) to compare them",
             facts,
             wiring=best.layers,
@@ -111,7 +129,8 @@ def wiring_finding(search: BlockSearch, block: BlockConfig, configured: Scored |
                 ""
                 if best.layers == tuple(block.hf_layer_ids)
                 else f"; the search's best, {trained}, is within {pct(CLEAR_MARGIN)}"
-            ),
+            )
+            + (f"; {came}" if came else ""),
             None,
             facts,
             wiring=tuple(block.hf_layer_ids),
@@ -119,8 +138,9 @@ def wiring_finding(search: BlockSearch, block: BlockConfig, configured: Scored |
     return Finding(
         Kind.WIRING,
         Severity.ERROR,
-        f"the weights were trained on ids {trained} (HF {list(best.layers)}), not the configured "
-        f"{cfg_ids} ({where}): block accuracy {pct(best.accuracy)} against "
+        f"the weights were trained on ids {trained} (HF {list(best.layers)}"
+        f"{'; ' + came if came else ''}), not the "
+        f"configured {cfg_ids} ({where}): block accuracy {pct(best.accuracy)} against "
         f"{pct(configured.accuracy)}",
         f"set dflash_config.target_layer_ids to {trained}",
         facts,
