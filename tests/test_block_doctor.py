@@ -358,8 +358,9 @@ def test_eval_positions_and_per_sample(block_bed, capsys):
 
 
 def test_doctor_on_samples_without_the_configured_layers(block_bed, demo, capsys):
-    """The demo's own samples hold HF [0, 2, 4, 6], not the configured HF 1: the wiring is the
-    best of what they hold, a warning, and so is each reader's feed judged against it."""
+    """The demo's own samples hold HF [0, 2, 4, 6], not the configured HF 1, and --no-capture
+    keeps the search to them: the wiring is the best of what they hold, a warning, and so is
+    each reader's feed judged against it."""
     code, report = cli_json(
         capsys,
         [
@@ -370,6 +371,7 @@ def test_doctor_on_samples_without_the_configured_layers(block_bed, demo, capsys
             str(block_bed.target),
             "--engine",
             "vllm",
+            "--no-capture",
             "--json",
             "--device",
             "cpu",
@@ -381,6 +383,63 @@ def test_doctor_on_samples_without_the_configured_layers(block_bed, demo, capsys
     feeds = findings["engine_feeds"]
     assert feeds["severity"] == "info" and feeds["fix"] is None and code == 0
     assert feeds["evidence"]["trained"] is None
+
+
+def test_doctor_captures_the_layers_the_samples_lack(block_bed, demo, capsys):
+    """The demo's own samples hold HF [0, 2, 4, 6]; the draft whose config lost its ids was
+    trained on HF [1, 4, 6]. With --target the doctor runs the target over its samples, keeps
+    every layer, and the search names the trained layers, HF 1 from the capture."""
+    code, report = cli_json(
+        capsys,
+        [
+            "doctor",
+            str(block_bed.lost_ids),
+            str(demo.train_samples),
+            "--target",
+            str(block_bed.target),
+            "--samples",
+            "4",
+            "--json",
+            "--device",
+            "cpu",
+        ],
+    )
+    wiring = {f["kind"]: f for f in report["findings"]}["wiring"]
+    assert code == 1 and wiring["severity"] == "error"
+    evidence = wiring["evidence"]
+    assert evidence["best"]["layers"] == TRAINED_HF
+    assert evidence["trained_ids"] == list(TRAINED)
+    assert evidence["held_layers"] == list(range(7))
+    capture = evidence["capture"]
+    assert capture["layers"] == [1, 3, 5] and capture["samples"] == 4
+    assert "HF [1] captured from the target over 4 samples" in wiring["summary"]
+    assert wiring["fix"] == f"set dflash_config.target_layer_ids to {list(TRAINED)}"
+
+
+def test_capture_budget_keeps_fewer_samples_or_none(block_bed, demo):
+    """Past the budget the capture keeps fewer samples, with a note; where one sample alone is
+    past it, none: the search then runs on the held layers."""
+    from inspector.doctor.wiring.block_capture import capture_every_layer
+    from inspector.formats import SampleSet
+
+    samples = [SampleSet([str(demo.train_samples)])[i] for i in range(3)]
+    cpu = torch.device("cpu")
+    per_row = 7 * 128 * 4  # HF 0..6, 128 wide, float32
+    one = samples[0].length * per_row
+    got, cap, notes = capture_every_layer(block_bed.target, samples, 4, cpu, budget=one)
+    assert got is not None and cap is not None and cap.samples == 1 and cap.nbytes == one
+    assert len(got[0].slots) == 7 and got[0].slots[1].shape == (samples[0].length, 128)
+    assert "keeps 1 of the 3 samples" in notes[0]
+    got, cap, notes = capture_every_layer(block_bed.target, samples, 4, cpu, budget=one - 1)
+    assert got is None and cap is None and "MiB budget" in notes[0]
+    # samples that hold every layer need no capture
+    assert capture_every_layer(block_bed.target, [block_bed_sample(block_bed)], 4, cpu)[0] is None
+
+
+def block_bed_sample(block_bed):
+    from inspector.formats import SampleSet
+
+    return SampleSet([str(block_bed.samples)])[0]
 
 
 def test_the_block_demo_writes_a_new_folder_only(tmp_path):

@@ -50,8 +50,12 @@ class BlockCapture:
     def line(self) -> str:
         return (
             f"HF {list(self.layers)} captured from the target over {self.samples} of the "
-            f"{self.of} samples ({self.tokens} tokens, {self.nbytes / 2**20:.1f} MiB held)"
+            f"{self.of} samples ({self.tokens} tokens, {_size(self.nbytes)} held)"
         )
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def held_layers(sample: Sample) -> set[int]:
@@ -115,13 +119,13 @@ def capture_every_layer(
             None,
             [
                 f"no capture of HF {list(lacking)}: one sample's {n + 1} layers take "
-                f"{rows[0] * per_row / 2**30:.1f} GiB, past the {budget / 2**30:.0f} GiB budget"
+                f"{_size(rows[0] * per_row)}, past the {_size(budget)} budget"
             ],
         )
     if keep < len(samples):
         notes.append(
             f"the capture of every layer keeps {keep} of the {len(samples)} samples "
-            f"({nbytes / 2**30:.1f} GiB of a {budget / 2**30:.0f} GiB budget): the search runs "
+            f"({_size(nbytes)} of a {_size(budget)} budget): the search runs "
             "on those"
         )
     layers = tuple(range(n + 1))
