@@ -117,3 +117,46 @@ def test_a_block_draft_whose_ids_fell_back_to_the_default(block_bed, tmp_path):
     assert not diff.of("changed")  # the same weights
     assert not any("layer_ids" in f.key for f in diff.fields)  # listed once, as capture ids
     assert parent_diff_finding(diff).severity == "warning"
+
+
+def test_an_fp8_child_is_diffed_dequantized_and_its_scales_left_out(tmp_path):
+    """`doctor FP8 --parent P`, the quantization workflow: the FP8 child's weights compare as
+    scale * code (each within e4m3's rounding, ~2^-4 of its norm at most), not as raw codes
+    (>> 1 of the norm), and the scales are no 'added' tensors."""
+    t, cfg = _copy(DEMO / "draft", tmp_path / "fp8")
+    quantized = [
+        n
+        for n, v in t.items()
+        if v.dim() == 2 and n not in ("lm_head.weight", "embed_tokens.weight")
+    ]
+    for n in quantized:
+        s = (t[n].float().abs().max() / torch.finfo(torch.float8_e4m3fn).max).float()
+        t[n] = (t[n].float() / s).to(torch.float8_e4m3fn)
+        t[n + "_scale"] = s.reshape(())
+        t[n.removesuffix(".weight") + ".input_scale"] = torch.tensor(1.0)
+    child = _save(tmp_path / "fp8", t, cfg)
+    (child / "hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "FP8"}}))
+    diff = diff_against_parent(child, DEMO / "draft")
+    assert not diff.of("added") and not diff.of("dropped") and not diff.capture_changed
+    changed = {t.name: t.relative for t in diff.of("changed")}
+    assert sorted(changed) == sorted(quantized)
+    assert all(0 < r <= 2.0**-4 for r in changed.values()), changed
+    assert len(diff.scales_child) == 2 * len(quantized) and not diff.scales_parent
+    assert all(n.endswith(("weight_scale", "input_scale")) for n in diff.scales_child)
+    words = f"checkpoint's {len(diff.scales_child)} FP8 scales left out of the tensor diff"
+    assert words in parent_diff_finding(diff).summary
+
+
+def test_the_relative_change_is_taken_in_bounded_chunks(tmp_path, monkeypatch):
+    """A chunk of a few rows gives the relative change a whole-tensor float64 norm gives."""
+    from inspector.doctor.checks import parent_diff
+
+    parent, child = _lineage(tmp_path)
+    whole = diff_against_parent(child, parent).of("changed")[0].relative
+    monkeypatch.setattr(parent_diff, "CHUNK", 7)
+    p = load_file(str(parent / "model.safetensors"))["fc.weight"].double()
+    c = load_file(str(child / "model.safetensors"))["fc.weight"].double()
+    exact = float((c - p).norm() / p.norm())
+    chunked = diff_against_parent(child, parent).of("changed")[0].relative
+    u32 = torch.finfo(torch.float32).eps / 2
+    assert abs(chunked - exact) <= 4 * u32 * exact and abs(whole - exact) <= 4 * u32 * exact

@@ -16,7 +16,14 @@ under their canonical names, so a layout's renaming is no change) and lists, in 
 
 A tensor counts as changed above the unit roundoff of the coarser of its two stored dtypes
 (half of `finfo.eps`): a cast between them moves every element by at most that much relative
-to it, so the change's norm stays within it; a change below is a re-save, not training.
+to it, so the change's norm stays within it; a change below is a re-save, not training. The
+norms are taken in float32 row chunks (float64 for float64 tensors), accumulated in float64, so
+a 128K-row head is never copied whole.
+
+An FP8 side (`formats.quantized`) is dequantized first, as the loader does, so the quantized
+weights are compared as `scale * weight` with the parent's; its scales (`weight_scale`,
+`input_scale`, ...) are left out of the tensor diff and listed apart, and the rounding FP8 costs
+is the `quantization` finding's to measure.
 
 Changed capture ids or a dropped tensor are a warning (the wiring finding says which ids the
 weights fit); anything else is info.
@@ -36,6 +43,7 @@ from inspector.formats.block_config import block_family, parse_block_config
 from inspector.formats.block_draft import canonical_block_name
 from inspector.formats.checkpoint import canonical_name, is_gguf
 from inspector.formats.config import parse_draft_config
+from inspector.formats.quantized import FP8, dequantize
 from inspector.formats.tensorfiles import find_weight_file, read_json, read_tensors
 
 __all__ = ["ParentDiff", "diff_against_parent", "parent_diff_finding"]
@@ -104,6 +112,9 @@ class ParentDiff:
     fields: list[FieldChange] = field(default_factory=list)
     tensors: list[TensorChange] = field(default_factory=list)
     unchanged: int = 0  # tensors equal within the roundoff
+    # FP8 scales left out of the tensor diff (the weights were dequantized with them), per side
+    scales_parent: list[str] = field(default_factory=list)
+    scales_child: list[str] = field(default_factory=list)
 
     @property
     def capture_changed(self) -> bool:
@@ -125,7 +136,19 @@ class ParentDiff:
             "config_fields": [f.to_dict() for f in self.fields],
             "tensors": [t.to_dict() for t in self.tensors],
             "tensors_unchanged": self.unchanged,
+            "scales_left_out": {"parent": self.scales_parent, "checkpoint": self.scales_child},
         }
+
+    def scales_words(self) -> str:
+        """Which side's FP8 scales were left out of the tensor diff ("" when none)."""
+        sides = [
+            f"the {side}'s {len(names)} FP8 scales"
+            for side, names in (("parent", self.scales_parent), ("checkpoint", self.scales_child))
+            if names
+        ]
+        if not sides:
+            return ""
+        return " and ".join(sides) + " left out of the tensor diff (weights dequantized with them)"
 
     def lines(self) -> list[str]:
         out = [f"capture ids: {self.capture_parent.words()} -> {self.capture_child.words()}"]
@@ -139,6 +162,8 @@ class ParentDiff:
                 )
             else:
                 out.append(f"tensor {t.name}: {t.change}")
+        if self.scales_words():
+            out.append(self.scales_words())
         return out
 
 
@@ -180,9 +205,28 @@ def _folder(path: str | Path, field: str | None) -> Path:
     return p
 
 
-def _tensors(folder: Path, family: str) -> dict[str, torch.Tensor]:
+def _tensors(folder: Path, family: str, raw: dict) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """The folder's tensors under their canonical names, FP8 weights dequantized as the loader
+    does; and the scales that dequantizing dropped."""
     rename = canonical_name if family == "eagle3" else canonical_block_name
-    return {rename(n): t for n, t in read_tensors(find_weight_file(folder)).items()}
+    wf = find_weight_file(folder)
+    ts = {rename(n): t for n, t in read_tensors(wf).items()}
+    if any(t.dtype in FP8 for t in ts.values()) or any("_scale" in n for n in ts):
+        before = set(ts)
+        dequantize(ts, folder, raw, wf)
+        return ts, sorted(before - set(ts))
+    return ts, []
+
+
+CHUNK = 1 << 22  # elements per compared chunk (16 MiB in float32)
+
+
+def _chunks(p: torch.Tensor, c: torch.Tensor, dtype: torch.dtype):
+    """Both tensors in matching row chunks, cast to `dtype`."""
+    p2, c2 = p.reshape(p.shape[0], -1), c.reshape(c.shape[0], -1)
+    rows = max(1, CHUNK // max(1, p2.shape[1]))
+    for i in range(0, p2.shape[0], rows):
+        yield p2[i : i + rows].to(dtype), c2[i : i + rows].to(dtype)
 
 
 def roundoff(a: torch.dtype, b: torch.dtype) -> float:
@@ -194,11 +238,23 @@ def roundoff(a: torch.dtype, b: torch.dtype) -> float:
 def _compare(name: str, p: torch.Tensor, c: torch.Tensor) -> TensorChange | None:
     if tuple(p.shape) != tuple(c.shape):
         return TensorChange(name, "reshaped", tuple(p.shape), tuple(c.shape))
-    pf, cf = p.double(), c.double()
-    if torch.equal(pf, cf):
+    if p.dtype == c.dtype and torch.equal(p, c):
         return None
-    base = float(pf.norm())
-    rel = float((cf - pf).norm()) / base if base > 0 else float("inf")
+    wide = torch.float64 in (p.dtype, c.dtype) or not (
+        p.is_floating_point() and c.is_floating_point()
+    )
+    if p.numel() == 0:
+        return None
+    if p.dim() == 0:
+        p, c = p.reshape(1), c.reshape(1)
+    base2 = diff2 = 0.0
+    for pf, cf in _chunks(p, c, torch.float64 if wide else torch.float32):
+        base2 += float(torch.linalg.vector_norm(pf, dtype=torch.float64)) ** 2
+        diff2 += float(torch.linalg.vector_norm(cf - pf, dtype=torch.float64)) ** 2
+    if diff2 == 0.0:
+        return None
+    base = base2**0.5
+    rel = diff2**0.5 / base if base > 0 else float("inf")
     if rel <= roundoff(p.dtype, c.dtype):
         return None
     return TensorChange(name, "changed", tuple(p.shape), tuple(c.shape), rel)
@@ -221,7 +277,8 @@ def diff_against_parent(child: str | Path, parent: str | Path) -> ParentDiff:
         if _is_capture_key(key) or a.get(key, ABSENT) == b.get(key, ABSENT):
             continue
         out.fields.append(FieldChange(key, a.get(key, ABSENT), b.get(key, ABSENT)))
-    pt, ct = _tensors(pf, p_family), _tensors(cf, c_family)
+    pt, out.scales_parent = _tensors(pf, p_family, p_raw)
+    ct, out.scales_child = _tensors(cf, c_family, c_raw)
     dropped = [TensorChange(n, "dropped", tuple(pt[n].shape)) for n in sorted(set(pt) - set(ct))]
     added = [TensorChange(n, "added", None, tuple(ct[n].shape)) for n in sorted(set(ct) - set(pt))]
     compared = [_compare(n, pt[n], ct[n]) for n in sorted(set(pt) & set(ct))]
@@ -260,6 +317,8 @@ def parent_diff_finding(diff: ParentDiff) -> Finding:
         parts.append(
             f"{len(changed)} tensors changed, by their relative norm ({_names(changed, True)})"
         )
+    if diff.scales_words():
+        parts.append(diff.scales_words())
     where = f"{diff.child} against its parent {diff.parent}"
     if not parts:
         return Finding(
