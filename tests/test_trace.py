@@ -13,7 +13,6 @@ import torch
 
 from inspector.doctor.trace.compare import (
     IDS,
-    TOL_FACTOR,
     PathTrace,
     StageDiff,
     stage_depth,
@@ -69,7 +68,6 @@ def test_the_tolerance_grows_with_depth_and_the_coarser_dtype():
     assert unit_roundoff(torch.float32) == 2.0**-24
     assert unit_roundoff(torch.float32, torch.bfloat16) == 2.0**-8
     assert unit_roundoff(torch.float16, torch.float32) == 2.0**-11
-    assert TOL_FACTOR == 8
 
 
 def _path(stages: list[tuple[str, bool]], diffs: tuple[Difference, ...]) -> PathTrace:
@@ -136,13 +134,16 @@ def test_a_planted_shift_and_map_part_where_they_act(demo):
     ev = _evaluator(demo.draft, demo.train_samples, demo.target)
     base = trained_path(ev.draft, Wiring((0, 1, 2)), "test")
     shifted = with_shift(base, 0, "planted")
-    d = ev.draft.config.draft_vocab_size
     mapped = with_vocab_map(base, torch.roll(ev.draft.vocab.d2t, 1) + 1, "planted")
     t = trace(base, [shifted, mapped], ev.samples[0], rows=32)
     s, m = t.paths
     assert s.first_parted.stage == "embed" and [c.cause for c in s.causes] == [SHIFT]
     assert m.first_parted.stage == IDS and [c.cause for c in m.causes] == [VOCAB_MAP]
-    assert m.agreement < 1.0 and d > 0
+    assert m.agreement < 1.0
+    ids = next(x for x in m.stages if x.stage == IDS)
+    assert ids.rel == pytest.approx(1 - m.agreement)  # the rows whose ids differ
+    assert math.isnan(ids.ratio) and math.isnan(ids.cosine)  # ids have no norm
+    assert ids.to_dict()["norm_ratio"] is None and ids.to_dict()["cosine"] is None
 
 
 def test_sglang_ignoring_norm_before_residual_parts_at_the_first_residual(heldout_drafts):
@@ -284,12 +285,69 @@ def test_the_rows_traced_keep_the_logits_within_their_bytes(demo):
     from inspector.formats import SampleSet
 
     sample = SampleSet([str(demo.train_samples)])[0]
-    assert LOGIT_BYTES == 64 << 20
     assert eagle3_rows(sample, 64) == 64
-    assert eagle3_rows(sample, 64, 1, 1 << 20) == 16  # 16 rows x 2^20 x 4 bytes = 64 MiB
+    per_row = LOGIT_BYTES // (4 * (1 << 20))  # rows of 2^20 float32 logits within the bytes
+    assert eagle3_rows(sample, 64, 1, 1 << 20) == per_row == 16
     assert eagle3_rows(sample, 64, 1, 1 << 30) == 1
     assert eagle3_rows(sample, 10**6) == sample.length - 1
     assert len(block_anchors(sample, 64)) == 64
-    assert len(block_anchors(sample, 64, 5, 1 << 20)) == 4  # 4 blocks x 4 rows x 2^20 x 4
+    assert len(block_anchors(sample, 64, 5, 1 << 20)) == per_row // 4  # 4 drafted rows a block
     anchors = block_anchors(sample, 8)
     assert anchors == sorted(anchors) and len(set(anchors)) == 8
+
+
+def test_a_parting_the_dtype_alone_explains_is_a_lead_not_an_error():
+    from inspector.doctor.trace.compare import Trace
+    from inspector.doctor.trace.finding import trace_finding
+
+    dtype = Difference(DTYPE, "computes in bfloat16", ANY_STAGE)
+    flag = Difference(NORM_FLAG, "runs norm_before_residual = false", "layer0.residual")
+    stages = [("fc", False), ("layer0.residual", True)]
+    only_dtype = _path(stages, (dtype,))  # agreement 0.5: an error were it not the dtype alone
+    f = trace_finding(Trace("trainer", 0, 10, [only_dtype]))
+    assert f.severity == "warning" and "float32" in f.fix
+    f = trace_finding(Trace("trainer", 0, 10, [_path(stages, (dtype, flag))]))
+    assert f.severity == "error" and "norm_before_residual" in f.summary
+
+
+def test_an_engine_that_cannot_load_the_layout_says_so_on_its_path(demo):
+    """SGLang reads no speculators config: its path is the draft once rewritten for it, and
+    the line says so instead of passing as clean."""
+    from inspector.doctor.trace.build import eagle3_trace
+    from inspector.doctor.trace.finding import path_line
+    from inspector.wiring import Wiring
+
+    ev = _evaluator(demo.draft, demo.train_samples, demo.target)
+    t = eagle3_trace(
+        ev.draft,
+        ev.samples[0],
+        ev.slot_info,
+        Wiring((0, 1, 2)),
+        engines=[Engine.SGLANG],
+        num_layers=6,
+        rows=16,
+    )
+    (p,) = t.paths
+    assert p.note is not None and "speculators" in p.note
+    assert f"({p.note}; traced over the trained wiring)" in path_line(p)
+
+
+def test_block_readings_take_the_fc_blocks_not_the_draft_layers(demo, scaled_block_draft):
+    """A reader's 'N states for an fc that takes M' counts fc's inputs: a draft with fewer
+    layers than target ids is read by its fc blocks."""
+    from inspector.doctor.trace.paths import block_engine_paths
+    from inspector.formats import SampleSet
+    from inspector.formats.block_draft import load_block_draft
+    from inspector.wiring import layers_wiring
+
+    folder, samples = scaled_block_draft
+    draft = load_block_draft(folder, target=demo.target)
+    block = draft.config.block
+    fewer = replace(draft, config=replace(draft.config, num_layers=2))
+    assert fewer.config.num_fc_blocks == len(block.layer_ids) == 3
+    infos = SampleSet([str(samples)])[0].slot_info
+    base = trained_path(fewer, layers_wiring(block.hf_layer_ids, infos), "test")
+    config = json.loads((folder / "config.json").read_text())
+    for p in block_engine_paths(base, config, 6, infos):
+        assert "fc that takes" not in (p.note or ""), (p.label, p.note)  # 3 ids, 3 fc blocks
+        assert p.wiring.slots == base.wiring.slots, p.label  # the trained ids, read as written

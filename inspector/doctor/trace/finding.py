@@ -3,8 +3,9 @@ how much (the norm ratio and the relative difference), the cause, and what that 
 proposals.
 
 Severity: error where a path parts and fewer than `AGREE` of its proposals are the trained
-path's; warning where it parts and the proposals still agree; info where every path computes
-what the trainer did (every stage within rounding).
+path's; warning where it parts and the proposals still agree, or where the dtype alone explains
+every parting (the rounding bound does not count attention's amplification); info where every
+path computes what the trainer did (every stage within rounding).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ FIX = {
     "or retrain at the scale the engine applies",
     "norm flag": "serve with a release that reads the flag, or retrain with the flag the engine "
     "runs (see the norm_before_residual finding)",
-    "dtype": "serve the draft in the dtype it was trained and checked in",
+    "dtype": "trace it in float32 beside the stored dtype (the rounding bound does not count "
+    "attention's amplification): a real dtype fault, an overflow or a lost scale, departs far "
+    "beyond it",
     "vocabulary map": "give the engine the draft's own map (see the vocab_map finding)",
     "shift": "pair each token with the features of the position before it, as the trainer did",
     "wiring": "feed the layers the draft was trained on (see the wiring and engine_feeds findings)",
@@ -85,6 +88,8 @@ def trace_finding(trace: Trace) -> Finding:
         )
     worst = min(parted, key=lambda p: p.agreement)
     severity = Severity.ERROR if worst.agreement < AGREE else Severity.WARNING
+    if all({d.cause for d in p.causes} == {"dtype"} for p in parted):
+        severity = Severity.WARNING  # a lead, not a fault: the bound is rounding's, unamplified
     fixes = []
     for p in parted:
         for d in p.causes:

@@ -135,7 +135,9 @@ def eagle3_engine_path(
                 "layer0.attn_out",
             )
         )
-    note = run.read.problem if run.read is not None else None
+    # a reader that cannot load this layout (SGLang and a speculators config) runs the draft
+    # once it is rewritten for it: that run is traced, and the line says so
+    note = (run.read.problem or run.read.unsupported) if run.read is not None else None
     # `base`'s own differences (the dtype it computes in) stay: the engine runs on top of them
     all_diffs = (*base.differences, *diffs)
     path = TracePath(who, run.draft, base.wiring, base.shift, all_diffs, note)
@@ -164,7 +166,7 @@ def block_engine_paths(
     block = draft.config.block
     assert block is not None
     out = []
-    for r in engine_reads(config, num_layers, draft.config.num_layers, draft=block.family):
+    for r in engine_reads(config, num_layers, draft.config.num_fc_blocks, draft=block.family):
         eng = engine_of(r.reader.engine)
         if engines is not None and eng.id not in engines:
             continue

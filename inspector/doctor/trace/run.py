@@ -100,7 +100,7 @@ def run_block(path: TracePath, sample: Sample, anchors: list[int], sink: Sink) -
 
     def tap(name: str, x: torch.Tensor) -> None:
         if name == "context":  # the whole sample's rows: keep the one before each anchor
-            x = x[at - 1]
+            x = x[(at - 1).clamp(min=0)]
         sink(name, _flat(x))
 
     normed = anchored_block_hidden(draft, context, at, block_ids, tap=tap)[:, 1:]
