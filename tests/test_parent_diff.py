@@ -65,8 +65,8 @@ def test_the_fine_tune_s_changes_are_listed_capture_ids_first(capsys, tmp_path):
     ev = f["evidence"]
     assert ev["capture_ids"] == {
         "changed": True,
-        "parent": {"ids": [0, 2, 4], "key": KEY},
-        "checkpoint": {"ids": [1, 3, 5], "key": KEY},
+        "parent": {"ids": [0, 2, 4], "key": KEY, "hf_layers": [0, 2, 4]},
+        "checkpoint": {"ids": [1, 3, 5], "key": KEY, "hf_layers": [1, 3, 5]},
     }
     assert ev["config_fields"] == [{"key": "embed_requires_grad", "parent": False, "child": True}]
     dropped, changed = ev["tensors"]
@@ -82,6 +82,29 @@ def test_the_fine_tune_s_changes_are_listed_capture_ids_first(capsys, tmp_path):
     assert "trainer's defaults" in f["fix"] and "dropped tensors" in f["fix"]
     # the vocab map did not move: the older --parent finding still comes
     assert any(g["kind"] == "vocab_moved" for g in doc["findings"])
+
+
+def test_a_specforge_export_of_the_same_layers_keeps_its_capture_ids(tmp_path):
+    """speculators' top-level [0, 2, 4] and SpecForge's eagle_config [-1, 1, 3] (SGLang ids, HF
+    index - 1) name HF layers 0, 2, 4 both: no change, the raw ids shown beside."""
+    t, cfg = _copy(DEMO / "draft", tmp_path / "specforge")
+    assert cfg.pop(KEY) == [0, 2, 4]
+    cfg["eagle_config"] = {KEY: [-1, 1, 3]}
+    child = _save(tmp_path / "specforge", t, cfg)
+    diff = diff_against_parent(child, DEMO / "draft")
+    assert not diff.capture_changed
+    assert diff.capture_child.to_dict() == {
+        "ids": [-1, 1, 3],
+        "key": f"eagle_config.{KEY}",
+        "hf_layers": [0, 2, 4],
+    }
+    f = parent_diff_finding(diff)
+    assert f.severity == "info" and "capture ids changed" not in f.summary
+    # SGLang ids that do move a layer are still a change
+    cfg["eagle_config"] = {KEY: [-1, 1, 4]}
+    moved = diff_against_parent(_save(tmp_path / "specforge", t, cfg), DEMO / "draft")
+    assert moved.capture_changed and moved.capture_child.hf == (0, 2, 5)
+    assert "HF layers [0, 2, 5]" in parent_diff_finding(moved).summary
 
 
 def test_a_resave_in_another_dtype_is_no_change(tmp_path):

@@ -7,9 +7,11 @@ lost their capture layers and their attention-sink tensors), and nothing errors.
 both folders as the loader does (the config through the canonical `DraftConfig`, the tensors
 under their canonical names, so a layout's renaming is no change) and lists, in this order:
 
-1. the capture ids: the HF `hidden_states` ids an EAGLE-3 draft's config names, a block
-   draft's `target_layer_ids` (or the reference's default, when the config names none), with
-   the key each was read from;
+1. the capture ids: the ids an EAGLE-3 draft's config names, compared as the HF
+   `hidden_states` indices they name (top-level ids as they are, `eagle_config`'s SGLang ids
+   read through `wiring.configured_layers`; raw ids shown beside them), a block draft's
+   `target_layer_ids` (or the reference's default, when the config names none), with the key
+   each was read from;
 2. the other config fields (config.json flattened to dotted keys), changed, added or dropped;
 3. the tensors dropped, added, reshaped, and changed, each change as its relative norm
    |child - parent| / |parent| (largest first).
@@ -45,6 +47,7 @@ from inspector.formats.checkpoint import canonical_name, is_gguf
 from inspector.formats.config import parse_draft_config
 from inspector.formats.quantized import FP8, dequantize
 from inspector.formats.tensorfiles import find_weight_file, read_json, read_tensors
+from inspector.wiring import configured_layers
 
 __all__ = ["ParentDiff", "diff_against_parent", "parent_diff_finding"]
 
@@ -59,18 +62,33 @@ SHOWN = 6  # names quoted in the summary per list
 
 @dataclass(frozen=True)
 class CaptureIds:
-    """The ids a draft's config has it read (None: it names none), and the key they came from."""
+    """The ids a draft's config has it read (None: it names none), the key they came from, and
+    for EAGLE-3 the HF `hidden_states` indices they name (`wiring.configured_layers`: None when
+    they read no one way), which is what two configs are compared on: a speculators [0, 2, 4] and
+    its SpecForge export's eagle_config [-1, 1, 3] name the same layers."""
 
     ids: tuple[int, ...] | None
     where: str
+    hf: tuple[int, ...] | None = None
 
     def words(self) -> str:
-        return (
-            f"{list(self.ids)} ({self.where})" if self.ids is not None else f"none ({self.where})"
-        )
+        if self.ids is None:
+            return f"none ({self.where})"
+        hf = f"; HF layers {list(self.hf)}" if self.hf is not None else ""
+        return f"{list(self.ids)} ({self.where}{hf})"
+
+    def same_layers(self, other: CaptureIds) -> bool:
+        """Both name the same HF layers (raw ids and key compared where either reads no one
+        way)."""
+        if self.hf is not None and other.hf is not None:
+            return self.hf == other.hf
+        return (self.ids, self.where) == (other.ids, other.where)
 
     def to_dict(self) -> dict:
-        return {"ids": list(self.ids) if self.ids is not None else None, "key": self.where}
+        out = {"ids": list(self.ids) if self.ids is not None else None, "key": self.where}
+        if self.hf is not None:
+            out["hf_layers"] = list(self.hf)
+        return out
 
 
 @dataclass(frozen=True)
@@ -118,7 +136,7 @@ class ParentDiff:
 
     @property
     def capture_changed(self) -> bool:
-        return self.capture_parent.ids != self.capture_child.ids
+        return not self.capture_parent.same_layers(self.capture_child)
 
     def of(self, change: str) -> list[TensorChange]:
         return [t for t in self.tensors if t.change == change]
@@ -191,7 +209,8 @@ def _read(folder: Path) -> tuple[str, CaptureIds, dict, Path]:
         return family, CaptureIds(cfg.block.layer_ids, cfg.block.layer_ids_source), raw, cfg_path
     parsed = parse_draft_config(cfg_path, raw).config
     where = _ID_KEYS.get(parsed.aux_layer_convention or "", "the config names none")
-    return "eagle3", CaptureIds(parsed.aux_layer_ids, where), raw, cfg_path
+    hf = configured_layers(parsed.aux_layer_ids, parsed.aux_layer_convention)
+    return "eagle3", CaptureIds(parsed.aux_layer_ids, where, hf), raw, cfg_path
 
 
 def _folder(path: str | Path, field: str | None) -> Path:
