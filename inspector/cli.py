@@ -188,7 +188,8 @@ def _add_accept_parser(sub: argparse._SubParsersAction) -> None:
         type=float,
         metavar="X",
         help=f"exit {ExitCode.GATE:d} (one line on stderr) when a reported wiring's accept length is "
-        "below X",
+        "below X (a block draft: the wirings the first counted engine feeds, else the configured "
+        "one, or every --wiring)",
     )
     p.add_argument(
         "--profile",

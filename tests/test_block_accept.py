@@ -132,3 +132,90 @@ def test_accept_table_and_refusals(block_bed, capsys):
         assert main([*base, *extra]) == 2
         err = capsys.readouterr().err
         assert err.count("error:") == 1
+
+
+def test_accept_reads_one_sample_at_a_time(block_bed, capsys, monkeypatch):
+    """The replay holds no list of samples: with the set's own cache off, at most the sample
+    being scored is alive while a block is predicted (a block sample holds every layer)."""
+    import weakref
+
+    import inspector.evaluate.block_eval as be
+    from inspector.formats.sample_set import SampleSet
+
+    refs: list[weakref.ref] = []
+    most = []
+    get = SampleSet.__getitem__
+
+    def getitem(self, i):
+        self.cache_bytes = 0
+        s = get(self, i)
+        refs.append(weakref.ref(s))
+        return s
+
+    predict = be.predict_blocks
+
+    def counted(*a, **kw):
+        most.append(sum(r() is not None for r in refs))
+        return predict(*a, **kw)
+
+    monkeypatch.setattr(SampleSet, "__getitem__", getitem)
+    monkeypatch.setattr(be, "predict_blocks", counted)
+    argv = ["accept", str(block_bed.draft), str(block_bed.samples)]
+    argv += ["--target", str(block_bed.target), "--limit", "8", "--json"]
+    capsys.readouterr()
+    code = main(argv)
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert json.loads(out.out)["samples"] == 8
+    assert most and max(most) <= 1
+
+
+def test_engine_keeps_to_its_own_feed_and_gate(block_bed, capsys):
+    """--engine vllm: SGLang's feed is no row and fed_by of nothing; the gate checks the rows
+    the counted engine feeds (else the configured one), never the searched wiring."""
+    base = ["accept", str(block_bed.lost_ids), str(block_bed.samples)]
+    base += ["--target", str(block_bed.target), "--limit", "4", "--json"]
+    code, doc = cli_json(capsys, [*base, "--engine", "vllm"])
+    assert code == 0
+    assert all(f["engine"] != "sglang" for f in doc["feeds"])
+    assert all("SGLang" not in by for w in doc["wirings"] for by in w["fed_by"])
+    assert doc["gated"] == ["configured"]  # vLLM feeds nothing of the lost ids
+    code, doc = cli_json(capsys, [*base, "--engine", "sglang"])
+    assert code == 0 and doc["gated"] == ["configured"]  # SGLang's guess is the configured row
+    rows = {w["name"]: w["accept_length"]["sglang"]["value"] for w in doc["wirings"]}
+    assert rows["configured"] < rows["searched"]
+    # a threshold the searched row misses but the gated row passes cannot exist here; one
+    # between them fails on the gated row
+    mid = (rows["configured"] + rows["searched"]) / 2
+    assert main([*base, "--engine", "sglang", "--fail-under", str(mid)]) == 3
+    assert "wiring configured" in capsys.readouterr().err
+    assert main([*base, "--engine", "sglang", "--fail-under", str(rows["configured"])]) == 0
+
+
+def test_refusal_and_caption_come_from_the_registry(block_bed, capsys):
+    from inspector.engines import all_engines
+
+    base = ["accept", str(block_bed.draft), str(block_bed.samples)]
+    base += ["--target", str(block_bed.target), "--limit", "2"]
+    capsys.readouterr()
+    assert main([*base, "--engine", "llamacpp"]) == 2
+    err = capsys.readouterr().err
+    readers = [x.id.value for x in all_engines() if any("dflash" in r.drafts for r in x.readers)]
+    assert " or ".join(readers) in " ".join(err.split())
+    assert main([*base, "--engine", "vllm"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "one more round" not in out  # vLLM has no overlap round
+    assert main([*base, "--engine", "sglang"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "SGLang counts one more round" in out
+
+
+def test_a_dflash2_refusal_names_every_reader():
+    """DFlash2 is read by ONNX Runtime GenAI too: the refusal lists the registry's readers."""
+    import argparse
+
+    from inspector.commands.accept_block import counting_engines
+    from inspector.errors import InputError
+
+    with pytest.raises(InputError, match="ort-genai"):
+        counting_engines(argparse.Namespace(engine="llamacpp"), "dflash2")

@@ -5,7 +5,13 @@ logs, replayed from samples, for the configured wiring, the one the weights were
 A round verifies the block's drafts and accepts their matching prefix; `evaluate.block_eval`
 walks the rounds (`metrics.rounds.walk`) as each engine counts them. Which wirings: the
 doctor's search (`doctor.wiring.block_search.search_from_config`) and the readers' feeds
-(`doctor.wiring.block_feeds`)."""
+(`doctor.wiring.block_feeds`), only the readers of the counted engines (`--engine`).
+
+`--fail-under` checks the first counted engine's accept length on the rows that engine's own
+readers feed (`BlockPlan.gated`; where it feeds none, the configured row), or on every wiring
+named with `--wiring`; the searched wiring and other readers' feeds are shown, never gated.
+
+The samples are read one at a time (`LazySamples`): a block draft's sample holds every layer."""
 
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from inspector.commands.common import open_block_draft, readable_samples
+from inspector.commands.common import LazySamples, open_block_draft
 from inspector.commands.output import report_table, safe, stdout_console, write_json
 from inspector.errors import InputError
 from inspector.formatting import fmt_float, pct
@@ -53,15 +59,18 @@ def refuse_replay_flags(args: argparse.Namespace) -> None:
 def counting_engines(args: argparse.Namespace, family: str):
     """Whose counts the report gives: --engine's, else vLLM's and SGLang's (`COUNTED_BY`); an
     engine none of whose readers reads this kind of draft is refused."""
-    from inspector.engines import engine, parse_engine
+    from inspector.engines import all_engines, engine, parse_engine
     from inspector.evaluate.block_eval import COUNTED_BY
 
     if args.engine is None:
         return tuple(COUNTED_BY)
     e = parse_engine(args.engine, True)
     if not any(family in r.drafts for r in engine(e).readers):
+        readers = [x.id.value for x in all_engines() if any(family in r.drafts for r in x.readers)]
         raise InputError(
-            None, "--engine", f"{engine(e).label} reads no {family} draft: vllm or sglang"
+            None,
+            "--engine",
+            f"{engine(e).label} reads no {family} draft: {' or '.join(readers) or 'none does'}",
         )
     return (e,)
 
@@ -89,7 +98,7 @@ def run_block_accept(args: argparse.Namespace) -> int:
             soft_wrap=True,
         )
     n = len(sample_set) if args.limit is None else args.limit
-    samples = readable_samples(sample_set, n, err)
+    samples = LazySamples(sample_set, n, err)
     infos = sample_set.slot_info
     n_blocks = draft.config.num_fc_blocks
     plan = None
@@ -98,9 +107,11 @@ def run_block_accept(args: argparse.Namespace) -> int:
             (preset_name(t), parse_wiring(t, infos, n_blocks, block.hf_layer_ids))
             for t in args.wiring
         ]
+        gated = [name for name, _ in wirings]
     else:
-        head = [x for _, x in samples[:SEARCH_SAMPLES]]
-        plan = plan_block_wirings(draft, head, inputs.target)
+        head = [x for _, x in samples.head(SEARCH_SAMPLES)]
+        plan = plan_block_wirings(draft, head, inputs.target, engines)
+        del head
         for line in plan.notes:
             err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
         if not plan.held:
@@ -110,9 +121,16 @@ def run_block_accept(args: argparse.Namespace) -> int:
                 "the samples hold none of the wirings to replay: name the slots with --wiring",
             )
         wirings = [(row.name, w) for row, w in plan.held]
+        gated = plan.gated(engines[0])
     with progress_bar("replaying", err) as advance:
         report = evaluate_blocks(
-            draft, samples, wirings, progress=advance, engines=engines, width=width
+            draft,
+            samples,
+            wirings,
+            progress=advance,
+            engines=engines,
+            width=width,
+            slot_info=infos,
         )
     fed_by = [list(row.fed_by) for row, _ in plan.held] if plan else [[] for _ in wirings]
     if args.json:
@@ -120,6 +138,7 @@ def run_block_accept(args: argparse.Namespace) -> int:
         doc["block_size"] = block.block_size
         doc["drafts_per_round"] = width - 1
         doc["engines"] = [e.value for e in engines]
+        doc["gated"] = gated
         for w, by in zip(doc["wirings"], fed_by, strict=True):
             w["fed_by"] = by
         if plan is not None:
@@ -129,14 +148,16 @@ def run_block_accept(args: argparse.Namespace) -> int:
     else:
         out = stdout_console(None if sys.stdout.isatty() else 200)
         out.print(render_block_accept(report, engines, fed_by))
-    return gate_exit(err, block_accept_gate, (report, engines[0]), args.fail_under)
+    return gate_exit(err, block_accept_gate, (report, engines[0], gated), args.fail_under)
 
 
-def block_accept_gate(report_engine, threshold: float) -> str | None:
-    """`--fail-under`: the first wiring whose accept length, as the first engine counts it, is
-    below `threshold` (`gates.accept_gate`'s line)."""
-    report, first = report_engine
+def block_accept_gate(report_engine_gated, threshold: float) -> str | None:
+    """`--fail-under`: the first gated wiring (`gated`: their names) whose accept length, as the
+    first engine counts it, is below `threshold` (`gates.accept_gate`'s line)."""
+    report, first, gated = report_engine_gated
     for w in report.wirings:
+        if w.name not in gated:
+            continue
         al = w.stats[first].accept_length
         if al is None or al < threshold:
             shown = "none (no rounds)" if al is None else fmt_float(al, 4)
@@ -179,9 +200,11 @@ def render_block_accept(report, engines, fed_by) -> Table:
         row += [pct(x) for x in first.per_depth]
         row += [f"{first.accepted:,}", safe(", ".join(by))]
         table.add_row(*row)
+    overlap = [engine(e).display for e in engines if engine(e).overlap_round]
     after = (
-        "; SGLang counts one more round after each request's stop (overlap scheduler)"
-        if any(engine(e).overlap_round for e in engines)
+        f"; {' and '.join(overlap)} count{'s' if len(overlap) == 1 else ''} one more round "
+        "after each request's stop (an overlap round)"
+        if overlap
         else ""
     )
     table.caption = (

@@ -235,6 +235,44 @@ def open_block_draft(args: argparse.Namespace, err):
     return inputs, draft, sample_set
 
 
+class LazySamples:
+    """(index, sample) of the first `n` samples that load, read one at a time as iterated and
+    held by nobody here: a block draft's sample holds every layer (GBs at 32K tokens), so a
+    replay reads one, scores it and drops it. Each one that does not load is printed as skipped
+    (once); none loading is an InputError when an iteration ends."""
+
+    def __init__(self, sample_set, n: int, err) -> None:
+        self.sample_set, self.n, self.err = sample_set, min(n, len(sample_set)), err
+        self._skipped: set[int] = set()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        got = 0
+        for i in range(self.n):
+            try:
+                sample = self.sample_set[i]
+            except InputError as e:
+                if i not in self._skipped:
+                    self._skipped.add(i)
+                    self.err.print(
+                        f"[yellow]skipped[/] sample {i}: {e}", highlight=False, soft_wrap=True
+                    )
+                continue
+            got += 1
+            yield i, sample
+            del sample
+        if not got:
+            raise InputError(None, None, f"none of the {self.n} samples could be used")
+
+    def head(self, k: int) -> list[tuple[int, object]]:
+        """The first `k` that load (fewer where fewer do)."""
+        from itertools import islice
+
+        return list(islice(iter(self), k))
+
+
 def readable_samples(sample_set, n: int, err) -> list[tuple[int, object]]:
     """(index, sample) of the first `n` samples that load; each one that does not is printed as
     skipped, and none loading is an InputError."""

@@ -14,7 +14,7 @@ Pure torch over the canonical `Draft`; the views print `BlockReport`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence, Sized
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -282,31 +282,42 @@ class BlockReport:
 
 def evaluate_blocks(
     draft: Draft,
-    samples: Sequence[tuple[int, Sample]],
+    samples: Iterable[tuple[int, Sample]],
     wirings: Sequence[tuple[str | None, Wiring]],
     *,
     positions: bool = False,
     progress: Callable[[int, int], None] | None = None,
     engines: Sequence[Engine] = COUNTED_BY,
     width: int | None = None,
+    slot_info: Sequence | None = None,
 ) -> BlockReport:
-    """Every wiring over every sample; `samples` as (index, Sample); `progress(done, total)`
-    after each sample. `engines`: whose counts of the rounds each wiring keeps; `width`: the
-    rows a round runs (`predict_blocks`)."""
+    """Every wiring over every sample; `samples` as (index, Sample), iterated once: each sample
+    is scored under every wiring and dropped (an iterable that reads them lazily keeps one in
+    memory). `slot_info`: the samples' slots (default the first sample's, `samples` then a
+    sequence); `progress(done, total)` after each sample (total: `len(samples)` where it has
+    one). `engines`: whose counts of the rounds each wiring keeps; `width`: the rows a round
+    runs (`predict_blocks`)."""
     block = block_of(draft)
     b = width or block.block_size
+    if slot_info is None:
+        seq = samples if isinstance(samples, Sequence) else list(samples)
+        samples, slot_info = seq, (seq[0][1].slot_info if seq else [])
+    infos = list(slot_info)
+    total = len(samples) if isinstance(samples, Sized) else 0
     reports = []
     for name, w in wirings:
-        infos = samples[0][1].slot_info if samples else []
         label = w.label(infos)
         layers = tuple(infos[i].hf_index if i < len(infos) else None for i in w.slots)
         reports.append(BlockWiringReport(name, label, w.slots, layers, b, tuple(engines)))
-    for done, (index, sample) in enumerate(samples, 1):
+    done = 0
+    for index, sample in samples:
+        done += 1
         for (_, w), rep in zip(wirings, reports, strict=True):
             rep.add(index, sample.path, predict_blocks(draft, sample, w, b), positions)
+        del sample
         if progress is not None:
-            progress(done, len(samples))
-    return BlockReport(draft.name, block.family, b, len(samples), reports)
+            progress(done, max(total, done))
+    return BlockReport(draft.name, block.family, b, done, reports)
 
 
 def load_block(

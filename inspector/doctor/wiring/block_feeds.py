@@ -127,13 +127,24 @@ class BlockPlan:
     def held(self) -> list[tuple[AcceptRow, Wiring]]:
         return [(r, w) for r, w in self.rows if w is not None]
 
+    def gated(self, which: Engine) -> list[str]:
+        """The held rows a `--fail-under` on `which`'s count checks: the ones `which`'s own
+        readers feed (what it serves of this config); where it feeds none of them, the
+        configured row. Another reader's feed, or the searched wiring, never fails the gate."""
+        own = {f.fed for f in self.feeds if f.engine == which and f.fed is not None}
+        names = [r.name for r, _ in self.held if r.layers in own]
+        return names or [r.name for r, _ in self.held if r.name == "configured"]
+
 
 def plan_block_wirings(
-    draft: Draft, samples: Sequence[Sample], target: str | Path | None = None
+    draft: Draft,
+    samples: Sequence[Sample],
+    target: str | Path | None = None,
+    engines: Sequence[Engine] | None = None,
 ) -> BlockPlan:
     """The configured ids' wiring, the trained one (the doctor's search over `samples`, where it
-    puts them elsewhere) and each reader's feed (`accept_rows`), as slots of the samples:
-    what `accept` replays and the app toggles over."""
+    puts them elsewhere) and each reader's feed (`accept_rows`; `engines`: only the reference's
+    and theirs), as slots of the samples: what `accept` replays and the app toggles over."""
     from inspector.doctor.checks.block_checks import decided_layers
     from inspector.doctor.wiring.block_search import search_from_config
     from inspector.formatting import pct
@@ -162,7 +173,7 @@ def plan_block_wirings(
     except ValueError as e:  # the samples hold fewer layers than fc takes
         notes.append(f"no wiring search: {e}")
     raw = json.loads((Path(draft.path) / "config.json").read_text())
-    feeds = block_feeds(raw, block, num_layers, draft.config.num_fc_blocks)
+    feeds = block_feeds(raw, block, num_layers, draft.config.num_fc_blocks, engines)
     notes += [f"{f.reader} feeds nothing to replay: {f.problem}" for f in feeds if f.fed is None]
     rows = []
     for row in accept_rows(configured, trained, feeds):
