@@ -153,3 +153,26 @@ def test_what_is_not_read_is_one_line(tmp_path):
     )
     with pytest.raises(InputError, match=r"hf_quant_config.json: quantization.quant_algo: 'NVFP4'"):
         load_draft(folder)
+
+
+def test_an_fp8_block_draft_is_refused_in_one_line(block_bed, tmp_path):
+    """Block drafts are not read quantized (docs/formats.md): a float8 weight would load as its
+    raw e4m3 codes without the scale, so the loader names the tensor instead."""
+    from inspector.formats.block_draft import load_block_draft
+
+    out = tmp_path / "fp8-block"
+    shutil.copytree(block_bed.draft, out)
+    t = load_file(str(out / "model.safetensors"))
+    w = t["fc.weight"].float()
+    s = (w.abs().max() / E4M3_MAX).float()
+    t["fc.weight"] = (w / s).to(E4M3)
+    t["fc.weight_scale"] = s.reshape(())
+    save_file(t, str(out / "model.safetensors"))
+    with pytest.raises(
+        InputError, match=r"model.safetensors: fc.weight: dtype torch.float8_e4m3fn"
+    ):
+        load_block_draft(out, target=block_bed.target)
+    t["fc.weight"] = w.to(torch.bfloat16)  # a scale left beside an unquantized weight
+    save_file(t, str(out / "model.safetensors"))
+    with pytest.raises(InputError, match=r"model.safetensors: fc.weight_scale: a quantization"):
+        load_block_draft(out, target=block_bed.target)

@@ -31,6 +31,7 @@ from inspector.formats.block_config import (
 )
 from inspector.formats.compute_dtype import compute_dtype
 from inspector.formats.files import check_regular
+from inspector.formats.quantized import FP8
 from inspector.formats.target_tensors import read_embedding, read_target_lm_head
 from inspector.formats.tensorfiles import (
     find_weight_file,
@@ -57,6 +58,10 @@ _RENAMES = (
     ("midlayer.", "layers.0."),
 )
 _CODEBOOKS = ("candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook")
+
+
+# the scales of a quantized checkpoint (formats.quantized): refused, like the FP8 weights
+_SCALE_SUFFIXES = ("_scale", "_scale_inv")
 
 
 def canonical_block_name(name: str) -> str:
@@ -227,7 +232,20 @@ def load_block_draft(
     cfg, notes = parse_block_config(cfg_path, raw, family)
     weight_file = find_weight_file(folder)
     weights: dict[str, torch.Tensor] = {}
-    for name, t in read_tensors(weight_file).items():
+    stored = read_tensors(weight_file)
+    quantized = [n for n, t in stored.items() if t.dtype in FP8]
+    quantized += [n for n in stored if n.endswith(_SCALE_SUFFIXES)]
+    if quantized:  # the FP8 weight first: it is what would load as raw codes
+        name = quantized[0]
+        what = (
+            f"dtype {stored[name].dtype}" if stored[name].dtype in FP8 else "a quantization scale"
+        )
+        raise InputError(
+            weight_file,
+            name,
+            f"{what}: an FP8 block draft is not read (block drafts are read unquantized)",
+        )
+    for name, t in stored.items():
         canon = canonical_block_name(name)
         if canon in weights:
             raise InputError(weight_file, name, f"a second tensor named {canon} once renamed")
