@@ -188,8 +188,7 @@ def _add_accept_parser(sub: argparse._SubParsersAction) -> None:
         type=float,
         metavar="X",
         help=f"exit {ExitCode.GATE:d} (one line on stderr) when a reported wiring's accept length is "
-        "below X (a block draft: the wirings the first counted engine feeds, else the configured "
-        "one, or every --wiring)",
+        "below X (a block draft: the rows its first engine feeds, else configured; or --wiring)",
     )
     p.add_argument(
         "--profile",
@@ -311,12 +310,6 @@ def build_parser() -> argparse.ArgumentParser:
         "engine)",
     )
     add_doctor_probe_args(p_doc)
-    p_doc.add_argument(
-        "--no-capture",
-        action="store_true",
-        help="block drafts: search only the layers the samples hold (default with --target: "
-        "run the target over the first samples and search every layer)",
-    )
     p_doc.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p_doc.add_argument(
         "--source",

@@ -122,8 +122,15 @@ def port(text: str) -> int:
 
 def add_doctor_probe_args(p: argparse.ArgumentParser) -> None:
     """doctor's --steps (the engine's draft length, against which a block draft's block_size is
-    checked: a round runs the anchor and K masks) and --trace (`add_trace_arg`)."""
+    checked: a round runs the anchor and K masks), --no-capture (a block draft's search over
+    the held layers only) and --trace (`add_trace_arg`)."""
     add_trace_arg(p)
+    p.add_argument(
+        "--no-capture",
+        action="store_true",
+        help="block drafts: search only the layers the samples hold (default with --target: "
+        "run the target over the first samples and search every layer)",
+    )
     p.add_argument(
         "--steps",
         type=positive,

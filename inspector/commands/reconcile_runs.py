@@ -58,13 +58,14 @@ def render_runs(comparison, results) -> Group | Text:
             "runs: no run departs from a replay that another run equals (each run's own verdict "
             "above)"
         )
+    from inspector.doctor.reconcile.blame import DRIFT, MIN_SHORT
     from inspector.doctor.reconcile.result import short_label
 
     table = report_table(
         safe(
             "each run against the replay of its own requests fed "
-            f"{short_label(comparison.wiring)}: within 8% equal; below by more, and 5 tokens "
-            "short, departs"
+            f"{short_label(comparison.wiring)}: within {DRIFT:.0%} equal; below by more, and "
+            f"{MIN_SHORT} tokens short, departs"
         )
     )
     for col, justify in (

@@ -60,7 +60,7 @@ def specforge_files(draft: Path, target: Path) -> DraftFiles:
     if layer.get("num_hidden_layers", 1) != 1:
         raise InputError(draft, None, "SpecForge's LlamaForCausalLMEagle3 holds one layer")
     rule = sglang_rule(json.loads((target / "config.json").read_text()))
-    ids = rule.ids_for(sorted(hf)) if rule is not None else None
+    ids = rule.ids_for(list(hf)) if rule is not None else None  # fc block order, as given
     if ids is None:
         raise InputError(target, None, "no SGLang id rule for this target class")
     flat = {k: v for k, v in cfg.items() if k not in DROPPED}

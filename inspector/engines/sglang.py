@@ -273,9 +273,7 @@ ENGINE = ServingEngine(
     facts=FACTS,
     tree_kv="sglang",
     synthetic_off="SGLANG_SIMULATE_ACC_LEN unset",
-    # 0.5.23's DFlash worker scales the block's embedding rows by the target model's
-    # get_dflash_noise_embedding_scale() where the class has one, else 1.0; none of its model
-    # classes defines it, and the draft config's input_embedding_scale is read nowhere
+    # 0.5.23: without --speculative-draft-model-quantization the draft takes --quantization
     quant_inheritance=QuantInheritance(
         since="PR #33115 (2026-08-03); 0.5.23's serving hook",
         optout="--speculative-draft-model-quantization unquant",
@@ -291,6 +289,9 @@ ENGINE = ServingEngine(
         words="its decoder layers' attention and MLP projections (fc is a plain Linear and "
         "stays unquantized)",
     ),
+    # 0.5.23's DFlash worker scales the block's embedding rows by the target model's
+    # get_dflash_noise_embedding_scale() where the class has one, else 1.0; none of its model
+    # classes defines it, and the draft config's input_embedding_scale is read nowhere
     embedding_scale_read=frozenset(),
     block_embedding_own=(
         1.0,

@@ -49,6 +49,17 @@ from inspector.serving.sample_replay import SampleReplay
 DRIFT = 0.08
 MIN_SHORT = 5
 
+# the verdicts a pattern of the engine's own may still explain (the draft's side is not blamed)
+OPEN = (Verdict.ENGINE_FAULT, Verdict.OTHER_DATA)
+
+
+def paired_words(res: Reconciliation) -> str:
+    """How a result's figures were held: its requests paired with samples, or pooled."""
+    if res.requests_matched:
+        return f"{res.requests_matched} requests paired with samples"
+    return "pooled: the whole log against the replay of every sample"
+
+
 GATE_CLASS = (
     "a speculation gate switched drafting off: the engine stops drafting for good once its "
     "rolling accept length falls below a threshold (TensorRT-LLM: acceptance_window and "
@@ -94,7 +105,7 @@ def blamed(
     """`result` with the engine's side named where its verdict is an engine-side fault or other
     data and the per-request figures show a gate or a departing slot; else `result` itself.
     per_sample: the replay the verdict held the log to, by sample; pairs: `pair_requests`'."""
-    if result.verdict not in (Verdict.ENGINE_FAULT, Verdict.OTHER_DATA):
+    if result.verdict not in OPEN:
         return result
     blame = windows_gate(result.log, per_sample)
     if blame is None:

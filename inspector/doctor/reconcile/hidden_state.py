@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from inspector.doctor.reconcile.blame import DRIFT, MIN_SHORT
+from inspector.doctor.reconcile.blame import DRIFT, MIN_SHORT, OPEN, paired_words
 from inspector.doctor.reconcile.result import (
     Blame,
     Reconciliation,
@@ -36,8 +36,6 @@ HIDDEN_CLASS = (
     "never saw; serve on an engine or build that hands the draft the state it was trained on, "
     "or train the draft on the state the engine hands it"
 )
-
-OPEN = (Verdict.ENGINE_FAULT, Verdict.OTHER_DATA)
 
 
 def hidden_state_blame(result: Reconciliation, hc: HyperConnections | None) -> Reconciliation:
@@ -68,11 +66,7 @@ def hidden_state_blame(result: Reconciliation, hc: HyperConnections | None) -> R
     )
     facts = engine(result.log.engine).facts_for(None, None, topic="hidden_state")
     faults = [HIDDEN_CLASS, *(f"{name} {f.since}: {f.words}" for f in facts)]
-    paired = (
-        f"{result.requests_matched} requests paired with samples"
-        if result.requests_matched
-        else "pooled: the whole log against the replay of every sample"
-    )
+    paired = paired_words(result)
     return replace(
         result,
         verdict=Verdict.TARGET_HIDDEN_STATE,

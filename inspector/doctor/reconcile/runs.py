@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from inspector.doctor.reconcile.blame import DRIFT, MIN_SHORT
+from inspector.doctor.reconcile.blame import DRIFT, MIN_SHORT, OPEN, paired_words
 from inspector.doctor.reconcile.result import (
     Blame,
     Reconciliation,
@@ -43,7 +43,6 @@ BACKEND_CLASS = (
 
 
 # the verdicts a run's own reconciliation leaves unexplained: below the replay, or matching none
-OPEN = (Verdict.ENGINE_FAULT, Verdict.OTHER_DATA)
 
 
 @dataclass(frozen=True)
@@ -194,7 +193,7 @@ def _blamed(
     blame = Blame(
         "backend",
         words,
-        _paired(res),
+        paired_words(res),
         run=bad.run,
         runs=tuple(every),
         wiring=wiring,
@@ -207,9 +206,3 @@ def _blamed(
         blame=blame,
         notes=[*res.notes, f"this run alone: {res.summary}"],
     )
-
-
-def _paired(res: Reconciliation) -> str:
-    if res.requests_matched:
-        return f"{res.requests_matched} requests paired with samples"
-    return "pooled: the whole log against the replay of every sample"
