@@ -94,12 +94,15 @@ async def doctor(pilot) -> None:
 async def help_screen(pilot) -> None:
     await first_screen(pilot)
     await pilot.press("question_mark")
+    await until(pilot, lambda: type(pilot.app.screen).__name__ == "HelpScreen")
     await pilot.pause(0.3)
 
 
 async def wiring_editor(pilot) -> None:
     await first_screen(pilot)
-    await pilot.press("w", "down", "right")
+    await pilot.press("w")
+    await until(pilot, lambda: type(pilot.app.screen).__name__ == "WiringEditor")
+    await pilot.press("down", "right")
     await pilot.pause(0.3)
 
 
