@@ -219,3 +219,17 @@ def test_a_dflash2_refusal_names_every_reader():
 
     with pytest.raises(InputError, match="ort-genai"):
         counting_engines(argparse.Namespace(engine="llamacpp"), "dflash2")
+
+
+def test_mean_p_by_block_position(block_bed):
+    """`BlockWiringReport.mean_p`: the mean p of the true token per block position, what the
+    JSON and the app show."""
+    draft, sample_set = load_block(
+        str(block_bed.draft), [str(block_bed.samples)], target=str(block_bed.target)
+    )
+    w = layers_wiring(TRAINED_HF, sample_set.slot_info)
+    assert w is not None
+    rep = evaluate_blocks(draft, [(i, sample_set[i]) for i in range(2)], [("t", w)]).wirings[0]
+    expect = [float(p / c) if c else None for p, c in zip(rep.p_sum, rep.counts, strict=True)]
+    assert rep.mean_p == pytest.approx(expect)
+    assert [r["mean_p"] for r in rep.to_dict()["by_block_position"]] == rep.mean_p

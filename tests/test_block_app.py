@@ -62,7 +62,7 @@ def test_open_toggle_and_page(block_bed):
             before = app.browser.sample_accuracy(0, app.shown)
 
             await pilot.press("w")
-            await pilot.pause()
+            await loaded(app, pilot)
             assert "wiring searched [L1, L4, L6]" in shown(app, "#block-header")
             after = app.browser.sample_accuracy(0, app.shown)
             assert after != before
@@ -74,16 +74,16 @@ def test_open_toggle_and_page(block_bed):
 
             rows_before = shown(app, "#block-rows")
             await pilot.press("right", "right")
-            await pilot.pause()
+            await loaded(app, pilot)
             assert app.block == 2 and "block 3/" in shown(app, "#block-header")
             assert shown(app, "#block-rows") != rows_before
             await pilot.press("n")
-            await pilot.pause()
+            await loaded(app, pilot)
             assert (app.sample, app.block) == (1, 0)
             assert "sample 1 (2/" in shown(app, "#block-header")
             await pilot.press("p", "p")
-            await pilot.pause()
-            assert app.sample == len(app.browser.samples) - 1
+            await loaded(app, pilot)
+            assert app.sample == len(app.browser) - 1
 
     asyncio.run(run())
 
@@ -140,3 +140,65 @@ def test_initial_wiring_and_open_builds_it(block_bed):
             assert "wiring chosen [L2, L3, L4]" in shown(app, "#block-header")
 
     asyncio.run(run())
+
+
+def test_paint_never_computes(block_bed, monkeypatch):
+    """A sample whose blocks are not kept is computed in a worker thread: the UI thread runs no
+    forward and no slot norms, it shows 'computing…' until the worker is done."""
+    import threading
+
+    import inspector.evaluate.block_view as bv
+
+    ui = threading.current_thread()
+    threads = []
+    predict, norms = bv.predict_blocks, bv.slot_norms_of
+
+    def predict_blocks(*a, **kw):
+        threads.append(threading.current_thread())
+        return predict(*a, **kw)
+
+    def slot_norms_of(*a, **kw):
+        threads.append(threading.current_thread())
+        return norms(*a, **kw)
+
+    async def run() -> None:
+        app = block_app(block_bed)
+        async with app.run_test(size=(160, 50)) as pilot:
+            await loaded(app, pilot)
+            monkeypatch.setattr(bv, "predict_blocks", predict_blocks)
+            monkeypatch.setattr(bv, "slot_norms_of", slot_norms_of)
+            app.browser._blocks.clear()
+            app.browser._last = None
+            app.browser._norms.clear()
+            app.paint()
+            assert "computing" in shown(app, "#block-header")
+            await loaded(app, pilot)
+            assert "block accuracy" in shown(app, "#block-header")
+            await pilot.press("n", "w", "right")
+            await loaded(app, pilot)
+            assert "block accuracy" in shown(app, "#block-header")
+            assert threads and ui not in threads
+
+    asyncio.run(run())
+
+
+def test_browsed_blocks_stay_under_the_byte_budget(block_bed):
+    """However many samples are browsed, the kept blocks stay under the cache's bytes."""
+    from inspector.cache import nbytes
+    from inspector.evaluate.block_eval import load_block
+    from inspector.evaluate.block_view import BlockBrowser
+    from inspector.wiring import Wiring
+
+    draft, sample_set = load_block(
+        str(block_bed.draft), [str(block_bed.samples)], target=str(block_bed.target)
+    )
+    n = min(6, len(sample_set))
+    w = Wiring(tuple(range(draft.config.num_fc_blocks)))
+    one = BlockBrowser(draft, sample_set, range(n), cache_bytes=1 << 40)
+    budget = 2 * max(nbytes(one.blocks(j, w)) for j in range(n)) + 1
+    b = BlockBrowser(draft, sample_set, range(n), cache_bytes=budget)
+    for j in range(n):
+        b.prepare(j, w)
+        assert b._blocks.bytes <= budget
+    assert len(b._blocks) < n
+    assert b.ready(n - 1, w) and b.sample_accuracy(n - 1, w) is not None

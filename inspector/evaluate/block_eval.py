@@ -220,6 +220,11 @@ class BlockWiringReport:
         return [float(h / c) if c else None for h, c in zip(self.hits, self.counts, strict=True)]
 
     @property
+    def mean_p(self) -> list[float | None]:
+        """[k-1]: the mean p of the true token at block position k, over the scored blocks."""
+        return [float(p / c) if c else None for p, c in zip(self.p_sum, self.counts, strict=True)]
+
+    @property
     def mean_accuracy(self) -> float | None:
         n = int(self.counts.sum())
         return float(self.hits.sum() / n) if n else None
@@ -239,7 +244,7 @@ class BlockWiringReport:
                     "position": k + 1,
                     "scored": int(self.counts[k]),
                     "accuracy": self.accuracy[k],
-                    "mean_p": float(self.p_sum[k] / self.counts[k]) if self.counts[k] else None,
+                    "mean_p": self.mean_p[k],
                     "top5": float(self.top5[k] / self.counts[k]) if self.counts[k] else None,
                 }
                 for k in range(self.block_size - 1)

@@ -6,8 +6,9 @@ block position and the accept length as each engine counts it for every wiring s
 (the configured ids, the trained ones where the doctor's search puts them elsewhere, each
 reader's feed, and any layers chosen with `c`), and the slots' norms. n/p page the samples,
 ←/→ the blocks, w the wirings. The figures are `evaluate.block_view`'s; the wirings
-`doctor.wiring.block_feeds.plan_block_wirings`'; this module only displays them. Loading and
-each wiring's totals run in a worker thread, so the window stays live."""
+`doctor.wiring.block_feeds.plan_block_wirings`'; this module only displays them. Loading, the
+blocks of the sample on screen (its forward, its slot norms) and each wiring's totals run in
+worker threads; `paint` reads only what they computed, so the window stays live."""
 
 from __future__ import annotations
 
@@ -118,6 +119,7 @@ class BlockApp(App):
         self.block = 0
         self.current = 0  # the index of the shown wiring among `wirings.rows`
         self.error: str | None = None
+        self._pending: tuple[int, WiringKey] | None = None  # the view the worker computes
 
     def compose(self) -> ComposeResult:
         yield BlockScreenView()
@@ -146,16 +148,20 @@ class BlockApp(App):
                 device=self.device_name,
                 dtype=self.dtype_name,
             )
-            samples = []
-            for i in range(len(sample_set)):
+            indices = []
+            for i in range(len(sample_set)):  # each read and dropped: only the usable kept
                 try:
-                    samples.append((i, sample_set[i]))
+                    sample_set[i]
                 except InputError as e:
                     self.notes.append(f"skipped sample {i}: {e}")
-            if not samples:
+                else:
+                    indices.append(i)
+            if not indices:
                 raise InputError(None, None, "none of the samples could be used")
-            browser = BlockBrowser(draft, samples)
-            plan = plan_block_wirings(draft, [s for _, s in samples[:8]], inputs.target)
+            browser = BlockBrowser(draft, sample_set, indices)
+            head = [sample_set[i] for i in indices[:8]]
+            plan = plan_block_wirings(draft, head, inputs.target)
+            del head
             block = draft.config.block
             assert block is not None
             infos = browser.slot_info
@@ -183,6 +189,7 @@ class BlockApp(App):
         except InputError as e:
             self.call_from_thread(self._failed, str(e))
             return
+        browser.prepare(0, Wiring(wirings.rows[current][1]))
         self.call_from_thread(self._loaded, browser, decoder, wirings, current)
         for _, slots, _ in list(wirings.rows):
             browser.totals(Wiring(slots))
@@ -197,6 +204,24 @@ class BlockApp(App):
         for line in self.notes:
             self.notify(printable(line), markup=False, timeout=8)
         self.paint()
+
+    def _prepare(self, j: int, slots: WiringKey) -> None:
+        assert self.browser is not None
+        self.browser.prepare(j, Wiring(slots))
+        self.call_from_thread(self._prepared, (j, slots))
+
+    def _prepared(self, key: tuple[int, WiringKey]) -> None:
+        if self._pending == key:
+            self._pending = None
+        self.paint()
+
+    def _request_view(self, j: int, slots: WiringKey) -> None:
+        """Have the worker compute the j-th sample's view under `slots` (a newer request
+        replaces one not done)."""
+        if self._pending == (j, slots):
+            return
+        self._pending = (j, slots)
+        self.run_worker(lambda: self._prepare(j, slots), thread=True, exclusive=True, group="view")
 
     def _totals(self, slots: WiringKey) -> None:
         assert self.browser is not None
@@ -214,7 +239,7 @@ class BlockApp(App):
     def action_sample(self, d: int) -> None:
         if self.browser is None:
             return
-        self.sample = (self.sample + d) % len(self.browser.samples)
+        self.sample = (self.sample + d) % len(self.browser)
         self.block = 0
         self.paint()
 
@@ -222,7 +247,8 @@ class BlockApp(App):
         w = self.shown
         if self.browser is None or w is None:
             return
-        n = len(self.browser.anchors(self.sample, w))
+        anchors = self.browser.anchors(self.sample, w)
+        n = len(anchors) if anchors is not None else 0
         if n:
             self.block = (self.block + d) % n
         self.paint()
@@ -255,24 +281,31 @@ class BlockApp(App):
         b, ws, w = self.browser, self.wirings, self.shown
         if b is None or ws is None or w is None:
             return
-        anchors = b.anchors(self.sample, w)
-        self.block = min(self.block, max(len(anchors) - 1, 0))
-        index = b.samples[self.sample][0]
+        ready = b.ready(self.sample, w)
+        if not ready:
+            self._request_view(self.sample, w.slots)
+        anchors = b.anchors(self.sample, w) if ready else None
+        if anchors is not None:
+            self.block = min(self.block, max(len(anchors) - 1, 0))
+        index = b.indices[self.sample]
         name, _, fed_by = ws.rows[self.current]
-        acc = b.sample_accuracy(self.sample, w)
         head = Text()
         head.append(f"{b.draft.name}", style="bold")
+        where = "…" if anchors is None else f"{self.block + 1 if anchors else 0}/{len(anchors)}"
         head.append(
             f"  {b.block.family}, block {b.block.block_size}  sample {index} "
-            f"({self.sample + 1}/{len(b.samples)})  block "
-            f"{self.block + 1 if anchors else 0}/{len(anchors)}\n"
+            f"({self.sample + 1}/{len(b)})  block {where}\n"
         )
         head.append(f"wiring {name} {ws.wiring_label(w.slots)}", style="bold")
         if fed_by:
             head.append(f"  fed by {', '.join(fed_by)}")
-        head.append(f"  this sample: block accuracy {pct(acc)}")
+        if anchors is None:
+            head.append("  computing this sample's blocks…", style="dim")
+        else:
+            head.append(f"  this sample: block accuracy {pct(b.sample_accuracy(self.sample, w))}")
         self.query_one("#block-header", Static).update(head)
-        self.query_one("#block-rows", Static).update(self._rows(anchors))
+        rows = Text("computing…", style="dim") if anchors is None else self._rows(anchors)
+        self.query_one("#block-rows", Static).update(rows)
         self.query_one("#block-slots", Static).update(self._slots())
         self.query_one("#block-accuracy", Static).update(self._accuracy())
 
@@ -333,13 +366,13 @@ class BlockApp(App):
         table = Table(title="slots", title_justify="left", header_style="bold")
         for col in ("slot", "HF", "|h| mean", "feeds", "|W_b|"):
             table.add_column(col, justify="left" if col in ("slot", "feeds") else "right")
-        norms = b.slot_norms(self.sample)
+        norms = b.slot_norms(self.sample)  # None until the worker has computed them
         for i, info in enumerate(ws.slot_info):
             blocks = [k for k, s in enumerate(w.slots) if s == i]
             table.add_row(
                 printable(info.label),
                 "-" if info.hf_index is None else str(info.hf_index),
-                fmt_float(norms[i]),
+                "…" if norms is None else fmt_float(norms[i]),
                 ",".join(f"b{k}" for k in blocks) or "-",
                 ",".join(fmt_float(ws.fc_norms[k]) for k in blocks) or "-",
                 style="bold" if blocks else "dim",
@@ -361,17 +394,15 @@ class BlockApp(App):
         for i, (name, slots, _) in enumerate(ws.rows):
             mark = "▶ " if i == self.current else ""
             table.add_column(f"{mark}{name}\n{ws.wiring_label(slots)}", justify="right")
-            w = Wiring(slots)
-            done.append(b.totals(w) if b.has_totals(w) else None)
+            done.append(b.cached_totals(Wiring(slots)))
         for k in range(b.block.block_size - 1):
             cells = []
             for rep in done:
                 if rep is None:
                     cells.append("…")
                     continue
-                c = int(rep.counts[k])
-                mean_p = f" ({rep.p_sum[k] / c:.3f})" if c else ""
-                cells.append(pct(rep.accuracy[k]) + mean_p)
+                p = rep.mean_p[k]
+                cells.append(pct(rep.accuracy[k]) + ("" if p is None else f" ({p:.3f})"))
             table.add_row(str(k + 1), *cells)
         table.add_section()
         table.add_row("all", *["…" if r is None else pct(r.mean_accuracy) for r in done])
