@@ -176,3 +176,52 @@ def test_an_fp8_block_draft_is_refused_in_one_line(block_bed, tmp_path):
     save_file(t, str(out / "model.safetensors"))
     with pytest.raises(InputError, match=r"model.safetensors: fc.weight_scale: a quantization"):
         load_block_draft(out, target=block_bed.target)
+
+
+def test_a_declaration_the_tensors_contradict_is_one_line(tmp_path):
+    """FP8 declared (ModelOpt's file, or config.json's quantization_config) over unquantized
+    weights: the docstring's one-line error, not a silent unquantized read."""
+    out = tmp_path / "declared"
+    shutil.copytree(DEMO / "draft", out)
+    (out / "hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "FP8"}}))
+    with pytest.raises(
+        InputError, match=r"hf_quant_config.json: quantization: declares FP8; no FP8 weight stored"
+    ):
+        load_draft(out)
+    (out / "hf_quant_config.json").unlink()
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    (out / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(
+        InputError, match=r"config.json: quantization_config: declares FP8; no FP8 weight stored"
+    ):
+        load_draft(out)
+
+
+@pytest.mark.parametrize("scale_key", ["weight_scale", "weight_scale_inv"])
+def test_hf_s_per_tensor_fp8_is_read(tmp_path, scale_key):
+    """quant_method "fp8" with no quant_algo and no weight_block_size (transformers' / vLLM's
+    per-tensor FP8): each weight's scale stored as weight_scale (vLLM) or weight_scale_inv
+    (transformers; a multiplier despite its name) dequantizes like ModelOpt's."""
+    folder, parent, scales = _fp8(tmp_path)
+    (folder / "hf_quant_config.json").unlink()
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    t = load_file(str(folder / "model.safetensors"))
+    if scale_key == "weight_scale_inv":
+        for n in scales:
+            t[n + "_scale_inv"] = t.pop(n + "_scale").reshape(1)
+    save_file(t, str(folder / "model.safetensors"))
+    draft = load_draft(folder)
+    q = draft.quantization
+    assert q is not None and q.format == "fp8" and q.granularity == "per-tensor"
+    assert sorted(q.tensors) == sorted(scales)
+    assert not any("_scale" in n for n in draft.weights)
+    for n, s in scales.items():
+        assert torch.equal(draft.weights[n], t[n].float() * s)
+    if scale_key == "weight_scale_inv":  # a block of scales stays refused
+        t["fc.weight_scale_inv"] = torch.ones(2, 2)
+        save_file(t, str(folder / "model.safetensors"))
+        with pytest.raises(InputError, match=r"fc.weight_scale_inv: a block-wise FP8 scale"):
+            load_draft(folder)

@@ -11,13 +11,19 @@ row (per-channel, [out] or [out, 1]); static activation scales `<name>.input_sca
 - llm-compressor / compressed-tensors: config.json's `quantization_config` with
   `quant_method: "compressed-tensors"` and `config_groups.*.weights` of `type: "float"`,
   `num_bits: 8` (strategy "tensor" or "channel").
+- HF's FP8 (transformers' FP8 config, vLLM's `Fp8Config`): config.json's `quantization_config`
+  with `quant_method: "fp8"` and no `weight_block_size` (per-tensor); vLLM's serialized
+  checkpoints store `<name>.weight_scale`, transformers' `<name>.weight_scale_inv`, a multiplier
+  despite its name (DeepSeek's convention): read as the weight's scale when it is one value or
+  one per row.
 
 The loader multiplies each weight by its scale in float32 (the product of an e4m3 value and a
 float32 scale rounds once, at float32's 2^-24), records the quantization on the `Draft`
 (`Draft.quantization`), and drops the scales. Activation scales are counted, not applied: the
-forward runs activations unquantized. Block-wise scales (`weight_scale_inv`,
-`weight_block_size`), other methods (NVFP4, INT4, ...) and a declaration the tensors contradict
-are one-line errors naming the file and the field.
+forward runs activations unquantized. Block-wise scales (`weight_block_size`, a
+`weight_scale_inv` of blocks or under another declaration), other methods (NVFP4, INT4, ...) and
+a declaration the tensors contradict (FP8 declared, no FP8 weight stored) are one-line errors
+naming the file and the field.
 """
 
 from __future__ import annotations
@@ -68,6 +74,12 @@ def _compressed_tensors(path: Path, qc: dict) -> str:
 def declared_quantization(folder: Path, config: dict) -> str | None:
     """Which layout declares the draft quantized (None: nothing does); InputError for a method
     this reader does not dequantize."""
+    found = _declaration(folder, config)
+    return found[0] if found is not None else None
+
+
+def _declaration(folder: Path, config: dict) -> tuple[str, Path, str] | None:
+    """The declaring layout, the file that declares it and its field (None: nothing does)."""
     cfg_path = folder / "config.json"
     qc = config.get("quantization_config")
     if qc is not None:
@@ -79,16 +91,26 @@ def declared_quantization(folder: Path, config: dict) -> str | None:
             )
         method = qc.get("quant_method")
         if method == "compressed-tensors":
-            return _compressed_tensors(cfg_path, qc)
+            return _compressed_tensors(cfg_path, qc), cfg_path, "quantization_config"
+        if method == "fp8" and "quant_algo" not in qc:
+            # HF's FP8 (transformers' FP8 config, vLLM's Fp8Config): per-tensor without
+            # weight_block_size, each weight's scale as `weight_scale` or `weight_scale_inv`
+            return "fp8", cfg_path, "quantization_config"
         if method in ("modelopt", "fp8") or "quant_algo" in qc:
-            return _modelopt_algo(cfg_path, "quantization_config.quant_algo", qc.get("quant_algo"))
+            algo = qc.get("quant_algo")
+            _modelopt_algo(cfg_path, "quantization_config.quant_algo", algo)
+            return ("fp8" if method == "fp8" else "modelopt"), cfg_path, "quantization_config"
         raise InputError(cfg_path, "quantization_config.quant_method", f"{method!r}: not read")
     hf = folder / HF_QUANT_CONFIG
     if hf.is_file():
         q = read_json(hf).get("quantization")
         if not isinstance(q, dict):
             raise InputError(hf, "quantization", "missing or not an object")
-        return _modelopt_algo(hf, "quantization.quant_algo", q.get("quant_algo"))
+        return (
+            _modelopt_algo(hf, "quantization.quant_algo", q.get("quant_algo")),
+            hf,
+            "quantization",
+        )
     return None
 
 
@@ -113,33 +135,51 @@ def dequantize(
 ) -> Quantization | None:
     """Replace every FP8 weight in `weights` (canonical names) by scale * weight in float32 and
     drop the scales; the quantization read (None: none stored)."""
-    declared = declared_quantization(folder, config)
+    found = _declaration(folder, config)
+    declared = found[0] if found is not None else None
     fp8 = sorted(n for n, t in weights.items() if t.dtype in FP8)
-    for n in weights:
-        if n.endswith(".weight_scale_inv"):
+    stored_as: dict[str, str] = {}  # weight_scale -> the weight_scale_inv it was stored as
+    for n in [n for n in weights if n.endswith(".weight_scale_inv")]:
+        # HF's fp8 names a per-tensor (or per-row) multiplier weight_scale_inv too; anything
+        # else of that name is DeepSeek's block-wise scale
+        s, w = weights[n], weights.get(n.removesuffix("_scale_inv"))
+        rows = w.shape[0] if w is not None and w.dim() == 2 else -1
+        per_row = s.numel() == rows and (s.dim() == 1 or (s.dim() == 2 and s.shape[1] == 1))
+        if declared != "fp8" or not (s.numel() == 1 or per_row):
             raise InputError(wf, n, "a block-wise FP8 scale: not read")
+        if n.removesuffix("_inv") in weights:
+            raise InputError(wf, n, "a second scale beside weight_scale")
+        weights[n.removesuffix("_inv")] = weights.pop(n)
+        stored_as[n.removesuffix("_inv")] = n
     if not fp8:
         stray = next((n for n in weights if n.endswith(".weight_scale")), None)
         if stray is not None:
-            raise InputError(wf, stray, "a weight scale beside a weight that is not FP8")
+            raise InputError(
+                wf, stored_as.get(stray, stray), "a weight scale beside a weight that is not FP8"
+            )
+        if found is not None:
+            raise InputError(found[1], found[2], "declares FP8; no FP8 weight stored")
         return None
     kinds, dtypes = set(), set()
     for n in fp8:
         if not n.endswith(".weight"):
             raise InputError(wf, n, f"dtype {weights[n].dtype}: only a weight may be FP8")
         scale_name = n + "_scale"
+        w = weights[n]
         if scale_name not in weights:
             raise InputError(wf, scale_name, "tensor not found: an FP8 weight needs its scale")
-        w = weights[n]
         if w.dim() != 2:
             raise InputError(wf, n, f"shape {tuple(w.shape)}: an FP8 weight is a matrix")
-        col, kind = _scale(wf, scale_name, weights.pop(scale_name), w.shape[0])
+        stored = stored_as.get(scale_name, scale_name)
+        col, kind = _scale(wf, stored, weights.pop(scale_name), w.shape[0])
         weights[n] = w.float() * col
         kinds.add(kind)
         dtypes.add(str(w.dtype).removeprefix("torch."))
     stray = next((n for n in weights if n.endswith(".weight_scale")), None)
     if stray is not None:
-        raise InputError(wf, stray, "a weight scale beside a weight that is not FP8")
+        raise InputError(
+            wf, stored_as.get(stray, stray), "a weight scale beside a weight that is not FP8"
+        )
     activation = [n for n in weights if n.endswith(_ACTIVATION_SCALES)]
     for n in activation:
         del weights[n]
