@@ -206,6 +206,7 @@ class Quantization:
     ("float8_e4m3fn"). granularity: "per-tensor", "per-channel" or "mixed". tensors: the canonical
     names dequantized. input_scales: activation scales stored beside them (static input
     quantization, which the forward does not apply: it runs the activations unquantized).
+    unquantized_dtype: see below.
     """
 
     method: str
@@ -214,6 +215,10 @@ class Quantization:
     granularity: str
     tensors: tuple[str, ...]
     input_scales: int = 0
+    # the dtype of the floating tensors stored unquantized (the norms, the head; typically
+    # bfloat16): the draft's stored dtype, which the compute dtype follows, not the float32 the
+    # dequantized weights are held in (None: every floating tensor was FP8)
+    unquantized_dtype: torch.dtype | None = None
 
     @property
     def label(self) -> str:

@@ -225,3 +225,29 @@ def test_hf_s_per_tensor_fp8_is_read(tmp_path, scale_key):
         save_file(t, str(folder / "model.safetensors"))
         with pytest.raises(InputError, match=r"fc.weight_scale_inv: a block-wise FP8 scale"):
             load_draft(folder)
+
+
+def test_an_fp8_draft_s_stored_dtype_is_its_unquantized_tensors(tmp_path):
+    """A bf16 draft quantized to FP8 keeps the head and norms in bf16: that is the dtype it is
+    stored and served in, and the compute dtype follows it (bf16 on a GPU), not the float32 its
+    dequantized weights are held in."""
+    from inspector.formats.compute_dtype import compute_dtype
+
+    src = tmp_path / "bf16"
+    shutil.copytree(DEMO / "draft", src)
+    t = load_file(str(src / "model.safetensors"))
+    t = {k: (v.bfloat16() if v.is_floating_point() else v) for k, v in t.items()}
+    for n in _quantized_names(t):
+        s = (t[n].float().abs().max() / E4M3_MAX).float()
+        t[n] = (t[n].float() / s).to(E4M3)
+        t[n + "_scale"] = s.reshape(())
+    save_file(t, str(src / "model.safetensors"))
+    (src / "hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "FP8"}}))
+    draft = load_draft(src, device="cpu")
+    assert draft.quantization is not None
+    assert draft.quantization.unquantized_dtype == torch.bfloat16
+    assert draft.stored_dtype == torch.bfloat16
+    assert draft.dtype_label == "float32 (stored bfloat16)"  # the CPU's upcast, said as one
+    on_gpu = compute_dtype(None, draft.stored_dtype, device="cuda", float_bytes=0, available=0)
+    assert on_gpu.dtype == torch.bfloat16
+    assert load_draft(src, dtype="bfloat16").weights["fc.weight"].dtype == torch.bfloat16

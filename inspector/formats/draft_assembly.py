@@ -54,9 +54,14 @@ def assemble_draft(
     _tie_lm_head(weights, cfg, vocab.draft_to_target, notes)
     _settle_mask_hidden(cfg, weights, weight_file, notes)
     _validate(cfg, weights, weight_file)
+    stored_dtype = weights["fc.weight"].dtype
+    if quantization is not None and quantization.unquantized_dtype is not None:
+        # an FP8 draft's dequantized weights are float32; it is stored (and served) in the dtype
+        # of its unquantized tensors
+        stored_dtype = quantization.unquantized_dtype
     chosen = compute_dtype(
         dtype,
-        weights["fc.weight"].dtype,
+        stored_dtype,
         device=device,
         float_bytes=sum(v.nbytes for v in weights.values() if v.is_floating_point()),
         available=available_host_bytes(),

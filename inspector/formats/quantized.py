@@ -138,6 +138,7 @@ def dequantize(
     found = _declaration(folder, config)
     declared = found[0] if found is not None else None
     fp8 = sorted(n for n, t in weights.items() if t.dtype in FP8)
+    unquantized = _unquantized_dtype(weights)
     stored_as: dict[str, str] = {}  # weight_scale -> the weight_scale_inv it was stored as
     for n in [n for n in weights if n.endswith(".weight_scale_inv")]:
         # HF's fp8 names a per-tensor (or per-row) multiplier weight_scale_inv too; anything
@@ -190,4 +191,15 @@ def dequantize(
         granularity=kinds.pop() if len(kinds) == 1 else "mixed",
         tensors=tuple(fp8),
         input_scales=len(activation),
+        unquantized_dtype=unquantized,
     )
+
+
+def _unquantized_dtype(weights: dict[str, torch.Tensor]) -> torch.dtype | None:
+    """The dtype holding most elements of the floating tensors stored unquantized (scales
+    aside): the checkpoint's own dtype (typically bfloat16); None when there is none."""
+    count: dict[torch.dtype, int] = {}
+    for n, t in weights.items():
+        if t.is_floating_point() and t.dtype not in FP8 and "_scale" not in n.rsplit(".", 1)[-1]:
+            count[t.dtype] = count.get(t.dtype, 0) + t.numel()
+    return max(count, key=lambda d: count[d]) if count else None
