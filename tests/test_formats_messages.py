@@ -754,7 +754,7 @@ def test_vocab_map_messages() -> None:
 
     wf = Path("w.safetensors")
     for args, text in [
-        ((None, None, 2, 4), "d2t: absent but draft_vocab_size 2 != vocab_size 4"),
+        ((None, None, 4, 2), "d2t: absent but draft_vocab_size 4 > vocab_size 2"),
         ((None, torch.ones(4), 4, 4), "d2t: absent while t2d is present"),
         ((torch.tensor([0]), None, 2, 4), "d2t: has 1 entries, expected draft_vocab_size 2"),
         (

@@ -495,10 +495,14 @@ def test_vocab_value_checks() -> None:
         mask_of(wf, "t2d", torch.tensor([0, 1, 2]))
     ident = vocab_map(None, None, 4, 4, wf)
     assert ident.d2t.tolist() == [0] * 4 and ident.t2d.all()
+    notes: list[str] = []  # no map with D < V, strict too: the first D target ids, noted
+    first = vocab_map(None, None, 2, 4, wf, notes=notes)
+    assert first.d2t.tolist() == [0, 0] and first.t2d.tolist() == [True, True, False, False]
+    assert notes == ["no d2t/t2d while draft_vocab_size 2 < vocab_size 4: read as target ids 0..1"]
     m = vocab_map(torch.tensor([0, 1]), None, 2, 4, wf)  # t2d rebuilt from d2t
     assert m.t2d.tolist() == [True, False, True, False]
     for args, text in [
-        ((None, None, 2, 4), "absent but draft_vocab_size 2 != vocab_size 4"),
+        ((None, None, 4, 2), "absent but draft_vocab_size 4 > vocab_size 2"),
         ((None, torch.ones(4), 4, 4), "absent while t2d is present"),
         ((torch.tensor([0]), None, 2, 4), "has 1 entries, expected draft_vocab_size 2"),
         ((torch.tensor([0, 5]), None, 2, 4), "outside \\[0, 4\\)"),

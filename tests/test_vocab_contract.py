@@ -127,3 +127,19 @@ def test_a_map_into_padding_and_the_real_vocab_read(tmp_path):
     bad.write_text(json.dumps({"model": {"vocab": ["a"]}, "added_tokens": [{"id": "x"}]}))
     with pytest.raises(InputError, match=r"added_tokens\[0\].id"):
         read_real_vocab(bad)
+
+
+def test_the_draft_the_doctor_clears_is_evaluated(capsys, tmp_path):
+    """The needless case is no fault of the draft (the doctor says so): the strict loader eval,
+    accept and sweep use reads it too, its D head rows as target ids 0..D-1, and says so."""
+    from inspector.formats import load_draft
+
+    ckpt = _needless(tmp_path)
+    draft = load_draft(ckpt)  # strict
+    assert draft.vocab.t2d.tolist() == [True] * REAL + [False] * (PADDED - REAL)
+    assert not draft.vocab.d2t.any()
+    assert f"no d2t/t2d while draft_vocab_size {REAL} < vocab_size {PADDED}" in draft.notes[0]
+    capsys.readouterr()
+    main(["eval", str(ckpt), str(HELD), "--limit", "2", "--json", "--device", "cpu"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["wirings"][0]["steps"][0]["all_tok"]["total"] > 0

@@ -52,12 +52,14 @@ def vocab_map(
 ) -> VocabMap:
     """The VocabMap from stored d2t (offsets) and t2d, validated.
 
+    No map at all with draft_vocab_size D < vocab_size V is read as the first D target ids, as an
+    engine without a map reads the head's rows, strict or not (a full-vocabulary head beside a
+    padded V is no fault of the draft; the doctor's vocab_contract finding says whether the D ids
+    are the target's whole real vocabulary or a missing map).
+
     Lenient (strict=False, the doctor): a d2t equal to nonzero(t2d), or out of range as offsets
     but valid as ids, is read as absolute ids; a t2d that disagrees with a valid d2t is rebuilt
-    from d2t (the engines read d2t only); no map at all with draft_vocab_size D < vocab_size V is
-    read as the first D target ids, as an engine without a map reads the head's rows (the doctor's
-    vocab_contract finding says whether that is the target's whole real vocabulary). What was
-    done is appended to `notes`.
+    from d2t (the engines read d2t only). What was done is appended to `notes`.
     """
     d2t = integer_ids(wf, "d2t", d2t) if d2t is not None else None
     t2d = mask_of(wf, "t2d", t2d) if t2d is not None else None
@@ -66,7 +68,7 @@ def vocab_map(
         if lenient is not None:
             return lenient
     if d2t is None and t2d is None:
-        if not strict and d < v:
+        if d < v:  # strict too: what the doctor clears (a full head, padded V), eval must read
             if notes is not None:
                 notes.append(
                     f"no d2t/t2d while draft_vocab_size {d} < vocab_size {v}: read as target ids "
@@ -75,8 +77,8 @@ def vocab_map(
             t2d = torch.zeros(v, dtype=torch.bool)
             t2d[:d] = True
             return VocabMap(d2t=torch.zeros(d, dtype=torch.long), t2d=t2d)
-        if d != v:
-            raise InputError(wf, "d2t", f"absent but draft_vocab_size {d} != vocab_size {v}")
+        if d > v:
+            raise InputError(wf, "d2t", f"absent but draft_vocab_size {d} > vocab_size {v}")
         return VocabMap.identity(v)
     if d2t is None:
         raise InputError(wf, "d2t", "absent while t2d is present")
