@@ -134,7 +134,10 @@ def test_a_block_draft_whose_ids_fell_back_to_the_default(block_bed, tmp_path):
     parent = _save(tmp_path / "parent", t, cfg)
     diff = diff_against_parent(block_bed.lost_ids, parent)
     assert diff.family == "dflash" and diff.capture_changed
-    assert diff.capture_parent.ids != diff.capture_child.ids
+    # the ids trained on (inspector.demo.block_draft.TRAINED_IDS) against the reference's
+    # default spread over the 6 target layers, the same sequences the summary quotes
+    assert (diff.capture_parent.ids, diff.capture_child.ids) == ((0, 3, 5), (1, 2, 3))
+    assert "[0, 3, 5]" in parent_diff_finding(diff).summary
     assert diff.capture_child.where == "default"
     assert [t.name for t in diff.of("dropped")] == ["layers.0.self_attn.q_proj.bias"]
     assert not diff.of("changed")  # the same weights
