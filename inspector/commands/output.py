@@ -86,3 +86,18 @@ def write_json_spooled(doc: dict, spool: Any, stream: IO[str] | None = None) -> 
 def report_table(title: str, *columns: str) -> Table:
     """A report's table as every command prints one: its title left, its header bold."""
     return Table(*columns, title=title, title_justify="left", header_style="bold")
+
+
+# each reconcile verdict's colour, in the EAGLE-3 and the block views alike
+VERDICT_COLOURS = {
+    "as_is": "green",
+    "wrong_wiring": "red",
+    "engine_fault": "red",
+    "engine_gate": "red",
+    "engine_slot": "red",
+    "engine_backend": "red",
+    "target_hidden_state": "red",
+    "other_data": "yellow",
+    "synthetic": "magenta",
+    "undecided": "yellow",
+}

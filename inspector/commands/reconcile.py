@@ -15,7 +15,13 @@ from rich.text import Text
 
 from inspector.commands.common import as_engine_runs_it, open_evaluator
 from inspector.commands.exit_codes import for_verdict
-from inspector.commands.output import report_table, safe, stdout_console, write_json
+from inspector.commands.output import (
+    VERDICT_COLOURS,
+    report_table,
+    safe,
+    stdout_console,
+    write_json,
+)
 from inspector.commands.reconcile_runs import check_steps, render_runs, same_engine
 from inspector.doctor.reconcile.candidates import (
     candidate_wirings,
@@ -27,19 +33,6 @@ from inspector.formatting import fmt_float, pct
 from inspector.progress import progress_bar, stage_progress_bar
 
 DEFAULT_MAX_NEW = 128
-
-COLOURS = {
-    "as_is": "green",
-    "wrong_wiring": "red",
-    "engine_fault": "red",
-    "engine_gate": "red",
-    "engine_slot": "red",
-    "engine_backend": "red",
-    "target_hidden_state": "red",
-    "other_data": "yellow",
-    "synthetic": "magenta",
-    "undecided": "yellow",
-}
 
 
 def engine_flags(spec, engine) -> str:
@@ -53,9 +46,15 @@ def run_reconcile(args: argparse.Namespace) -> int:
     from inspector.doctor.reconcile.pipeline import pair_requests, reconcile
     from inspector.doctor.reconcile.runs import across_runs, run_labels
     from inspector.engines import Engine
+    from inspector.formats.block_config import block_draft_family
     from inspector.formats.engine_log import read_engine_log
     from inspector.serving.spec import DEFAULT_STEPS, DraftSpec
 
+    family = block_draft_family(args.checkpoint)
+    if family is not None:
+        from inspector.commands.reconcile_block import run_block_reconcile
+
+        return run_block_reconcile(args, family)
     err = Console(stderr=True)
     paths = args.engine_log if isinstance(args.engine_log, list) else [args.engine_log]
     logs = [read_engine_log(p, decode_log_interval=args.decode_log_interval) for p in paths]
@@ -390,9 +389,9 @@ def render(result, report) -> Group:
         body.append(f)
     panel = Panel(
         body,
-        title=f"[{COLOURS[verdict]}]{verdict.replace('_', ' ')}[/]",
+        title=f"[{VERDICT_COLOURS[verdict]}]{verdict.replace('_', ' ')}[/]",
         title_align="left",
-        border_style=COLOURS[verdict],
+        border_style=VERDICT_COLOURS[verdict],
     )
     log = result.log
     table = report_table(

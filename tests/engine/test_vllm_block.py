@@ -28,7 +28,10 @@ through our `capture` (every layer, float32), and `accept --engine vllm --steps 
   `per_step_accepted`, and the pooled counts its num_drafts, num_accepted_tokens and accepted
   tokens per position, one at a time and batched;
 - on the trained draft, ours (the draft as trained) differ from vLLM's, and with the fault
-  modelled (the context keys normed by layer 0's k_norm) every request is vLLM's again.
+  modelled (the context keys normed by layer 0's k_norm) every request is vLLM's again;
+- `reconcile` reads vLLM's per-request dump (`requests.jsonl`): on `tied` the draft is served as
+  configured, every request equal round for round; on the trained draft vLLM accepts less than
+  the draft as trained, and the verdict names the engine's fault and this known cause.
 
 Without EAGLE_VLLM_RUNS these tests skip; with it, a missing block run fails.
 """
@@ -229,6 +232,37 @@ def test_vllm_cpu_norms_the_context_keys_with_layer_0s_k_norm(samples, capsys, m
     modelled = _accept(capsys, "trained", samples)
     for mode in MODES:
         _assert_equal(modelled, _run("trained", mode), samples)
+
+
+def _reconcile(capsys, variant: str, samples: Path) -> dict:
+    from inspector.cli import main
+
+    log = _folder(variant, "batch") / "requests.jsonl"
+    argv = ["reconcile", str(_draft(variant)), str(samples), "--engine-log", str(log)]
+    argv += ["--target", str(DEMO / "target"), "--steps", str(K), "--json"]
+    capsys.readouterr()
+    code = main([*argv, "--device", "cpu", "--dtype", "float32"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == (0 if doc["verdict"] == "as_is" else 1), doc["summary"]
+    return doc
+
+
+def test_reconcile_reads_vllms_block_requests(samples, capsys):
+    """The block reconcile on the real engine's dump: `tied` is served as configured, request
+    for request; the trained draft is below every wiring's replay, an engine fault, with the
+    CPU build's k_norm fault named."""
+    tied = _reconcile(capsys, "tied", samples)
+    assert tied["verdict"] == "as_is", tied["summary"]
+    assert tied["requests_matched"] == 8
+    assert tied["wirings"][0]["layers"] == [1, 4, 6]
+    assert tied["wirings"][0]["requests_equal"] == 8
+    trained = _reconcile(capsys, "trained", samples)
+    with capsys.disabled():
+        print(f"\nreconcile of the trained block draft: {trained['summary']}")
+    assert trained["verdict"] == "engine_fault", trained["summary"]
+    assert "known fault of vLLM in computing block drafts" in trained["summary"]
+    assert any("k_norm" in n for n in trained["notes"])
+    assert trained["wirings"][0]["requests_equal"] < 8
 
 
 if __name__ == "__main__":
