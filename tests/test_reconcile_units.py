@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from inspector.doctor.reconcile.matching import ROUNDING, WINDOW_TOLERANCE
-from inspector.doctor.reconcile.pipeline import Verdict, pair_requests, reconcile
+from inspector.doctor.reconcile.pipeline import Verdict, pair_requests, reconcile, token_key
 from inspector.doctor.reconcile.shortfall import ENGINE_FAULTS
 from inspector.formats.engine_log import EngineLog, RequestFigures
 from inspector.formats.samples import v1_slot_info
@@ -241,7 +241,7 @@ def test_a_lower_bound_replay_equals_a_count_at_or_above_it():
 
 
 def test_requests_pair_with_samples_by_tokens_else_by_order():
-    samples = [(0, [1, 2, 3, 4], [0, 0, 1, 1]), (1, [5, 6, 7], [0, 1, 1])]
+    samples = [(0, token_key([1, 2, 3, 4])), (1, token_key([5, 6, 7]))]
     a = RequestFigures("f:1", prompt_ids=[5], output_ids=[6, 7], per_step_accepted=[1])
     b = RequestFigures("f:2", prompt_ids=[1, 2], output_ids=[3, 4], per_step_accepted=[0])
     c = RequestFigures("f:3", prompt_ids=[9], output_ids=[9], per_step_accepted=[0])
@@ -356,7 +356,7 @@ def test_fix_text_names_sglangs_ids_once_when_both_readings_agree():
 
 
 def test_requests_with_half_their_ids_pair_by_order():
-    samples = [(0, [1, 2, 3, 4], [0, 0, 1, 1]), (1, [5, 6, 7], [0, 1, 1])]
+    samples = [(0, token_key([1, 2, 3, 4])), (1, token_key([5, 6, 7]))]
     log = _log(2, 1, source="requests")
     log.requests = [
         RequestFigures("f:1", prompt_ids=[5]),  # a prompt without its output

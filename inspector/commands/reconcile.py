@@ -192,6 +192,7 @@ def _overlap(args, log) -> bool:
 
 
 def _replay(args, spec, engine, err):
+    from inspector.doctor.reconcile.pipeline import token_key
     from inspector.formats.target_class import (
         data_config_hyper_connections,
         data_config_target,
@@ -234,7 +235,7 @@ def _replay(args, spec, engine, err):
             s = ev.samples[i]
         except InputError:
             continue
-        samples.append((i, s.input_ids.tolist(), s.loss_mask.tolist()))
+        samples.append((i, token_key(s.input_ids.tolist())))
     hc = read_hyper_connections(inputs.target) or data_config_hyper_connections(
         ev.samples.data_config
     )
@@ -369,10 +370,12 @@ def _prompt_pairs(samples, log):
     for r in log.requests:
         if r.prompt_ids is not None and r.output_ids is not None:
             by_prompt.setdefault(tuple(r.prompt_ids), r)
+    from inspector.doctor.reconcile.pipeline import token_key
+
     out = []
-    for i, prompt, mask in samples:
+    for i, prompt, _ in samples:
         r = by_prompt.get(tuple(prompt))
-        out.append((i, prompt + (r.output_ids if r is not None else []), mask))
+        out.append((i, token_key(prompt + (r.output_ids if r is not None else []))))
     return out
 
 

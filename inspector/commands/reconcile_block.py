@@ -33,7 +33,7 @@ def run_block_reconcile(args: argparse.Namespace, family: str) -> int:
     )
     from inspector.commands.common import LazySamples, open_block_draft
     from inspector.doctor.reconcile.block import reconcile_block, replays_of
-    from inspector.doctor.reconcile.pipeline import pair_requests
+    from inspector.doctor.reconcile.pipeline import pair_requests, token_key
     from inspector.doctor.wiring.block_feeds import plan_block_wirings
     from inspector.engines import Engine
     from inspector.evaluate.block_eval import evaluate_blocks
@@ -78,11 +78,11 @@ def run_block_reconcile(args: argparse.Namespace, family: str) -> int:
             f"the samples do not hold the configured layers HF {list(block.hf_layer_ids)} "
             "(capture --layers)",
         )
-    tokens: list[tuple[int, list[int], list[int]]] = []
+    tokens: list[tuple[int, bytes]] = []
 
-    def kept():  # each sample's tokens, for pairing, as the replay reads it
+    def kept():  # each sample's tokens' digest, for pairing, as the replay reads it
         for i, s in samples:
-            tokens.append((i, s.input_ids.tolist(), s.loss_mask.tolist()))
+            tokens.append((i, token_key(s.input_ids.tolist())))
             yield i, s
 
     with progress_bar("replaying", err) as advance:
