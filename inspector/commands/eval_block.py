@@ -10,7 +10,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from inspector.commands.common import open_block_draft, readable_samples
+from inspector.commands.common import LazySamples, open_block_draft
 from inspector.commands.output import report_table, stdout_console, write_json
 from inspector.errors import InputError
 from inspector.formatting import pct
@@ -44,10 +44,16 @@ def run_block_eval(args: argparse.Namespace) -> int:
         for t in texts
     ]
     n = len(sample_set) if args.limit is None else args.limit
-    samples = readable_samples(sample_set, n, err)
+    # read one sample at a time: a block draft's sample holds every captured layer
+    samples = LazySamples(sample_set, n, err)
     with progress_bar("evaluating", err) as advance:
         report = evaluate_blocks(
-            draft, samples, wirings, positions=bool(args.positions), progress=advance
+            draft,
+            samples,
+            wirings,
+            positions=bool(args.positions),
+            progress=advance,
+            slot_info=infos,
         )
     if args.json:
         write_json(report.to_dict())
