@@ -98,6 +98,9 @@ class ServingEngine:
     captures: what each of its release lines captures for a config's ids (`capture --engine`).
     known_faults: builds known to verify wrong (a figure from one says nothing about the draft).
     facts: dated facts a report states where they apply.
+    says: sentences reports quote about it, by key (what it reads, skips, borrows; its fix; its
+      log line), so that the rest of the tool asks for the words instead of writing the engine's
+      name (`Engine.X.says(key)`).
     """
 
     id: Engine
@@ -130,6 +133,7 @@ class ServingEngine:
     quant_inheritance: QuantInheritance | None = None
     embedding_scale_read: frozenset[str] | None = None
     block_embedding_own: tuple[float, str] = (1.0, "")
+    says: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def release(self) -> Release:

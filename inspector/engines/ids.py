@@ -30,6 +30,15 @@ class Engine(str, Enum):
         return self.spec.display
 
     @property
+    def label(self) -> str:
+        """The engine and its release as reports name them: "SGLang 0.5.23"."""
+        return self.spec.label
+
+    def says(self, key: str) -> str:
+        """A sentence a report quotes about this engine (its module's `SAYS[key]`)."""
+        return self.spec.says[key]
+
+    @property
     def overlap_round(self) -> bool:
         return self.spec.overlap_round
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from inspector.engines.capture import engine_default_hf
 
 TOP_LEVEL_KEY = "eagle_aux_hidden_state_layer_ids"
+# The PR since which the converter reads the top-level ids (before it: always the fallback).
+IDS_PR = "PR #25794"
 # How many ids its eagle3 runtime takes (src/models/eagle3.cpp).
 LLAMA_CPP_ID_COUNT = 3
 # Target model_types (config.json) whose llama.cpp graph taps every layer's input but sets no final

@@ -253,6 +253,19 @@ FACTS = (
     ),
 )
 
+# sentences reports quote about SGLang (`Engine.SGLANG.says(key)`)
+SAYS = {
+    # where it reads a draft's layer ids (the serving config's notes)
+    "reads_ids": "SGLang reads the ids from eagle_config only, not from a top-level key",
+    # a draft that ships no lm_head (the doctor's lm_head check)
+    "no_head_sized": (
+        "SGLang keeps a randomly initialised head (its loader never reports a missing weight; "
+        "sglang#27908: accept length 1.00)"
+    ),
+    "no_head_unsized": "SGLang loads the target's lm_head (no draft_vocab_size)",
+    "random_head": "SGLang serves it as shipped with a random head",
+}
+
 
 ENGINE = ServingEngine(
     id=Engine.SGLANG,
@@ -272,6 +285,7 @@ ENGINE = ServingEngine(
     windowed_log=True,
     facts=FACTS,
     tree_kv="sglang",
+    says=SAYS,
     synthetic_off="SGLANG_SIMULATE_ACC_LEN unset",
     # 0.5.23: without --speculative-draft-model-quantization the draft takes --quantization
     quant_inheritance=QuantInheritance(

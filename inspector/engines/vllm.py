@@ -242,6 +242,25 @@ def shape_rule(shape: DraftShape) -> Verdict | None:
     return Verdict(LABEL, Support.SERVES, source=src + " (run)")
 
 
+# sentences reports quote about vLLM (`Engine.VLLM.says(key)`)
+SAYS = {
+    # where it reads a draft's layer ids (the serving config's notes)
+    "reads_ids": "vLLM reads the top-level key first, then eagle_config",
+    # a draft that ships no lm_head, or ships one unlike the target's (the doctor's lm_head check)
+    "no_head": (
+        "vLLM shares the target's lm_head with a draft that ships none (before vllm#28549 it "
+        "replaced every draft's head with the target's)"
+    ),
+    "shared_head": "vLLM, which shares the target's head only with a draft that ships none",
+    "replaced_head": "vLLM before vllm#28549, vllm#27732",
+    # its CPU build's sampled verification (CPU_EXPAND), as a reconcile verdict words it
+    "cpu_sampling": (
+        f"vLLM's CPU build {RELEASE} writes the expanded temperatures into a copy it never reads "
+        "back: NaN probabilities reject every draft, and top_k crashes it"
+    ),
+}
+
+
 ENGINE = ServingEngine(
     id=Engine.VLLM,
     display="vLLM",
@@ -261,6 +280,7 @@ ENGINE = ServingEngine(
     steps_flag="num_speculative_tokens",
     known_faults=(CPU_EXPAND,),
     facts=FACTS,
+    says=SAYS,
     # qwen3_dflash2 (0.32) multiplies the block's embedding rows by the config's
     # input_embedding_scale; qwen3_dflash (DFlash) embeds them as they are
     embedding_scale_read=frozenset({"dflash2"}),
