@@ -14,6 +14,9 @@ from collections.abc import Sequence
 
 from inspector import __version__
 from inspector.commands.arguments import (
+    LCPP,
+    RECONCILE_DESCRIPTION,
+    VLLM_,
     SuggestingParser,
     add_compare_parser,
     add_doctor_probe_args,
@@ -40,8 +43,7 @@ def _add_model_args(
         "checkpoint",
         nargs=nargs,
         metavar="CKPT",
-        help="draft checkpoint folder, or a llama.cpp EAGLE-3 .gguf file (default: the bundled "
-        "demo)",
+        help=f"draft checkpoint folder, or a {LCPP} EAGLE-3 .gguf file (default: the bundled demo)",
     )
     p.add_argument(
         "samples",
@@ -226,13 +228,7 @@ def _add_reconcile_parser(sub: argparse._SubParsersAction) -> None:
         "reconcile",
         help="what an engine logged, explained: its accept length against the replay of the "
         "same requests under each wiring",
-        description="Read what vLLM or SGLang logged about speculative decoding (vLLM's "
-        "'SpecDecoding metrics' log lines, its Prometheus text, JSON lines of per-request "
-        "spec_decode_metrics, SGLang's 'accept len' lines, meta_info or server info), replay the "
-        "same requests (SAMPLES captured with `capture --generate`, or --prompts INPUT --target "
-        "T through the live loop) under the draft's configured wiring and the alternatives, and "
-        "say whether the draft is what it is, the engine feeds it the wrong layers, or the "
-        "engine falls short of the draft (an engine-side fault).",
+        description=RECONCILE_DESCRIPTION,
     )
     _add_model_args(p, ttt=False)
     add_reconcile_args(p)
@@ -306,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=doctor_engine,
         metavar="ENGINE",
         help="the engine_feeds finding shows only this engine's readings of the config "
-        "(repeatable: vllm, sglang, llama.cpp, in any spelling: vLLM, llamacpp; default every "
+        f"(repeatable: vllm, sglang, {LCPP}, in any spelling: {VLLM_}, llamacpp; default every "
         "engine)",
     )
     add_doctor_probe_args(p_doc)
@@ -314,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_doc.add_argument(
         "--source",
         metavar="PATH",
-        help="the other side of a llama.cpp conversion: the HF draft folder a .gguf CKPT was "
+        help=f"the other side of a {LCPP} conversion: the HF draft folder a .gguf CKPT was "
         "converted from (or the .gguf of a folder CKPT); adds what the conversion changed (layer "
         "ids, norm flags, d2t, the weights' rounding); SAMPLES become optional",
     )

@@ -10,6 +10,7 @@ from rich.console import Console, Group
 from rich.text import Text
 
 from inspector.commands.output import report_table, safe, stdout_console, write_json
+from inspector.engines import default_engine
 from inspector.errors import InputError
 from inspector.formatting import fmt_float
 
@@ -161,7 +162,8 @@ def render_sweep(report) -> Group:
                 f"(accept len {_length(best)}, speedup {best.speedup:.2f}x)"
             )
     table.caption = (
-        "accept len: 1 + accepted / rounds as the engine counts it (vLLM for a chain, SGLang for "
+        "accept len: 1 + accepted / rounds as the engine counts it "
+        f"({default_engine(True).display} for a chain, {default_engine(False).display} for "
         "a tree unless --engine); #len / #: rank by accept length / by speedup within the wiring; "
         f"cost: {report.cost.describe()}; speedup = accept len / cost (tokens per unit of time "
         "against plain decoding)"

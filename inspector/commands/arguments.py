@@ -9,11 +9,13 @@ from collections.abc import Sequence
 
 from inspector.commands.gates import EXIT_GATE
 from inspector.commands.help_text import Parser
-from inspector.engines import Engine
+from inspector.engines import SERVING, Engine
 from inspector.engines import engine as serving_engine
 
 # the SGLang release whose scheduler the help describes
 SGLANG = serving_engine(Engine.SGLANG).label
+# the engines' names as help words, from the registry (a rename is one edit in engines/)
+VLLM_, SGL, LCPP = (e.display for e in (Engine.VLLM, Engine.SGLANG, Engine.LLAMACPP))
 
 
 def nearest(text: str, known: Sequence[str], cutoff: float = 0.7) -> str | None:
@@ -135,7 +137,7 @@ def add_doctor_probe_args(p: argparse.ArgumentParser) -> None:
         "--steps",
         type=positive,
         metavar="K",
-        help="the engine's draft length (vLLM num_speculative_tokens): a block draft's "
+        help=f"the engine's draft length ({VLLM_} num_speculative_tokens): a block draft's "
         "block_size is checked against it",
     )
 
@@ -165,21 +167,21 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         "--steps",
         type=positive,
         metavar="S",
-        help="draft steps per round: SGLang --speculative-num-steps, vLLM num_speculative_tokens "
-        "(default 3)",
+        help=f"draft steps per round: {SGL} --speculative-num-steps, {VLLM_} "
+        "num_speculative_tokens (default 3)",
     )
     p.add_argument(
         "--topk",
         type=positive,
         default=1,
         metavar="K",
-        help="branches per tree node: SGLang --speculative-eagle-topk (default 1: a chain)",
+        help=f"branches per tree node: {SGL} --speculative-eagle-topk (default 1: a chain)",
     )
     p.add_argument(
         "--draft-tokens",
         type=positive,
         metavar="N",
-        help="tokens verified per round, the root included: SGLang "
+        help=f"tokens verified per round, the root included: {SGL} "
         "--speculative-num-draft-tokens (a chain: steps + 1)",
     )
     p.add_argument(
@@ -187,23 +189,24 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         choices=KV_MODES,
         default="exact",
         help="tree draft attention: exact (each node reads its ancestors, the EAGLE reference; "
-        "default) or sglang (stretch: SGLang's topk > 1 draft decode, where each beam row reads "
-        "its own row's earlier KV) to predict SGLang's logged number and what it costs",
+        f"default) or sglang (stretch: {SGL}'s topk > 1 draft decode, where each beam row reads "
+        f"its own row's earlier KV) to predict {SGL}'s logged number and what it costs",
     )
     p.add_argument(
         "--engine",
         type=engine_name,
         metavar="{vllm,sglang,llamacpp}",
-        help="whose counting to follow (llama.cpp, vLLM, SGLang in any spelling) (default vllm for a chain, sglang for a tree): all log "
-        "1 + accepted / rounds; SGLang's overlap scheduler runs and counts one more round after "
-        "a request's stop; llama.cpp's llama-server drafts at most the tokens left before max "
+        help=f"whose counting to follow ({LCPP}, {VLLM_}, {SGL} in any spelling) (default vllm "
+        "for a chain, sglang for a tree): all log "
+        f"1 + accepted / rounds; {SGL}'s overlap scheduler runs and counts one more round after "
+        f"a request's stop; {LCPP}'s llama-server drafts at most the tokens left before max "
         "tokens less one, and its last token is a plain decode (chains only)",
     )
     p.add_argument(
         "--sglang-overlap",
         choices=("on", "off"),
         default="on",
-        help=f"SGLang's overlap scheduler (default on, as on GPUs; {SGLANG} forces it off "
+        help=f"{SGL}'s overlap scheduler (default on, as on GPUs; {SGLANG} forces it off "
         "for speculative decoding on CPU): off drops the round it runs after each request's "
         "stop, so a CPU run replays count for count",
     )
@@ -216,7 +219,7 @@ def add_early_stop_args(p: argparse.ArgumentParser) -> None:
         type=probability,
         default=0.0,
         metavar="P",
-        help="--live: llama.cpp's --spec-draft-p-min: a chain stops drafting at the first step "
+        help=f"--live: {LCPP}'s --spec-draft-p-min: a chain stops drafting at the first step "
         "whose top-1 probability (over the draft's top 10) is below P, that token dropped "
         "(default 0: off)",
     )
@@ -225,8 +228,20 @@ def add_early_stop_args(p: argparse.ArgumentParser) -> None:
         type=non_negative,
         default=0,
         metavar="N",
-        help="--live: llama.cpp's --spec-draft-n-min: a shorter draft is dropped whole (default 0)",
+        help=f"--live: {LCPP}'s --spec-draft-n-min: a shorter draft is dropped whole (default 0)",
     )
+
+
+# reconcile's --help description, beside its options
+RECONCILE_DESCRIPTION = (
+    f"Read what {VLLM_} or {SGL} logged about speculative decoding ({VLLM_}'s "
+    "'SpecDecoding metrics' log lines, its Prometheus text, JSON lines of per-request "
+    f"spec_decode_metrics, {SGL}'s 'accept len' lines, meta_info or server info), replay the "
+    "same requests (SAMPLES captured with `capture --generate`, or --prompts INPUT --target "
+    "T through the live loop) under the draft's configured wiring and the alternatives, and "
+    "say whether the draft is what it is, the engine feeds it the wrong layers, or the "
+    "engine falls short of the draft (an engine-side fault)."
+)
 
 
 def add_reconcile_args(p: argparse.ArgumentParser) -> None:
@@ -235,15 +250,15 @@ def add_reconcile_args(p: argparse.ArgumentParser) -> None:
         "--sglang-overlap",
         choices=("auto", "on", "off"),
         default="auto",
-        help="SGLang's overlap scheduler, which runs and counts one more round after each "
-        "request's stop: auto (default) is off where the log shows SGLang on a CPU (its decode "
+        help=f"{SGL}'s overlap scheduler, which runs and counts one more round after each "
+        f"request's stop: auto (default) is off where the log shows {SGL} on a CPU (its decode "
         f"lines say 'cpu graph'; {SGLANG} forces the scheduler off there) and on elsewhere",
     )
     p.add_argument(
         "--decode-log-interval",
         type=positive,
         metavar="N",
-        help="SGLang's --decode-log-interval for a log that does not hold its start-up line "
+        help=f"{SGL}'s --decode-log-interval for a log that does not hold its start-up line "
         "(at 1 each 'accept len' line is one decode iteration: its counts are exact)",
     )
     p.add_argument(
@@ -269,8 +284,8 @@ def add_reconcile_args(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="draft steps per round (default: as the log shows, else 3)",
     )
-    p.add_argument("--topk", type=positive, default=1, metavar="K", help="SGLang's topk")
-    p.add_argument("--draft-tokens", type=positive, metavar="N", help="SGLang's draft tokens")
+    p.add_argument("--topk", type=positive, default=1, metavar="K", help=f"{SGL}'s topk")
+    p.add_argument("--draft-tokens", type=positive, metavar="N", help=f"{SGL}'s draft tokens")
     p.add_argument(
         "--max-new",
         type=positive,
@@ -298,8 +313,8 @@ def _add_reconcile_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--adaptive",
         action="store_true",
-        help="the engine's draft length adapts (vLLM num_speculative_tokens_per_batch_size, "
-        "SGLang --speculative-adaptive, llama.cpp --spec-draft-p-min > 0) and its log gives no "
+        help=f"the engine's draft length adapts ({VLLM_} num_speculative_tokens_per_batch_size, "
+        f"{SGL} --speculative-adaptive, {LCPP} --spec-draft-p-min > 0) and its log gives no "
         "per-step drafted counts: the replay at a fixed K is an upper bound of its figure "
         "(found in the log's start-up lines where it holds them)",
     )
@@ -307,7 +322,7 @@ def _add_reconcile_settings(p: argparse.ArgumentParser) -> None:
         "--synthetic-rates",
         type=rates,
         metavar="R1,R2,...",
-        help="vLLM ran rejection_sample_method='synthetic' with these "
+        help=f"{VLLM_} ran rejection_sample_method='synthetic' with these "
         "synthetic_acceptance_rates (unconditional, per position): a figure they give is named "
         "as such, never blamed on the draft",
     )
@@ -315,7 +330,7 @@ def _add_reconcile_settings(p: argparse.ArgumentParser) -> None:
         "--simulated-accept-len",
         type=float,
         metavar="X",
-        help="SGLang ran with SGLANG_SIMULATE_ACC_LEN=X (its default match-expected method): a "
+        help=f"{SGL} ran with SGLANG_SIMULATE_ACC_LEN=X (its default match-expected method): a "
         "figure it gives is named as such, never blamed on the draft",
     )
 
@@ -364,8 +379,8 @@ def add_sampling_args(
         "--verify",
         choices=RULES,
         help=f"{when} at a temperature: the engine's verification rule (default its own: "
-        "vllm-onehot for vLLM, sglang-target-only for SGLang, llamacpp-target-only for "
-        "llama.cpp; the -probabilistic / -rejection "
+        + ", ".join(f"{e.default_verify} for {e.display}" for e in map(serving_engine, SERVING))
+        + "; the -probabilistic / -rejection "
         "rules sample the chain from the draft's q)",
     )
     p.add_argument(

@@ -25,6 +25,7 @@ from inspector.commands.common import (
 )
 from inspector.commands.exit_codes import ExitCode
 from inspector.commands.output import report_table, safe, stdout_console, visible, write_json
+from inspector.engines import Engine
 from inspector.formatting import SEVERITY_STYLE
 from inspector.progress import stage_progress_bar
 
@@ -173,8 +174,8 @@ def _check_source(checkpoint: str | None, source: Path) -> None:
         raise InputError(
             source,
             "--source",
-            "compares a llama.cpp conversion: one of CKPT and --source a .gguf file, the other "
-            "the HF draft folder it was converted from",
+            f"compares a {Engine.LLAMACPP.display} conversion: one of CKPT and --source a .gguf "
+            "file, the other the HF draft folder it was converted from",
         )
 
 

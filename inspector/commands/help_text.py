@@ -8,6 +8,10 @@ import argparse
 import sys
 from typing import NoReturn
 
+from inspector.engines import Engine
+
+VLLM, SGL = Engine.VLLM.display, Engine.SGLANG.display
+
 # what each command needs, in one line: printed under an error
 TRIAGE = {
     "eval": "eval takes a draft (folder or .gguf) and samples; add --target for the trainers' "
@@ -34,7 +38,7 @@ EXAMPLES = {
   eagle-inspect eval assets/demo/draft assets/demo/samples/held --target auto
   -> one row per wiring: train [embed, L2, L4] against serve [L2, L4, L6], all-tok accuracy per
      TTT step, in-vocab, coverage; then speculators' full_acc / cond_acc as its log shows them""",
-    "accept": """Example (the accept length vLLM and SGLang log, replayed on captured requests):
+    "accept": f"""Example (the accept length {VLLM} and {SGL} log, replayed on captured requests):
   eagle-inspect capture assets/demo/target assets/demo/prompts.jsonl --out cap \\
       --draft assets/demo/draft --generate 128 --save-dtype float32
   eagle-inspect accept assets/demo/draft cap --target assets/demo/target --steps 3
@@ -54,7 +58,8 @@ EXAMPLES = {
   eagle-inspect capture assets/demo/target assets/demo/prompts.jsonl --out cap \\
       --draft assets/demo/draft --generate 128
   -> cap/ holds speculators v1 samples of the layers the draft's config names""",
-    "reconcile": """Example (what vLLM logged, explained; `bash .ci/vllm --out runs` makes the log):
+    "reconcile": f"""Example (what {VLLM} logged, explained; `bash .ci/vllm --out runs` makes \
+the log):
   eagle-inspect reconcile assets/demo/draft cap --engine-log runs/train-k3-one/vllm.log \\
       --target assets/demo/target
   -> the verdict (as is, wrong wiring, engine fault, other data), the wiring the engine fed,
