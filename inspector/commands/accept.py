@@ -53,18 +53,25 @@ def run_accept(args: argparse.Namespace) -> int:
     from inspector.engines import parse_engine
     from inspector.formats.block_config import block_draft_family
 
-    if block_draft_family(args.checkpoint) is not None:
+    block = block_draft_family(args.checkpoint) is not None
+    if block and not args.live:
         from inspector.commands.accept_block import run_block_accept
 
         return run_block_accept(args)
-    spec = spec_from_args(args)
-    engine = parse_engine(args.engine, spec.is_chain)
     err = Console(stderr=True)
-    if args.live:
+    if block:  # the block live loop (`serving.live_block`), reported as the one below
+        from inspector.commands.accept_block_live import run_block_live
+
+        report, engine = run_block_live(args, err)
+    elif args.live:
+        spec = spec_from_args(args)
+        engine = parse_engine(args.engine, spec.is_chain)
         from inspector.commands.accept_live import run_live
 
         report = run_live(args, spec, err, engine)
     else:
+        spec = spec_from_args(args)
+        engine = parse_engine(args.engine, spec.is_chain)
         report, ev = _replay(args, spec, err, init_from_env, engine)
         if report is None:
             return 0

@@ -47,7 +47,11 @@ class BlockPredictions:
     """One sample under one wiring: per anchor (a round's start n) and block position k = 1..B-1
     (column k - 1), the draft's token, the true x_{n+k} (-1 past the sample), p of the true
     token and its rank (0: the draft's top); `scored`: x_{n+k} is a generated token of the run
-    the anchor is in (what the accuracy counts)."""
+    the anchor is in (what the accuracy counts). Where the sample carries the target's
+    continuation past its stop (`Sample.continuation`, a capture's or the live loop's), `true`
+    reads it, the last run knows it (`Run.known`) and `tail` holds the leading matches of the
+    blocks after x_E, x_E+1, ...: what the engines count in a request's last round and in
+    SGLang's round after the stop, counted in the rounds only (no accuracy, no view)."""
 
     anchors: np.ndarray  # [A] int64
     pred: np.ndarray  # [A, B-1] int64
@@ -55,8 +59,9 @@ class BlockPredictions:
     p: np.ndarray  # [A, B-1] float32
     rank: np.ndarray  # [A, B-1] int64
     scored: np.ndarray  # [A, B-1] bool
-    runs: tuple[tuple[int, int], ...]
-    length: int
+    runs: tuple[Run, ...]
+    length: int  # the sample's tokens and its continuation's
+    tail: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def hit(self) -> np.ndarray:
@@ -68,14 +73,15 @@ class BlockPredictions:
         a = np.zeros(self.length, dtype=np.int64)
         lead = np.cumprod(self.hit, axis=1).sum(axis=1)
         a[self.anchors] = lead
+        if len(self.tail):
+            e = self.runs[-1].end
+            a[e : e + len(self.tail)] = self.tail
         return a
 
     def round_list(self, which: Engine) -> list[Round]:
         """The rounds `which` takes through the sample's generations, in order."""
         depth = self.pred.shape[1]
-        return walk(
-            self.accept_by_start(), [Run.of(r) for r in self.runs], depth=depth, engine=which
-        )
+        return walk(self.accept_by_start(), self.runs, depth=depth, engine=which)
 
     def rounds(self, which: Engine) -> AcceptStats:
         return AcceptStats.of(self.round_list(which), self.pred.shape[1])
@@ -113,25 +119,35 @@ def predict_blocks(
     block = block_of(draft)
     b = width or block.block_size
     ids = sample.input_ids.to(draft.device)
-    t = ids.shape[0]
-    runs = tuple(generation_runs(sample.loss_mask.cpu().numpy()))
-    anchors = anchors_of(runs)
-    in_run = np.zeros(t, dtype=np.int64)  # the run end E of each position's run, -1 outside
-    in_run[:] = -1
-    for p, e in runs:
-        in_run[p : e + 1] = e
     context = context_of(sample, wiring, draft)
+    runs = sample_runs(sample)
+    anchors = anchors_of([(r.start, r.end) for r in runs])
+    tail_at: list[int] = []
+    cont = sample.continuation
+    if cont is not None and runs and runs[-1].known > runs[-1].end:
+        # the blocks after x_E.. read the continuation's tokens and features (the rows the
+        # target had verified when an engine drafted there)
+        tail_at = list(range(runs[-1].end, runs[-1].known))
+        ids = torch.cat([ids, cont.ids.to(draft.device)])
+        more = torch.cat([cont.slots[i] for i in wiring.slots], dim=-1)
+        context = torch.cat([context, more.to(device=draft.device, dtype=draft.dtype)])
+    total = ids.shape[0]
+    in_run = np.zeros(total, dtype=np.int64)  # the run end E of each position's run, -1 outside
+    in_run[:] = -1
+    for r in runs:
+        in_run[r.start : r.end + 1] = r.end
+    every = anchors + tail_at
     preds, trues, ps, ranks = [], [], [], []
-    step = chunk_size(draft, t, b)
+    step = chunk_size(draft, total, b)
     offsets = torch.arange(1, b, device=draft.device)
-    for lo in range(0, len(anchors), step):
-        at = torch.tensor(anchors[lo : lo + step], device=draft.device)
+    for lo in range(0, len(every), step):
+        at = torch.tensor(every[lo : lo + step], device=draft.device)
         block_ids = torch.full((len(at), b), block.mask_token_id, device=draft.device)
         block_ids[:, 0] = ids[at]
         normed = anchored_block_hidden(draft, context, at, block_ids)[:, 1:]
         logits = head_logits(draft, normed)
         where = at[:, None] + offsets[None, :]
-        true = torch.where(where < t, ids[where.clamp(max=t - 1)], -1)
+        true = torch.where(where < total, ids[where.clamp(max=total - 1)], -1)
         if block.family == "dflash2":
             pred = selector_path(draft, normed, logits, block_ids[:, 0])
         else:
@@ -144,16 +160,35 @@ def predict_blocks(
         ps.append(logp.gather(-1, safe[..., None])[..., 0].exp().cpu())
         ranks.append((logits > at_true).sum(-1).cpu())
     width = b - 1
-    if anchors:
+    if every:
         pred_a, true_a = torch.cat(preds).numpy(), torch.cat(trues).numpy()
         p_a, rank_a = torch.cat(ps).float().numpy(), torch.cat(ranks).numpy()
     else:
         pred_a = true_a = rank_a = np.zeros((0, width), dtype=np.int64)
         p_a = np.zeros((0, width), dtype=np.float32)
+    na = len(anchors)
+    tail_hit = (pred_a[na:] == true_a[na:]) & (true_a[na:] >= 0)
+    tail = np.cumprod(tail_hit, axis=1).sum(axis=1).astype(np.int64)
+    pred_a, true_a, p_a, rank_a = pred_a[:na], true_a[:na], p_a[:na], rank_a[:na]
     anchor_a = np.asarray(anchors, dtype=np.int64)
     where_a = anchor_a[:, None] + np.arange(1, b)[None, :]
     scored = where_a <= in_run[anchor_a][:, None] if len(anchor_a) else np.zeros_like(pred_a, bool)
-    return BlockPredictions(anchor_a, pred_a, true_a, p_a, rank_a, scored, runs, t)
+    return BlockPredictions(anchor_a, pred_a, true_a, p_a, rank_a, scored, tuple(runs), total, tail)
+
+
+def sample_runs(sample: Sample) -> list[Run]:
+    """The sample's generation runs, each knowing how far the target's continuation is known:
+    to its own end, and for a run that ends the sample, through the continuation it carries
+    (as the EAGLE replay's `serving.sample_replay.sample_runs` reads it)."""
+    t = sample.length
+    cont = sample.continuation
+    out = []
+    for p, e in generation_runs(sample.loss_mask.cpu().numpy()):
+        if cont is not None and cont.length and e == t - 1:
+            out.append(Run(p, e, e + cont.length, cont.finish))
+        else:
+            out.append(Run(p, e, e))
+    return out
 
 
 @dataclass

@@ -22,6 +22,7 @@ from inspector.formats.sample_set import SkippedSample
 from inspector.formats.samples import v1_slot_info
 from inspector.progress import Progress
 from inspector.sample import SlotInfo
+from inspector.serving.live_block import check_block_live, run_block_sequence
 from inspector.serving.live_output import live_sample_replay, run_key, write_live_sample
 from inspector.serving.live_sequence import LiveSequence, SequenceSettings, run_sequence
 from inspector.serving.replay import AcceptReport, WiringAccept
@@ -228,15 +229,17 @@ def _rules(draft: Draft, live: LiveSettings) -> tuple[Engine, SamplingSettings]:
         raise InputError(
             None, setting_field("max-new"), f"{live.max_new}: at least 1 (the prefill's token)"
         )
+    sampling = Sampling(live.temperature, live.top_k, live.top_p)
+    if draft.config.block is not None:  # the block forward masks its windows itself
+        check_block_live(draft, live.spec, sampling)
     windowed = [i for i in range(draft.config.num_layers) if draft.config.sliding_window(i)]
-    if windowed:
+    if windowed and draft.config.block is None:
         raise InputError(
             Path(draft.path) / "config.json" if draft.path else None,
             "sliding_window",
             f"draft layer {windowed[0]} has a sliding window: the live loop does not model one "
             "(the replay does)",
         )
-    sampling = Sampling(live.temperature, live.top_k, live.top_p)
     verification = live.verification
     if verification is None:
         verification = Verification(default_rule(engine.value))
@@ -389,7 +392,8 @@ def _decode(loop: _Loop, settings: SequenceSettings, i: int, record: Record) -> 
         raise InputError(record.where, None, "no prompt token before the generated part")
     gen = torch.Generator().manual_seed((loop.live.seed * 1_000_003 + i) % (1 << 62))
     with torch.inference_mode():
-        seq = run_sequence(loop.model, loop.draft, prompt, settings, gen)
+        run = run_block_sequence if loop.draft.config.block is not None else run_sequence
+        seq = run(loop.model, loop.draft, prompt, settings, gen)
     if len(seq.ids) < 3:
         raise InputError(record.where, None, f"{len(seq.ids)} tokens after generation")
     return seq

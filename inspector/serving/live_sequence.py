@@ -135,16 +135,11 @@ def run_sequence(
     """Speculative decoding of one prompt (see the module docstring): the prefill, the rounds,
     SGLang's round after the stop, then the features of what no round verified. `gen`: the
     CPU generator of the draws at a temperature."""
-    loop = _Decoding(target, draft, settings, gen)
-    loop.prefill(prompt)
-    loop.run_rounds()
-    finish = "stop" if loop.seq[-1] in loop.eos else "length"
-    loop.overlap_round(finish)
-    return loop.sequence(finish)
+    return Decoding(target, draft, settings, gen).run(prompt)
 
 
 @dataclass(frozen=True)
-class _Drafted:
+class Drafted:
     """A round's draft as the target verifies it: the kept nodes' tokens (target vocabulary),
     their parents and depths, the count recorded as drafted, and (sampled drafts) the draft's q
     per node."""
@@ -169,10 +164,11 @@ class _Verified:
     odds: RoundOdds | None
 
 
-class _Decoding:
+class Decoding:
     """One prompt's loop in progress: the target's KV cache and the features it returned per slot,
     the draft's own cache (`LiveDraft`), the tokens so far and the rounds; each method is one step
-    of the protocol in the module docstring."""
+    of the protocol in the module docstring. The draft's side is three methods (`_start_draft`,
+    `_feed`, `_draft`), so a block draft's loop (`live_block`) runs the same target side."""
 
     def __init__(
         self,
@@ -191,6 +187,15 @@ class _Decoding:
         self.rounds: list[LiveRound] = []
         self.room_before = 0
         self.last_committed: list[torch.Tensor] = []
+
+    def run(self, prompt: list[int]) -> LiveSequence:
+        """The whole protocol: the prefill, the rounds, SGLang's round after the stop, then the
+        features of what no round verified."""
+        self.prefill(prompt)
+        self.run_rounds()
+        finish = "stop" if self.seq[-1] in self.eos else "length"
+        self.overlap_round(finish)
+        return self.sequence(finish)
 
     def pick(self, row: torch.Tensor) -> int:
         """The target's token at a row: its argmax, or a sample at the request's settings."""
@@ -212,14 +217,20 @@ class _Decoding:
         logits, f, self.cache = self.target.forward_cached(torch.tensor(prompt), self.s.plan_slots)
         self.parts: list[list[torch.Tensor]] = [[x.cpu()] for x in f]
         self.seq = [*prompt, self.pick(logits[-1])]
+        self._start_draft([x.cpu() for x in f])
+        # what the engine holds: the whole accepted path and bonus, uncut
+        self.full = list(self.seq)
+
+    def _start_draft(self, feats: list[torch.Tensor]) -> None:
+        """The draft's extend over the prompt's features (per slot) paired with the next tokens."""
         self.ld = LiveDraft(self.draft, self.s.spec, self.s.position_offset)
-        self.ld.extend(
-            self.fc_of([x.cpu() for x in f]), torch.tensor(self.seq[1:], device=self.dev)
-        )
+        self.ld.extend(self.fc_of(feats), torch.tensor(self.seq[1:], device=self.dev))
         self.d2t = self.ld.d2t
-        self.full = list(
-            self.seq
-        )  # what the engine holds: the whole accepted path and bonus, uncut
+
+    def _feed(self, committed: list[torch.Tensor], rows: torch.Tensor) -> None:
+        """Step 4's extend: the committed rows' features (of the verify forward), per slot, paired
+        with `rows`, the tokens that follow them."""
+        self.ld.extend(self.fc_of(committed), rows)
 
     def run_rounds(self) -> None:
         """Steps 2-5 until `max_new` tokens or the target's EOS."""
@@ -261,7 +272,7 @@ class _Decoding:
         self.last_committed = v.committed
         if len(self.seq) - self.p_len < self.s.max_new and self.seq[-1] not in self.eos:
             new_rows = torch.tensor(self.seq[n + 1 : n + len(v.new) + 1], device=self.dev)
-            self.ld.extend(self.fc_of(v.committed), new_rows)
+            self._feed(v.committed, new_rows)
 
     def overlap_round(self, finish: str) -> None:
         """SGLang launched the next round before this one's result was read: it drafts after the
@@ -273,9 +284,7 @@ class _Decoding:
             return
         if self.rounds:
             n = self.rounds[-1].start
-            self.ld.extend(
-                self.fc_of(self.last_committed), torch.tensor(self.full[n + 1 :], device=self.dev)
-            )
+            self._feed(self.last_committed, torch.tensor(self.full[n + 1 :], device=self.dev))
         n2 = len(self.full) - 1
         v = self._one_round(self.full)
         self.full = self.full + v.new
@@ -285,16 +294,17 @@ class _Decoding:
         """Draft after `full`, verify, keep the accepted path. `cap`: at most this many drafted
         tokens (llama-server's room left, a chain's prefix)."""
         n = len(full) - 1
-        d = self._draft(cap)
+        d = self._draft(full, cap)
         logits, f = self._verify(full, d)
         path, bonus, odds = self._accept(logits, d)
         committed = self._commit(n, path, f)
         path_tokens = [d.tokens[j] for j in path]
         return _Verified(path_tokens, [*path_tokens, bonus], committed, d.drafted, odds)
 
-    def _draft(self, cap: int | None) -> _Drafted:
-        """Step 2: the draft's tree (or a chain drawn from its q), cut to the nodes verified:
-        every one, or the prefix of the chain llama.cpp's drafter keeps, at most `cap`."""
+    def _draft(self, full: list[int], cap: int | None) -> Drafted:
+        """Step 2: the draft's tree (or a chain drawn from its q) after `full`, cut to the nodes
+        verified: every one, or the prefix of the chain llama.cpp's drafter keeps, at most `cap`.
+        (The EAGLE draft's cache holds the rows already; `full` is what a block draft reads.)"""
         spec = self.s.spec
         q_draft = None
         if self.sampled_drafts:
@@ -308,9 +318,9 @@ class _Decoding:
         else:
             drafted = m if spec.early_stop else spec.steps
         tokens = self.d2t[tr.tokens[0][:m]].tolist()
-        return _Drafted(tokens, tr.parent[0][:m].tolist(), tr.depth[0][:m], m, drafted, q_draft)
+        return Drafted(tokens, tr.parent[0][:m].tolist(), tr.depth[0][:m], m, drafted, q_draft)
 
-    def _verify(self, full: list[int], d: _Drafted) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def _verify(self, full: list[int], d: Drafted) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Step 3's forward: the root x_n and the tree in one target forward over its KV cache,
         under the tree's ancestor mask (root column always on) at positions n + depth."""
         n, m = len(full) - 1, d.kept
@@ -330,7 +340,7 @@ class _Decoding:
         )
         return logits, f
 
-    def _accept(self, logits: torch.Tensor, d: _Drafted) -> tuple[list[int], int, RoundOdds | None]:
+    def _accept(self, logits: torch.Tensor, d: Drafted) -> tuple[list[int], int, RoundOdds | None]:
         """Step 3's verdict: the longest path equal to the target's argmax (greedy), else the
         engine's rule, with the round's odds given its start; and the bonus token."""
         if self.s.sampling.greedy:  # nothing random: the odds are the count (the report keeps none)

@@ -103,7 +103,7 @@ def wiring_finding(
     where = (
         "the reference's default: the config names none"
         if block.layer_ids_source == "default"
-        else "dflash_config.target_layer_ids"
+        else block.ids_key
     )
     if configured is None:
         return Finding(
@@ -142,7 +142,7 @@ def wiring_finding(
         f"{'; ' + came if came else ''}), not the "
         f"configured {cfg_ids} ({where}): block accuracy {pct(best.accuracy)} against "
         f"{pct(configured.accuracy)}",
-        f"set dflash_config.target_layer_ids to {trained}",
+        f"set {block.ids_key} to {block.written_ids(trained)}",
         facts,
         wiring=best.layers,
     )
@@ -189,14 +189,14 @@ class EngineFacts:
         return out
 
 
-def _fix(trained: Layers, ascending_only: bool) -> str:
+def _fix(trained: Layers, ascending_only: bool, block: BlockConfig) -> str:
     ids = _ids(trained)
     if ascending_only and list(trained) != sorted(trained):
         return (
             f"it captures in layer order: the trained order {ids} cannot be written; permute "
             "fc's column blocks to ascending layers first"
         )
-    return f"set dflash_config.target_layer_ids to {ids}"
+    return f"set {block.ids_key} to {block.written_ids(ids)}"
 
 
 def engine_finding(
@@ -225,7 +225,7 @@ def engine_finding(
             else f"no ids: its default spread {ref_ids} (build_target_layer_ids), +1",
             ref_fed,
             None if ref_ok else f"not the trained HF {list(trained)}",
-            None if ref_ok else _fix(trained, False),
+            None if ref_ok else _fix(trained, False, block),
         )
     )
     for r in engine_reads(config, num_layers, n, draft=family):
@@ -236,7 +236,7 @@ def engine_finding(
         fix: str | None = None
         if problem is None and certain and fed is not None and tuple(fed) != tuple(trained):
             problem = f"not the trained HF {list(trained)}"
-            fix = _fix(trained, not r.reader.as_listed)
+            fix = _fix(trained, not r.reader.as_listed, block)
         elif problem is not None:
             # its own limit: the ids fix it only where the config does not name the trained ones
             fix = (
@@ -244,7 +244,7 @@ def engine_finding(
                 if not certain
                 else f"none in the config: {r.reader.label} cannot feed HF {list(trained)}"
                 if tuple(block.hf_layer_ids) == tuple(trained)
-                else _fix(trained, not r.reader.as_listed)
+                else _fix(trained, not r.reader.as_listed, block)
             )
         reads = (
             f"reads {r.where} {list(r.ids or ())}"
