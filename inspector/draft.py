@@ -90,6 +90,12 @@ class BlockConfig:
     mask_token_id: int
     # Per draft layer: whether a block row sees only the rows before it (and itself).
     causal: tuple[bool, ...]
+    # Where a sliding layer's window is measured from. False (z-lab's reference, vLLM): each
+    # block row's own position, on both the context and the block's keys. True (speculators'
+    # trainer, `create_anchor_block_mask_mod`): the block's anchor n, on the context keys only
+    # (positions n - window .. n - 1); a block row sees its whole block. A draft is served with
+    # the first, so a trained window reads further back than the served one by up to a block.
+    window_from_anchor: bool = False
     input_embedding_scale: float = 1.0
     output_multiplier: float = 1.0
     final_logit_softcapping: float | None = None
@@ -99,11 +105,20 @@ class BlockConfig:
     conv_group_size: int | None = None
     selector_rank: int | None = None
     selector_top_k: int | None = None
+    # Where the layout writes the ids and what it adds to the reference's numbering there:
+    # z-lab's `dflash_config.target_layer_ids` as is, speculators' `aux_hidden_state_layer_ids`
+    # + 1 (HF indices). The doctor's fix names that key, in that numbering.
+    ids_key: str = "dflash_config.target_layer_ids"
+    ids_offset: int = 0
 
     @property
     def hf_layer_ids(self) -> tuple[int, ...]:
         """The HF hidden_states index each fc block reads: id + 1 (0 is the embedding)."""
         return tuple(i + 1 for i in self.layer_ids)
+
+    def written_ids(self, ids: tuple[int, ...] | list[int]) -> list[int]:
+        """Ids in the reference's numbering as this layout writes them under `ids_key`."""
+        return [i + self.ids_offset for i in ids]
 
 
 @dataclass(frozen=True)

@@ -255,7 +255,8 @@ def test_eagle_ids_that_disagree_are_noted(tmp_path):
         ({"dflash_config": {"conv_kernel_size": 4}}, "dflash2"),
         ({"dflash_config": {"projector_type": "dspark"}}, None),
         ({"architectures": ["DSparkDraftModel"]}, None),
-        ({"speculators_model_type": "dflash"}, None),  # speculators' layout: not read yet
+        ({"speculators_model_type": "dflash"}, "dflash"),  # speculators' layout
+        ({"speculators_model_type": "dspark"}, None),
         ({"architectures": ["LlamaForCausalLMEagle3"]}, None),
         ({"architectures": ["PEagleDraftModel"], "dflash_config": {"mask_token_id": 5}}, None),
     ],

@@ -30,6 +30,7 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
     from inspector.doctor.wiring.block_feeds import target_layers
     from inspector.doctor.wiring.block_search import search_from_config
     from inspector.engines import engine
+    from inspector.formats.block_speculators import reader_view
 
     started = time.perf_counter()
     inputs, draft, sample_set = open_block_draft(args, err)
@@ -48,7 +49,8 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
         for note in notes:
             err.print(f"note: {note}", highlight=False, soft_wrap=True)
     search, configured_score = search_from_config(draft, captured or samples, num_layers)
-    raw = json.loads((Path(draft.path) / "config.json").read_text())
+    # speculators' layout as the engines read it once their speculators loader flattened it
+    raw = reader_view(json.loads((Path(draft.path) / "config.json").read_text()))
     findings = [
         wiring_finding(search, block, configured_score, capture),
         engine_finding(

@@ -15,6 +15,10 @@ from pathlib import Path
 from inspector.draft import BlockConfig, DraftConfig
 from inspector.engines.vllm import LABEL as VLLM
 from inspector.errors import InputError
+from inspector.formats.block_speculators import (
+    parse_speculators_block_config,
+    speculators_block_family,
+)
 from inspector.formats.config import (
     DEFAULT_RMS_NORM_EPS,
     DFLASH_MISSING,
@@ -65,11 +69,14 @@ def block_family(config: dict) -> str | None:
     """'dflash' or 'dflash2' when a parsed config.json is a DFlash draft's, else None (EAGLE-3,
     P-EAGLE, and the other families, which the EAGLE-3 loader reads or refuses).
 
-    By `architectures` (the reference's classes), else by a `dflash_config` that is not a DSpark
-    or Domino projector's (SpecForge writes those there too) in a config that is not P-EAGLE's
-    or speculators' (speculators' own DFlash layout is not read yet)."""
-    if not isinstance(config, dict) or config.get("speculators_model_type") is not None:
+    A speculators config by its `speculators_model_type` ('dflash': `block_speculators`);
+    another by `architectures` (the reference's classes), else by a `dflash_config` that is not
+    a DSpark or Domino projector's (SpecForge writes those there too) in a config that is not
+    P-EAGLE's."""
+    if not isinstance(config, dict):
         return None
+    if config.get("speculators_model_type") is not None:
+        return speculators_block_family(config)
     archs = config.get("architectures")
     if isinstance(archs, list):
         for arch in archs:
@@ -257,7 +264,10 @@ def parse_block_config(
     path: str | Path, config: dict, family: str
 ) -> tuple[DraftConfig, list[str]]:
     """Validate a DFlash / DFlash2 config.json (already parsed) into a DraftConfig with its
-    BlockConfig, and the notes loading it leaves (keys read as vLLM reads them, a default)."""
+    BlockConfig, and the notes loading it leaves (keys read as vLLM reads them, a default).
+    speculators' layout is read by its own adapter (`block_speculators`)."""
+    if speculators_block_family(config) is not None:
+        return parse_speculators_block_config(path, config, family)
     notes: list[str] = []
     top = ConfigReader(path, config)
     values = _DraftValues(top)

@@ -1,5 +1,6 @@
-"""A block draft's folder (z-lab's DFlash and DFlash2) -> the canonical `Draft` with its
-`BlockConfig` (docs/guides/block-drafts.md; the config is read by `block_config`).
+"""A block draft's folder (z-lab's DFlash and DFlash2, speculators' DFlash) -> the canonical
+`Draft` with its `BlockConfig` (docs/guides/block-drafts.md; the config is read by
+`block_config`, speculators' by `block_speculators`: the tensors are the same).
 
 z-lab's layout is what the reference's `save_pretrained` writes: config.json (a Qwen3 config
 with `architectures: ["DFlashDraftModel"]` or `["DFlash2DraftModel"]` and the draft's keys in
@@ -28,6 +29,11 @@ from inspector.formats.block_config import (
     build_target_layer_ids,
     parse_block_config,
     refuse_block_draft,
+)
+from inspector.formats.block_speculators import (
+    SPECULATORS_LAYOUT,
+    TRAINING_ONLY,
+    speculators_block_family,
 )
 from inspector.formats.compute_dtype import compute_dtype
 from inspector.formats.files import check_regular
@@ -230,9 +236,14 @@ def load_block_draft(
             cfg_path, "architectures", "not a DFlash draft (DFlashDraftModel, DFlash2DraftModel)"
         )
     cfg, notes = parse_block_config(cfg_path, raw, family)
+    speculators = speculators_block_family(raw) is not None
+    # whose code loads this layout, in the notes: the reference's, or speculators' own
+    trainer = SPECULATORS_LAYOUT if speculators else "the reference"
     weight_file = find_weight_file(folder)
     weights: dict[str, torch.Tensor] = {}
     stored = read_tensors(weight_file)
+    if speculators:
+        stored = {n: t for n, t in stored.items() if n not in TRAINING_ONLY}
     quantized = [n for n, t in stored.items() if t.dtype in FP8]
     quantized += [n for n in stored if n.endswith(_SCALE_SUFFIXES)]
     if quantized:  # the FP8 weight first: it is what would load as raw codes
@@ -276,7 +287,7 @@ def load_block_draft(
         assert source is not None
         if "embed_tokens.weight" in weights:
             notes.append(
-                "embed_tokens.weight stored in the draft: the target's is used, as the reference does"
+                f"embed_tokens.weight stored in the draft: the target's is used, as {trainer} does"
             )
         weights["embed_tokens.weight"] = read_embedding(Path(source), shape)
         notes.append(f"embedding from {source}")
@@ -289,7 +300,7 @@ def load_block_draft(
     if target is not None:
         if "lm_head.weight" in weights:
             notes.append(
-                "lm_head.weight stored in the draft: the target's is used, as the reference does"
+                f"lm_head.weight stored in the draft: the target's is used, as {trainer} does"
             )
         weights["lm_head.weight"] = read_target_lm_head(Path(target))
         notes.append(f"lm_head from target {target}")
@@ -320,7 +331,7 @@ def load_block_draft(
         vocab=VocabMap.identity(cfg.vocab_size),
         name=folder.name,
         path=str(folder),
-        layout=f"{family} (z-lab)",
+        layout=f"{family} ({SPECULATORS_LAYOUT if speculators else 'z-lab'})",
         notes=notes,
         stored_vocab=StoredVocab(None, None),
         stored_dtype=chosen.stored,

@@ -209,7 +209,7 @@ def check_family(top: ConfigReader) -> None:
         family = OTHER_FAMILIES_BY_KIND.get(kind) if isinstance(kind, str) else None
         if family is None:
             raise top.error("speculators_model_type", f"{kind!r} is not an EAGLE-3 draft")
-        why = "its speculators layout is not read yet" if kind == "dflash" else _why(family)
+        why = _why(family)
         raise top.error("speculators_model_type", f"{kind!r}: a {family} draft, {why}")
     archs = top.get("architectures")
     if isinstance(archs, list):

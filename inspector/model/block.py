@@ -65,20 +65,26 @@ def noise_embedding(draft: Draft, block_ids: torch.Tensor) -> torch.Tensor:
 
 
 def block_mask(
-    num_context: int, num_block: int, causal: bool, window: int | None, device: torch.device
+    num_context: int,
+    num_block: int,
+    causal: bool,
+    window: int | None,
+    device: torch.device,
+    *,
+    from_anchor: bool = False,
 ) -> torch.Tensor:
     """[B, P+B] booleans (True: may attend) for block rows at positions P.. over keys at 0..P+B-1:
-    the reference's mask (every key, or the earlier ones for a causal layer, within the window)."""
-    q = num_context + torch.arange(num_block, device=device)[:, None]
-    k = torch.arange(num_context + num_block, device=device)[None, :]
-    allowed = torch.ones(num_block, num_context + num_block, dtype=torch.bool, device=device)
-    if causal:
-        allowed &= k <= q
-    if window is not None:
-        allowed &= q - k < window
-        if not causal:
-            allowed &= k - q < window
-    return allowed
+    the reference's mask (every key, or the earlier ones for a causal layer, within the window).
+    `from_anchor`: speculators' window (`BlockConfig.window_from_anchor`), context keys at
+    P - window .. P - 1 and every block key."""
+    return anchored_mask(
+        torch.tensor([num_context], device=device),
+        num_context,
+        num_block,
+        causal,
+        window,
+        from_anchor=from_anchor,
+    )[0, 0]
 
 
 def _conv(
@@ -218,18 +224,29 @@ def block_hidden(draft: Draft, context: torch.Tensor, block_ids: torch.Tensor) -
     cos, sin = rope_cos_sin(cfg, torch.arange(p + b), ctx.device)
     rope_ctx, rope_block = (cos[:p], sin[:p]), (cos[p:], sin[p:])
     for lw in resolve_layers(draft):
-        mask = block_mask(p, b, block.causal[lw.index], cfg.sliding_window(lw.index), ctx.device)
+        window = cfg.sliding_window(lw.index)
+        causal = block.causal[lw.index]
+        mask = block_mask(p, b, causal, window, ctx.device, from_anchor=block.window_from_anchor)
         x = _layer(draft, lw, x, ctx, rope_ctx, rope_block, mask)
     out = rms_norm(x, draft.weights["norm.weight"], cfg.rms_norm_eps)
     return out[0] if squeeze else out
 
 
 def anchored_mask(
-    anchors: torch.Tensor, num_context: int, num_block: int, causal: bool, window: int | None
+    anchors: torch.Tensor,
+    num_context: int,
+    num_block: int,
+    causal: bool,
+    window: int | None,
+    *,
+    from_anchor: bool = False,
 ) -> torch.Tensor:
     """[A, 1, B, P+B] booleans for A blocks of one sample at once: block a's rows sit at
     positions anchors[a].. and see the context rows before anchors[a] (the rows the target had
-    verified when it drafted there) and, as `block_mask` says, their own block's rows."""
+    verified when it drafted there) and their own block's rows (all of them, or the earlier ones
+    for a causal layer). A window bounds both by each row's position (the reference), or, with
+    `from_anchor` (speculators' trainer), only the context, by the anchor: keys n - window ..
+    n - 1."""
     device = anchors.device
     n = anchors[:, None, None]  # [A, 1, 1]
     q = n + torch.arange(num_block, device=device)[None, :, None]  # [A, B, 1]
@@ -239,7 +256,9 @@ def anchored_mask(
     blk_ok = torch.ones_like(q - kb, dtype=torch.bool)
     if causal:
         blk_ok = blk_ok & (kb <= q)
-    if window is not None:
+    if window is not None and from_anchor:
+        ctx_ok = ctx_ok & (n - kc <= window)
+    elif window is not None:
         ctx_ok = ctx_ok & (q - kc < window)
         blk_ok = blk_ok & (q - kb < window)
         if not causal:
@@ -280,7 +299,9 @@ def anchored_block_hidden(
     cos, sin = rope_cos_sin(cfg, positions, ctx.device)
     rope_block = (cos[:, None], sin[:, None])  # [A, 1, B, d]: broadcast over the heads
     for lw in resolve_layers(draft):
-        mask = anchored_mask(anchors, t, b, block.causal[lw.index], cfg.sliding_window(lw.index))
+        window = cfg.sliding_window(lw.index)
+        causal = block.causal[lw.index]
+        mask = anchored_mask(anchors, t, b, causal, window, from_anchor=block.window_from_anchor)
         x = _layer(draft, lw, x, ctx, rope_ctx, rope_block, mask, tap)
     out = rms_norm(x, draft.weights["norm.weight"], cfg.rms_norm_eps)
     tap_at(tap, "norm", out)

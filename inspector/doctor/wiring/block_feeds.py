@@ -17,6 +17,7 @@ from inspector.doctor.wiring.block_search import BlockSearch
 from inspector.doctor.wiring.engine_reading import engine_reads
 from inspector.draft import BlockConfig, Draft
 from inspector.engines import Engine
+from inspector.formats.block_speculators import reader_view
 from inspector.sample import Sample
 from inspector.wiring import Wiring, layers_wiring
 
@@ -172,7 +173,8 @@ def plan_block_wirings(
             )
     except ValueError as e:  # the samples hold fewer layers than fc takes
         notes.append(f"no wiring search: {e}")
-    raw = json.loads((Path(draft.path) / "config.json").read_text())
+    # speculators' layout as the engines read it once their speculators loader has flattened it
+    raw = reader_view(json.loads((Path(draft.path) / "config.json").read_text()))
     feeds = block_feeds(raw, block, num_layers, draft.config.num_fc_blocks, engines)
     notes += [f"{f.reader} feeds nothing to replay: {f.problem}" for f in feeds if f.fed is None]
     rows = []
