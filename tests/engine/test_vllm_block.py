@@ -29,6 +29,8 @@ through our `capture` (every layer, float32), and `accept --engine vllm --steps 
   tokens per position, one at a time and batched;
 - on the trained draft, ours (the draft as trained) differ from vLLM's, and with the fault
   modelled (the context keys normed by layer 0's k_norm) every request is vLLM's again;
+- the block live loop (`accept --live`) on `tied` over the same prompts generates vLLM's tokens
+  and gives every request's `per_step_accepted` and the pooled counts;
 - `reconcile` reads vLLM's per-request dump (`requests.jsonl`): on `tied` the draft is served as
   configured, every request equal round for round; on the trained draft vLLM accepts less than
   the draft as trained, and the verdict names the engine's fault and this known cause.
@@ -181,6 +183,55 @@ def test_the_block_replay_gives_vllms_counts_exactly(mode, samples, capsys):
     """`tied`: vLLM's CPU build runs the draft the weights make; every round of every request
     is ours."""
     _assert_equal(_accept(capsys, "tied", samples), _run("tied", mode), samples)
+
+
+def test_the_live_loop_gives_vllms_counts_and_tokens(tmp_path):
+    """The block live loop (`accept DRAFT --live`) on `tied` over the prompts vLLM served
+    ($out/prompts.json: the same ids), 128 tokens, k = 3, float32: vLLM's tokens, every
+    request's per_step_accepted, and its pooled counts (num_drafts, num_accepted_tokens,
+    accepted tokens per position), one at a time and batched."""
+    import torch
+
+    from inspector.formats import load_block_draft
+    from inspector.serving.live import live_accept
+    from inspector.serving.spec import DraftSpec
+
+    served = json.loads((Path(RUNS or "") / "prompts.json").read_text())["prompts"]
+    prompts = tmp_path / "prompts.jsonl"  # all prompt: the live loop generates from each line
+    prompts.write_text("".join(json.dumps({"input_ids": p}) + "\n" for p in served))
+    draft = load_block_draft(
+        str(_draft("tied")), target=str(DEMO / "target"), dtype="float32", device="cpu"
+    )
+    torch.set_num_threads(1)
+    report = live_accept(
+        draft,
+        DEMO / "target",
+        prompts,
+        DraftSpec(K),
+        ["train"],
+        max_new=128,
+        target_dtype="float32",
+        out=tmp_path / "live",
+    )
+    (wa,) = report.wirings
+    ours = wa.to_dict()
+    assert ours["label"] == "train [L1, L4, L6]"
+    for mode in MODES:
+        vllm = _run("tied", mode)
+        by_tokens = {_tokens(r): r for r in vllm["requests"]}
+        assert len(ours["per_sample"]) == len(vllm["requests"]) == 8
+        for s in ours["per_sample"]:
+            data = torch.load(
+                tmp_path / "live" / "train" / f"data_{s['index']}.pt", weights_only=True
+            )
+            r = by_tokens.get(tuple(data["input_ids"].tolist()))
+            assert r is not None, f"request {s['index']}: vLLM generated other tokens ({mode})"
+            assert s["accepted"] == r["spec_decode_metrics"]["per_step_accepted"], (mode, s)
+        assert ours["rounds"] == vllm["num_drafts"]
+        assert ours["accepted"] == vllm["num_accepted_tokens"]
+        assert ours["accepted_per_pos"] == vllm["accepted_per_pos"]
+        assert ours["accept_length"] == vllm["mean_acceptance_length"]
+        assert not ours["accept_length_is_lower_bound"]
 
 
 def _context_keys_normed_by_layer_0(monkeypatch, k0) -> None:
