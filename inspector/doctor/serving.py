@@ -42,6 +42,12 @@ from inspector.engines.target_class import target_class
 from inspector.engines.vllm import MIXIN_PR as VLLM_MIXIN_PR
 from inspector.sample import SlotInfo
 
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_SGLANG, _VLLM = (
+    Engine.SGLANG.display,
+    Engine.VLLM.display,
+)
+
 VLLM_PR = VLLM_MIXIN_PR
 
 
@@ -130,8 +136,8 @@ def sglang_ids_text(sg: dict) -> str:
         return f"eagle_config ids {ids} for {engine} (every reading; {cls})"
     by = sg.get("layer_ids_by_rule") or {}
     readings = ", ".join(
-        f"{'none' if by.get(r) is None else by[r]} where it {RULE_WORDS[r].removeprefix('SGLang ')} "
-        f"({READING_EXAMPLES[r]})"
+        f"{'none' if by.get(r) is None else by[r]} where it "
+        f"{RULE_WORDS[r].removeprefix(_SGLANG + ' ')} ({READING_EXAMPLES[r]})"
         for r in READINGS
     )
     return f"eagle_config ids for {engine} by the target's model file ({cls}): {readings}"
@@ -189,7 +195,7 @@ def engine_settings(
     name, rule, ids, by = sglang_settings(hf, target)
     # (note, caveat): a caveat is a condition the engine must meet, which the finding repeats.
     sg_notes: list[tuple[str, bool]] = [
-        ("SGLang reads the ids from eagle_config only, not from a top-level key", False),
+        (Engine.SGLANG.says("reads_ids"), False),
         (
             "use --speculative-algorithm EAGLE3: under EAGLE an EAGLE-3 draft gets one state and "
             "fc is skipped (sglang PR #21272)",
@@ -220,7 +226,7 @@ def engine_settings(
                 ids is None,
             )
         )
-    vl_notes = [("vLLM reads the top-level key first, then eagle_config", False)]
+    vl_notes = [(Engine.VLLM.says("reads_ids"), False)]
     written = ids if ids is not None else (by.get(EVERY) if rule is None else None)
     if 0 in hf and written is not None:
         sg_notes.append(
@@ -240,7 +246,7 @@ def engine_settings(
             sg_notes.append(
                 (
                     f"HF index {last_layer} is the last layer's output, captured after the layer "
-                    "loop: SGLang's capture at the input of layer i reaches it only where the "
+                    f"loop: {_SGLANG}'s capture at the input of layer i reaches it only where the "
                     "model file captures after its loop (gpt-oss does)",
                     True,
                 )
@@ -257,7 +263,7 @@ def engine_settings(
         # dated facts of the vLLM line about the last layer's output on this target's class
         for fact in engine(Engine.VLLM).facts_for(cls.model_type, "eagle3"):
             if fact.last_id and fact.applies_to:
-                vl_notes.append((f"{cls.name}: {fact.words} (vLLM {fact.since})", True))
+                vl_notes.append((f"{cls.name}: {fact.words} ({_VLLM} {fact.since})", True))
     config = (
         {
             "eagle_config": {
@@ -457,14 +463,14 @@ def serving_text(
         return Text("serving config: " + "; ".join(problems), "pass --slot-layers HF,IDS,...")
     vllm = cfg.engines.vllm_ids
     sglang = cfg.engines.sglang
-    lines = f"vLLM eagle_aux_hidden_state_layer_ids {vllm}; {sglang.text}"
+    lines = f"{_VLLM} eagle_aux_hidden_state_layer_ids {vllm}; {sglang.text}"
     eagle = sglang.config.get("eagle_config")
-    keys = f'config.json: "eagle_aux_hidden_state_layer_ids": {vllm} (vLLM)'
+    keys = f'config.json: "eagle_aux_hidden_state_layer_ids": {vllm} ({_VLLM})'
     if eagle is not None:
         sg = eagle["eagle_aux_hidden_state_layer_ids"]
         keys += (
             f' and "eagle_config": {{"eagle_aux_hidden_state_layer_ids": {sg}, '
-            '"use_aux_hidden_state": true} (SGLang'
+            f'"use_aux_hidden_state": true}} ({_SGLANG}'
             + (")" if sglang.layer_ids is not None else ", where it adds 1 to every id)")
         )
     if not cfg.ascending:

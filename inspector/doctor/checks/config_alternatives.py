@@ -39,11 +39,18 @@ from inspector.doctor.phrasing import Text
 from inspector.doctor.stats import clearly_better, counts_of, paired_hits_z, severity_for_gain
 from inspector.doctor.wiring.search import Scorer
 from inspector.draft import Draft, DraftConfig, RopeConfig
+from inspector.engines import Engine
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.metrics import Counts
 from inspector.progress import StageProgress
 from inspector.wiring import Wiring
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_SGLANG, _VLLM = (
+    Engine.SGLANG.display,
+    Engine.VLLM.display,
+)
 
 KINDS = (Kind.NORM_BEFORE_RESIDUAL, Kind.ROPE, Kind.HEAD_DIM)
 RESIDUAL_INERT = (0.8, 1.25)  # hidden_norm weight RMS / fc output RMS in this range: inert flag
@@ -325,7 +332,10 @@ def _config_winner(facts: ConfigFacts, cfg: DraftConfig, fix: ConfigFix) -> Text
             summary += "; " + residual_readers(facts)
         text = f'set "norm_before_residual": {val} in config.json'
         if fix.norm_before_residual:
-            text += "; vLLM honours the key, while SGLang's llama_eagle3 has no such branch and always uses the raw residual"
+            text += (
+                f"; {_VLLM} honours the key, while {_SGLANG}'s llama_eagle3 has no such branch "
+                "and always uses the raw residual"
+            )
         return Text(summary, text)
     if facts.kind == Kind.ROPE:
         keys = ", ".join(f'"{k}": {v!r}' for k, v in win.alternative.config_fix.to_dict().items())
@@ -399,7 +409,9 @@ def config_text(facts: ConfigFacts, cfg: DraftConfig, fix: ConfigFix) -> Text:
                 "honours the key agrees",
             )
     if cfg.norm_before_residual:
-        summary += "; note SGLang's llama_eagle3 ignores the key (raw residual): serve with vLLM"
+        summary += (
+            f"; note {_SGLANG}'s llama_eagle3 ignores the key (raw residual): serve with {_VLLM}"
+        )
     scale = facts.residual_scale
     if scale is not None and facts.residual_norm_inert:
         summary += (

@@ -33,7 +33,9 @@ from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.phrasing import Text, reconvert_command
 from inspector.doctor.wiring.fed_states import can_silence, silenced, silent_blocks, slots_fed
 from inspector.draft import Draft
+from inspector.engines import Engine
 from inspector.engines.llamacpp_conversion import (
+    IDS_PR,
     TOP_LEVEL_KEY,
     ConverterIds,
     LlamaCppFeed,
@@ -48,6 +50,13 @@ from inspector.formats.layer_convention import target_layer_count, target_model_
 from inspector.formats.tensorfiles import read_json
 from inspector.metrics import Counts
 from inspector.wiring import Wiring
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_LLAMACPP, _SGLANG, _VLLM = (
+    Engine.LLAMACPP.display,
+    Engine.SGLANG.display,
+    Engine.VLLM.display,
+)
 
 FLAGS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
 # What the converter writes for each flag: the config's value (absent: false), or nothing
@@ -204,11 +213,11 @@ def _flags(hf: Draft, raw: dict, gguf_keys: dict[str, object]) -> list[FlagChang
         hf_stated = stated if isinstance(stated, bool) else None
         if flag == "norm_before_residual":
             readers = residual_readings(hf.config)
-            readers.pop("SGLang", None)  # SGLang reads no such key: the raw residual always
+            readers.pop(_SGLANG, None)  # SGLang reads no such key: the raw residual always
         else:
             readers = {"HF loader": bool(getattr(hf.config, flag))}
         if flag in CONVERTER_WRITES:
-            readers["llama.cpp converter"] = bool(hf_stated)
+            readers[f"{_LLAMACPP} converter"] = bool(hf_stated)
         g = gguf_keys.get(f"eagle3.{flag}")
         out.append(FlagChange(flag, hf_stated, readers, g if isinstance(g, bool) else None))
     return out
@@ -243,14 +252,14 @@ def _scored(
     hf_ids = tuple(sorted(facts.hf_trained_hf)) if facts.hf_trained_hf else None
     hf_w = slots_fed(hf_ids, ev.slot_info) if hf_ids is not None else None
     if hf_w is not None and hf_ids is not None:
-        how = f"the HF draft under its config's ids (HF {list(hf_ids)}, as vLLM feeds them)"
+        how = f"the HF draft under its config's ids (HF {list(hf_ids)}, as {_VLLM} feeds them)"
         out.append(Scored("hf", how, hf_ids, _score(ev_hf, hf_w, samples)))
     feed = facts.feed
     g_w = slots_fed(feed.hf, ev.slot_info)
     nothing = silent_blocks(feed.hf)
     if g_w is not None and not feed.aborts and not (nothing and not can_silence(gguf)):
         g_ev = ev_g.with_draft(silenced(gguf, nothing)) if nothing else ev_g
-        how = f"the GGUF as llama.cpp feeds its ids (HF {_hf_text(feed.hf)})"
+        how = f"the GGUF as {_LLAMACPP} feeds its ids (HF {_hf_text(feed.hf)})"
         out.append(Scored("gguf", how, feed.hf, _score(g_ev, g_w, samples)))
     if hf_w is not None and hf_ids is not None and tuple(feed.hf) != hf_ids:
         how = f"the GGUF under the HF draft's wiring (HF {list(hf_ids)})"
@@ -328,12 +337,12 @@ def _ids_text(f: ConversionFacts) -> str:
     fallback = f"[2, n//2, n-3] = {list(c.fallback)} (n = {n})" if c.fallback else ""
     rule = f.ids_rule
     if rule == "top_level":
-        text += ", the top-level ids as the converter writes them (since llama.cpp PR #25794)"
+        text += f", the top-level ids as the converter writes them (since {_LLAMACPP} {IDS_PR})"
     elif rule == "fallback" and c.top_level is None:
         text += f", the converter's fallback {fallback}, which it writes without top-level ids"
     elif rule == "fallback":
         text += (
-            f", the converter's fallback {fallback}: a converter before llama.cpp PR #25794, "
+            f", the converter's fallback {fallback}: a converter before {_LLAMACPP} {IDS_PR}, "
             "which never read the config's ids"
         )
     elif rule == "other":
@@ -357,7 +366,9 @@ def _flag_text(fl: FlagChange) -> str:
         hf = f"HF {_b(fl.hf_stated)}"
     if not fl.changed:
         return f"{fl.flag} {_b(fl.hf_stated)} -> {_b(fl.gguf_stated)}"
-    gguf = f"GGUF {_b(fl.gguf_stated)}" + (" (llama.cpp: false)" if fl.gguf_stated is None else "")
+    gguf = f"GGUF {_b(fl.gguf_stated)}" + (
+        f" ({_LLAMACPP}: false)" if fl.gguf_stated is None else ""
+    )
     return f"{fl.flag}: {hf} -> {gguf}"
 
 
@@ -369,7 +380,7 @@ def _shown(fl: FlagChange) -> bool:
 def _delta_text(d: WeightDelta) -> str:
     tensor = d.name if d.gguf_tensor == d.name else f"{d.name} ({d.gguf_tensor})"
     if d.gguf_type is None:
-        return f"{tensor} not in the GGUF (llama.cpp takes the target's)"
+        return f"{tensor} not in the GGUF ({_LLAMACPP} takes the target's)"
     if d.max_abs_diff is None:
         return f"{tensor} {d.gguf_type} of another shape"
     return f"{tensor} {d.gguf_type} max |d| {d.max_abs_diff:.3g}"
@@ -405,13 +416,13 @@ def _ids_fix(f: ConversionFacts, target: str | Path | None) -> list[str]:
     c = f.converter
     if c.top_level is not None:
         return [
-            f"convert again with llama.cpp's converter since PR #25794, which reads the "
+            f"convert again with {_LLAMACPP}'s converter since {IDS_PR}, which reads the "
             f"top-level ids: {again}"
         ]
     ids = list(f.hf_trained_hf)
     if ids != list(f.hf_ids) and min(f.hf_ids) >= 0:
         ids_text = (
-            f"{ids} if the nested {list(f.hf_ids)} follow SpecForge's and SGLang's id + 1, "
+            f"{ids} if the nested {list(f.hf_ids)} follow SpecForge's and {_SGLANG}'s id + 1, "
             f"{list(f.hf_ids)} if they are HF indices (the doctor's wiring search on samples, "
             "its gguf_layers finding, says which)"
         )
@@ -428,13 +439,13 @@ def conversion_text(f: ConversionFacts, target: str | Path | None = None) -> Tex
     fixes: list[str] = []
     if f.not_detected:
         head = (
-            f"llama.cpp's converter would not detect {f.hf} as an EAGLE-3 draft (it needs "
+            f"{_LLAMACPP}'s converter would not detect {f.hf} as an EAGLE-3 draft (it needs "
             f"draft_vocab_size in config.json and num_hidden_layers 1; here: "
             f"{', '.join(f.not_detected)}), so it writes no eagle3 GGUF from it; {f.gguf}: "
         )
         fixes.append(
             "convert a one-layer draft whose config.json names draft_vocab_size (a multi-layer "
-            "draft runs in vLLM only)"
+            f"draft runs in {_VLLM} only)"
         )
     changes = _changes(f)
     if changes:

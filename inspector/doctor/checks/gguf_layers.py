@@ -27,7 +27,9 @@ from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.phrasing import Text, reconvert_command
 from inspector.doctor.report import DoctorReport
 from inspector.draft import Draft
+from inspector.engines import Engine
 from inspector.engines.llamacpp_conversion import (
+    IDS_PR,
     LLAMA_CPP_ID_COUNT,
     LLAMA_CPP_NO_FINAL_STATE,
     TOP_LEVEL_KEY,
@@ -39,6 +41,12 @@ from inspector.formats.gguf_config import LAYER_ID_KEYS
 from inspector.formats.gguf_draft import read_gguf_header
 from inspector.formats.layer_convention import target_layer_count, target_model_type
 from inspector.metrics import Counts
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_LLAMACPP, _VLLM = (
+    Engine.LLAMACPP.display,
+    Engine.VLLM.display,
+)
 
 
 @dataclass(frozen=True)
@@ -152,28 +160,28 @@ def gguf_layers_text(facts: GgufLayerFacts, target: str | Path | None, gguf: str
     f = facts.feed
     L = f.num_layers
     parts = [
-        f"GGUF {facts.key} {list(f.ids)} ({CONVENTIONS[LLAMA_CPP]}): llama.cpp feeds fc HF "
+        f"GGUF {facts.key} {list(f.ids)} ({CONVENTIONS[LLAMA_CPP]}): {_LLAMACPP} feeds fc HF "
         f"{_hf_list(f.hf)} in that order"
     ]
     fixes: list[str] = []
     for i in f.feeds_nothing:
         parts.append(
-            f"id {i} = L (the target's {L} layers) feeds nothing in llama.cpp on this "
+            f"id {i} = L (the target's {L} layers) feeds nothing in {_LLAMACPP} on this "
             f"{f.model_type} target: its graph sets no final state, so the slot holds zeros "
             "(llama-server: what an earlier request left there), with no warning"
         )
     for i in f.aborts:
-        parts.append(f"id {i} exceeds the target's {L} layers: llama.cpp aborts at load")
+        parts.append(f"id {i} exceeds the target's {L} layers: {_LLAMACPP} aborts at load")
     for i in f.final_state_unknown:
         parts.append(
-            f"id {i} = L asks for the final state, which llama.cpp sets only for some targets "
+            f"id {i} = L asks for the final state, which {_LLAMACPP} sets only for some targets "
             f"(gpt-oss, Qwen3.5, Gemma 4; not the Llama family): model_type {f.model_type!r}"
         )
     if L is None:
         parts.append("the target's layer count is unknown (pass --target): ids past it unchecked")
     if not f.count_ok:
         parts.append(
-            f"{len(f.ids)} ids: llama.cpp's eagle3 runtime takes exactly {LLAMA_CPP_ID_COUNT} "
+            f"{len(f.ids)} ids: {_LLAMACPP}'s eagle3 runtime takes exactly {LLAMA_CPP_ID_COUNT} "
             "(only forks take other counts)"
         )
     trained = f"{facts.trained_label} = HF {_hf_list(facts.trained_hf)}"
@@ -196,15 +204,15 @@ def gguf_layers_text(facts: GgufLayerFacts, target: str | Path | None, gguf: str
         no_final = [k for k in facts.trained_hf if k is not None and L is not None and k >= L]
         if no_final and f.model_type in LLAMA_CPP_NO_FINAL_STATE:
             fixes.append(
-                f"the trained wiring reads HF {no_final[0]}, the final state, which llama.cpp "
-                "does not feed on this target: serve the draft with vLLM"
+                f"the trained wiring reads HF {no_final[0]}, the final state, which {_LLAMACPP} "
+                f"does not feed on this target: serve the draft with {_VLLM}"
             )
         else:
             fixes.append(
                 f'set "{TOP_LEVEL_KEY}": {facts.fix_ids} at the top level of the HF draft\'s '
-                "config.json (the only place llama.cpp's converter reads them, since llama.cpp PR "
-                "#25794; absent there, nested under eagle_config, or with an older converter, it "
-                f"writes [2, n//2, n-3]) and convert again: "
+                f"config.json (the only place {_LLAMACPP}'s converter reads them, since "
+                f"{_LLAMACPP} {IDS_PR}; absent there, nested under eagle_config, or with an older "
+                "converter, it writes [2, n//2, n-3]) and convert again: "
                 f"{reconvert_command(target, gguf, facts.fc_type)}"
             )
     return Text("; ".join(parts), "; ".join(fixes))

@@ -33,12 +33,20 @@ from pathlib import Path
 from inspector.doctor.checks.slot_identity import OVERRIDE, TARGET, SlotIdentity
 from inspector.doctor.serving import slots_for_hf
 from inspector.draft import DraftConfig
+from inspector.engines import Engine
 from inspector.engines.capture import EAGLE_CONFIG, LLAMA_CPP, LLAMA_CPP_KEY, TOP_LEVEL
 from inspector.errors import InputError
 from inspector.formats.layer_convention import read_layer_ids
 from inspector.formats.tensorfiles import read_json
 from inspector.sample import SlotInfo
 from inspector.wiring import id_readings
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_LLAMACPP, _SGLANG, _VLLM = (
+    Engine.LLAMACPP.display,
+    Engine.SGLANG.display,
+    Engine.VLLM.display,
+)
 
 HF = TOP_LEVEL  # id = HF index
 LAYER_OUTPUT = "layer_output"  # id = the decoder layer whose output is captured: HF index id + 1
@@ -304,8 +312,8 @@ def other_readings(
 CONVENTIONS = {
     HF: "HF indices",
     LAYER_OUTPUT: "decoder-layer output ids (HF index = id + 1)",
-    SGLANG: "SGLang ids (HF index = id + 1 before sglang PR #25454)",
-    LLAMA_CPP: "llama.cpp: id i = the input of target layer i = HF index i",
+    SGLANG: f"{_SGLANG} ids (HF index = id + 1 before sglang PR #25454)",
+    LLAMA_CPP: f"{_LLAMACPP}: id i = the input of target layer i = HF index i",
 }
 
 
@@ -351,6 +359,6 @@ def reread_fix_text(ids: LayerIdFacts) -> str:
     if all(k is not None for k in r.slot_hf):
         flag = f"pass --slot-layers {','.join(str(k) for k in r.slot_hf)} (doctor, eval, open) or "
     return (
-        "if data_config.json holds HF indices (sets captured with vLLM-convention ids do), "
+        f"if data_config.json holds HF indices (sets captured with {_VLLM}-convention ids do), "
         f'{flag}add "index_convention": "hf" to its hidden_states'
     )

@@ -30,11 +30,18 @@ from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.phrasing import Text
 from inspector.doctor.stats import clearly_better, counts_of
 from inspector.draft import Draft
+from inspector.engines import Engine
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats.checkpoint import canonical_name
 from inspector.formats.tensorfiles import find_weight_file, read_json, read_tensors, tensor_names
 from inspector.metrics import Counts
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_SGLANG, _VLLM = (
+    Engine.SGLANG.display,
+    Engine.VLLM.display,
+)
 
 HEAD = "lm_head.weight"
 
@@ -231,27 +238,21 @@ def head_text(status: HeadStatus, borrowed_from: str | None) -> Text:
     if status.reuse_target:
         keys.append("reuse_target_lm_head true")
     if status.tied:
-        sglang = "SGLang and vLLM tie it to the embedding"
+        sglang = f"{_SGLANG} and {_VLLM} tie it to the embedding"
     elif dvs is not None:
-        sglang = (
-            "SGLang keeps a randomly initialised head (its loader never reports a missing "
-            "weight; sglang#27908: accept length 1.00)"
-        )
+        sglang = Engine.SGLANG.says("no_head_sized")
     else:
-        sglang = "SGLang loads the target's lm_head (no draft_vocab_size)"
-    vllm = (
-        "vLLM shares the target's lm_head with a draft that ships none (before vllm#28549 it "
-        "replaced every draft's head with the target's)"
-    )
+        sglang = Engine.SGLANG.says("no_head_unsized")
+    vllm = Engine.VLLM.says("no_head")
     summary = f"the draft ships no lm_head.weight ({', '.join(keys)}): {sglang}; {vllm}"
     if borrowed_from is not None:
         rows = "its embedding" if status.tied else "the target's lm_head rows for the draft vocab"
         summary += f". Every other finding scores the draft with {rows} ({borrowed_from})"
         fix = (
             "if the draft was trained with its own head, ship lm_head.weight; if it borrows the "
-            "target's, serve it with vLLM"
+            f"target's, serve it with {_VLLM}"
             + (
-                "; SGLang serves it as shipped with a random head"
+                f"; {Engine.SGLANG.says('random_head')}"
                 + (
                     " (removing draft_vocab_size, which equals vocab_size, makes it load the "
                     "target's)"
@@ -281,12 +282,12 @@ def head_comparison_text(facts: HeadComparison) -> Text:
         return Text(
             f"{scores}: the draft was trained with the target's head, not the one it ships",
             "ship the target's rows as lm_head.weight (arange(D) + d2t of the target's lm_head), "
-            "or serve with vLLM, which shares the target's head only with a draft that ships none",
+            f"or serve with {Engine.VLLM.says('shared_head')}",
         )
     tail = ""
     if facts.own_clearly_better:
         tail = (
-            "; an engine that replaces a draft's head with the target's (vLLM before "
-            "vllm#28549, vllm#27732) serves the lower figure"
+            "; an engine that replaces a draft's head with the target's "
+            f"({Engine.VLLM.says('replaced_head')}) serves the lower figure"
         )
     return Text(f"{scores}{tail}")

@@ -25,9 +25,17 @@ from dataclasses import dataclass
 
 from inspector.doctor.checks.layer_ids import HF, SGLANG, IdSource
 from inspector.doctor.wiring.engine_reading import EngineRead
+from inspector.engines import Engine
 from inspector.engines.vllm import LABEL as VLLM
 from inspector.sample import SlotInfo
 from inspector.wiring import Wiring
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_LLAMACPP, _SGLANG, _VLLM = (
+    Engine.LLAMACPP.display,
+    Engine.SGLANG.display,
+    Engine.VLLM.display,
+)
 
 
 @dataclass(frozen=True)
@@ -63,8 +71,8 @@ class MalformedIds:
             words = f"name {neg}, below every layer index"
             if self.convention == HF:
                 words += (
-                    " (read as HF indices, as vLLM reads them: 0 is the embedding; -1 for it "
-                    "is SGLang's eagle_config convention)"
+                    f" (read as HF indices, as {_VLLM} reads them: 0 is the embedding; -1 for it "
+                    f"is {_SGLANG}'s eagle_config convention)"
                 )
             parts.append(words)
         return " and ".join(parts)
@@ -127,8 +135,8 @@ def no_layer_count_words() -> str:
     """What the engines do with such ids, where the target's layer count is unknown."""
     return (
         f"{VLLM} captures each listed layer once and no layer for a negative id (fewer states "
-        "than fc blocks: a shape error when the draft first runs); llama.cpp feeds each listed "
-        "id's state as listed, a repeat to two fc blocks; SGLang reads eagle_config's ids only "
+        f"than fc blocks: a shape error when the draft first runs); {_LLAMACPP} feeds each listed "
+        f"id's state as listed, a repeat to two fc blocks; {_SGLANG} reads eagle_config's ids only "
         "(pass --target, or state num_hidden_layers in data_config.json, for each engine's row)"
     )
 

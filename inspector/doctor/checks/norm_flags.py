@@ -31,11 +31,18 @@ from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.phrasing import Text
 from inspector.doctor.stats import clearly_better, counts_of, severity_for_gain
 from inspector.doctor.wiring.search import Scorer
+from inspector.engines import Engine
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.formats.checkpoint import canonical_name
 from inspector.formats.tensorfiles import find_weight_file, read_json, tensor_names
 from inspector.metrics import Counts
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_SGLANG, _VLLM = (
+    Engine.SGLANG.display,
+    Engine.VLLM.display,
+)
 
 FLAGS = ("norm_before_fc", "fc_norm")
 
@@ -162,10 +169,10 @@ def norm_flag_checks(
 
 # --- words ---------------------------------------------------------------------------------------
 NORM_ENGINES = {
-    "norm_before_fc": "vLLM applies it (it copies the key from speculators configs); SGLang "
-    "ignored the key and input_norm.weight until sglang#32334",
-    "fc_norm": "engines with EAGLE 3.1 support apply it (vLLM #42764, speculators #670); others "
-    "ignore fc_norm.{i}.weight",
+    "norm_before_fc": f"{_VLLM} applies it (it copies the key from speculators configs); "
+    f"{_SGLANG} ignored the key and input_norm.weight until sglang#32334",
+    "fc_norm": f"engines with EAGLE 3.1 support apply it ({_VLLM} #42764, speculators #670); "
+    "others ignore fc_norm.{i}.weight",
 }
 
 
@@ -199,7 +206,7 @@ def norm_flag_text(facts: NormFacts) -> Text:
 
 def norm_output_text() -> Text:
     return Text(
-        "norm_output is true: speculators and vLLM feed the post-norm output to the next "
+        f"norm_output is true: speculators and {_VLLM} feed the post-norm output to the next "
         "drafting step (steps >= 1 only; the doctor scores step 0); SpecForge reads a key of "
         "that name with another meaning, whether compute_logits applies the norm (SpecForge#879)"
     )

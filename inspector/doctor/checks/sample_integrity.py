@@ -27,9 +27,13 @@ from dataclasses import dataclass, field
 import torch
 
 from inspector.doctor.finding import Finding, Kind, Severity
+from inspector.engines import Engine
 from inspector.errors import InputError
 from inspector.evaluate import Evaluator
 from inspector.sample import SlotInfo
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_VLLM = Engine.VLLM.display
 
 ZERO_SHARE = 0.5  # a sample whose slot is zero in more than this share of positions
 VANISHING = 1e-3  # a slot's median norm against the other slots' median
@@ -208,14 +212,14 @@ def integrity_finding(facts: IntegrityFacts) -> Finding:
     )
     summary = (
         f"the samples do not hold real hidden states in {len(bad)} slot"
-        f"{'s' if len(bad) > 1 else ''}: {which}. The capture wrote no state there (vLLM's "
-        "extract_hidden_states did so for hybrid targets before vLLM PR #46301): a draft trained "
-        "on them learns nothing from that slot and serves far below its validation figures, and "
-        "every figure over that slot measures the capture, not the draft"
+        f"{'s' if len(bad) > 1 else ''}: {which}. The capture wrote no state there ({_VLLM}'s "
+        f"extract_hidden_states did so for hybrid targets before {_VLLM} PR #46301): a draft "
+        "trained on them learns nothing from that slot and serves far below its validation "
+        "figures, and every figure over that slot measures the capture, not the draft"
     )
     fix = (
         "capture the samples again with a capture that writes every state (eagle-inspect "
-        "capture TARGET PROMPTS --draft CKPT, or vLLM with PR #46301), check them with this "
+        f"capture TARGET PROMPTS --draft CKPT, or {_VLLM} with PR #46301), check them with this "
         "doctor, and retrain the draft on them"
     )
     return Finding(Kind.SAMPLE_INTEGRITY, Severity.ERROR, summary, fix, facts)

@@ -28,8 +28,12 @@ from inspector.doctor.checks.target_slots import POST, TargetSlots, describe
 from inspector.doctor.finding import Finding, Kind, Severity
 from inspector.doctor.phrasing import Text
 from inspector.draft import DraftConfig
+from inspector.engines import Engine
 from inspector.formats.layer_convention import HF, LayerIdReading
 from inspector.sample import SlotInfo
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_VLLM = Engine.VLLM.display
 
 Hf = tuple[int | None, ...]
 OVERRIDE = "--slot-layers"
@@ -249,7 +253,7 @@ def _mismatch(m: Mismatch, n_layers: int | None) -> Text:
     fix = f"recapture slot {m.slot} from {_state(m.claimed)}"
     if m.verifier and n_layers is not None and m.claimed == n_layers:
         fix += (
-            f" (the last layer's output before the final norm: vLLM id {n_layers}, not "
+            f" (the last layer's output before the final norm: {_VLLM} id {n_layers}, not "
             f"{n_layers - 1}; the off-by-one of TorchSpec#87)"
         )
     return Text(f"{stored} but equals {_state(m.actual)}", fix)

@@ -36,9 +36,16 @@ from inspector.doctor.serving import ServingConfig
 from inspector.doctor.stats import clearly_better, paired_hits_z
 from inspector.doctor.wiring.named import ENGINE_DEFAULT, NamedWirings, is_ascending
 from inspector.doctor.wiring.search import WiringSearch
+from inspector.engines import Engine
 from inspector.engines.capture import LLAMA_CPP as GGUF_IDS
 from inspector.metrics import Counts
 from inspector.sample import SlotInfo
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_SGLANG, _VLLM = (
+    Engine.SGLANG.display,
+    Engine.VLLM.display,
+)
 
 
 class WiringCase(Enum):
@@ -264,7 +271,7 @@ def _unmatched(facts: WiringFacts) -> str:
     if all(len(h) != n for h in d.hf):
         return f"its {d.where} {list(d.ids)} name {len(d.ids)} layers, but fc takes {n}"
     if d.convention == "hf":
-        read = "HF indices, as vLLM reads the key"
+        read = f"HF indices, as {_VLLM} reads the key"
     else:
         read = f"{CONVENTIONS.get(d.convention, d.convention)}: HF " + " or ".join(
             str(list(h)) for h in d.hf
@@ -299,8 +306,8 @@ def _engine_defaults(facts: WiringFacts) -> str:
     L = facts.num_layers
     if not facts.engine_defaults:
         return (
-            ": vLLM and SGLang (before and since #25454) feed HF [2, L//2, L-3] of an L-layer "
-            "target, and the layer count is unknown here (pass --target, or state "
+            f": {_VLLM} and {_SGLANG} (before and since #25454) feed HF [2, L//2, L-3] of an "
+            "L-layer target, and the layer count is unknown here (pass --target, or state "
             "num_hidden_layers in data_config.json)"
         )
     parts = []
@@ -424,7 +431,7 @@ def wiring_text(facts: WiringFacts) -> Text:
     cfg_line = ""
     if facts.engine_ids is not None:
         vllm, sg = facts.engine_ids
-        cfg_line = f"eagle_aux_hidden_state_layer_ids {vllm} for vLLM, {sg}"
+        cfg_line = f"eagle_aux_hidden_state_layer_ids {vllm} for {_VLLM}, {sg}"
     readings = "".join("; " + reading_text(r, facts.layer_ids) for r in facts.layer_ids.readings)
     ref = facts.named.get("configured")
     if case == WiringCase.NOT_ASCENDING:

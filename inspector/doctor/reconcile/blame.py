@@ -38,10 +38,13 @@ from inspector.doctor.reconcile.result import (
     logged_text,
 )
 from inspector.doctor.reconcile.rounds import counted, request_rounds
-from inspector.engines import engine, engine_words
+from inspector.engines import Engine, engine, engine_words
 from inspector.formats.engine_figures import EngineLog, RequestFigures
 from inspector.formats.llamacpp_log import LlamacppLog
 from inspector.serving.sample_replay import SampleReplay
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_LLAMACPP = Engine.LLAMACPP.display
 
 # Accept lengths within 8% of each other are one figure (the half-precision drift `reconcile`
 # allows, and a slot line's rounds are at times the nearest count); below that, and short by at
@@ -67,8 +70,8 @@ GATE_CLASS = (
 )
 SLOT_CLASS = (
     "one server slot's state: its draft context, KV cache or sampler is not the other slots' "
-    "(llama-server -np N: llama.cpp issue #27572, one slot at 0.0 acceptance); serve with one "
-    "slot (-np 1) to confirm, and update llama.cpp"
+    f"(llama-server -np N: {_LLAMACPP} issue #27572, one slot at 0.0 acceptance); serve with one "
+    f"slot (-np 1) to confirm, and update {_LLAMACPP}"
 )
 
 

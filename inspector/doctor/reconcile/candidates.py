@@ -21,8 +21,12 @@ from inspector.doctor.wiring.fed_states import (
     slots_fed,
 )
 from inspector.doctor.wiring.named import engine_config_of
+from inspector.engines import Engine
 from inspector.errors import InputError, setting_field
 from inspector.wiring import PRESETS, Wiring, parse_wiring, preset_name
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_LLAMACPP = Engine.LLAMACPP.display
 
 
 def configured_wiring(draft, infos, n_blocks: int):
@@ -139,8 +143,8 @@ def silent_feeds(fed, infos, draft, num_layers: int | None) -> tuple[list, list[
         notes.append(
             f"{name.removesuffix(' feeds')} feeds fc block"
             f"{'s' if len(blocks) > 1 else ''} {', '.join(map(str, blocks))} nothing: an id equal "
-            f"to the layer count ({num_layers}) names no layer's input (llama.cpp captures the "
-            "input of layer i); replayed with those fc columns zeroed, as llama.cpp's "
+            f"to the layer count ({num_layers}) names no layer's input ({_LLAMACPP} captures the "
+            f"input of layer i); replayed with those fc columns zeroed, as {_LLAMACPP}'s "
             "speculative-simple and a fresh llama-server run it"
         )
         out.append((name, label, Wiring(slots), silenced(draft, blocks)))

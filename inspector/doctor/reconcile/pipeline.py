@@ -72,9 +72,16 @@ from inspector.doctor.reconcile.synthetic import (
     synthetic_reconciliation,
 )
 from inspector.doctor.wiring.trained import TrainedWiring
-from inspector.engines import engine_words
+from inspector.engines import Engine, engine_words
 from inspector.formats.engine_log import EngineLog, RequestFigures
 from inspector.serving.replay import AcceptReport, SampleReplay
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_LLAMACPP, _SGLANG, _VLLM = (
+    Engine.LLAMACPP.display,
+    Engine.SGLANG.display,
+    Engine.VLLM.display,
+)
 
 
 def token_key(ids: Sequence[int]) -> bytes:
@@ -293,7 +300,7 @@ def _outcome(held: _Held, matches: list[WiringCheck]) -> _Outcome:
 
 # what raises the figure of a draft served as it was trained
 _AS_IS = (
-    "the draft is what it is. More draft steps, a tree (SGLang's topk > 1) or training data "
+    f"the draft is what it is. More draft steps, a tree ({_SGLANG}'s topk > 1) or training data "
     "closer to the served traffic raise it"
 )
 
@@ -423,8 +430,8 @@ def _other_data(held: _Held) -> _Outcome:
         # that skips the unsure ones can log more than a fixed-K replay
         summary += (
             "; or, above every replay, an adaptive engine that leaves its rounds without a "
-            "draft out of its counts (llama.cpp's p-min): only its per-step drafted counts "
-            "(vLLM's per_step_drafted) hold that figure"
+            f"draft out of its counts ({_LLAMACPP}'s p-min): only its per-step drafted counts "
+            f"({_VLLM}'s per_step_drafted) hold that figure"
         )
     return _Outcome(Verdict.OTHER_DATA, summary)
 

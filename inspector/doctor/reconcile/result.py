@@ -13,6 +13,7 @@ from inspector.doctor.reconcile.run_check import RunCheck
 from inspector.doctor.reconcile.settle import Settlement
 from inspector.doctor.serving import engine_configs, hf_indices, sglang_ids_text
 from inspector.doctor.wiring.trained import TrainedWiring, pct_of
+from inspector.engines import Engine
 from inspector.engines import engine as serving_engine
 from inspector.engines.target_class import TargetClass
 from inspector.formats.engine_log import EngineLog
@@ -21,6 +22,12 @@ from inspector.formatting import fmt_float
 from inspector.metrics.rounds import AcceptStats
 from inspector.sample import SlotInfo
 from inspector.serving.expectation import Expectation
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_LLAMACPP, _VLLM = (
+    Engine.LLAMACPP.display,
+    Engine.VLLM.display,
+)
 
 
 class Verdict(str, Enum):
@@ -366,14 +373,14 @@ def fix_text(best: WiringCheck, label: dict[str, str], cfg: dict, engine: str = 
     converter reads) and a reconversion, first."""
     vllm_ids = cfg["vllm"]["config"]["eagle_aux_hidden_state_layer_ids"]
     others = (
-        f"eagle_aux_hidden_state_layer_ids {vllm_ids} for vLLM, {sglang_ids_text(cfg['sglang'])}"
+        f"eagle_aux_hidden_state_layer_ids {vllm_ids} for {_VLLM}, {sglang_ids_text(cfg['sglang'])}"
     )
     if engine and serving_engine(engine).bakes_ids:
         cmd = CONVERT_TO_GGUF.format(
             hf_draft="HF_DRAFT_DIR", target="TARGET_DIR", outfile="draft.gguf"
         )
         return (
-            f"serve it fed {label[best.label]}: llama.cpp bakes the ids into the GGUF, so write "
+            f"serve it fed {label[best.label]}: {_LLAMACPP} bakes the ids into the GGUF, so write "
             f"eagle_aux_hidden_state_layer_ids {vllm_ids} at the top level of the HF draft's "
             f"config.json (the one place its converter reads them) and convert it again "
             f"({cmd}); {others}"

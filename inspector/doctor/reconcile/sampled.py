@@ -43,8 +43,7 @@ from inspector.doctor.reconcile.result import (
     trained_clause,
 )
 from inspector.doctor.wiring.trained import TrainedWiring
-from inspector.engines import engine_words
-from inspector.engines.vllm import RELEASE as VLLM_RELEASE
+from inspector.engines import Engine, engine_words
 from inspector.formats.engine_log import EngineLog
 from inspector.formatting import fmt_float, pct
 from inspector.serving.expectation import Expectation
@@ -56,9 +55,8 @@ ROUNDING = 0.005
 
 SAMPLING_FAULT = (
     "the request's sampling parameters reach the engine's verification wrong, so the target's "
-    f"probabilities it verifies with are not the request's (vLLM's CPU build {VLLM_RELEASE} writes the "
-    "expanded temperatures into a copy it never reads back: NaN probabilities reject every "
-    "draft, and top_k crashes it): rerun the same requests at temperature 0, where the engine "
+    f"probabilities it verifies with are not the request's ({Engine.VLLM.says('cpu_sampling')}): "
+    "rerun the same requests at temperature 0, where the engine "
     "must match the replay count for count"
 )
 

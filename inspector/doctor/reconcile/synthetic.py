@@ -35,6 +35,12 @@ from inspector.errors import InputError, setting_field
 from inspector.formats.engine_log import EngineLog, RequestFigures
 from inspector.serving.replay import AcceptReport
 
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_SGLANG, _VLLM = (
+    Engine.SGLANG.display,
+    Engine.VLLM.display,
+)
+
 Z = 4.0  # standard deviations a figure may lie from the setting's expectation
 ROUNDING = 0.005 + 1e-9  # a mean printed with two decimals
 SHARE_ROUNDING = 0.0005  # vLLM's per-position rates printed with three decimals
@@ -66,7 +72,7 @@ class SyntheticSetting:
     def sglang(cls, length: float) -> SyntheticSetting:
         if not length > 0:
             raise InputError(
-                None, setting_field("simulated-accept-len"), f"{length}: SGLang ignores X <= 0"
+                None, setting_field("simulated-accept-len"), f"{length}: {_SGLANG} ignores X <= 0"
             )
         return cls(Engine.SGLANG, length=length)
 
@@ -146,7 +152,7 @@ def synthetic_check(log: EngineLog, setting: SyntheticSetting, steps: int) -> Sy
         raise InputError(
             None,
             setting_field("synthetic-rates"),
-            f"{len(setting.rates)} rates for {steps} drafted tokens a round (vLLM takes one per "
+            f"{len(setting.rates)} rates for {steps} drafted tokens a round ({_VLLM} takes one per "
             "position)",
         )
     mean, var = setting.draw(steps)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from inspector.engines import engine, readers
+from inspector.engines import Engine, engine, readers
 from inspector.engines.reading import (
     DFLASH_IDS,
     NESTED,
@@ -31,6 +31,9 @@ from inspector.engines.reading import (
     Reader,
 )
 from inspector.engines.sglang_model_files import READINGS, UNLESS_LAST, captured, sglang_rule
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_SGLANG = Engine.SGLANG.display
 
 READERS: tuple[Reader, ...] = readers()
 __all__ = ["NEVER", "READERS", "Reader", "EngineRead", "engine_reads"]
@@ -210,7 +213,7 @@ def _read(r: Reader, config: Mapping, L: int, n_blocks: int, target: object) -> 
         elif never_last and L in fed and hf_list is not None:
             n = len([k for k in fed if k != L])
             problem = (
-                f"HF {L} (the last layer's output) is never captured: SGLang's model file "
+                f"HF {L} (the last layer's output) is never captured: {_SGLANG}'s model file "
                 f"captures the input of layers 0..{L - 1}, so {n} state{'' if n == 1 else 's'} "
                 f"reach an fc that takes {n_blocks} (a shape error at the first request)"
             )
