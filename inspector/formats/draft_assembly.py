@@ -14,11 +14,15 @@ from pathlib import Path
 import torch
 
 from inspector.draft import Draft, DraftConfig, Quantization, StoredVocab
+from inspector.engines import Engine
 from inspector.errors import InputError
 from inspector.formats.compute_dtype import compute_dtype
 from inspector.formats.target_tensors import read_embedding
 from inspector.formats.vocab import vocab_map
 from inspector.memory import available_host_bytes
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_SGLANG = Engine.SGLANG.display
 
 
 def assemble_draft(
@@ -127,7 +131,7 @@ def _attach_embedding(
             raise InputError(
                 wf,
                 "embed_tokens.weight",
-                "absent (SpecForge/SGLang exports drop it): pass --target DIR or --embed FILE",
+                f"absent (SpecForge/{_SGLANG} exports drop it): pass --target DIR or --embed FILE",
             )
         w["embed_tokens.weight"] = read_embedding(Path(target), shape)
         notes.append(f"embedding from target {target}")

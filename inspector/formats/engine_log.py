@@ -74,6 +74,13 @@ from inspector.formats.llamacpp_log import (
 from inspector.formats.sglang_log_lines import sglang_log
 from inspector.formats.spec_counters import COUNTERS, spec_counters
 
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_LLAMACPP, _SGLANG, _VLLM = (
+    Engine.LLAMACPP.display,
+    Engine.SGLANG.display,
+    Engine.VLLM.display,
+)
+
 __all__ = ["EngineLog", "EngineStart", "RequestFigures", "read_engine_log"]
 
 MAX_BYTES = 256 << 20  # an engine log larger than this is not read whole
@@ -125,10 +132,10 @@ def read_engine_log(path: str | Path, *, decode_log_interval: int | None = None)
     raise InputError(
         path,
         None,
-        "no speculative-decoding figures found: expected vLLM's 'SpecDecoding metrics' log "
-        "lines, its Prometheus text, per-request JSON lines (spec_decode_metrics, SGLang "
-        "meta_info or llama.cpp timings), SGLang's 'accept len' log lines or its server info, "
-        "llama.cpp's 'draft acceptance' or statistics lines or its /metrics",
+        f"no speculative-decoding figures found: expected {_VLLM}'s 'SpecDecoding metrics' log "
+        f"lines, its Prometheus text, per-request JSON lines (spec_decode_metrics, {_SGLANG} "
+        f"meta_info or {_LLAMACPP} timings), {_SGLANG}'s 'accept len' log lines or its server "
+        f"info, {_LLAMACPP}'s 'draft acceptance' or statistics lines or its /metrics",
     )
 
 
@@ -324,8 +331,8 @@ def _request(path: Path, no: int, entry: object) -> tuple[Engine, RequestFigures
         raise InputError(
             path,
             f"line {no}",
-            "neither spec_decode_metrics.per_step_accepted (vLLM), meta_info.spec_verify_ct "
-            "(SGLang) nor timings.draft_n (llama.cpp)",
+            f"neither spec_decode_metrics.per_step_accepted ({_VLLM}), meta_info.spec_verify_ct "
+            f"({_SGLANG}) nor timings.draft_n ({_LLAMACPP})",
         )
     r = RequestFigures(where, no)
     r.per_step_accepted = _ints(path, no, "per_step_accepted", sdm.get("per_step_accepted"))

@@ -25,6 +25,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from inspector.engines import Engine
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_SGLANG, _VLLM = (
+    Engine.SGLANG.display,
+    Engine.VLLM.display,
+)
+
 VLLM_DYNAMIC = "Dynamic speculative decoding changes the target verification length"
 VLLM_DYNAMIC_OFF = "Disabling num_speculative_tokens_per_batch_size"
 SGLANG_ADAPTIVE = re.compile(r"""['"]?\bspeculative_adaptive['"]?\s*[:=]\s*True\b""")
@@ -38,11 +46,11 @@ def adaptive_reason(path: Path, lines: list[str]) -> str | None:
     for no, ln in enumerate(lines, start=1):
         if VLLM_DYNAMIC in ln:
             found = (
-                "vLLM's dynamic speculative decoding (num_speculative_tokens_per_batch_size, "
+                f"{_VLLM}'s dynamic speculative decoding (num_speculative_tokens_per_batch_size, "
                 f"{path.name}:{no})"
             )
         elif "server_args=" in ln and SGLANG_ADAPTIVE.search(ln):
-            found = f"SGLang's speculative_adaptive ({path.name}:{no})"
+            found = f"{_SGLANG}'s speculative_adaptive ({path.name}:{no})"
         elif VLLM_DYNAMIC_OFF in ln or SGLANG_ADAPTIVE_OFF in ln:
             found = None  # the engine fell back to its static K
     return found

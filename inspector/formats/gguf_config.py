@@ -11,12 +11,16 @@ from typing import Any
 import numpy as np
 
 from inspector.draft import DraftConfig
+from inspector.engines import Engine
 from inspector.engines.capture import LLAMA_CPP
 from inspector.errors import InputError
 from inspector.formats.config import ConfigReader
 from inspector.formats.gguf_file import ARCH
 from inspector.formats.gguf_rope import ROPE_FREQS, gguf_rope
 from inspector.formats.gguf_tensors import D2T
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_LLAMACPP = Engine.LLAMACPP.display
 
 # What aux_layer_convention records for a GGUF's ids: llama.cpp taps the input of target layer i
 # (`t_layer_inp[i]`), HF hidden_states index i, and adds nothing to the ids it reads.
@@ -39,7 +43,8 @@ def gguf_config(top: ConfigReader, tensors: dict[str, Any], file: Path) -> Draft
     layers = top.positive_int(k + "block_count", 1)
     if layers != 1:
         raise top.error(
-            k + "block_count", f"{layers}: llama.cpp's eagle3 graph runs exactly one decoder layer"
+            k + "block_count",
+            f"{layers}: {_LLAMACPP}'s eagle3 graph runs exactly one decoder layer",
         )
     h = top.positive_int(k + "embedding_length")
     nh = top.positive_int(k + "attention.head_count")

@@ -55,6 +55,7 @@ from typing import Any
 import torch
 
 from inspector.draft import Draft
+from inspector.engines import Engine
 from inspector.errors import InputError
 from inspector.formats.config import ConfigReader
 from inspector.formats.draft_assembly import assemble_draft
@@ -62,6 +63,9 @@ from inspector.formats.files import check_regular, one_line
 from inspector.formats.gguf_config import LAYOUT, gguf_config
 from inspector.formats.gguf_file import ARCH, ARCH_KEY, import_gguf, metadata, open_gguf
 from inspector.formats.gguf_tensors import UNQUANTIZED, gguf_weights, target_lm_head
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_LLAMACPP = Engine.LLAMACPP.display
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,7 @@ def _open_eagle3(file: Path) -> tuple[Any, ConfigReader]:
     if arch != ARCH:
         raise top.error(
             ARCH_KEY,
-            f"{one_line(repr(arch))[:60]}: not an EAGLE-3 draft (llama.cpp's converter writes "
+            f"{one_line(repr(arch))[:60]}: not an EAGLE-3 draft ({_LLAMACPP}'s converter writes "
             f"{ARCH!r} for one)",
         )
     return reader, top
@@ -121,7 +125,8 @@ def load_gguf_draft(
         raise InputError(
             file,
             "token_embd.weight",
-            "absent (llama.cpp borrows the target's embedding): pass --target DIR or --embed FILE",
+            f"absent ({_LLAMACPP} borrows the target's embedding): pass --target DIR or --embed "
+            "FILE",
         )
     draft = assemble_draft(
         cfg,

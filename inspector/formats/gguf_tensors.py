@@ -13,12 +13,16 @@ import numpy as np
 import torch
 
 from inspector.draft import DraftConfig
+from inspector.engines import Engine
 from inspector.errors import InputError
 from inspector.formats.files import one_line
 from inspector.formats.gguf_file import ARCH
 from inspector.formats.gguf_rope import ROPE_FREQS
 from inspector.formats.target_tensors import read_target_lm_head
 from inspector.formats.vocab import integer_ids
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_LLAMACPP = Engine.LLAMACPP.display
 
 HIDDEN_NORMS = ("blk.0.attn_norm_2.weight", "blk.0.hidden_norm.weight")
 D2T = "d2t"
@@ -136,13 +140,13 @@ def _stray(name: str) -> str:
             "not recorded, so it is not read"
         )
     if name == "t2d":
-        return "not a tensor llama.cpp's converter writes (it drops t2d): not read"
+        return f"not a tensor {_LLAMACPP}'s converter writes (it drops t2d): not read"
     if name.startswith("blk.") and not name.startswith("blk.0."):
-        return "a second decoder layer: llama.cpp's eagle3 graph runs one"
+        return f"a second decoder layer: {_LLAMACPP}'s eagle3 graph runs one"
     if name in ("enc.output_norm.weight",) or name.startswith("fc_norm."):
         flag = "norm_before_fc" if name.startswith("enc.") else "fc_norm"
-        return f"present but {ARCH}.{flag} is not true: llama.cpp would not read it"
-    return "not a tensor of llama.cpp's eagle3 draft"
+        return f"present but {ARCH}.{flag} is not true: {_LLAMACPP} would not read it"
+    return f"not a tensor of {_LLAMACPP}'s eagle3 draft"
 
 
 def _dequantize(gguf: Any, t: Any, shape: tuple[int, ...], file: Path) -> torch.Tensor:
@@ -216,7 +220,7 @@ def target_lm_head(
         raise InputError(
             file,
             "output.weight",
-            "absent (llama.cpp then uses the target's lm_head): pass --target DIR",
+            f"absent ({_LLAMACPP} then uses the target's lm_head): pass --target DIR",
         )
     head = read_target_lm_head(Path(target))
     want = (cfg.vocab_size, cfg.hidden_size)
@@ -229,6 +233,6 @@ def target_lm_head(
     if offsets is not None:
         rows = rows + offsets
     notes.append(
-        f"output.weight absent: the target's lm_head ({target}) stands in, as in llama.cpp"
+        f"output.weight absent: the target's lm_head ({target}) stands in, as in {_LLAMACPP}"
     )
     return head[rows]

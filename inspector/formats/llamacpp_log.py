@@ -52,6 +52,9 @@ from inspector.engines import Engine
 from inspector.errors import InputError
 from inspector.formats.engine_figures import EngineLog, EngineStart, RequestFigures
 
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_LLAMACPP = Engine.LLAMACPP.display
+
 __all__ = [
     "LlamacppLog",
     "SlotFigures",
@@ -195,7 +198,7 @@ def llamacpp_log(path: Path, lines: list[str]) -> EngineLog:
         out.accepted = sum(a for _, a, _ in runs)
         out.drafted_tokens = sum(g for _, _, g in runs)
         out.lines = len(runs)
-        out.note = f"llama.cpp's drafter statistics ({', '.join(sorted(stats))}): exact counts"
+        out.note = f"{_LLAMACPP}'s drafter statistics ({', '.join(sorted(stats))}): exact counts"
     else:
         exact = True
         rounds = acc = gen = 0

@@ -10,6 +10,9 @@ from inspector.engines import Engine
 from inspector.errors import InputError
 from inspector.formats.engine_figures import EngineLog, WindowFigures
 
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_SGLANG = Engine.SGLANG.display
+
 SGLANG_LINE = re.compile(r"(?<!block )accept len: (?P<len>[0-9.]+|nan)")
 SGLANG_RUNNING = re.compile(r"#running-req: (?P<n>\d+)")
 SGLANG_GRAPH = re.compile(r"\b(cpu|cuda|npu|xpu) graph: ")
@@ -63,7 +66,7 @@ def sglang_log(path: Path, lines: list[str], interval: int | None = None) -> Eng
         out.weighting = "unweighted"
         out.note = (
             f"{missing} of {len(rows)} 'accept len' lines state no #running-req: the lines are "
-            "averaged unweighted, where SGLang weights each by its rounds"
+            f"averaged unweighted, where {_SGLANG} weights each by its rounds"
         )
         return out
     weights = [n for _, _, n in rows if n is not None]
