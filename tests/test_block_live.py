@@ -417,7 +417,7 @@ def test_the_replay_reads_the_continuation_as_the_samples_own_tokens(block_bed):
         ),
     )
     bp = predict_blocks(draft, cut, wiring, 4)
-    assert bp.runs[-1].known == e + 8 and len(bp.tail) == 8
+    assert bp.walked[-1].known == e + 8 and len(bp.tail) == 8
     assert bp.accept_by_start()[: e + 8].tolist() == a_full[: e + 8].tolist()
     rows = {int(n): j for j, n in enumerate(full.anchors)}
     for j, n in enumerate(bp.anchors.tolist()):  # the true tokens read past x_E too

@@ -49,9 +49,10 @@ class BlockPredictions:
     token and its rank (0: the draft's top); `scored`: x_{n+k} is a generated token of the run
     the anchor is in (what the accuracy counts). Where the sample carries the target's
     continuation past its stop (`Sample.continuation`, a capture's or the live loop's), `true`
-    reads it, the last run knows it (`Run.known`) and `tail` holds the leading matches of the
-    blocks after x_E, x_E+1, ...: what the engines count in a request's last round and in
-    SGLang's round after the stop, counted in the rounds only (no accuracy, no view)."""
+    reads it, `walked` holds the runs as they know it (`Run.known`, how the request stopped) and
+    `tail` the leading matches of the blocks after x_E, x_E+1, ...: what the engines count in a
+    request's last round and in SGLang's round after the stop, counted in the rounds only (no
+    accuracy, no view)."""
 
     anchors: np.ndarray  # [A] int64
     pred: np.ndarray  # [A, B-1] int64
@@ -59,9 +60,10 @@ class BlockPredictions:
     p: np.ndarray  # [A, B-1] float32
     rank: np.ndarray  # [A, B-1] int64
     scored: np.ndarray  # [A, B-1] bool
-    runs: tuple[Run, ...]
+    runs: tuple[tuple[int, int], ...]  # (P, E) of each generation
     length: int  # the sample's tokens and its continuation's
     tail: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    walked: tuple[Run, ...] = ()  # the runs the rounds walk (empty: `runs`, nothing past E)
 
     @property
     def hit(self) -> np.ndarray:
@@ -74,14 +76,15 @@ class BlockPredictions:
         lead = np.cumprod(self.hit, axis=1).sum(axis=1)
         a[self.anchors] = lead
         if len(self.tail):
-            e = self.runs[-1].end
+            e = self.runs[-1][1]
             a[e : e + len(self.tail)] = self.tail
         return a
 
     def round_list(self, which: Engine) -> list[Round]:
         """The rounds `which` takes through the sample's generations, in order."""
         depth = self.pred.shape[1]
-        return walk(self.accept_by_start(), self.runs, depth=depth, engine=which)
+        runs = self.walked or tuple(Run.of(r) for r in self.runs)
+        return walk(self.accept_by_start(), runs, depth=depth, engine=which)
 
     def rounds(self, which: Engine) -> AcceptStats:
         return AcceptStats.of(self.round_list(which), self.pred.shape[1])
@@ -173,7 +176,10 @@ def predict_blocks(
     anchor_a = np.asarray(anchors, dtype=np.int64)
     where_a = anchor_a[:, None] + np.arange(1, b)[None, :]
     scored = where_a <= in_run[anchor_a][:, None] if len(anchor_a) else np.zeros_like(pred_a, bool)
-    return BlockPredictions(anchor_a, pred_a, true_a, p_a, rank_a, scored, tuple(runs), total, tail)
+    pairs = tuple((r.start, r.end) for r in runs)
+    return BlockPredictions(
+        anchor_a, pred_a, true_a, p_a, rank_a, scored, pairs, total, tail, tuple(runs)
+    )
 
 
 def sample_runs(sample: Sample) -> list[Run]:
@@ -184,7 +190,7 @@ def sample_runs(sample: Sample) -> list[Run]:
     cont = sample.continuation
     out = []
     for p, e in generation_runs(sample.loss_mask.cpu().numpy()):
-        if cont is not None and cont.length and e == t - 1:
+        if cont is not None and e == t - 1:
             out.append(Run(p, e, e + cont.length, cont.finish))
         else:
             out.append(Run(p, e, e))
