@@ -254,7 +254,8 @@ def _rules(draft: Draft, live: LiveSettings) -> tuple[Engine, SamplingSettings]:
         raise InputError(
             None,
             setting_field("p-min"),
-            "llama.cpp's early stop reads a greedy draft: not a sampled-draft rule",
+            f"{Engine.LLAMACPP.display}'s early stop reads a greedy draft: not a sampled-draft "
+            "rule",
         )
     return engine, SamplingSettings(sampling, verification)
 

@@ -8,8 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from inspector.engines import Engine
 from inspector.engines import engine as serving_engine
 from inspector.errors import InputError, setting_field
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_SGLANG = Engine.SGLANG.display
 
 
 @dataclass(frozen=True)
@@ -86,14 +90,15 @@ class Verification:
                 raise InputError(None, f"--threshold-{name}", f"{t}: must be in [0, 1]")
         if self.threshold_acc == 0:
             raise InputError(
-                None, setting_field("threshold-acc"), "0: SGLang divides by it; use > 0"
+                None, setting_field("threshold-acc"), f"0: {_SGLANG} divides by it; use > 0"
             )
         lossy = self.threshold_single < 1 or self.threshold_acc < 1
         if lossy and self.rule is not VerifyRule.SGLANG_TARGET_ONLY:
             raise InputError(
                 None,
                 setting_field("threshold-single"),
-                f"thresholds below 1 are SGLang's target-only verification's, not {self.rule.value}",
+                f"thresholds below 1 are {_SGLANG}'s target-only verification's, not "
+                f"{self.rule.value}",
             )
 
     def check_tree(self, is_chain: bool) -> None:

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inspector.engines import all_engines
+from inspector.engines import Engine, all_engines
 from inspector.errors import InputError, setting_field
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_LLAMACPP, _SGLANG, _VLLM = (
+    Engine.LLAMACPP.display,
+    Engine.SGLANG.display,
+    Engine.VLLM.display,
+)
 
 EXACT_KV = "exact"
 # exact, or an engine's own tree-draft KV reading (its module's `tree_kv`: SGLang's)
@@ -58,7 +65,7 @@ class DraftSpec:
             raise InputError(None, setting_field("n-min"), f"{self.n_min}: must be at least 0")
         if (self.p_min > 0 or self.n_min > 0) and self.topk != 1:
             raise InputError(
-                None, setting_field("p-min"), "llama.cpp's early stop drafts chains: --topk 1"
+                None, setting_field("p-min"), f"{_LLAMACPP}'s early stop drafts chains: --topk 1"
             )
         if self.steps < 1:
             raise InputError(None, setting_field("steps"), f"{self.steps}: must be at least 1")
@@ -118,14 +125,14 @@ class DraftSpec:
     def flags(self) -> str:
         """The engine flags that select these settings."""
         sg = (
-            f"SGLang --speculative-num-steps {self.steps} --speculative-eagle-topk {self.topk} "
+            f"{_SGLANG} --speculative-num-steps {self.steps} --speculative-eagle-topk {self.topk} "
             f"--speculative-num-draft-tokens {self.draft_tokens}"
         )
         if self.early_stop:
             return (
-                f"llama.cpp --spec-draft-n-max {self.steps} --spec-draft-p-min {self.p_min:g} "
+                f"{_LLAMACPP} --spec-draft-n-max {self.steps} --spec-draft-p-min {self.p_min:g} "
                 f"--spec-draft-n-min {self.n_min}"
             )
         if self.is_chain:
-            return f"{sg}; vLLM num_speculative_tokens {self.steps}"
+            return f"{sg}; {_VLLM} num_speculative_tokens {self.steps}"
         return sg
