@@ -22,9 +22,13 @@ from inspector.commands.common import (
 )
 from inspector.commands.gates import accept_gate, gate_exit
 from inspector.commands.output import report_table, safe, stdout_console, write_json
+from inspector.engines import Engine
 from inspector.errors import InputError
 from inspector.formatting import fmt_float, pct
 from inspector.progress import progress_bar
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_SGLANG, _VLLM = Engine.SGLANG.display, Engine.VLLM.display
 
 # Above this share of generated positions whose token is not the target's argmax, the replay
 # measures the data more than what the target would emit: say so.
@@ -37,7 +41,9 @@ def spec_from_args(args: argparse.Namespace):
     p_min, n_min = getattr(args, "p_min", 0.0), getattr(args, "n_min", 0)
     if (p_min or n_min) and not getattr(args, "live", False):
         # the replay drafts from saved predictions, without the draft's probabilities
-        raise InputError(None, "--p-min", "llama.cpp's early stop runs in the live loop: --live")
+        raise InputError(
+            None, "--p-min", f"{Engine.LLAMACPP.display}'s early stop runs in the live loop: --live"
+        )
     return DraftSpec(
         args.steps or DEFAULT_STEPS,
         args.topk,
@@ -259,7 +265,11 @@ def render_accept(report) -> Table:
     title = safe(
         f"{report.checkpoint}: accept length per round as {report.engine.display} counts it "
         f"({report.mode}, {spec.mode}: {spec.flags()}"
-        + ("; SGLang's topk > 1 draft KV approximation" if spec.kv != EXACT_KV else "")
+        + (
+            f"; {Engine.SGLANG.display}'s topk > 1 draft KV approximation"
+            if spec.kv != EXACT_KV
+            else ""
+        )
         + f") on {report.samples} samples, {report.device} {report.dtype_label}"
     )
     table = report_table(title)
@@ -288,7 +298,8 @@ def render_accept(report) -> Table:
             row += _expected_cells(w.expectation)
         table.add_row(*row)
     after = (
-        "; rounds include SGLang's one round after each request's stop (overlap scheduler)"
+        f"; rounds include {report.engine.display}'s one round after each request's stop "
+        "(overlap scheduler)"
         if report.engine.overlap_round and report.overlap
         else ""
     )
@@ -301,10 +312,10 @@ def render_accept(report) -> Table:
             "N(0, 1) when verification follows the rule"
         )
     table.caption = (
-        "accept len: 1 + accepted / rounds, pooled over rounds, as the engines log it (vLLM's "
-        "mean acceptance length, SGLang's avg_spec_accept_length); a last round counts every "
-        "drafted token that matched the target, also past the stop. >=k: the share of rounds "
-        "accepting at least k drafted tokens (vLLM's per-position acceptance rate); "
+        "accept len: 1 + accepted / rounds, pooled over rounds, as the engines log it "
+        f"({_VLLM}'s mean acceptance length, {_SGLANG}'s avg_spec_accept_length); a last round "
+        "counts every drafted token that matched the target, also past the stop. >=k: the share "
+        f"of rounds accepting at least k drafted tokens ({_VLLM}'s per-position acceptance rate); "
         "emitted/round: tokens the requests received per round" + after + sampling
     )
     table.caption_justify = "left"

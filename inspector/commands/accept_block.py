@@ -23,6 +23,7 @@ from rich.table import Table
 
 from inspector.commands.common import LazySamples, open_block_draft
 from inspector.commands.output import report_table, safe, stdout_console, write_json
+from inspector.engines import Engine
 from inspector.errors import InputError
 from inspector.formatting import fmt_float, pct
 from inspector.progress import progress_bar
@@ -43,7 +44,7 @@ def refuse_replay_flags(args: argparse.Namespace) -> None:
         (
             "--sglang-overlap",
             getattr(args, "sglang_overlap", "on") == "off",
-            "SGLang's count without its overlap round",
+            f"{Engine.SGLANG.display}'s count without its overlap round",
         ),
     ]
     for flag, given, what in checks:

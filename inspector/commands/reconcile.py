@@ -104,9 +104,9 @@ def run_reconcile(args: argparse.Namespace) -> int:
         if engine.overlap_round and not _overlap(args, lg):
             run_report = report.without_overlap_rounds()
             notes.append(
-                "SGLang without its overlap scheduler"
+                f"{engine.display} without its overlap scheduler"
                 + (
-                    " (its decode lines show a CPU, where SGLang forces it off)"
+                    f" (its decode lines show a CPU, where {engine.display} forces it off)"
                     if lg.device
                     else ""
                 )
@@ -170,10 +170,14 @@ def run_reconcile(args: argparse.Namespace) -> int:
 def _synthetic_setting(args):
     """The synthetic-acceptance setting the flags name (None: none)."""
     from inspector.doctor.reconcile.synthetic import SyntheticSetting
+    from inspector.engines import Engine
 
     if args.synthetic_rates is not None and args.simulated_accept_len is not None:
         raise InputError(
-            None, "--synthetic-rates", "vLLM's; --simulated-accept-len is SGLang's: one of them"
+            None,
+            "--synthetic-rates",
+            f"{Engine.VLLM.display}'s; --simulated-accept-len is {Engine.SGLANG.display}'s: one "
+            "of them",
         )
     if args.synthetic_rates is not None:
         return SyntheticSetting.vllm(args.synthetic_rates)
