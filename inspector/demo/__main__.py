@@ -11,6 +11,10 @@ import sys
 from pathlib import Path
 
 from inspector.demo import DEFAULT_OUT
+from inspector.engines import Engine
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_SGLANG = Engine.SGLANG.display
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         "specforge",
         help="write the demo draft in SpecForge's layout (the same weights: a flat "
         "LlamaForCausalLMEagle3 config, its ids under eagle_config, midlayer.* tensors, no "
-        "embedding), as SpecForge's SGLang export writes a draft",
+        f"embedding), as SpecForge's {_SGLANG} export writes a draft",
     )
     s.add_argument("--out", type=Path, required=True, help="a new folder")
     s.add_argument(

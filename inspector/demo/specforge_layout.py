@@ -27,9 +27,13 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
+from inspector.engines import Engine
 from inspector.engines.sglang_model_files import sglang_rule
 from inspector.errors import InputError, setting_field
 from inspector.formats.writer import DraftFiles, write_draft
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_SGLANG = Engine.SGLANG.display
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 # speculators keys SpecForge's LlamaConfig does not hold, or reads otherwise
@@ -62,7 +66,7 @@ def specforge_files(draft: Path, target: Path) -> DraftFiles:
     rule = sglang_rule(json.loads((target / "config.json").read_text()))
     ids = rule.ids_for(list(hf)) if rule is not None else None  # fc block order, as given
     if ids is None:
-        raise InputError(target, None, "no SGLang id rule for this target class")
+        raise InputError(target, None, f"no {_SGLANG} id rule for this target class")
     flat = {k: v for k, v in cfg.items() if k not in DROPPED}
     flat.update(layer)
     flat["architectures"] = [ARCHITECTURE]

@@ -9,6 +9,11 @@ from dataclasses import dataclass
 
 from textual.binding import Binding
 
+from inspector.engines import Engine
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_SGLANG = Engine.SGLANG.display
+
 POSITION = Binding.Group("position", compact=True)
 SAMPLE = Binding.Group("sample", compact=True)
 MISS = Binding.Group("miss", compact=True)
@@ -149,9 +154,9 @@ MAIN_KEYS: list[Binding] = [
         "serving",
         "Serving settings",
         "choose the engine settings τ replays: draft steps, topk (1 is a chain) and draft tokens, "
-        "as SGLang's flags name them, and the requests' temperature, top-k and top-p (τ is then "
-        "expected under the engine's rule; needs --target); Ctrl+S there sweeps accept --sweep's "
-        "grid and applies a row",
+        f"as {_SGLANG}'s flags name them, and the requests' temperature, top-k and top-p (τ is "
+        "then expected under the engine's rule; needs --target); Ctrl+S there sweeps accept "
+        "--sweep's grid and applies a row",
         show=False,
     ),
     key(

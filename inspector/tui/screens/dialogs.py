@@ -17,6 +17,14 @@ if TYPE_CHECKING:
     from inspector.serving.spec import DraftSpec
     from inspector.tui.serving import Serving
 
+from inspector.engines import Engine
+
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_SGLANG, _VLLM = (
+    Engine.SGLANG.display,
+    Engine.VLLM.display,
+)
+
 
 class Dialog(ModalScreen[ScreenResultType]):
     """A modal screen that closes only while it is on top.
@@ -140,8 +148,9 @@ class ServingScreen(Dialog["Serving | None"]):
                             )
                             yield Label(hint, classes="serving-hint")
             yield Label(
-                "at a temperature τ is expected under the engine's rule (a chain: vLLM's one-hot "
-                "rule; a tree: SGLang's target-only rule), from the target's distributions",
+                "at a temperature τ is expected under the engine's rule (a chain: "
+                f"{_VLLM}'s one-hot rule; a tree: {_SGLANG}'s target-only rule), from the target's "
+                "distributions",
                 classes="serving-note",
             )
             yield Label("", id="serving-error")

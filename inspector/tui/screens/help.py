@@ -7,10 +7,14 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from inspector.engines import Engine
 from inspector.tui.keys import actions
 from inspector.tui.screens.dialogs import Dialog
 
-METRICS = """\
+# the engines' names from the registry (a rename is one edit in inspector/engines/)
+_SGLANG, _VLLM = Engine.SGLANG.display, Engine.VLLM.display
+
+METRICS = f"""\
 ## The first screen
 
 Once the draft loads, the doctor's wiring search (on the first 8 samples, step 0, asked of the
@@ -58,7 +62,7 @@ then the other trainer. Which number is which:
   This is what serving accepts, and `eagle-inspect eval`'s number.
 * **in-vocab** (ours): the same over positions whose true token is in the draft vocabulary;
   **coverage** (`eval`) is the share of true tokens in the draft vocab, the ceiling of all-tok.
-* **τ** (ours): the accept length an engine logs (vLLM's mean acceptance length, SGLang's
+* **τ** (ours): the accept length an engine logs ({_VLLM}'s mean acceptance length, {_SGLANG}'s
   `avg_spec_accept_length`): 1 + accepted / rounds, pooled over every round, for this sample and
   for the samples replayed so far. The rounds are replayed exactly (`eagle-inspect accept`): each
   generation run starts after its prefill token, a round accepts the drafted tokens matching the
@@ -66,9 +70,9 @@ then the other trainer. Which number is which:
   round starts after them; ≥ marks a lower bound, where a last round drafted past what the
   sample holds of the target's continuation. The bar's title names the engine settings: a chain
   of the app's TTT steps (or of 3) to start with; `a` sets draft steps, topk (a tree) and draft
-  tokens as SGLang's flags do, `+` / `-` add or drop a step. At a temperature (`a`, or `open
+  tokens as {_SGLANG}'s flags do, `+` / `-` add or drop a step. At a temperature (`a`, or `open
   --temperature T`; it needs `--target`) τ is the *expected* accept length under the engine's
-  rule (a chain: vLLM's one-hot rule; a tree: SGLang's target-only rule and its thresholds):
+  rule (a chain: {_VLLM}'s one-hot rule; a tree: {_SGLANG}'s target-only rule and its thresholds):
   every round's accepted count replaced by its expectation, from the target's distributions at
   the drafted nodes, as `accept SAMPLES --target T --temperature T` gives it. **all-tok s0..sK** lists every TTT step's accuracy (teacher forced).
 * **full_acc_k** (speculators): a row hits when steps 0..k *all* match the verifier's argmax within
@@ -78,7 +82,7 @@ then the other trainer. Which number is which:
 * **acc_k** (SpecForge): per step, teacher forced, the draft matches the target's *full-vocab*
   argmax (a label outside the draft vocab is a miss); rows where loss_mask[j+k] is set, the
   sample's last mask entry forced to 0.
-* **simulated_acc_len** (SpecForge): Σ_k Π_{m≤k} acc_m (no +1).
+* **simulated_acc_len** (SpecForge): Σ_k Π_{{m≤k}} acc_m (no +1).
 
 **Which one is your training log?** A speculators log shows full_acc / cond_acc on verifier
 targets, including the row after the last token; a SpecForge log shows acc_k against the target's
