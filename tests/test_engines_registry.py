@@ -140,12 +140,16 @@ def test_no_module_outside_engines_compares_an_engine_name():
     assert hits == []
 
 
-def test_no_module_outside_engines_writes_a_release():
+def _release_pattern() -> re.Pattern[str]:
     versions = {r.version for e in all_engines() for r in e.releases}
     versions |= {str(vllm.CPU_WHEEL)}
-    pattern = re.compile(
+    return re.compile(
         r"(?<![\w.])(" + "|".join(re.escape(v) for v in sorted(versions)) + r")(?![\w])"
     )
+
+
+def test_no_module_outside_engines_writes_a_release():
+    pattern = _release_pattern()
     hits = []
     for rel, tree in _outside():
         docs = _docstrings(tree)
@@ -154,6 +158,61 @@ def test_no_module_outside_engines_writes_a_release():
                 if pattern.search(n.value):
                     hits.append(f"{rel}:{n.lineno}: {n.value[:60]!r}")
     assert hits == []
+
+
+# Words outside engines/ that spell an engine's name in prose, each with why it must stay: none.
+# A report, a help text or an error names an engine through the registry (`Engine.X.display`,
+# `.label`, `.says(key)`), so a rename or a release bump is one edit in inspector/engines/.
+# Keys: (module, the constant's text).
+SPELLED_ALLOWED: dict[tuple[str, str], str] = {}
+
+
+def _spelled(tree: ast.AST) -> list[ast.Constant]:
+    """String constants that are not docstrings (f-string parts included) and spell an engine's
+    name as reports print it (its display name, from the registry) or one of its releases."""
+    names = re.compile("|".join(re.escape(e.display) for e in all_engines()))
+    releases = _release_pattern()
+    docs = _docstrings(tree)
+    return [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and id(n) not in docs
+        and (names.search(n.value) or releases.search(n.value))
+    ]
+
+
+def test_no_module_outside_engines_spells_an_engine_name_or_release():
+    found = {(rel, c.value): c.lineno for rel, tree in _outside() for c in _spelled(tree)}
+    hits = [
+        f"{rel}:{line}: {text[:70]!r}"
+        for (rel, text), line in found.items()
+        if (rel, text) not in SPELLED_ALLOWED
+    ]
+    assert hits == []
+    assert set(SPELLED_ALLOWED) <= set(found)  # an allowance nothing needs any more goes
+
+
+def test_the_spelling_check_sees_a_planted_name_and_release():
+    planted = ast.parse(
+        '"""The module names vLLM in its docstring."""\n'
+        "def f(n):\n"
+        '    """So may a function: SGLang."""\n'
+        '    a = "served by llama.cpp"\n'
+        '    b = f"{n} rounds under ONNX Runtime GenAI"\n'
+        '    c = "as 0.5.23 counts"\n'
+        '    d = f"{engine(Engine.VLLM).display} at {engine(Engine.VLLM).release}"\n'
+        '    return "vllm-onehot", "sglang", a, b, c, d\n'
+    )
+    # the docstrings, the ids ("sglang") and the lookups through the registry (d) pass
+    assert sorted(c.value for c in _spelled(planted)) == [
+        " rounds under ONNX Runtime GenAI",
+        "as 0.5.23 counts",
+        "served by llama.cpp",
+    ]
+    # the names come from the registry: a new engine's name is caught with no edit here
+    assert {e.display for e in all_engines()} >= {"vLLM", "SGLang", "llama.cpp"}
 
 
 def test_the_checks_see_a_planted_comparison_and_release():
