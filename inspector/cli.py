@@ -16,7 +16,7 @@ from inspector import __version__
 from inspector.commands.arguments import (
     LCPP,
     RECONCILE_DESCRIPTION,
-    VLLM_,
+    VLLM,
     SuggestingParser,
     add_compare_parser,
     add_doctor_probe_args,
@@ -302,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=doctor_engine,
         metavar="ENGINE",
         help="the engine_feeds finding shows only this engine's readings of the config "
-        f"(repeatable: vllm, sglang, {LCPP}, in any spelling: {VLLM_}, llamacpp; default every "
+        f"(repeatable: vllm, sglang, {LCPP}, in any spelling: {VLLM}, llamacpp; default every "
         "engine)",
     )
     add_doctor_probe_args(p_doc)

@@ -15,7 +15,7 @@ from inspector.engines import engine as serving_engine
 # the SGLang release whose scheduler the help describes
 SGLANG = serving_engine(Engine.SGLANG).label
 # the engines' names as help words, from the registry (a rename is one edit in engines/)
-VLLM_, SGL, LCPP = (e.display for e in (Engine.VLLM, Engine.SGLANG, Engine.LLAMACPP))
+VLLM, SGL, LCPP = (e.display for e in (Engine.VLLM, Engine.SGLANG, Engine.LLAMACPP))
 
 
 def nearest(text: str, known: Sequence[str], cutoff: float = 0.7) -> str | None:
@@ -137,7 +137,7 @@ def add_doctor_probe_args(p: argparse.ArgumentParser) -> None:
         "--steps",
         type=positive,
         metavar="K",
-        help=f"the engine's draft length ({VLLM_} num_speculative_tokens): a block draft's "
+        help=f"the engine's draft length ({VLLM} num_speculative_tokens): a block draft's "
         "block_size is checked against it",
     )
 
@@ -167,7 +167,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         "--steps",
         type=positive,
         metavar="S",
-        help=f"draft steps per round: {SGL} --speculative-num-steps, {VLLM_} "
+        help=f"draft steps per round: {SGL} --speculative-num-steps, {VLLM} "
         "num_speculative_tokens (default 3)",
     )
     p.add_argument(
@@ -196,7 +196,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         "--engine",
         type=engine_name,
         metavar="{vllm,sglang,llamacpp}",
-        help=f"whose counting to follow ({LCPP}, {VLLM_}, {SGL} in any spelling) (default vllm "
+        help=f"whose counting to follow ({LCPP}, {VLLM}, {SGL} in any spelling) (default vllm "
         "for a chain, sglang for a tree): all log "
         f"1 + accepted / rounds; {SGL}'s overlap scheduler runs and counts one more round after "
         f"a request's stop; {LCPP}'s llama-server drafts at most the tokens left before max "
@@ -234,7 +234,7 @@ def add_early_stop_args(p: argparse.ArgumentParser) -> None:
 
 # reconcile's --help description, beside its options
 RECONCILE_DESCRIPTION = (
-    f"Read what {VLLM_} or {SGL} logged about speculative decoding ({VLLM_}'s "
+    f"Read what {VLLM} or {SGL} logged about speculative decoding ({VLLM}'s "
     "'SpecDecoding metrics' log lines, its Prometheus text, JSON lines of per-request "
     f"spec_decode_metrics, {SGL}'s 'accept len' lines, meta_info or server info), replay the "
     "same requests (SAMPLES captured with `capture --generate`, or --prompts INPUT --target "
@@ -313,7 +313,7 @@ def _add_reconcile_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--adaptive",
         action="store_true",
-        help=f"the engine's draft length adapts ({VLLM_} num_speculative_tokens_per_batch_size, "
+        help=f"the engine's draft length adapts ({VLLM} num_speculative_tokens_per_batch_size, "
         f"{SGL} --speculative-adaptive, {LCPP} --spec-draft-p-min > 0) and its log gives no "
         "per-step drafted counts: the replay at a fixed K is an upper bound of its figure "
         "(found in the log's start-up lines where it holds them)",
@@ -322,7 +322,7 @@ def _add_reconcile_settings(p: argparse.ArgumentParser) -> None:
         "--synthetic-rates",
         type=rates,
         metavar="R1,R2,...",
-        help=f"{VLLM_} ran rejection_sample_method='synthetic' with these "
+        help=f"{VLLM} ran rejection_sample_method='synthetic' with these "
         "synthetic_acceptance_rates (unconditional, per position): a figure they give is named "
         "as such, never blamed on the draft",
     )
