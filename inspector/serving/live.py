@@ -2,8 +2,9 @@
 same rounds, counts and JSON as the replay, and the realised sequences written as samples.
 
 One prompt's rounds are `live_sequence.run_sequence` (its docstring has the protocol and what
-the written samples hold); this module runs it over a capture INPUT's prompts per wiring,
-writes the folders and reports like the replay, mode "live".
+the written samples hold), or for a block draft (DFlash, DFlash2) `live_block.run_block_sequence`
+(the same target side, a block a round); this module runs it over a capture INPUT's prompts per
+wiring, writes the folders and reports like the replay, mode "live".
 """
 
 from __future__ import annotations
