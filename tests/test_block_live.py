@@ -363,9 +363,13 @@ def test_accept_live_on_a_block_draft(block_bed, tmp_path, capsys):
     assert main([*argv, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["config"]["mode"] == "live" and doc["config"]["steps"] == 3
+    assert doc["config"]["family"] == "dflash"
     (w,) = doc["wirings"]
     assert w["label"] == "configured [L1, L4, L6]"
     assert w["rounds"] == sum(len(s["accepted"]) for s in w["per_sample"]) > 0
+    assert main(argv) == 0  # the table: the block each round drafts, not EAGLE's engine flags
+    title = " ".join(capsys.readouterr().out.split())
+    assert "(live, dflash: 3 drafts a round, a block of 4 rows)" in title
     for flag in (["--temperature", "0.7"], ["--topk", "2"], ["--p-min", "0.5"]):
         assert main([*argv, *flag]) == 2
         first = capsys.readouterr().err.strip().splitlines()[0]  # then the command's usage

@@ -258,13 +258,21 @@ def _off_target_notes(report) -> list[str]:
     return []
 
 
+def _drafting(report) -> str:
+    """How the rounds draft: the spec's mode and engine flags, or a block draft's block."""
+    spec = report.spec
+    if report.family is not None:
+        return f"{report.family}: {spec.steps} drafts a round, a block of {spec.steps + 1} rows"
+    return f"{spec.mode}: {spec.flags()}"
+
+
 def render_accept(report) -> Table:
     from inspector.serving.spec import EXACT_KV
 
     spec = report.spec
     title = safe(
         f"{report.checkpoint}: accept length per round as {report.engine.display} counts it "
-        f"({report.mode}, {spec.mode}: {spec.flags()}"
+        f"({report.mode}, {_drafting(report)}"
         + (
             f"; {Engine.SGLANG.display}'s topk > 1 draft KV approximation"
             if spec.kv != EXACT_KV

@@ -424,6 +424,7 @@ def _report(
         verifier=str(target),
         engine=loop.engine,
         sampling=None if sampling.greedy else loop.rules,
+        family=draft.config.block.family if draft.config.block is not None else None,
     )
 
 

@@ -149,6 +149,9 @@ class AcceptReport(RunReport):
     # SGLang's overlap scheduler: its round after each request's stop is counted (its default
     # on GPUs); False: `without_overlap_rounds`, as SGLang runs on CPU
     overlap: bool = True
+    # the block draft's family ("dflash", "dflash2") where the live loop ran one: its rounds draft
+    # a block of steps + 1 rows, not the EAGLE chain the spec's engine flags select
+    family: str | None = None
 
     def without_overlap_rounds(self) -> AcceptReport:
         """The report as SGLang counts it without its overlap scheduler: every request's round
@@ -165,6 +168,8 @@ class AcceptReport(RunReport):
             config["overlap_scheduler"] = self.overlap
         if self.sampling is not None:
             config["sampling"] = self.sampling.to_dict()
+        if self.family is not None:
+            config["family"] = self.family
         return {
             "config": config,
             "conventions": conventions(self.engine),
