@@ -64,12 +64,13 @@ class ParallelConfig:
     num_depths: int = 8  # K, speculators' default (proposal_methods[0].speculative_tokens)
 
 
-BLOCK_FAMILIES = ("dflash", "dflash2")
+BLOCK_FAMILIES = ("dflash", "dflash2", "dspark")
 
 
 @dataclass(frozen=True)
 class BlockConfig:
-    """A block draft (z-lab's DFlash and DFlash2): one forward drafts a whole block.
+    """A block draft (z-lab's DFlash and DFlash2; DSpark: DFlash's network with a Markov head on
+    its logits): one forward drafts a whole block.
 
     The block is [last verified token, mask, ..., mask] (`block_size` rows, the mask token's
     embedding in every row but the first); its rows attend to the context keys and values (each
@@ -77,10 +78,11 @@ class BlockConfig:
     position) and to each other, bidirectionally unless `causal` says so for that layer. The
     draft has no embedding or head of its own: the target's embedding (times
     `input_embedding_scale`) feeds it and the target's lm_head reads it (times
-    `output_multiplier`, then `final_logit_softcapping`). Rows 1.. of the block are the drafts.
+    `output_multiplier`, then `final_logit_softcapping`). Rows 1.. of the block are the drafts
+    (every row where `anchor_drafts`).
     """
 
-    family: str  # "dflash" | "dflash2"
+    family: str  # "dflash" | "dflash2" | "dspark"
     # The ids as the config writes them (or the reference's default): decoder-layer numbering,
     # the reference reads hidden_states[id + 1]. `hf_layer_ids` are the HF hidden_states indices.
     layer_ids: tuple[int, ...]
@@ -110,6 +112,26 @@ class BlockConfig:
     # + 1 (HF indices). The doctor's fix names that key, in that numbering.
     ids_key: str = "dflash_config.target_layer_ids"
     ids_offset: int = 0
+    # The config field that marks the family, for a one-line refusal naming it.
+    marker: str = "architectures"
+    # DSpark's slots: whether block row 0 (the anchor's) drafts too. True (speculators' DSpark
+    # default `sample_from_anchor`, DeepSeek's, vLLM's DSpark runner): row k drafts x_{n+k+1},
+    # block_size drafts a round. False (the reference's, SpecForge's DSpark): rows 1.. draft,
+    # row k drafts x_{n+k}. Either way draft j follows x_{n+j}; served with the other slots,
+    # every draft is one position off (accept length about 1).
+    anchor_drafts: bool = False
+    # DSpark's Markov head: a low-rank bias W2(W1[previous token]) on each draft's logits
+    # ("vanilla"; "gated" scales W1's row by a sigmoid of [hidden, W1 row]); None: no head.
+    markov_rank: int | None = None
+    markov_head_type: str | None = None
+    # DSpark's confidence head: its input width (hidden, + markov_rank with the Markov row)
+    confidence_input: int | None = None
+
+    @property
+    def drafts_per_block(self) -> int:
+        """The tokens one block drafts: block_size, or block_size - 1 when the anchor's row
+        only carries the last verified token."""
+        return self.block_size if self.anchor_drafts else self.block_size - 1
 
     @property
     def hf_layer_ids(self) -> tuple[int, ...]:

@@ -253,10 +253,11 @@ def test_eagle_ids_that_disagree_are_noted(tmp_path):
         ({"architectures": ["DFlash2DraftModel"]}, "dflash2"),
         ({"dflash_config": {"mask_token_id": 5}}, "dflash"),
         ({"dflash_config": {"conv_kernel_size": 4}}, "dflash2"),
-        ({"dflash_config": {"projector_type": "dspark"}}, None),
+        ({"dflash_config": {"projector_type": "dspark"}}, "dspark"),  # SpecForge's DSpark
+        ({"dflash_config": {"projector_type": "domino"}}, None),
         ({"architectures": ["DSparkDraftModel"]}, None),
         ({"speculators_model_type": "dflash"}, "dflash"),  # speculators' layout
-        ({"speculators_model_type": "dspark"}, None),
+        ({"speculators_model_type": "dspark"}, "dspark"),
         ({"architectures": ["LlamaForCausalLMEagle3"]}, None),
         ({"architectures": ["PEagleDraftModel"], "dflash_config": {"mask_token_id": 5}}, None),
     ],

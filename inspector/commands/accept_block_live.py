@@ -46,10 +46,11 @@ def run_block_live(args: argparse.Namespace, err: Console):
     from inspector.engines import Engine
     from inspector.evaluate import resolve_device
     from inspector.formats import load_block_draft
-    from inspector.formats.block_config import block_draft_family
+    from inspector.formats.block_config import block_draft_family, refuse_block_forward
     from inspector.serving.spec import DraftSpec
 
     refuse_live_flags(args)
+    refuse_block_forward(args.checkpoint)  # DSpark: its slots and Markov head are not run here
     family = block_draft_family(args.checkpoint) or "dflash"
     engine = counting_engines(args, family)[0] if args.engine is not None else Engine.VLLM
     draft_dir, target, prompts = live_inputs(args)

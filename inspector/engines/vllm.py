@@ -147,6 +147,15 @@ FACTS = (
         drafts="dflash",
         topic="numerics",
     ),
+    Fact(
+        "issue #41834, comment 2026-08-01",
+        "its DSpark runner drafts from the anchor's row, so a round runs num_speculative_tokens "
+        "rows (v1/worker/gpu/spec_decode/dspark/speculator.py); DeepSeek-V4-Flash's DSpark draft "
+        "(dspark_block_size 5) accepted 1.31 tokens a round at the model card's K = 7 and 2.74 "
+        "at K = 5 (vllm-ascend #13640 reports 2.91 at K = 7: the collapse may be this engine's)",
+        drafts="dspark",
+        topic="block_size",
+    ),
 )
 
 

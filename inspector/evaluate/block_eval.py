@@ -374,16 +374,26 @@ def load_block(
     embed: str | None = None,
     device: str = "auto",
     dtype: str = "auto",
+    forward: bool = True,
 ):
     """(draft, SampleSet) of a block draft and its samples: the draft with the target's
-    embedding and head, the samples checked against its vocabulary and target width."""
+    embedding and head, the samples checked against its vocabulary and target width.
+    `forward`: the caller runs the blocks (eval, accept, the app), which a DSpark draft's Markov
+    head and slots are not wired into yet: one line naming the field that marks it."""
+    from pathlib import Path
+
+    from inspector.errors import InputError
     from inspector.evaluate.device import resolve_device
     from inspector.formats import SampleSet, load_block_draft
+    from inspector.formats.block_dspark import DSPARK_FORWARD_MISSING
     from inspector.formats.layer_convention import target_layer_count
 
     dev = resolve_device(device)
     draft = load_block_draft(checkpoint, embed=embed, target=target, dtype=dtype, device=dev)
     cfg = draft.config
+    block = cfg.block
+    if forward and block is not None and block.family == "dspark":
+        raise InputError(Path(draft.path) / "config.json", block.marker, DSPARK_FORWARD_MISSING)
     n_layers = target_layer_count(target) if target is not None else None
     sample_set = SampleSet(
         list(samples),

@@ -15,6 +15,7 @@ from pathlib import Path
 from inspector.draft import BlockConfig, DraftConfig
 from inspector.engines.vllm import LABEL as VLLM
 from inspector.errors import InputError
+from inspector.formats.block_dspark import DSPARK_FORWARD_MISSING, SPECFORGE, read_dspark_head
 from inspector.formats.block_speculators import (
     parse_speculators_block_config,
     speculators_block_family,
@@ -66,13 +67,13 @@ def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> lis
 
 
 def block_family(config: dict) -> str | None:
-    """'dflash' or 'dflash2' when a parsed config.json is a DFlash draft's, else None (EAGLE-3,
-    P-EAGLE, and the other families, which the EAGLE-3 loader reads or refuses).
+    """'dflash', 'dflash2' or 'dspark' when a parsed config.json is a block draft's, else None
+    (EAGLE-3, P-EAGLE, and the other families, which the EAGLE-3 loader reads or refuses).
 
     A speculators config by its `speculators_model_type` ('dflash': `block_speculators`);
     another by `architectures` (the reference's classes), else by a `dflash_config` that is not
-    a DSpark or Domino projector's (SpecForge writes those there too) in a config that is not
-    P-EAGLE's."""
+    a Domino projector's (SpecForge writes those there too; its DSpark's is 'dspark') in a
+    config that is not P-EAGLE's."""
     if not isinstance(config, dict):
         return None
     if config.get("speculators_model_type") is not None:
@@ -85,7 +86,9 @@ def block_family(config: dict) -> str | None:
     sub = config.get(DRAFT_KEYS)
     if not isinstance(sub, dict) or is_peagle(ConfigReader(None, config)):
         return None
-    if sub.get("projector_type") in ("dspark", "domino"):
+    if sub.get("projector_type") == "dspark":
+        return "dspark"  # SpecForge's DSpark: DFlash's network and keys, a Markov head
+    if sub.get("projector_type") == "domino":
         return None
     return "dflash2" if "conv_kernel_size" in sub else "dflash"
 
@@ -125,6 +128,28 @@ def refuse_block_draft(checkpoint: str | Path) -> None:
         return
     check_family(ConfigReader(cfg_path, raw))  # raises for every config block_family names
     raise InputError(cfg_path, "architectures", f"a DFlash draft: {DFLASH_MISSING}")
+
+
+def refuse_block_forward(checkpoint: str | Path) -> None:
+    """One line (an InputError naming config.json and the field that marks it) where
+    `checkpoint` is a block draft whose blocks the commands do not run yet (DSpark): what
+    `evaluate.block_eval.load_block` says, for the app before it starts. Nothing otherwise."""
+    folder = Path(checkpoint)
+    folder = folder.parent if folder.is_file() else folder
+    cfg_path = folder / "config.json"
+    try:
+        raw = read_json(cfg_path) if cfg_path.is_file() else None
+    except InputError:
+        return
+    if block_family(raw) != "dspark":  # type: ignore[arg-type]
+        return
+    assert isinstance(raw, dict)
+    marker = (
+        "speculators_model_type"
+        if speculators_block_family(raw) is not None
+        else "dflash_config.projector_type"
+    )
+    raise InputError(cfg_path, marker, DSPARK_FORWARD_MISSING)
 
 
 class _DraftValues:
@@ -314,6 +339,10 @@ def parse_block_config(
             raise values.reader("selector_top_k").error(
                 "selector_top_k", f"{conv['selector_top_k']} exceeds vocab_size {vocab}"
             )
+    dspark: dict[str, object] = {}
+    if family == "dspark":
+        dspark = read_dspark_head(values.reader, SPECFORGE, h)
+        dspark["marker"] = "dflash_config.projector_type"
     block = BlockConfig(
         family=family,
         layer_ids=ids,
@@ -331,6 +360,7 @@ def parse_block_config(
         # the reference caps only with a positive value
         final_logit_softcapping=float(cap) if cap is not None and float(cap) > 0 else None,  # type: ignore[arg-type]
         **conv,  # type: ignore[arg-type]
+        **dspark,  # type: ignore[arg-type]
     )
     cfg = DraftConfig(
         hidden_size=h,

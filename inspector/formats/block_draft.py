@@ -135,7 +135,27 @@ def _expected_shapes(cfg: DraftConfig) -> dict[str, tuple[int, ...]]:
             "candidate_selector.successor_codebook.weight": (cfg.vocab_size, r),
             "candidate_selector.hidden_projection.weight": (r, h),
         }
+    if block.markov_rank:  # DSpark's Markov head: W1 [V, r] (an embedding), W2 r -> V
+        r = block.markov_rank
+        shapes |= {
+            "markov_head.markov_w1.weight": (cfg.vocab_size, r),
+            "markov_head.markov_w2.weight": (cfg.vocab_size, r),
+        }
+        if block.markov_head_type == "gated":
+            shapes |= {
+                "markov_head.gate_proj.weight": (r, h + r),
+                "markov_head.gate_proj.bias": (r,),
+            }
     return shapes
+
+
+def _optional_dspark(cfg: DraftConfig) -> dict[str, tuple[int, ...]]:
+    """DSpark's confidence head: read where saved (the engines drop it where it is not), never
+    run (it only predicts each draft's acceptance)."""
+    width = cfg.block.confidence_input if cfg.block is not None else None
+    if not width:
+        return {}
+    return {"confidence_head.proj.weight": (1, width), "confidence_head.proj.bias": (1,)}
 
 
 def _why(name: str, cfg: DraftConfig) -> str:
@@ -163,6 +183,7 @@ def _validate(cfg: DraftConfig, w: dict[str, torch.Tensor], wf: Path) -> None:
             a + "o_proj.bias": (cfg.hidden_size,),
         }
     optional["mask_embedding"] = (cfg.hidden_size,)
+    optional |= _optional_dspark(cfg)
     for name, shape in _expected_shapes(cfg).items():
         if name not in w:
             raise InputError(wf, name, "tensor not found")
@@ -206,6 +227,12 @@ def _mask_embedding(folder: Path, mask_token_id: int) -> torch.Tensor | None:
     if not isinstance(state, torch.Tensor):
         raise InputError(path, "embedding", "expected a tensor (or a dict with one)")
     return state.reshape(-1)
+
+
+def _layout_name(family: str, speculators: bool) -> str:
+    if speculators:
+        return SPECULATORS_LAYOUT
+    return "SpecForge" if family == "dspark" else "z-lab"
 
 
 def load_block_draft(
@@ -331,7 +358,7 @@ def load_block_draft(
         vocab=VocabMap.identity(cfg.vocab_size),
         name=folder.name,
         path=str(folder),
-        layout=f"{family} ({SPECULATORS_LAYOUT if speculators else 'z-lab'})",
+        layout=f"{family} ({_layout_name(family, speculators)})",
         notes=notes,
         stored_vocab=StoredVocab(None, None),
         stored_dtype=chosen.stored,

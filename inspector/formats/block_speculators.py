@@ -1,5 +1,6 @@
-"""speculators' own block-draft layout (`speculators_model_type: "dflash"`) -> the canonical
-`DraftConfig` with its `BlockConfig` (docs/guides/block-drafts.md, *speculators' DFlash*).
+"""speculators' own block-draft layout (`speculators_model_type: "dflash"`, and `"dspark"`: the
+same with DSpark's keys, `block_dspark`) -> the canonical `DraftConfig` with its `BlockConfig`
+(docs/guides/block-drafts.md, *speculators' DFlash*).
 
 speculators (0.9.0: `speculators.models.dflash`, `DFlashSpeculatorConfig` and
 `DFlashDraftModel`) trains the reference's network under other keys, so only the config differs:
@@ -25,10 +26,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from inspector.draft import BlockConfig, DraftConfig
+from inspector.formats.block_dspark import SPECULATORS, read_dspark_head
 from inspector.formats.config import LAYER_TYPES, ConfigReader, read_rope
 
 # speculators_model_type -> the block family the forward runs
-SPECULATORS_BLOCK_KINDS = {"dflash": "dflash"}
+SPECULATORS_BLOCK_KINDS = {"dflash": "dflash", "dspark": "dspark"}
 LAYER_KEY = "transformer_layer_config"
 SPECULATORS_LAYOUT = "speculators"
 # DFlashSpeculatorConfig's defaults (speculators 0.9.0, models/dflash/config.py)
@@ -146,7 +148,7 @@ def parse_speculators_block_config(
             f"{draft_vocab}{absent}, but the target's vocab_size is {vocab}: a reduced draft "
             "vocabulary (d2t/t2d) in a block draft is not read yet",
         )
-    if top.flag("sample_from_anchor"):
+    if family == "dflash" and top.flag("sample_from_anchor"):
         raise top.error(
             "sample_from_anchor",
             "true: block row 0 drafts too (block_size drafts a round); only the reference's "
@@ -181,6 +183,8 @@ def parse_speculators_block_config(
         window_from_anchor=True,
         ids_key="aux_hidden_state_layer_ids",
         ids_offset=1,
+        marker="speculators_model_type",
+        **(read_dspark_head(lambda key: top, SPECULATORS, h) if family == "dspark" else {}),  # type: ignore[arg-type]
     )
     cfg = DraftConfig(
         hidden_size=h,

@@ -352,3 +352,43 @@ def selector_path(
         previous = candidates[:, i].gather(-1, scores.argmax(-1, keepdim=True))[:, 0]
         path.append(previous)
     return torch.stack(path, dim=1)
+
+
+def draft_rows(draft: Draft, normed: torch.Tensor) -> torch.Tensor:
+    """The rows of a block that draft [.., drafts_per_block, H]: rows 1.., or every row where
+    the anchor's row drafts too (DSpark's `anchor_drafts`); draft j follows x_{n+j}."""
+    block = _block_config(draft)
+    return normed if block.anchor_drafts else normed[..., 1:, :]
+
+
+def markov_bias(draft: Draft, prev_ids: torch.Tensor, normed: torch.Tensor) -> torch.Tensor:
+    """DSpark's Markov bias [.., n, V] (float32) on n drafts that follow the tokens `prev_ids`
+    [.., n], their final-normed rows `normed` [.., n, H]: W2(W1[prev]) ("vanilla"), or
+    W2(sigmoid(gate([h, W1[prev]])) * W1[prev]) ("gated"); zeros without a Markov head."""
+    block = _block_config(draft)
+    w = draft.weights
+    if not block.markov_rank:
+        return torch.zeros(*prev_ids.shape, draft.config.vocab_size, device=normed.device)
+    emb = F.embedding(prev_ids, w["markov_head.markov_w1.weight"])
+    if block.markov_head_type == "gated":
+        both = torch.cat([normed.to(emb.dtype), emb], dim=-1)
+        gate = linear(both, w["markov_head.gate_proj.weight"]) + w["markov_head.gate_proj.bias"]
+        emb = torch.sigmoid(gate) * emb
+    return linear(emb, w["markov_head.markov_w2.weight"]).float()
+
+
+def markov_path(
+    draft: Draft, normed: torch.Tensor, logits: torch.Tensor, anchor: torch.Tensor
+) -> torch.Tensor:
+    """DSpark's greedy proposal [b, n]: each draft the argmax of its logits plus the Markov bias
+    of the token before it (the anchor, then each pick in turn), as the engines sample it at
+    temperature 0. normed: the drafting rows [b, n, H] (`draft_rows`); logits: `head_logits` of
+    them; anchor: the block's first token [b]. Where every earlier draft matched, draft j's
+    pick is the teacher-forced one (`markov_bias` over the true tokens)."""
+    previous = anchor
+    path = []
+    for j in range(logits.shape[1]):
+        step = logits[:, j] + markov_bias(draft, previous[:, None], normed[:, j : j + 1])[:, 0]
+        previous = step.argmax(-1)
+        path.append(previous)
+    return torch.stack(path, dim=1)

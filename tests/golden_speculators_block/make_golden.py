@@ -37,6 +37,13 @@ states at the three aux layers, concatenated in fc order), all on one set of wei
   full; the window is measured from the anchor over the context keys;
 - `swa_noncausal`: the same with `sliding_window_non_causal` true.
 
+DSpark (speculators' `DSparkDraftModel`: DFlash's network, a Markov head and a confidence head;
+its defaults: `sample_from_anchor` true, every row drafts) in `dspark_vanilla` and `dspark_gated`
+(`markov_rank` 8, full layers, weights of their own): `<case>.logits` [A, B, V] are the logits its
+training forward scores, the Markov bias of the true token before each row included, as its
+`forward` hands them to `compute_metrics` (which this script wraps to keep them; the forward itself
+runs unchanged).
+
 The target is tests/golden_block/target (embedding and head of 256 tokens, hidden size 64).
 """
 
@@ -161,6 +168,83 @@ def _load(mods, folder: Path):
     return model
 
 
+DSPARK = {"dspark_vanilla": "vanilla", "dspark_gated": "gated"}
+MARKOV_RANK = 8
+
+
+def _dspark(out: Path, target: Path, hidden, ids, gen, expected: dict) -> None:
+    """The DSpark cases: speculators' own DSpark forward over the same sequence."""
+    import speculators.models.dspark.core as core
+    from speculators.config import SpeculatorsConfig, VerifierConfig
+    from speculators.models.dspark import DSparkDraftModel, DSparkSpeculatorConfig
+    from speculators.proposals.greedy import GreedyTokenProposalConfig
+    from transformers import Qwen3Config
+
+    kept = {}
+    metrics = core.compute_metrics
+
+    def keep(logits, *args, **kwargs):
+        kept["logits"] = logits.detach().clone()
+        return metrics(logits, *args, **kwargs)
+
+    core.compute_metrics = keep
+    for seed, (name, kind) in enumerate(DSPARK.items(), start=7):
+        tl = Qwen3Config(
+            hidden_size=H,
+            intermediate_size=INTER,
+            num_hidden_layers=2,
+            num_attention_heads=HEADS,
+            num_key_value_heads=KV_HEADS,
+            head_dim=HEAD_DIM,
+            vocab_size=VOCAB,
+            rms_norm_eps=1e-6,
+            max_position_embeddings=256,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+        cfg = DSparkSpeculatorConfig(
+            transformer_layer_config=tl,
+            draft_vocab_size=VOCAB,
+            block_size=BLOCK,
+            aux_hidden_state_layer_ids=AUX,
+            mask_token_id=MASK,
+            markov_rank=MARKOV_RANK,
+            markov_head_type=kind,
+            speculators_config=SpeculatorsConfig(
+                algorithm="dspark",
+                proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=BLOCK)],
+                default_proposal_method="greedy",
+                verifier=VerifierConfig(
+                    name_or_path=str(target), architectures=["Qwen3ForCausalLM"]
+                ),
+            ),
+        )
+        built = DSparkDraftModel(cfg).float()
+        _redraw(built, seed=seed)
+        folder = out / name
+        shutil.rmtree(folder, ignore_errors=True)
+        _save(built, folder)
+        model = DSparkDraftModel.from_pretrained(str(folder)).float().eval()
+        assert model.config.sample_from_anchor and model.markov_head is not None
+        n_anchors = T - BLOCK
+        # its own loss settings, eager (the fused losses need Triton)
+        train, _ = DSparkDraftModel.get_trainer_kwargs(
+            loss_fn="kl_div", loss_implementation="eager"
+        )
+        train["max_anchors"] = n_anchors
+        with torch.no_grad():
+            model(
+                hidden,
+                ids,
+                torch.ones(1, T, dtype=torch.long),
+                torch.randn(1, T, H, generator=gen),
+                torch.zeros(1, T, dtype=torch.long),
+                **train,
+            )
+        expected[f"{name}.logits"] = kept["logits"].view(n_anchors, BLOCK, VOCAB).contiguous()
+        expected[f"{name}.anchors"] = torch.arange(n_anchors)
+    core.compute_metrics = metrics
+
+
 def main(out: Path, target: Path) -> None:
     mods = _imports()
     torch.manual_seed(0)
@@ -198,6 +282,7 @@ def main(out: Path, target: Path) -> None:
         assert torch.equal(anchors, torch.arange(n_anchors)), anchors
         expected[f"{name}.logits"] = logits.view(n_anchors, BLOCK, VOCAB).contiguous()
         expected[f"{name}.anchors"] = anchors.clone()
+    _dspark(out, target, hidden, ids, gen, expected)
     # one set of weights: the other cases keep their config.json only (the test puts the
     # weights of `full` beside it)
     for name in CASES:
@@ -213,6 +298,8 @@ def main(out: Path, target: Path) -> None:
         "block_size": BLOCK,
         "mask_token_id": MASK,
         "cases": CASES,
+        "dspark": DSPARK,
+        "markov_rank": MARKOV_RANK,
         "logits_rms": {
             k: float(v.double().pow(2).mean().sqrt())
             for k, v in expected.items()

@@ -23,7 +23,7 @@ from inspector.doctor.wiring.block_capture import BlockCapture
 from inspector.doctor.wiring.block_search import BlockSearch, Layers, Scored
 from inspector.doctor.wiring.engine_reading import engine_reads
 from inspector.draft import BlockConfig, Draft
-from inspector.engines import Engine
+from inspector.engines import Engine, all_engines
 from inspector.formatting import pct
 
 # the engines' names from the registry (a rename is one edit in inspector/engines/)
@@ -308,7 +308,11 @@ class SizeFacts:
 def block_size_finding(block: BlockConfig, k: int | None) -> Finding:
     """The block a round runs is the anchor and K masks: K = block_size - 1 runs the block the
     draft was trained on; another K runs a block of another length (bidirectional rows see
-    another number of masks)."""
+    another number of masks). A DSpark draft that drafts from the anchor's row (its
+    `anchor_drafts`) is run as K rows, the anchor first: K = block_size, with the engines' facts
+    on what another K did."""
+    if block.anchor_drafts:
+        return _anchor_first_size(block, k)
     want = block.block_size - 1
     facts = SizeFacts(block.block_size, k)
     if k is None:
@@ -335,6 +339,36 @@ def block_size_finding(block: BlockConfig, k: int | None) -> Finding:
         f"block_size {block.block_size} but num_speculative_tokens {k}: the engine runs blocks "
         f"of {k + 1} rows, the draft was trained on {block.block_size}",
         f"serve with num_speculative_tokens {want}",
+        facts,
+    )
+
+
+def _anchor_first_size(block: BlockConfig, k: int | None) -> Finding:
+    """DSpark's block size against K where the anchor's row drafts: the engine's block is K rows,
+    so K must equal block_size (the engines' dated facts say what another K did)."""
+    n = block.block_size
+    seen = [
+        f"{e.display} ({f.since}): {f.words}"
+        for e in all_engines()
+        for f in e.facts_for(None, "dspark", "block_size")
+    ]
+    facts = SizeFacts(n, k)
+    how = "every row drafts, the anchor's first (sample_from_anchor): K drafts take K rows"
+    if k is None or k == n:
+        said = "serve it with" if k is None else "and"
+        return Finding(
+            Kind.DRAFT_SHAPE,
+            Severity.INFO,
+            f"block_size {n} {said} num_speculative_tokens {n} ({how}: the block it was trained on)",
+            None,
+            facts,
+        )
+    return Finding(
+        Kind.DRAFT_SHAPE,
+        Severity.ERROR,
+        f"block_size {n} but num_speculative_tokens {k}: {how}, so the engine runs blocks of {k} "
+        f"rows, the draft was trained on {n}" + "".join(f". {w}" for w in seen),
+        f"serve with num_speculative_tokens {n}",
         facts,
     )
 

@@ -1,0 +1,235 @@
+"""DSpark: its layouts (speculators' `speculators_model_type: "dspark"`, SpecForge's
+`dflash_config.projector_type: "dspark"`) read into the canonical block draft, its logits (the
+DFlash backbone plus the Markov bias) against the ones speculators' own DSpark code scored
+(tests/golden_speculators_block, made by its make_golden.py with speculators 0.9.0), the
+doctor's block-size rule, and the one-line refusal of the commands that run its blocks."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from support import accumulation_tolerance
+
+from inspector.errors import InputError
+from inspector.formats import load_block_draft
+from inspector.formats.block_config import block_draft_family
+from inspector.model.block import (
+    anchored_block_hidden,
+    draft_rows,
+    head_logits,
+    markov_bias,
+    markov_path,
+)
+
+ROOT = Path(__file__).parent / "golden_speculators_block"
+TARGET = Path(__file__).parent / "golden_block" / "target"
+ZLAB = Path(__file__).parent / "golden_block" / "dflash" / "checkpoint"
+CASES = ("dspark_vanilla", "dspark_gated")
+
+# speculators scores float32 logits (its flex attention, the Markov bias added in its own order):
+# ours may differ by the float32 accumulation term of the error model
+# (support.accumulation_tolerance, n = the hidden size, 64). Measured: at most 1.7e-6, against a
+# tolerance of 1.5e-5 (a ninth).
+
+
+@pytest.fixture(scope="module")
+def inputs() -> dict[str, torch.Tensor]:
+    return load_file(str(ROOT / "inputs.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def expected() -> dict[str, torch.Tensor]:
+    return load_file(str(ROOT / "expected.safetensors"))
+
+
+def _blocks(draft, inputs, anchors):
+    """(drafting rows [A, B, H], their logits, the true token before each draft [A, B]) of the
+    blocks [x_a, mask, ...] at each anchor a."""
+    block = draft.config.block
+    ids = inputs["input_ids"]
+    block_ids = torch.full((len(anchors), block.block_size), block.mask_token_id)
+    block_ids[:, 0] = ids[anchors]
+    normed = draft_rows(
+        draft, anchored_block_hidden(draft, inputs["hidden_states"], anchors, block_ids)
+    )
+    n = block.drafts_per_block
+    prev = ids[anchors[:, None] + torch.arange(n)[None, :]]  # draft j follows x_{a+j}
+    return normed, head_logits(draft, normed), prev
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_logits_match_speculators_dspark(inputs, expected, case):
+    draft = load_block_draft(ROOT / case, target=TARGET)
+    block = draft.config.block
+    assert block is not None and block.family == "dspark" and draft.layout == "dspark (speculators)"
+    # speculators' DSpark drafts from the anchor's row: block_size drafts a round
+    assert block.anchor_drafts and block.drafts_per_block == block.block_size == 4
+    assert block.markov_rank == 8 and block.markov_head_type == case.removeprefix("dspark_")
+    assert block.confidence_input == 64 + 8  # hidden + the Markov row
+    anchors = expected[f"{case}.anchors"]
+    normed, logits, prev = _blocks(draft, inputs, anchors)
+    got = logits + markov_bias(draft, prev, normed)
+    exp = expected[f"{case}.logits"]
+    tol = accumulation_tolerance(exp, draft.config.hidden_size)
+    assert got.shape == exp.shape
+    diff = (got - exp).abs().max().item()
+    assert diff <= tol, (diff, tol)
+    # the bias is what makes them speculators': without it they part
+    assert (logits - exp).abs().max().item() > 100 * tol
+    # the other slots (rows 1.. drafting, each one position later) part too: AL about 1 served so
+    shifted = head_logits(draft, normed[:, 1:]) + markov_bias(draft, prev[:, 1:], normed[:, 1:])
+    assert (shifted - exp[:, :-1]).abs().max().item() > 100 * tol
+
+
+def test_greedy_path_is_the_teacher_forced_pick_while_it_matches(inputs, expected):
+    """The sequential proposal's draft j is the teacher-forced argmax wherever drafts 0..j-1
+    equal the true tokens: what the accepted prefix of a round counts."""
+    draft = load_block_draft(ROOT / "dspark_gated", target=TARGET)
+    anchors = expected["dspark_gated.anchors"]
+    normed, logits, prev = _blocks(draft, inputs, anchors)
+    path = markov_path(draft, normed, logits, prev[:, 0])
+    forced = (logits + markov_bias(draft, prev, normed)).argmax(-1)
+    truth = inputs["input_ids"][anchors[:, None] + 1 + torch.arange(4)[None, :]]
+    matched = torch.ones(len(anchors), dtype=torch.bool)
+    for j in range(4):
+        assert torch.equal(path[matched, j], forced[matched, j])
+        matched &= path[:, j] == truth[:, j]
+    # and a path fed its own picks is a path: its first draft is the forced one everywhere
+    assert torch.equal(path[:, 0], forced[:, 0])
+
+
+def _specforge_dspark(tmp: Path, **dflash) -> Path:
+    """z-lab's golden DFlash weights in SpecForge's DSpark layout (DSparkDraftModel, the keys in
+    dflash_config), with a Markov head of rank 8."""
+    folder = tmp / "specforge-dspark"
+    shutil.copytree(ZLAB, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["architectures"] = ["DSparkDraftModel"]
+    cfg["dflash_config"] |= {"projector_type": "dspark", "markov_rank": 8} | dflash
+    (folder / "config.json").write_text(json.dumps(cfg))
+    w = load_file(str(folder / "model.safetensors"))
+    gen = torch.Generator().manual_seed(0)
+    w["markov_head.markov_w1.weight"] = torch.randn(256, 8, generator=gen)
+    w["markov_head.markov_w2.weight"] = torch.randn(256, 8, generator=gen)
+    save_file(w, str(folder / "model.safetensors"))
+    return folder
+
+
+def test_specforge_dspark_layout(tmp_path):
+    """SpecForge's DSpark proposes rows 1.. (`draft_hidden[:, -block_size + 1:]`): the
+    reference's slots, block_size - 1 drafts."""
+    folder = _specforge_dspark(tmp_path)
+    assert block_draft_family(folder) == "dspark"
+    draft = load_block_draft(folder, target=TARGET)
+    block = draft.config.block
+    assert block is not None and draft.layout == "dspark (SpecForge)"
+    assert not block.anchor_drafts and block.drafts_per_block == block.block_size - 1
+    assert block.markov_rank == 8 and block.confidence_input is None
+    assert block.marker == "dflash_config.projector_type"
+
+
+@pytest.mark.parametrize(
+    ("edit", "field", "words"),
+    [
+        ({"markov_head_type": "rnn"}, "dflash_config.markov_head_type", "'rnn': not supported"),
+        ({"markov_rank": -1}, "dflash_config.markov_rank", "non-negative"),
+        (
+            {"markov_rank": 0, "enable_confidence_head": True, "confidence_head_with_markov": True},
+            "dflash_config.confidence_head_with_markov",
+            "markov_rank is 0",
+        ),
+    ],
+)
+def test_malformed_dspark_keys_are_one_line(tmp_path, edit, field, words):
+    folder = _specforge_dspark(tmp_path, **edit)
+    with pytest.raises(InputError, match=words) as err:
+        load_block_draft(folder, target=TARGET)
+    assert err.value.field == field and "\n" not in str(err.value)
+
+
+def test_missing_markov_tensor_is_named(tmp_path):
+    folder = tmp_path / "ckpt"
+    shutil.copytree(ROOT / "dspark_vanilla", folder)
+    w = load_file(str(folder / "model.safetensors"))
+    del w["markov_head.markov_w2.weight"]
+    save_file(w, str(folder / "model.safetensors"))
+    with pytest.raises(InputError, match="markov_head.markov_w2.weight: tensor not found"):
+        load_block_draft(folder, target=TARGET)
+
+
+def _run(capsys, argv: list[str]) -> tuple[int, str, str]:
+    from inspector.cli import main
+
+    capsys.readouterr()
+    code = main([*argv, "--device", "cpu"])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("command", ["eval", "accept", "accept --live", "reconcile"])
+def test_commands_that_run_blocks_refuse_dspark_in_one_line(tmp_path, capsys, command):
+    ckpt = str(ROOT / "dspark_vanilla")
+    argv = [*command.split(), ckpt, str(ROOT), "--target", str(TARGET)]
+    if command == "accept --live":
+        prompts = tmp_path / "prompts.jsonl"
+        prompts.write_text(json.dumps({"prompt": "hello"}) + "\n")
+        argv = [*command.split(), ckpt, "--target", str(TARGET), "--prompts", str(prompts)]
+    if command == "reconcile":
+        log = Path(__file__).parents[1] / "assets" / "demo" / "engine-logs" / "vllm-deployed-k3.log"
+        argv += ["--engine-log", str(log)]
+    code, _, err = _run(capsys, argv)
+    assert code == 2 and "Traceback" not in err
+    assert "config.json: speculators_model_type: a DSpark draft" in err
+    assert "eval, accept and the app do not run its Markov head yet" in err
+
+
+def test_the_app_refuses_dspark_before_it_starts(tmp_path):
+    from inspector.cli import build_parser
+    from inspector.commands.open import build_app
+
+    ckpt = _specforge_dspark(tmp_path)
+    args = build_parser().parse_args(["open", str(ckpt), str(ROOT), "--target", str(TARGET)])
+    with pytest.raises(InputError) as err:
+        build_app(args)
+    assert err.value.field == "dflash_config.projector_type"
+    assert "eval, accept and the app do not run its Markov head yet" in str(err.value)
+
+
+def test_doctor_holds_dspark_block_size_to_k(capsys):
+    """Drafting from the anchor's row, a DSpark draft runs K rows: K must equal block_size; the
+    engines' dated facts (vLLM #41834) say what another K did."""
+    base = ["doctor", str(ROOT / "dspark_vanilla"), str(ROOT), "--target", str(TARGET), "--json"]
+    code, out, err = _run(capsys, [*base, "--steps", "7"])
+    assert "the wiring search is not run" in err
+    findings = {f["kind"]: f for f in json.loads(out)["findings"]}
+    shape = findings["draft_shape"]
+    assert shape["severity"] == "error" and shape["fix"] == "serve with num_speculative_tokens 4"
+    assert "block_size 4 but num_speculative_tokens 7" in shape["summary"]
+    assert "1.31 tokens a round at the model card's K = 7 and 2.74 at K = 5" in shape["summary"]
+    assert "#41834" in shape["summary"]
+    assert code == 1
+    code, out, _ = _run(capsys, [*base, "--steps", "4"])
+    findings = {f["kind"]: f for f in json.loads(out)["findings"]}
+    assert findings["draft_shape"]["severity"] == "info"
+    # the fill-in rule (K = block_size - 1) would call 3 right: this draft drafts from row 0
+    code, out, _ = _run(capsys, [*base, "--steps", "3"])
+    assert {f["kind"]: f for f in json.loads(out)["findings"]}["draft_shape"]["severity"] == "error"
+
+
+def test_doctor_on_specforge_dspark_keeps_the_fill_in_rule(tmp_path, capsys):
+    folder = _specforge_dspark(tmp_path)
+    base = ["doctor", str(folder), str(ROOT), "--target", str(TARGET), "--json", "--steps", "3"]
+    code, out, _ = _run(capsys, base)
+    shape = {f["kind"]: f for f in json.loads(out)["findings"]}["draft_shape"]
+    assert shape["severity"] == "info" and "#41834" not in shape["summary"]
+
+
+def test_doctor_trace_refuses_dspark(capsys):
+    argv = ["doctor", str(ROOT / "dspark_vanilla"), str(ROOT), "--target", str(TARGET)]
+    code, _, err = _run(capsys, [*argv, "--trace", "0"])
+    assert code == 2 and "a DSpark draft" in err and "Traceback" not in err
