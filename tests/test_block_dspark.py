@@ -121,16 +121,19 @@ def _specforge_dspark(tmp: Path, **dflash) -> Path:
 
 
 def test_specforge_dspark_layout(tmp_path):
-    """SpecForge's DSpark proposes rows 1.. (`draft_hidden[:, -block_size + 1:]`): the
-    reference's slots, block_size - 1 drafts."""
+    """SpecForge trains its DSpark's B rows on x_{n+1}..x_{n+B} (`_build_dspark_labels_and_mask`):
+    the anchor's row drafts, block_size drafts; `sample_from_anchor: false` says otherwise."""
     folder = _specforge_dspark(tmp_path)
     assert block_draft_family(folder) == "dspark"
     draft = load_block_draft(folder, target=TARGET)
     block = draft.config.block
     assert block is not None and draft.layout == "dspark (SpecForge)"
-    assert not block.anchor_drafts and block.drafts_per_block == block.block_size - 1
+    assert block.anchor_drafts and block.drafts_per_block == block.block_size
     assert block.markov_rank == 8 and block.confidence_input is None
     assert block.marker == "dflash_config.projector_type"
+    fill_in = _specforge_dspark(tmp_path / "fill-in", sample_from_anchor=False)
+    block = load_block_draft(fill_in, target=TARGET).config.block
+    assert block is not None and block.drafts_per_block == block.block_size - 1
 
 
 @pytest.mark.parametrize(
@@ -221,8 +224,9 @@ def test_doctor_holds_dspark_block_size_to_k(capsys):
     assert {f["kind"]: f for f in json.loads(out)["findings"]}["draft_shape"]["severity"] == "error"
 
 
-def test_doctor_on_specforge_dspark_keeps_the_fill_in_rule(tmp_path, capsys):
-    folder = _specforge_dspark(tmp_path)
+def test_doctor_on_a_fill_in_dspark_keeps_dflash_rule(tmp_path, capsys):
+    """sample_from_anchor false: rows 1.. draft, K = block_size - 1, as DFlash."""
+    folder = _specforge_dspark(tmp_path, sample_from_anchor=False)
     base = ["doctor", str(folder), str(ROOT), "--target", str(TARGET), "--json", "--steps", "3"]
     code, out, _ = _run(capsys, base)
     shape = {f["kind"]: f for f in json.loads(out)["findings"]}["draft_shape"]

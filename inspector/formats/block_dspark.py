@@ -36,9 +36,11 @@ class DSparkDefaults:
 # speculators 0.9.0 (models/dspark/config.py): sample_from_anchor true, markov_rank 256, both
 # confidence flags true
 SPECULATORS = DSparkDefaults(True, 256, True, True)
-# SpecForge (modeling/draft/dspark.py): the proposal is rows 1.. (`draft_hidden[:, -B + 1:]`),
-# no Markov head without markov_rank, the confidence head where confidence_head_alpha > 0
-SPECFORGE = DSparkDefaults(False, 0, False, False)
+# SpecForge (commit a6b6b02): its DSpark objective labels a block's B rows with x_{n+1}..x_{n+B}
+# (algorithms/common/dflash_family_model.py `_build_dspark_labels_and_mask`): the anchor's row
+# drafts. (Its draft class's own `_sample_draft_tokens` takes rows 1..: the weights follow the
+# objective.) No Markov head without markov_rank; a confidence head where confidence_head_alpha > 0.
+SPECFORGE = DSparkDefaults(True, 0, False, False)
 
 
 def read_dspark_head(
