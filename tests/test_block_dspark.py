@@ -174,7 +174,7 @@ def _run(capsys, argv: list[str]) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
-@pytest.mark.parametrize("command", ["eval", "accept", "accept --live", "reconcile"])
+@pytest.mark.parametrize("command", ["accept", "accept --live", "reconcile"])
 def test_commands_that_run_blocks_refuse_dspark_in_one_line(tmp_path, capsys, command):
     ckpt = str(ROOT / "dspark_vanilla")
     argv = [*command.split(), ckpt, str(ROOT), "--target", str(TARGET)]
@@ -188,7 +188,7 @@ def test_commands_that_run_blocks_refuse_dspark_in_one_line(tmp_path, capsys, co
     code, _, err = _run(capsys, argv)
     assert code == 2 and "Traceback" not in err
     assert "config.json: speculators_model_type: a DSpark draft" in err
-    assert "eval, accept and the app do not run its Markov head yet" in err
+    assert "accept, reconcile and the app do not run its Markov head yet" in err
 
 
 def test_the_app_refuses_dspark_before_it_starts(tmp_path):
@@ -200,7 +200,7 @@ def test_the_app_refuses_dspark_before_it_starts(tmp_path):
     with pytest.raises(InputError) as err:
         build_app(args)
     assert err.value.field == "dflash_config.projector_type"
-    assert "eval, accept and the app do not run its Markov head yet" in str(err.value)
+    assert "accept, reconcile and the app do not run its Markov head yet" in str(err.value)
 
 
 def test_doctor_holds_dspark_block_size_to_k(capsys):
@@ -237,3 +237,55 @@ def test_doctor_trace_refuses_dspark(capsys):
     argv = ["doctor", str(ROOT / "dspark_vanilla"), str(ROOT), "--target", str(TARGET)]
     code, _, err = _run(capsys, [*argv, "--trace", "0"])
     assert code == 2 and "a DSpark draft" in err and "Traceback" not in err
+
+
+def _samples(folder: Path, inputs: dict[str, torch.Tensor]) -> Path:
+    """The golden sequence as one sample (the target's states at HF 2, 5, 7; rows 5.. generated)."""
+    from inspector.demo.data import save_samples
+
+    h = inputs["hidden_states"].view(inputs["hidden_states"].shape[0], 3, 64)
+    loss_mask = torch.zeros_like(inputs["input_ids"])
+    loss_mask[5:] = 1
+    record = {
+        "input_ids": inputs["input_ids"],
+        "hidden_states": [h[:, i] for i in range(3)],
+        "loss_mask": loss_mask,
+    }
+    save_samples(folder, [record], {}, layer_ids=[2, 5, 7], labels=["L2", "L5", "L7"])
+    return folder
+
+
+def test_eval_runs_dspark_slots_and_markov_head(tmp_path, inputs, capsys):
+    """eval on a DSpark draft: block_size drafts a block (the anchor's row drafts), each draft's
+    p is its logits plus the Markov bias of the true token before it, and the proposal is the
+    greedy path: what the model functions give on the same sample."""
+    from inspector.evaluate.block_eval import load_block
+
+    ckpt = ROOT / "dspark_gated"
+    samples = _samples(tmp_path / "samples", inputs)
+    argv = ["eval", str(ckpt), str(samples), "--target", str(TARGET), "--positions", "--json"]
+    code, out, err = _run(capsys, argv)
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["family"] == "dspark" and report["drafts"] == report["block_size"] == 4
+    (w,) = report["wirings"]
+    assert len(w["by_block_position"]) == 4
+    draft, sample_set = load_block(str(ckpt), [str(samples)], target=str(TARGET), dspark=True)
+    sample = sample_set[0]
+    context = torch.cat(list(sample.slots), dim=-1)
+    ids = sample.input_ids
+    rows = w["positions"]
+    anchors = torch.tensor([r["anchor"] for r in rows])
+    block_ids = torch.full((len(anchors), 4), 250)
+    block_ids[:, 0] = ids[anchors]
+    normed = draft_rows(draft, anchored_block_hidden(draft, context, anchors, block_ids))
+    logits = head_logits(draft, normed)
+    where = (anchors[:, None] + torch.arange(1, 5)[None, :]).clamp(max=len(ids) - 1)
+    forced = logits + markov_bias(draft, ids[where - 1], normed)
+    p = torch.softmax(forced, dim=-1).gather(-1, ids[where][..., None])[..., 0]
+    path = markov_path(draft, normed, logits, block_ids[:, 0])
+    for j, r in enumerate(rows):
+        assert r["pred"] == path[j].tolist()
+        scored = torch.tensor(r["scored"])
+        assert torch.allclose(torch.tensor(r["p"])[scored], p[j][scored], atol=1e-5)
+        assert r["true"][: int(scored.sum())] == ids[where[j]][scored].tolist()

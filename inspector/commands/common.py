@@ -216,9 +216,9 @@ def wirings_and_names(ev, texts: list[str] | None) -> tuple[list, list[str | Non
     return [ev.wiring(t) for t in texts], [preset_name(t) for t in texts]
 
 
-def open_block_draft(args: argparse.Namespace, err, *, forward: bool = True):
+def open_block_draft(args: argparse.Namespace, err, *, dspark: bool = False):
     """(inputs, draft, sample set) of a block draft (DFlash), its load notes printed: what eval
-    and doctor on a block draft both start from (`forward`: `load_block`'s)."""
+    and doctor on a block draft both start from (`dspark`: `load_block`'s)."""
     from inspector.evaluate.block_eval import load_block
 
     inputs = resolve_inputs(args)
@@ -229,7 +229,7 @@ def open_block_draft(args: argparse.Namespace, err, *, forward: bool = True):
         embed=str(inputs.embed) if inputs.embed else None,
         device=args.device,
         dtype=args.dtype,
-        forward=forward,
+        dspark=dspark,
     )
     for note in [*inputs.notes, *draft.notes]:
         err.print(f"note: {note}", highlight=False, soft_wrap=True)

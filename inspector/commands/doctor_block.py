@@ -33,7 +33,7 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
     from inspector.formats.block_speculators import reader_view
 
     started = time.perf_counter()
-    inputs, draft, sample_set = open_block_draft(args, err, forward=False)
+    inputs, draft, sample_set = open_block_draft(args, err, dspark=True)
     block = draft.config.block
     assert block is not None
     if block.family == "dspark":

@@ -22,7 +22,7 @@ def run_block_eval(args: argparse.Namespace) -> int:
     from inspector.evaluate.block_eval import COUNTED_BY, evaluate_blocks
 
     err = Console(stderr=True)
-    inputs, draft, sample_set = open_block_draft(args, err)
+    inputs, draft, sample_set = open_block_draft(args, err, dspark=True)
     block = draft.config.block
     assert block is not None
     infos = sample_set.slot_info
@@ -88,16 +88,17 @@ def render_block_report(report, counted_by) -> Table:
     accept length as each engine counts it below."""
     from inspector.engines import engine
 
+    drafts = report.drafts or report.block_size - 1
     table = report_table(
         f"{report.draft}: {report.family}, block {report.block_size} "
-        f"({report.block_size - 1} drafts a round), {report.samples} samples"
+        f"({drafts} drafts a round), {report.samples} samples"
     )
     table.add_column("block position", justify="right")
     for w in report.wirings:
         name = f"{w.name} {w.label}" if w.name else w.label
         table.add_column(f"{name}\nacc", justify="right")
         table.add_column("mean p", justify="right")
-    for k in range(report.block_size - 1):
+    for k in range(drafts):
         row = [str(k + 1)]
         for w in report.wirings:
             c = int(w.counts[k])

@@ -23,7 +23,14 @@ import torch
 from inspector.draft import BlockConfig, Draft
 from inspector.engines import Engine, engine
 from inspector.metrics.rounds import AcceptStats, Round, Run, generation_runs, walk
-from inspector.model.block import anchored_block_hidden, head_logits, selector_path
+from inspector.model.block import (
+    anchored_block_hidden,
+    draft_rows,
+    head_logits,
+    markov_bias,
+    markov_path,
+    selector_path,
+)
 from inspector.sample import Sample
 from inspector.wiring import Wiring
 
@@ -97,6 +104,12 @@ def context_of(sample: Sample, wiring: Wiring, draft: Draft) -> torch.Tensor:
     )
 
 
+def drafts_of(block: BlockConfig, rows: int) -> int:
+    """The drafts a block of `rows` rows holds: every row where the anchor's drafts too
+    (DSpark's `anchor_drafts`), else rows - 1."""
+    return rows if block.anchor_drafts else rows - 1
+
+
 def anchors_of(runs: Sequence[tuple[int, int]]) -> list[int]:
     """Every n a round may start after: P..E-1 of each generation x_P..x_E."""
     return [n for p, e in runs for n in range(p, e)]
@@ -121,6 +134,7 @@ def predict_blocks(
     an engine run with num_speculative_tokens K runs K + 1)."""
     block = block_of(draft)
     b = width or block.block_size
+    n_drafts = drafts_of(block, b)
     ids = sample.input_ids.to(draft.device)
     context = context_of(sample, wiring, draft)
     runs = sample_runs(sample)
@@ -142,16 +156,21 @@ def predict_blocks(
     every = anchors + tail_at
     preds, trues, ps, ranks = [], [], [], []
     step = chunk_size(draft, total, b)
-    offsets = torch.arange(1, b, device=draft.device)
+    offsets = torch.arange(1, n_drafts + 1, device=draft.device)
     for lo in range(0, len(every), step):
         at = torch.tensor(every[lo : lo + step], device=draft.device)
         block_ids = torch.full((len(at), b), block.mask_token_id, device=draft.device)
         block_ids[:, 0] = ids[at]
-        normed = anchored_block_hidden(draft, context, at, block_ids)[:, 1:]
+        normed = draft_rows(draft, anchored_block_hidden(draft, context, at, block_ids))
         logits = head_logits(draft, normed)
         where = at[:, None] + offsets[None, :]
         true = torch.where(where < total, ids[where.clamp(max=total - 1)], -1)
-        if block.family == "dflash2":
+        if block.markov_rank:
+            # DSpark: the proposal picks each draft after the one before it; p and rank are the
+            # draft's logits plus the bias of the true token before it (x_{n+j} for draft j)
+            pred = markov_path(draft, normed, logits, block_ids[:, 0])
+            logits = logits + markov_bias(draft, ids[(where - 1).clamp(max=total - 1)], normed)
+        elif block.family == "dflash2":
             pred = selector_path(draft, normed, logits, block_ids[:, 0])
         else:
             pred = logits.argmax(-1)
@@ -162,7 +181,7 @@ def predict_blocks(
         trues.append(true.cpu())
         ps.append(logp.gather(-1, safe[..., None])[..., 0].exp().cpu())
         ranks.append((logits > at_true).sum(-1).cpu())
-    width = b - 1
+    width = n_drafts
     if every:
         pred_a, true_a = torch.cat(preds).numpy(), torch.cat(trues).numpy()
         p_a, rank_a = torch.cat(ps).float().numpy(), torch.cat(ranks).numpy()
@@ -174,7 +193,7 @@ def predict_blocks(
     tail = np.cumprod(tail_hit, axis=1).sum(axis=1).astype(np.int64)
     pred_a, true_a, p_a, rank_a = pred_a[:na], true_a[:na], p_a[:na], rank_a[:na]
     anchor_a = np.asarray(anchors, dtype=np.int64)
-    where_a = anchor_a[:, None] + np.arange(1, b)[None, :]
+    where_a = anchor_a[:, None] + np.arange(1, n_drafts + 1)[None, :]
     scored = where_a <= in_run[anchor_a][:, None] if len(anchor_a) else np.zeros_like(pred_a, bool)
     pairs = tuple((r.start, r.end) for r in runs)
     return BlockPredictions(
@@ -214,9 +233,10 @@ class BlockWiringReport:
     stats: dict[Engine, AcceptStats] = field(default_factory=dict)
     per_sample: list[dict] = field(default_factory=list)
     positions: list[dict] = field(default_factory=list)
+    drafts: int | None = None  # the drafts a block holds (None: block_size - 1)
 
     def __post_init__(self) -> None:
-        w = self.block_size - 1
+        w = self.drafts or self.block_size - 1
         self.hits = np.zeros(w, dtype=np.int64)
         self.counts = np.zeros(w, dtype=np.int64)
         self.p_sum = np.zeros(w)
@@ -288,7 +308,7 @@ class BlockWiringReport:
                     "mean_p": self.mean_p[k],
                     "top5": float(self.top5[k] / self.counts[k]) if self.counts[k] else None,
                 }
-                for k in range(self.block_size - 1)
+                for k in range(len(self.hits))
             ],
             "accept_length": {
                 e.value: {
@@ -314,12 +334,14 @@ class BlockReport:
     samples: int
     wirings: list[BlockWiringReport]
     skipped: list[dict] = field(default_factory=list)
+    drafts: int | None = None  # the drafts a block holds (None: block_size - 1)
 
     def to_dict(self) -> dict:
         return {
             "draft": self.draft,
             "family": self.family,
             "block_size": self.block_size,
+            "drafts": self.drafts or self.block_size - 1,
             "samples": self.samples,
             "wirings": [w.to_dict() for w in self.wirings],
             "skipped": self.skipped,
@@ -354,7 +376,11 @@ def evaluate_blocks(
     for name, w in wirings:
         label = w.label(infos)
         layers = tuple(infos[i].hf_index if i < len(infos) else None for i in w.slots)
-        reports.append(BlockWiringReport(name, label, w.slots, layers, b, tuple(engines)))
+        reports.append(
+            BlockWiringReport(
+                name, label, w.slots, layers, b, tuple(engines), drafts=drafts_of(block, b)
+            )
+        )
     done = 0
     for index, sample in samples:
         done += 1
@@ -363,7 +389,7 @@ def evaluate_blocks(
         del sample
         if progress is not None:
             progress(done, max(total, done))
-    return BlockReport(draft.name, block.family, b, done, reports)
+    return BlockReport(draft.name, block.family, b, done, reports, drafts=drafts_of(block, b))
 
 
 def load_block(
@@ -374,12 +400,13 @@ def load_block(
     embed: str | None = None,
     device: str = "auto",
     dtype: str = "auto",
-    forward: bool = True,
+    dspark: bool = False,
 ):
     """(draft, SampleSet) of a block draft and its samples: the draft with the target's
     embedding and head, the samples checked against its vocabulary and target width.
-    `forward`: the caller runs the blocks (eval, accept, the app), which a DSpark draft's Markov
-    head and slots are not wired into yet: one line naming the field that marks it."""
+    `dspark`: the caller takes a DSpark draft (eval runs its slots and Markov head, the doctor
+    reads its config); the others (accept, reconcile, the app) are not wired to them yet: one
+    line naming the field that marks it."""
     from pathlib import Path
 
     from inspector.errors import InputError
@@ -392,7 +419,7 @@ def load_block(
     draft = load_block_draft(checkpoint, embed=embed, target=target, dtype=dtype, device=dev)
     cfg = draft.config
     block = cfg.block
-    if forward and block is not None and block.family == "dspark":
+    if not dspark and block is not None and block.family == "dspark":
         raise InputError(Path(draft.path) / "config.json", block.marker, DSPARK_FORWARD_MISSING)
     n_layers = target_layer_count(target) if target is not None else None
     sample_set = SampleSet(

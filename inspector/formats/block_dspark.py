@@ -16,10 +16,10 @@ from inspector.formats.config import ConfigReader
 
 # the Markov heads whose bias is read: "rnn" (a recurrent state over the block) is not
 MARKOV_HEADS = ("vanilla", "gated")
-# vLLM's and DeepSeek's DSpark runner drafts from the anchor's row: its block is K rows
+# the one-line refusal of the commands that do not run a DSpark draft's blocks yet
 DSPARK_FORWARD_MISSING = (
-    "a DSpark draft: the doctor reads its layout and block size; eval, accept and the app do not "
-    "run its Markov head yet (docs/guides/block-drafts.md)"
+    "a DSpark draft: eval runs its blocks and the doctor reads its layout and block size; "
+    "accept, reconcile and the app do not run its Markov head yet (docs/guides/block-drafts.md)"
 )
 
 
