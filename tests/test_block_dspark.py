@@ -188,7 +188,9 @@ def test_commands_that_run_blocks_refuse_dspark_in_one_line(tmp_path, capsys, co
     code, _, err = _run(capsys, argv)
     assert code == 2 and "Traceback" not in err
     assert "config.json: speculators_model_type: a DSpark draft" in err
-    assert "accept, reconcile and the app do not run its Markov head yet" in err
+    assert (
+        "accept, reconcile, the app and the doctor's --trace do not run its Markov head yet" in err
+    )
 
 
 def test_the_app_refuses_dspark_before_it_starts(tmp_path):
@@ -200,16 +202,22 @@ def test_the_app_refuses_dspark_before_it_starts(tmp_path):
     with pytest.raises(InputError) as err:
         build_app(args)
     assert err.value.field == "dflash_config.projector_type"
-    assert "accept, reconcile and the app do not run its Markov head yet" in str(err.value)
+    assert (
+        "accept, reconcile, the app and the doctor's --trace do not run its Markov head yet"
+        in str(err.value)
+    )
 
 
-def test_doctor_holds_dspark_block_size_to_k(capsys):
+def test_doctor_holds_dspark_block_size_to_k(tmp_path, inputs, capsys):
     """Drafting from the anchor's row, a DSpark draft runs K rows: K must equal block_size; the
-    engines' dated facts (vLLM #41834) say what another K did."""
-    base = ["doctor", str(ROOT / "dspark_vanilla"), str(ROOT), "--target", str(TARGET), "--json"]
+    engines' dated facts (vLLM #41834) say what another K did. The search scores its blocks
+    as eval does, so the configured HF [2, 5, 7] is the wiring it reports on."""
+    samples = _samples(tmp_path / "samples", inputs)
+    ckpt = str(ROOT / "dspark_vanilla")
+    base = ["doctor", ckpt, str(samples), "--target", str(TARGET), "--no-capture", "--json"]
     code, out, err = _run(capsys, [*base, "--steps", "7"])
-    assert "the wiring search is not run" in err
     findings = {f["kind"]: f for f in json.loads(out)["findings"]}
+    assert "wiring" in findings and "engine_feeds" in findings
     shape = findings["draft_shape"]
     assert shape["severity"] == "error" and shape["fix"] == "serve with num_speculative_tokens 4"
     assert "block_size 4 but num_speculative_tokens 7" in shape["summary"]
@@ -224,11 +232,37 @@ def test_doctor_holds_dspark_block_size_to_k(capsys):
     assert {f["kind"]: f for f in json.loads(out)["findings"]}["draft_shape"]["severity"] == "error"
 
 
-def test_doctor_on_a_fill_in_dspark_keeps_dflash_rule(tmp_path, capsys):
+def test_search_scores_dspark_blocks_as_eval_does(tmp_path, inputs):
+    """The doctor's score of a wiring is the mean log p of the true tokens eval gives (the
+    Markov bias on, every row drafting), and its accuracy eval's."""
+    from inspector.doctor.wiring.block_search import BlockScorer
+    from inspector.evaluate.block_eval import evaluate_blocks, load_block
+    from inspector.wiring import layers_wiring
+
+    samples = _samples(tmp_path / "samples", inputs)
+    ckpt = str(ROOT / "dspark_gated")
+    draft, sample_set = load_block(ckpt, [str(samples)], target=str(TARGET), dspark=True)
+    sample = sample_set[0]
+    scored = BlockScorer(draft, [sample]).score((2, 5, 7))
+    w = layers_wiring((2, 5, 7), sample.slot_info)
+    report = evaluate_blocks(draft, [(0, sample)], [(None, w)], positions=True)
+    (rep,) = report.wirings
+    assert scored.accuracy == pytest.approx(rep.mean_accuracy)
+    logps = [
+        torch.log(torch.tensor(p)).item()
+        for r in rep.positions
+        for p, ok in zip(r["p"], r["scored"], strict=True)
+        if ok
+    ]
+    assert scored.logp == pytest.approx(sum(logps) / len(logps), abs=1e-4)
+
+
+def test_doctor_on_a_fill_in_dspark_keeps_dflash_rule(tmp_path, inputs, capsys):
     """sample_from_anchor false: rows 1.. draft, K = block_size - 1, as DFlash."""
     folder = _specforge_dspark(tmp_path, sample_from_anchor=False)
-    base = ["doctor", str(folder), str(ROOT), "--target", str(TARGET), "--json", "--steps", "3"]
-    code, out, _ = _run(capsys, base)
+    samples = _samples(tmp_path / "samples", inputs)
+    base = ["doctor", str(folder), str(samples), "--target", str(TARGET), "--no-capture"]
+    code, out, _ = _run(capsys, [*base, "--json", "--steps", "3"])
     shape = {f["kind"]: f for f in json.loads(out)["findings"]}["draft_shape"]
     assert shape["severity"] == "info" and "#41834" not in shape["summary"]
 

@@ -36,8 +36,12 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
     inputs, draft, sample_set = open_block_draft(args, err, dspark=True)
     block = draft.config.block
     assert block is not None
-    if block.family == "dspark":
-        return _dspark_report(args, err, inputs, draft, started)
+    if block.family == "dspark" and getattr(args, "trace", None) is not None:
+        from inspector.errors import InputError
+        from inspector.formats.block_dspark import DSPARK_FORWARD_MISSING
+
+        # the trace's stages take rows 1.. and no Markov head (docs/guides/block-drafts.md)
+        raise InputError(Path(draft.path) / "config.json", block.marker, DSPARK_FORWARD_MISSING)
     read = readable_samples(sample_set, args.n_samples, err)
     indices, samples = [i for i, _ in read], [x for _, x in read]
     num_layers = target_layers(inputs.target, block, samples)
@@ -81,59 +85,6 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
         serving_config=None,
         checkpoint=str(inputs.checkpoint),
         sample_indices=indices,
-        seconds={"block_doctor": round(time.perf_counter() - started, 2)},
-    )
-
-
-def _dspark_report(args, err, inputs, draft, started):
-    """A DSpark draft's doctor: what its config and weights say without running its blocks (the
-    block size against --steps, each reader's ids listed unjudged, the mask row); the wiring
-    search and --trace need its forward in the doctor's blocks, which is not wired yet."""
-    from inspector.doctor.checks.block_checks import (
-        block_size_finding,
-        engine_finding,
-        mask_finding,
-    )
-    from inspector.doctor.finding import sort_findings
-    from inspector.doctor.report import DoctorReport
-    from inspector.doctor.wiring.block_feeds import target_layers
-    from inspector.engines import engine
-    from inspector.errors import InputError
-    from inspector.formats.block_dspark import DSPARK_FORWARD_MISSING
-    from inspector.formats.block_speculators import reader_view
-
-    block = draft.config.block
-    cfg_path = Path(draft.path) / "config.json"
-    if getattr(args, "trace", None) is not None:
-        raise InputError(cfg_path, block.marker, DSPARK_FORWARD_MISSING)
-    err.print(
-        "note: a DSpark draft: the wiring search is not run (its Markov head is not wired into "
-        "the doctor's blocks yet); the findings read its config and weights",
-        highlight=False,
-        soft_wrap=True,
-    )
-    raw = reader_view(json.loads(cfg_path.read_text()))
-    num_layers = target_layers(inputs.target, block, []) or max(block.hf_layer_ids)
-    findings = [
-        engine_finding(
-            raw,
-            block.family,
-            num_layers,
-            block.hf_layer_ids,
-            block,
-            [engine(e).id for e in args.engine] if getattr(args, "engine", None) else None,
-            certain=False,
-        ),
-        block_size_finding(block, getattr(args, "steps", None)),
-        mask_finding(draft),
-    ]
-    return DoctorReport(
-        best_wiring=(),
-        wirings=[],
-        findings=sort_findings(findings),
-        serving_config=None,
-        checkpoint=str(inputs.checkpoint),
-        sample_indices=[],
         seconds={"block_doctor": round(time.perf_counter() - started, 2)},
     )
 

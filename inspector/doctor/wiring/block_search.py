@@ -22,9 +22,16 @@ from dataclasses import dataclass, field
 import torch
 
 from inspector.draft import Draft
-from inspector.evaluate.block_eval import anchors_of, block_of, chunk_size
+from inspector.evaluate.block_eval import anchors_of, block_of, chunk_size, drafts_of
 from inspector.metrics.rounds import generation_runs
-from inspector.model.block import anchored_block_hidden, head_logits, selector_path
+from inspector.model.block import (
+    anchored_block_hidden,
+    draft_rows,
+    head_logits,
+    markov_bias,
+    markov_path,
+    selector_path,
+)
 from inspector.model.linear import linear
 from inspector.sample import Sample
 
@@ -44,8 +51,9 @@ Layers = tuple[int, ...]  # HF indices, one per fc block, in fc block order
 class _Prepared:
     anchors: torch.Tensor
     block_ids: torch.Tensor
-    true: torch.Tensor  # [A, B-1]
-    valid: torch.Tensor  # [A, B-1] bool
+    true: torch.Tensor  # [A, D]: the D drafts of a block (drafts_per_block)
+    valid: torch.Tensor  # [A, D] bool
+    before: torch.Tensor  # [A, D]: the true token before each draft (DSpark's Markov bias)
     slots: dict[int, torch.Tensor]  # HF index -> [T, Ht]
     proj: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
 
@@ -97,7 +105,8 @@ class BlockScorer:
         at = torch.tensor(anchors, device=dev)
         block_ids = torch.full((len(at), b), self.block.mask_token_id, device=dev)
         block_ids[:, 0] = ids[at]
-        where = at[:, None] + torch.arange(1, b, device=dev)[None, :]
+        n = drafts_of(self.block, b)
+        where = at[:, None] + torch.arange(1, n + 1, device=dev)[None, :]
         mask = sample.loss_mask.to(dev).bool()
         valid = (where < t) & mask[where.clamp(max=t - 1)]
         true = ids[where.clamp(max=t - 1)]
@@ -106,7 +115,8 @@ class BlockScorer:
         for info, s in zip(sample.slot_info, sample.slots, strict=True):
             if info.hf_index is not None and not info.post_norm:
                 slots.setdefault(info.hf_index, s[:rows].to(device=dev, dtype=self.draft.dtype))
-        return _Prepared(at, block_ids, true, valid, slots)
+        before = ids[(where - 1).clamp(max=t - 1)]
+        return _Prepared(at, block_ids, true, valid, before, slots)
 
     def _projection(self, p: _Prepared, block: int, layer: int) -> torch.Tensor:
         key = (block, layer)
@@ -140,9 +150,13 @@ class BlockScorer:
                     )
                     for i in range(0, len(p.anchors), step)
                 ]
-            )[:, 1:]
+            )
+            normed = draft_rows(self.draft, normed)
             logits = head_logits(self.draft, normed)
-            if self.block.family == "dflash2":
+            if self.block.markov_rank:  # DSpark: as eval scores it (predict_blocks)
+                pred = markov_path(self.draft, normed, logits, p.block_ids[:, 0])
+                logits = logits + markov_bias(self.draft, p.before, normed)
+            elif self.block.family == "dflash2":
                 pred = selector_path(self.draft, normed, logits, p.block_ids[:, 0])
             else:
                 pred = logits.argmax(-1)
