@@ -45,8 +45,8 @@ def _layer_cfg(edit):
         ),
         (
             lambda c: c.update(speculators_model_type="dspark"),
-            "config.json: speculators_model_type: 'dspark': a DSpark draft, not an EAGLE-3 or "
-            "P-EAGLE draft",
+            "config.json: speculators_model_type: 'dspark': a DSpark draft, eval, doctor, accept "
+            "and the app run block drafts",
         ),
         (
             lambda c: c.update(architectures=["DFlashDraftModel"]),

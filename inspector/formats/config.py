@@ -192,7 +192,7 @@ DEFAULT_PEAGLE_DEPTHS = 8  # both trainers' num_depths default
 
 
 def _why(family: str) -> str:
-    return DFLASH_MISSING if family.startswith("DFlash") else NOT_EAGLE3
+    return DFLASH_MISSING if family.startswith(("DFlash", "DSpark")) else NOT_EAGLE3
 
 
 def is_peagle(top: ConfigReader) -> bool:
