@@ -174,7 +174,7 @@ def _run(capsys, argv: list[str]) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
-@pytest.mark.parametrize("command", ["accept", "accept --live", "reconcile"])
+@pytest.mark.parametrize("command", ["accept --live", "reconcile"])
 def test_commands_that_run_blocks_refuse_dspark_in_one_line(tmp_path, capsys, command):
     ckpt = str(ROOT / "dspark_vanilla")
     argv = [*command.split(), ckpt, str(ROOT), "--target", str(TARGET)]
@@ -189,7 +189,8 @@ def test_commands_that_run_blocks_refuse_dspark_in_one_line(tmp_path, capsys, co
     assert code == 2 and "Traceback" not in err
     assert "config.json: speculators_model_type: a DSpark draft" in err
     assert (
-        "accept, reconcile, the app and the doctor's --trace do not run its Markov head yet" in err
+        "accept --live, reconcile, the app and the doctor's --trace do not run its Markov head yet"
+        in err
     )
 
 
@@ -203,7 +204,7 @@ def test_the_app_refuses_dspark_before_it_starts(tmp_path):
         build_app(args)
     assert err.value.field == "dflash_config.projector_type"
     assert (
-        "accept, reconcile, the app and the doctor's --trace do not run its Markov head yet"
+        "accept --live, reconcile, the app and the doctor's --trace do not run its Markov head yet"
         in str(err.value)
     )
 
@@ -323,3 +324,21 @@ def test_eval_runs_dspark_slots_and_markov_head(tmp_path, inputs, capsys):
         scored = torch.tensor(r["scored"])
         assert torch.allclose(torch.tensor(r["p"])[scored], p[j][scored], atol=1e-5)
         assert r["true"][: int(scored.sum())] == ids[where[j]][scored].tolist()
+
+
+def test_accept_replays_dspark_rounds_of_k_drafts(tmp_path, inputs, capsys):
+    """accept on a DSpark draft whose anchor's row drafts: K drafts a round are K rows (default
+    block_size); its counts are eval's on the same blocks."""
+    samples = _samples(tmp_path / "samples", inputs)
+    ckpt = str(ROOT / "dspark_vanilla")
+    common = [str(samples), "--target", str(TARGET), "--wiring", "train", "--json"]
+    code, out, err = _run(capsys, ["accept", ckpt, *common])
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["drafts_per_round"] == 4 and doc["block_size"] == 4
+    code, ev, _ = _run(capsys, ["eval", ckpt, *common])
+    (acc,), (evw,) = doc["wirings"], json.loads(ev)["wirings"]
+    assert acc["accept_length"]["vllm"] == evw["accept_length"]["vllm"]
+    code, out, err = _run(capsys, ["accept", ckpt, *common, "--steps", "3"])
+    assert code == 0 and json.loads(out)["drafts_per_round"] == 3
+    assert "each round runs a block of 3 rows (the anchor's first)" in err

@@ -86,15 +86,17 @@ def run_block_accept(args: argparse.Namespace) -> int:
     refuse_replay_flags(args)
     engines = counting_engines(args, block_draft_family(args.checkpoint) or "dflash")
     err = Console(stderr=True)
-    inputs, draft, sample_set = open_block_draft(args, err)
+    inputs, draft, sample_set = open_block_draft(args, err, dspark=True)
     block = draft.config.block
     assert block is not None
-    width = args.steps + 1 if args.steps else block.block_size
+    # K drafts a round: K rows where the anchor's row drafts too (DSpark), else K + 1
+    extra = 0 if block.anchor_drafts else 1
+    width = args.steps + extra if args.steps else block.block_size
     if width != block.block_size:
+        rows = "the anchor's first" if block.anchor_drafts else f"the anchor and {width - 1} masks"
         err.print(
-            f"note: num_speculative_tokens {width - 1}: each round runs a block of {width} rows "
-            f"(the anchor and {width - 1} masks); the draft was trained on blocks of "
-            f"{block.block_size}",
+            f"note: num_speculative_tokens {args.steps}: each round runs a block of {width} rows "
+            f"({rows}); the draft was trained on blocks of {block.block_size}",
             highlight=False,
             soft_wrap=True,
         )
@@ -137,7 +139,7 @@ def run_block_accept(args: argparse.Namespace) -> int:
     if args.json:
         doc = report.to_dict()
         doc["block_size"] = block.block_size
-        doc["drafts_per_round"] = width - 1
+        doc["drafts_per_round"] = report.drafts
         doc["engines"] = [e.value for e in engines]
         doc["gated"] = gated
         for w, by in zip(doc["wirings"], fed_by, strict=True):
@@ -172,7 +174,7 @@ def render_block_accept(report, engines, fed_by) -> Table:
     share of rounds accepting at least k drafts as the first engine counts them; who feeds it."""
     from inspector.engines import engine
 
-    k = report.block_size - 1
+    k = report.drafts or report.block_size - 1
     table = report_table(
         safe(
             f"{report.draft}: block accept length per round ({report.family}, {k} drafts a "

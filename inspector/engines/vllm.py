@@ -94,8 +94,9 @@ READERS = (
         ),
         (),
         "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py get_eagle3_aux_layers_from_config "
-        "(the first key set wins; DFlash's ids + 1), model_executor/models/qwen3_dflash.py",
-        drafts=frozenset({"dflash", "dflash2"}),
+        "(the first key set wins; DFlash's ids + 1), model_executor/models/qwen3_dflash.py "
+        "(qwen3_dspark.py builds DSpark on the same model and ids)",
+        drafts=frozenset({"dflash", "dflash2", "dspark"}),
     ),
 )
 
