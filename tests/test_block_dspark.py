@@ -188,25 +188,30 @@ def test_commands_that_run_blocks_refuse_dspark_in_one_line(tmp_path, capsys, co
     code, _, err = _run(capsys, argv)
     assert code == 2 and "Traceback" not in err
     assert "config.json: speculators_model_type: a DSpark draft" in err
-    assert (
-        "accept --live, reconcile, the app and the doctor's --trace do not run its Markov head yet"
-        in err
+    assert "accept --live, reconcile and the doctor's --trace do not run its Markov head yet" in err
+
+
+def test_the_app_shows_dspark_blocks(tmp_path, inputs):
+    """The app's figures (`BlockBrowser`) on a DSpark draft: every row of a block drafts, so a
+    block shows block_size positions, and the set's totals are eval's."""
+    from inspector.evaluate.block_eval import evaluate_blocks, load_block
+    from inspector.evaluate.block_view import BlockBrowser
+    from inspector.wiring import layers_wiring
+
+    samples = _samples(tmp_path / "samples", inputs)
+    draft, sample_set = load_block(
+        str(ROOT / "dspark_gated"), [str(samples)], target=str(TARGET), dspark=True
     )
-
-
-def test_the_app_refuses_dspark_before_it_starts(tmp_path):
-    from inspector.cli import build_parser
-    from inspector.commands.open import build_app
-
-    ckpt = _specforge_dspark(tmp_path)
-    args = build_parser().parse_args(["open", str(ckpt), str(ROOT), "--target", str(TARGET)])
-    with pytest.raises(InputError) as err:
-        build_app(args)
-    assert err.value.field == "dflash_config.projector_type"
-    assert (
-        "accept --live, reconcile, the app and the doctor's --trace do not run its Markov head yet"
-        in str(err.value)
-    )
+    browser = BlockBrowser(draft, sample_set, [0], cache_bytes=1 << 26)
+    w = layers_wiring((2, 5, 7), sample_set[0].slot_info)
+    browser.prepare(0, w)
+    rows = browser.rows(0, w, 0)
+    n = browser.anchors(0, w)[0]
+    assert [r.position for r in rows] == [1, 2, 3, 4]
+    assert [r.at for r in rows] == [n + 1, n + 2, n + 3, n + 4]
+    totals = browser.totals(w)
+    (ev,) = evaluate_blocks(draft, [(0, sample_set[0])], [(None, w)]).wirings
+    assert len(totals.hits) == 4 and totals.accuracy == ev.accuracy
 
 
 def test_doctor_holds_dspark_block_size_to_k(tmp_path, inputs, capsys):
@@ -342,3 +347,36 @@ def test_accept_replays_dspark_rounds_of_k_drafts(tmp_path, inputs, capsys):
     code, out, err = _run(capsys, ["accept", ckpt, *common, "--steps", "3"])
     assert code == 0 and json.loads(out)["drafts_per_round"] == 3
     assert "each round runs a block of 3 rows (the anchor's first)" in err
+
+
+def test_the_app_opens_on_a_dspark_draft(tmp_path, inputs):
+    """The block app (Textual's pilot) on a DSpark draft: it loads, lists its wirings and
+    shows block_size positions a block, with the accept length."""
+    import asyncio
+    import io
+
+    from rich.console import Console
+
+    from inspector.session import Inputs
+    from inspector.tui.block_app import BlockApp
+
+    samples = _samples(tmp_path / "samples", inputs)
+    inp = Inputs(ROOT / "dspark_vanilla", [str(samples)], TARGET, None, None, False, None)
+
+    async def run() -> None:
+        app = BlockApp(inp, device="cpu")
+        async with app.run_test(size=(160, 50)) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert app.error is None and app.wirings is not None
+            out = io.StringIO()
+            console = Console(width=200, file=out, color_system=None)
+            console.print(app.query_one("#block-accuracy").content)
+            cells = [line.strip("│┃ ").split()[:1] for line in out.getvalue().splitlines()]
+            positions = [c[0] for c in cells if c and c[0].isdigit()]
+            assert positions == ["1", "2", "3", "4"]  # a row per block position
+            assert "accept length" in out.getvalue()
+            assert app.browser is not None
+            assert app.browser.totals(app.shown).accept_length() is not None
+
+    asyncio.run(run())

@@ -39,14 +39,12 @@ def no_terminal_line(stream: str) -> str:
 
 def build_app(args: argparse.Namespace):
     """The app for these arguments (inputs resolved; nothing heavy imported yet)."""
-    from inspector.formats.block_config import block_draft_family, refuse_block_forward
+    from inspector.formats.block_config import block_draft_family
 
     inputs = resolve_inputs(args)
     if block_draft_family(inputs.checkpoint) is not None:
         from inspector.errors import InputError
         from inspector.tui.block_app import BlockApp
-
-        refuse_block_forward(inputs.checkpoint)  # DSpark: before the app starts, in one line
 
         for flag, given in (
             ("--compare", args.compare),

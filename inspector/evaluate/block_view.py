@@ -127,7 +127,13 @@ class BlockBrowser:
         infos = self.slot_info
         layers = tuple(infos[i].hf_index if i < len(infos) else None for i in wiring.slots)
         rep = BlockWiringReport(
-            name, wiring.label(infos), wiring.slots, layers, self.block.block_size, self.engines
+            name,
+            wiring.label(infos),
+            wiring.slots,
+            layers,
+            self.block.block_size,
+            self.engines,
+            drafts=self.block.drafts_per_block,
         )
         for j, index in enumerate(self.indices):
             sample = self.sample(j)

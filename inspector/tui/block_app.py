@@ -147,6 +147,7 @@ class BlockApp(App):
                 embed=str(inputs.embed) if inputs.embed else None,
                 device=self.device_name,
                 dtype=self.dtype_name,
+                dspark=True,  # its drafting rows and Markov head run in predict_blocks
             )
             indices = []
             for i in range(len(sample_set)):  # each read and dropped: only the usable kept
@@ -395,7 +396,7 @@ class BlockApp(App):
             mark = "▶ " if i == self.current else ""
             table.add_column(f"{mark}{name}\n{ws.wiring_label(slots)}", justify="right")
             done.append(b.cached_totals(Wiring(slots)))
-        for k in range(b.block.block_size - 1):
+        for k in range(b.block.drafts_per_block):
             cells = []
             for rep in done:
                 if rep is None:
