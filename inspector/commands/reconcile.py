@@ -46,7 +46,7 @@ def run_reconcile(args: argparse.Namespace) -> int:
     from inspector.doctor.reconcile.pipeline import pair_requests, reconcile
     from inspector.doctor.reconcile.runs import across_runs, run_labels
     from inspector.engines import Engine
-    from inspector.formats.block_config import block_draft_family, refuse_block_forward
+    from inspector.formats.block_config import block_draft_family
     from inspector.formats.engine_log import read_engine_log
     from inspector.serving.spec import DEFAULT_STEPS, DraftSpec
 
@@ -54,7 +54,6 @@ def run_reconcile(args: argparse.Namespace) -> int:
     if family is not None:
         from inspector.commands.reconcile_block import run_block_reconcile
 
-        refuse_block_forward(args.checkpoint)  # DSpark: before the engines' readers are asked
         return run_block_reconcile(args, family)
     err = Console(stderr=True)
     paths = args.engine_log if isinstance(args.engine_log, list) else [args.engine_log]

@@ -53,13 +53,15 @@ def run_block_reconcile(args: argparse.Namespace, family: str) -> int:
     which = Engine(log.engine)
     counting_engines(argparse.Namespace(engine=which.value), family)
     err = Console(stderr=True)
-    inputs, draft, sample_set = open_block_draft(args, err)
+    inputs, draft, sample_set = open_block_draft(args, err, dspark=True)
     block = draft.config.block
     assert block is not None
-    steps = args.steps or log.steps or log.most_drafted or block.block_size - 1
+    steps = args.steps or log.steps or log.most_drafted or block.drafts_per_block
+    # K drafts a round: K rows where the anchor's row drafts too (DSpark), else K + 1
+    width = steps if block.anchor_drafts else steps + 1
     err.print(
         f"note: {safe(log.description)} from {safe(str(log.path))}: accept length "
-        f"{fmt_float(log.accept_length)}; replaying blocks of {steps + 1} rows",
+        f"{fmt_float(log.accept_length)}; replaying blocks of {width} rows",
         highlight=False,
         soft_wrap=True,
     )
@@ -92,7 +94,7 @@ def run_block_reconcile(args: argparse.Namespace, family: str) -> int:
             [(row.name, w) for row, w in held],
             progress=advance,
             engines=(which,),
-            width=steps + 1,
+            width=width,
             slot_info=sample_set.slot_info,
         )
     pairs, notes = pair_requests(log, tokens)

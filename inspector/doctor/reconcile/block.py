@@ -58,7 +58,8 @@ def replays_of(report, rows: Sequence[AcceptRow], which: Engine) -> list[BlockRe
     out = []
     for row, w in zip(rows, report.wirings, strict=True):
         rounds = {int(s["sample"]): list(s[key]) for s in w.per_sample}
-        out.append(BlockReplay(row, w.label, tuple(w.slots), w.block_size - 1, rounds))
+        depth = w.drafts or w.block_size - 1
+        out.append(BlockReplay(row, w.label, tuple(w.slots), depth, rounds))
     return out
 
 
