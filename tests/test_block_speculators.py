@@ -155,7 +155,6 @@ def _edited(tmp: Path, edit) -> Path:
             "below 0",
         ),
         (lambda c: c.update(block_size=1), "block_size", "at least one"),
-        (lambda c: c.update(sample_from_anchor=True), "sample_from_anchor", "row 0 drafts"),
         (lambda c: c.update(draft_vocab_size=128), "draft_vocab_size", "reduced draft vocabulary"),
         (lambda c: c.pop("draft_vocab_size"), "draft_vocab_size", "32000 \\(absent"),
         (lambda c: c.pop("transformer_layer_config"), "transformer_layer_config", "missing"),
@@ -179,6 +178,24 @@ def test_malformed_config_is_one_line_naming_the_field(tmp_path, edit, field, wo
         load_block_draft(folder, target=TARGET)
     assert err.value.field == field and "config.json" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_sample_from_anchor_drafts_from_row_0(tmp_path, inputs, expected):
+    """sample_from_anchor true: every row drafts (row k drafts x_{n+k+1}), block_size drafts a
+    block; the logits are the same forward's (speculators scores every row either way), and the
+    doctor holds K to block_size."""
+    from inspector.doctor.checks.block_checks import block_size_finding
+
+    folder = _edited(tmp_path, lambda c: c.update(sample_from_anchor=True))
+    draft = load_block_draft(folder, target=TARGET)
+    block = draft.config.block
+    assert block is not None and block.anchor_drafts and block.drafts_per_block == 4
+    got = _logits(draft, inputs, expected["full.anchors"])
+    tol = accumulation_tolerance(expected["full.logits"], 64)
+    assert (got - expected["full.logits"]).abs().max().item() <= tol
+    assert block_size_finding(block, 4).severity.value == "info"
+    wrong = block_size_finding(block, 3)
+    assert wrong.fix == "serve with num_speculative_tokens 4" and "#41834" not in wrong.summary
 
 
 def test_training_only_tensors_are_dropped_and_strays_refused(tmp_path):

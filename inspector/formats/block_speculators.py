@@ -14,7 +14,8 @@ speculators (0.9.0: `speculators.models.dflash`, `DFlashSpeculatorConfig` and
   `sliding_window_non_causal`, and its window (`sliding_window`, kept only with
   `use_sliding_window`, as Qwen3Config does) is measured from the block's anchor over the
   context keys only (`create_anchor_block_mask_mod`): `BlockConfig.window_from_anchor`;
-- `sample_from_anchor: true` (row 0 drafts too) is another slot convention than the reference's.
+- `sample_from_anchor: true` (row 0 drafts too, `BlockConfig.anchor_drafts`) is another slot
+  convention than the reference's.
 
 The tensors are the reference's (`fc`, `hidden_norm`, `layers.{i}.*`, `norm`); the embedding is
 the target's, and so is the head of a full-vocabulary draft (speculators reloads both from the
@@ -148,12 +149,6 @@ def parse_speculators_block_config(
             f"{draft_vocab}{absent}, but the target's vocab_size is {vocab}: a reduced draft "
             "vocabulary (d2t/t2d) in a block draft is not read yet",
         )
-    if family == "dflash" and top.flag("sample_from_anchor"):
-        raise top.error(
-            "sample_from_anchor",
-            "true: block row 0 drafts too (block_size drafts a round); only the reference's "
-            "slots are read (the anchor is the last verified token, rows 1.. draft)",
-        )
     aux = top.int_list("aux_hidden_state_layer_ids", 0)
     if not aux:
         raise top.error(
@@ -184,7 +179,12 @@ def parse_speculators_block_config(
         ids_key="aux_hidden_state_layer_ids",
         ids_offset=1,
         marker="speculators_model_type",
-        **(read_dspark_head(lambda key: top, SPECULATORS, h) if family == "dspark" else {}),  # type: ignore[arg-type]
+        # DFlash: sample_from_anchor (default false) chooses the slots; DSpark: its head's keys
+        **(
+            read_dspark_head(lambda key: top, SPECULATORS, h)
+            if family == "dspark"
+            else {"anchor_drafts": top.flag("sample_from_anchor")}
+        ),  # type: ignore[arg-type]
     )
     cfg = DraftConfig(
         hidden_size=h,

@@ -350,7 +350,7 @@ def _anchor_first_size(block: BlockConfig, k: int | None) -> Finding:
     seen = [
         f"{e.display} ({f.since}): {f.words}"
         for e in all_engines()
-        for f in e.facts_for(None, "dspark", "block_size")
+        for f in e.facts_for(None, block.family, "block_size")
     ]
     facts = SizeFacts(n, k)
     how = "every row drafts, the anchor's first (sample_from_anchor): K drafts take K rows"
