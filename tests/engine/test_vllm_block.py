@@ -29,8 +29,9 @@ through our `capture` (every layer, float32), and `accept --engine vllm --steps 
   tokens per position, one at a time and batched;
 - on the trained draft, ours (the draft as trained) differ from vLLM's, and with the fault
   modelled (the context keys normed by layer 0's k_norm) every request is vLLM's again;
-- the block live loop (`accept --live`) on `tied` over the same prompts generates vLLM's tokens
-  and gives every request's `per_step_accepted` and the pooled counts;
+- the block live loop (`accept --live`) over the same prompts generates vLLM's tokens and, on
+  `tied`, gives every request's `per_step_accepted` and the pooled counts; on the trained draft
+  it gives them with the fault modelled;
 - `reconcile` reads vLLM's per-request dump (`requests.jsonl`): on `tied` the draft is served as
   configured, every request equal round for round; on the trained draft vLLM accepts less than
   the draft as trained, and the verdict names the engine's fault and this known cause.
@@ -185,11 +186,10 @@ def test_the_block_replay_gives_vllms_counts_exactly(mode, samples, capsys):
     _assert_equal(_accept(capsys, "tied", samples), _run("tied", mode), samples)
 
 
-def test_the_live_loop_gives_vllms_counts_and_tokens(tmp_path):
-    """The block live loop (`accept DRAFT --live`) on `tied` over the prompts vLLM served
-    ($out/prompts.json: the same ids), 128 tokens, k = 3, float32: vLLM's tokens, every
-    request's per_step_accepted, and its pooled counts (num_drafts, num_accepted_tokens,
-    accepted tokens per position), one at a time and batched."""
+def _live(variant: str, tmp_path: Path) -> tuple[dict, Path]:
+    """The block live loop (`accept DRAFT --live`) on `variant` over the prompts vLLM served
+    ($out/prompts.json: the same ids), 128 tokens, k = 3, float32: its report's wiring entry and
+    the folder of the sequences it generated."""
     import torch
 
     from inspector.formats import load_block_draft
@@ -197,12 +197,14 @@ def test_the_live_loop_gives_vllms_counts_and_tokens(tmp_path):
     from inspector.serving.spec import DraftSpec
 
     served = json.loads((Path(RUNS or "") / "prompts.json").read_text())["prompts"]
+    tmp_path.mkdir(parents=True, exist_ok=True)
     prompts = tmp_path / "prompts.jsonl"  # all prompt: the live loop generates from each line
     prompts.write_text("".join(json.dumps({"input_ids": p}) + "\n" for p in served))
     draft = load_block_draft(
-        str(_draft("tied")), target=str(DEMO / "target"), dtype="float32", device="cpu"
+        str(_draft(variant)), target=str(DEMO / "target"), dtype="float32", device="cpu"
     )
     torch.set_num_threads(1)
+    out = tmp_path / f"live-{variant}"
     report = live_accept(
         draft,
         DEMO / "target",
@@ -211,27 +213,64 @@ def test_the_live_loop_gives_vllms_counts_and_tokens(tmp_path):
         ["train"],
         max_new=128,
         target_dtype="float32",
-        out=tmp_path / "live",
+        out=out,
     )
     (wa,) = report.wirings
     ours = wa.to_dict()
     assert ours["label"] == "train [L1, L4, L6]"
+    assert not ours["accept_length_is_lower_bound"]
+    return ours, out / "train"
+
+
+def _live_pairs(ours: dict, folder: Path, vllm: dict) -> list[tuple[list[int], list[int]]]:
+    """(ours, vLLM's) rounds of each request, paired by the tokens the loop generated: every
+    one of them is a request vLLM served."""
+    import torch
+
+    by_tokens = {_tokens(r): r for r in vllm["requests"]}
+    assert len(ours["per_sample"]) == len(vllm["requests"]) == 8
+    pairs = []
+    for s in ours["per_sample"]:
+        data = torch.load(folder / f"data_{s['index']}.pt", weights_only=True)
+        r = by_tokens.get(tuple(data["input_ids"].tolist()))
+        assert r is not None, f"request {s['index']}: vLLM generated other tokens"
+        pairs.append((s["accepted"], r["spec_decode_metrics"]["per_step_accepted"]))
+    return pairs
+
+
+def _assert_live_equal(ours: dict, folder: Path, vllm: dict) -> None:
+    for i, (mine, theirs) in enumerate(_live_pairs(ours, folder, vllm)):
+        assert mine == theirs, f"request {i}"
+    assert ours["rounds"] == vllm["num_drafts"]
+    assert ours["accepted"] == vllm["num_accepted_tokens"]
+    assert ours["accepted_per_pos"] == vllm["accepted_per_pos"]
+    assert ours["accept_length"] == vllm["mean_acceptance_length"]
+
+
+def test_the_live_loop_gives_vllms_counts_and_tokens(tmp_path):
+    """`tied`: the live loop generates vLLM's tokens and gives every request's
+    per_step_accepted and the pooled counts (num_drafts, num_accepted_tokens, accepted tokens
+    per position), one at a time and batched."""
+    ours, folder = _live("tied", tmp_path)
     for mode in MODES:
-        vllm = _run("tied", mode)
-        by_tokens = {_tokens(r): r for r in vllm["requests"]}
-        assert len(ours["per_sample"]) == len(vllm["requests"]) == 8
-        for s in ours["per_sample"]:
-            data = torch.load(
-                tmp_path / "live" / "train" / f"data_{s['index']}.pt", weights_only=True
-            )
-            r = by_tokens.get(tuple(data["input_ids"].tolist()))
-            assert r is not None, f"request {s['index']}: vLLM generated other tokens ({mode})"
-            assert s["accepted"] == r["spec_decode_metrics"]["per_step_accepted"], (mode, s)
-        assert ours["rounds"] == vllm["num_drafts"]
-        assert ours["accepted"] == vllm["num_accepted_tokens"]
-        assert ours["accepted_per_pos"] == vllm["accepted_per_pos"]
-        assert ours["accept_length"] == vllm["mean_acceptance_length"]
-        assert not ours["accept_length_is_lower_bound"]
+        _assert_live_equal(ours, folder, _run("tied", mode))
+
+
+def test_the_live_loop_on_the_trained_draft_meets_vllms_k_norm_fault(tmp_path, monkeypatch):
+    """The trained draft: the live loop (the draft as trained) departs from vLLM's counts on
+    some request, and with the CPU build's fault modelled (the context keys normed by layer 0's
+    k_norm, in the one block forward the loop shares with the replay) it gives them all."""
+    from safetensors.torch import load_file
+
+    vllm = _run("trained", "one")
+    ours, folder = _live("trained", tmp_path)
+    pairs = _live_pairs(ours, folder, vllm)
+    assert any(mine != theirs for mine, theirs in pairs), "vLLM ran the draft as trained"
+    k0 = load_file(str(_draft("trained") / "model.safetensors"))["layers.0.self_attn.k_norm.weight"]
+    _context_keys_normed_by_layer_0(monkeypatch, k0)
+    modelled, folder = _live("trained", tmp_path / "modelled")
+    for mode in MODES:
+        _assert_live_equal(modelled, folder, _run("trained", mode))
 
 
 def _context_keys_normed_by_layer_0(monkeypatch, k0) -> None:
