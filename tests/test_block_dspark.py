@@ -188,7 +188,7 @@ def test_commands_that_run_blocks_refuse_dspark_in_one_line(tmp_path, capsys, co
     code, _, err = _run(capsys, argv)
     assert code == 2 and "Traceback" not in err
     assert "config.json: speculators_model_type: a DSpark draft" in err
-    assert "accept --live and the doctor's --trace do not run its Markov head yet" in err
+    assert "the live loop (accept --live) does not run its Markov head yet" in err
 
 
 def test_the_app_shows_dspark_blocks(tmp_path, inputs):
@@ -273,10 +273,16 @@ def test_doctor_on_a_fill_in_dspark_keeps_dflash_rule(tmp_path, inputs, capsys):
     assert shape["severity"] == "info" and "#41834" not in shape["summary"]
 
 
-def test_doctor_trace_refuses_dspark(capsys):
-    argv = ["doctor", str(ROOT / "dspark_vanilla"), str(ROOT), "--target", str(TARGET)]
-    code, _, err = _run(capsys, [*argv, "--trace", "0"])
-    assert code == 2 and "a DSpark draft" in err and "Traceback" not in err
+def test_doctor_traces_dspark(tmp_path, inputs, capsys):
+    """--trace on a DSpark draft: its drafting rows, the Markov bias on, against each engine's
+    path (none parts from the trained one on a config every reader reads alike)."""
+    samples = _samples(tmp_path / "samples", inputs)
+    argv = ["doctor", str(ROOT / "dspark_vanilla"), str(samples), "--target", str(TARGET)]
+    code, out, err = _run(capsys, [*argv, "--no-capture", "--trace", "0", "--json"])
+    assert "Traceback" not in err, err
+    findings = {f["kind"]: f for f in json.loads(out)["findings"]}
+    trace = next(f for k, f in findings.items() if "trace" in k)
+    assert trace["evidence"]
 
 
 def _samples(folder: Path, inputs: dict[str, torch.Tensor]) -> Path:

@@ -36,12 +36,6 @@ def block_doctor_report(args: argparse.Namespace, err: Console):
     inputs, draft, sample_set = open_block_draft(args, err, dspark=True)
     block = draft.config.block
     assert block is not None
-    if block.family == "dspark" and getattr(args, "trace", None) is not None:
-        from inspector.errors import InputError
-        from inspector.formats.block_dspark import DSPARK_FORWARD_MISSING
-
-        # the trace's stages take rows 1.. and no Markov head (docs/guides/block-drafts.md)
-        raise InputError(Path(draft.path) / "config.json", block.marker, DSPARK_FORWARD_MISSING)
     read = readable_samples(sample_set, args.n_samples, err)
     indices, samples = [i for i, _ in read], [x for _, x in read]
     num_layers = target_layers(inputs.target, block, samples)

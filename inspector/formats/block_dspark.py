@@ -18,9 +18,8 @@ from inspector.formats.config import ConfigReader
 MARKOV_HEADS = ("vanilla", "gated")
 # the one-line refusal of the commands that do not run a DSpark draft's blocks yet
 DSPARK_FORWARD_MISSING = (
-    "a DSpark draft: eval, accept, reconcile, the app and the doctor run its blocks; "
-    "accept --live and the doctor's --trace do not run its Markov head yet "
-    "(docs/guides/block-drafts.md)"
+    "a DSpark draft: eval, accept, reconcile, the app and the doctor run its blocks; the live "
+    "loop (accept --live) does not run its Markov head yet (docs/guides/block-drafts.md)"
 )
 
 

@@ -101,8 +101,9 @@ def wiring_finding(
         if capture is not None and got
         else ""
     )
-    cfg_ids = list(block.layer_ids)
-    trained = list(search.trained_ids)
+    # the ids as the layout writes them (speculators': HF indices)
+    cfg_ids = block.written_ids(block.layer_ids)
+    trained = block.written_ids(search.trained_ids)
     where = (
         "the reference's default: the config names none"
         if block.layer_ids_source == "default"
@@ -145,7 +146,7 @@ def wiring_finding(
         f"{'; ' + came if came else ''}), not the "
         f"configured {cfg_ids} ({where}): block accuracy {pct(best.accuracy)} against "
         f"{pct(configured.accuracy)}",
-        f"set {block.ids_key} to {block.written_ids(trained)}",
+        f"set {block.ids_key} to {trained}",
         facts,
         wiring=best.layers,
     )
@@ -353,13 +354,13 @@ def _anchor_first_size(block: BlockConfig, k: int | None) -> Finding:
         for f in e.facts_for(None, block.family, "block_size")
     ]
     facts = SizeFacts(n, k)
-    how = "every row drafts, the anchor's first (sample_from_anchor): K drafts take K rows"
+    how = "every row drafts, the anchor's first, as sample_from_anchor says: K drafts take K rows"
     if k is None or k == n:
-        said = "serve it with" if k is None else "and"
+        said = ": serve it with" if k is None else " and"
         return Finding(
             Kind.DRAFT_SHAPE,
             Severity.INFO,
-            f"block_size {n} {said} num_speculative_tokens {n} ({how}: the block it was trained on)",
+            f"block_size {n}{said} num_speculative_tokens {n} ({how}; the block it was trained on)",
             None,
             facts,
         )

@@ -220,7 +220,7 @@ def trace(
             return run_block(path, sample, anchors, sink)
 
         assert trained.draft.config.block is not None
-        truth = _truth_block(sample, anchors, trained.draft.config.block.block_size - 1)
+        truth = _truth_block(sample, anchors, trained.draft.config.block.drafts_per_block)
         n_rows = len(anchors)
     else:
 

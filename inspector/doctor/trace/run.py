@@ -17,7 +17,7 @@ import torch
 
 from inspector.doctor.trace.paths import TracePath
 from inspector.metrics.rounds import generation_runs
-from inspector.model.block import anchored_block_hidden, head_logits
+from inspector.model.block import anchored_block_hidden, draft_rows, head_logits, markov_bias
 from inspector.model.fc import fc_wired
 from inspector.model.forward import iter_steps
 from inspector.model.heads import draft_logits
@@ -84,8 +84,8 @@ def block_anchors(sample: Sample, rows: int, block_size: int = 2, vocab: int = 0
 @torch.no_grad()
 def run_block(path: TracePath, sample: Sample, anchors: list[int], sink: Sink) -> torch.Tensor:
     """The blocks `path` drafts at `anchors` over `sample`, every stage handed to `sink`;
-    returns the target id each block row 1.. proposes [A, B-1] (the argmax: the trace compares
-    the head, not DFlash2's selector)."""
+    returns the target id each drafting row proposes [A, drafts_per_block] (the argmax: the
+    trace compares the head, not DFlash2's selector; DSpark's with its Markov bias)."""
     draft = path.draft
     block = draft.config.block
     assert block is not None
@@ -103,8 +103,11 @@ def run_block(path: TracePath, sample: Sample, anchors: list[int], sink: Sink) -
             x = x[(at - 1).clamp(min=0)]
         sink(name, _flat(x))
 
-    normed = anchored_block_hidden(draft, context, at, block_ids, tap=tap)[:, 1:]
+    normed = draft_rows(draft, anchored_block_hidden(draft, context, at, block_ids, tap=tap))
     logits = head_logits(draft, normed)
+    if block.markov_rank:  # DSpark: the bias of the true token before each draft, as eval adds
+        where = at[:, None] + torch.arange(normed.shape[1], device=dev)[None, :]
+        logits = logits + markov_bias(draft, ids[where.clamp(max=ids.shape[0] - 1)], normed)
     sink("logits", _flat(logits))
     pred = logits.argmax(-1)
     sink("target ids", _flat(pred.reshape(-1, 1)))
