@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from inspector.doctor.reconcile.block import (
     BlockReplay,
     block_checks,
@@ -200,3 +202,74 @@ def test_replays_of_reads_the_counting_engines_rounds_by_sample():
     w.drafts = 5  # a DSpark replay: the log's K drafts, not the block's rows less one
     (r,) = replays_of(SimpleNamespace(wirings=[w]), [CONF], Engine.VLLM)
     assert r.depth == 5
+
+
+def test_replays_and_wirings_must_pair_one_to_one():
+    w = SimpleNamespace(label="x", slots=[0], block_size=4, drafts=None, per_sample=[])
+    with pytest.raises(ValueError):
+        replays_of(SimpleNamespace(wirings=[w]), [CONF, OTHER], Engine.VLLM)
+
+
+def test_pooling_skips_unpaired_samples_wherever_they_fall_and_keeps_the_slots():
+    only_second = _requests({1: GOOD[1]})
+    (check, _) = block_checks(_log({1: GOOD[1]}), REPLAYS, only_second)
+    assert (check.stats.rounds, check.stats.accepted) == (3, 5)
+    assert check.wiring == (0, 1, 2) and check.label == "configured HF [1, 4, 6]"
+    # a paired request the replay lacks, before the one that departs
+    replay = _replay(CONF, {1: GOOD[1]})
+    gap, _ = first_departure(replay, _requests({0: [1], 1: [1, 0, 3]}))
+    assert (gap.sample, gap.round) == (1, 1)
+
+
+def test_the_verdicts_in_words():
+    r = reconcile_block(_pooled(7, 11), REPLAYS, {}, ["a note"])
+    assert r.summary == (
+        "the engine's figure 2.57 (11 accepted in 7 rounds, "
+        f"{r.log.description}) equals the replay of the configured wiring HF [1, 4, 6]: the draft "
+        "is served as configured"
+    )
+    assert r.log.path == Path("vllm.log") and r.notes == ["a note"]
+    low = {0: [3, 1, 0, 1], 1: [1, 1, 3]}
+    r = reconcile_block(_log(low, engine="sglang"), [_replay(CONF, GOOD)], _requests(low), [])
+    assert r.summary == (
+        "the engine's figure 2.43 over 2 requests is below every wiring's replay: the engine "
+        "accepts less than this draft does on these requests (an engine-side fault); against "
+        "the configured wiring, request r.jsonl:1 (sample 0) departs at round 3: the engine "
+        "accepted 1, the replay 2"
+    )
+    high = {0: [3, 3, 3, 3], 1: [1, 1, 3]}
+    r = reconcile_block(_log(high, engine="sglang"), REPLAYS, _requests(high), [])
+    assert r.summary.startswith(
+        "the engine's figure 3.43 over 2 requests is equal to no wiring's replay: not the "
+        "requests the samples hold, or a draft the engine computes otherwise; against"
+    )
+
+
+def test_a_figure_equal_to_the_lowest_replays_but_not_its_counts_is_not_below_it():
+    r = reconcile_block(_pooled(14, 22), [_replay(CONF, GOOD)], {}, [])
+    assert r.log.accept_length == r.checks[0].stats.accept_length
+    assert r.verdict is Verdict.OTHER_DATA
+
+
+def test_only_the_engines_known_faults_in_block_drafts_are_named(monkeypatch):
+    import inspector.doctor.reconcile.block as block
+
+    asked = []
+
+    def facts_for(model_type, drafts=None, topic="layer_ids"):
+        asked.append((model_type, drafts, topic))
+        if (drafts, topic) != ("dflash", "numerics"):
+            return (SimpleNamespace(words="an EAGLE-3 fact", since="x"),)
+        return (
+            SimpleNamespace(words="one", since="PR 1"),
+            SimpleNamespace(words="two", since="PR 2"),
+        )
+
+    stub = SimpleNamespace(display="Stub", facts_for=facts_for)
+    monkeypatch.setattr(block, "engine", lambda which: stub)
+    low = {0: [3, 1, 0, 1], 1: [1, 1, 3]}
+    notes: list[str] = []
+    r = reconcile_block(_log(low), [_replay(CONF, GOOD)], _requests(low), notes)
+    assert asked == [(None, "dflash", "numerics")]
+    assert r.summary.endswith("; 2 known faults of Stub in computing block drafts, in the notes")
+    assert notes == ["known: one (PR 1)", "known: two (PR 2)"]
