@@ -49,6 +49,7 @@ The target is tests/golden_block/target (embedding and head of 256 tokens, hidde
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import json
 import math
@@ -82,22 +83,29 @@ CASES = {
 }
 
 
-def _imports():
+def _module(name: str):
+    """One of speculators' modules, imported by `main` only: this script runs in a scratch venv
+    that holds speculators (see above); the test environment reads the files it wrote and never
+    imports speculators."""
     try:
-        from speculators.config import SpeculatorsConfig, VerifierConfig
-        from speculators.models.dflash import DFlashDraftModel, DFlashSpeculatorConfig
-        from speculators.proposals.greedy import GreedyTokenProposalConfig
+        return importlib.import_module(name)
     except ImportError:
         sys.exit(
             "make_golden.py writes what speculators computes: run it where "
             "`pip install --no-deps speculators==0.9.0` was done (see this file's docstring)"
         )
+
+
+def _imports():
+    config = _module("speculators.config")
+    dflash = _module("speculators.models.dflash")
+    greedy = _module("speculators.proposals.greedy")
     return (
-        SpeculatorsConfig,
-        VerifierConfig,
-        DFlashDraftModel,
-        DFlashSpeculatorConfig,
-        GreedyTokenProposalConfig,
+        config.SpeculatorsConfig,
+        config.VerifierConfig,
+        dflash.DFlashDraftModel,
+        dflash.DFlashSpeculatorConfig,
+        greedy.GreedyTokenProposalConfig,
     )
 
 
@@ -174,11 +182,15 @@ MARKOV_RANK = 8
 
 def _dspark(out: Path, target: Path, hidden, ids, gen, expected: dict) -> None:
     """The DSpark cases: speculators' own DSpark forward over the same sequence."""
-    import speculators.models.dspark.core as core
-    from speculators.config import SpeculatorsConfig, VerifierConfig
-    from speculators.models.dspark import DSparkDraftModel, DSparkSpeculatorConfig
-    from speculators.proposals.greedy import GreedyTokenProposalConfig
     from transformers import Qwen3Config
+
+    core = _module("speculators.models.dspark.core")
+    SpeculatorsConfig, VerifierConfig, _, _, GreedyTokenProposalConfig = _imports()
+    dspark = _module("speculators.models.dspark")
+    DSparkDraftModel, DSparkSpeculatorConfig = (
+        dspark.DSparkDraftModel,
+        dspark.DSparkSpeculatorConfig,
+    )
 
     kept = {}
     metrics = core.compute_metrics
