@@ -15,6 +15,13 @@ def read_target_class(path: str | Path | None) -> TargetClass | None:
     """The class a target folder's config.json (or that file itself) names; None when there is
     none or it cannot be read (the class only words advice: a bad config is not an error here).
     """
+    cfg = _target_config(path)
+    return target_class(cfg[1]) if cfg is not None else None
+
+
+def _target_config(path: str | Path | None) -> tuple[Path, dict] | None:
+    """A target folder's config.json (or that file itself) and its object; None when there is
+    none or it cannot be read: what the target says only words advice, so a bad file is none."""
     if path is None:
         return None
     path = Path(path)
@@ -24,7 +31,7 @@ def read_target_class(path: str | Path | None) -> TargetClass | None:
         cfg = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return target_class(cfg) if isinstance(cfg, dict) else None
+    return (path, cfg) if isinstance(cfg, dict) else None
 
 
 def data_config_target(path: str | Path | None) -> TargetClass | None:
@@ -71,17 +78,12 @@ def hc_mult_of(cfg: object) -> int | None:
 
 def read_hyper_connections(path: str | Path | None) -> HyperConnections | None:
     """The streams a target folder's config.json (or that file) declares, where hc_mult > 1."""
-    if path is None:
+    read = _target_config(path)
+    if read is None:
         return None
-    path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    file, cfg = read
     n = hc_mult_of(cfg)
-    return HyperConnections(n, f"{path}: hc_mult") if n is not None and n > 1 else None
+    return HyperConnections(n, f"{file}: hc_mult") if n is not None and n > 1 else None
 
 
 def data_config_hyper_connections(path: str | Path | None) -> HyperConnections | None:
