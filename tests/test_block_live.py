@@ -22,7 +22,7 @@ from inspector.engines import Engine  # noqa: E402
 from inspector.evaluate.block_eval import evaluate_blocks, load_block, predict_blocks  # noqa: E402
 from inspector.serving import live as live_module  # noqa: E402
 from inspector.serving import live_block  # noqa: E402
-from inspector.serving.live import live_accept  # noqa: E402
+from inspector.serving.live import LiveSettings, live_accept  # noqa: E402
 from inspector.serving.spec import DraftSpec  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -76,18 +76,16 @@ def test_the_block_live_loop_equals_the_block_replay_of_its_sequences(
 ):
     draft = _draft(block_bed.draft, block_bed.target)
     out = tmp_path / "live"
-    report = live_accept(
-        draft,
-        block_bed.target,
-        _prompts(),
-        DraftSpec(k),
-        ["train"],
+    live = LiveSettings(
+        spec=DraftSpec(k),
         max_new=MAX_NEW,
+        wirings=["train"],
         out=out,
         limit=LIMIT,
         engine=engine,
         target_dtype="float32",
     )
+    report = live_accept(draft, block_bed.target, _prompts(), live)
     (wa,) = report.wirings
     d = wa.to_dict()
     assert report.mode == "live" and d["label"] == "train [L1, L4, L6]"
@@ -120,18 +118,16 @@ def test_the_block_live_loop_emits_the_targets_own_greedy_tokens(block_bed, tmp_
 
     draft = _draft(block_bed.draft, block_bed.target)
     out = tmp_path / "live"
-    live_accept(
-        draft,
-        block_bed.target,
-        _prompts(),
-        DraftSpec(3),
-        ["train", "L2,L3,L4"],
+    live = LiveSettings(
+        spec=DraftSpec(3),
         max_new=40,
+        wirings=["train", "L2,L3,L4"],
         out=out,
         limit=3,
         target_dtype="float32",
         layers="1,4,6,2,3",
     )
+    live_accept(draft, block_bed.target, _prompts(), live)
     model = TargetModel(block_bed.target, device="cpu", dtype="float32")
     records, _ = read_input(_prompts(), block_bed.target, vocab_size=512, max_length=512)
     for folder in ("train", "wiring-1-2-3"):
@@ -155,17 +151,15 @@ def test_every_round_drafts_the_replays_block(block_bed, monkeypatch, tmp_path):
     monkeypatch.setattr(live_block.BlockDecoding, "_draft", spy)
     draft = _draft(block_bed.draft, block_bed.target)
     out = tmp_path / "live"
-    report = live_accept(
-        draft,
-        block_bed.target,
-        _prompts(),
-        DraftSpec(3),
-        ["train"],
+    live = LiveSettings(
+        spec=DraftSpec(3),
         max_new=32,
+        wirings=["train"],
         out=out,
         limit=1,
         target_dtype="float32",
     )
+    report = live_accept(draft, block_bed.target, _prompts(), live)
     (sample,) = _samples(block_bed.draft, out / "train", block_bed.target)
     bp = predict_blocks(draft, sample, report.wirings[0].wiring, 4)
     by_anchor = {int(n): bp.pred[j].tolist() for j, n in enumerate(bp.anchors)}
@@ -177,18 +171,12 @@ def test_a_context_one_row_short_is_caught_by_the_replay(block_bed, monkeypatch,
     verified): its counts change and no longer equal the replay's of its own sequences."""
     draft = _draft(block_bed.draft, block_bed.target)
 
+    live = LiveSettings(
+        spec=DraftSpec(3), max_new=MAX_NEW, wirings=["train"], limit=LIMIT, target_dtype="float32"
+    )
+
     def run(out: Path):
-        return live_accept(
-            draft,
-            block_bed.target,
-            _prompts(),
-            DraftSpec(3),
-            ["train"],
-            max_new=MAX_NEW,
-            out=out,
-            limit=LIMIT,
-            target_dtype="float32",
-        ).wirings[0]
+        return live_accept(draft, block_bed.target, _prompts(), replace(live, out=out)).wirings[0]
 
     good = run(tmp_path / "good")
     real = live_block.anchored_block_hidden
@@ -217,18 +205,16 @@ def test_a_wrong_wiring_accepts_less_and_is_what_its_replay_says(block_bed, tmp_
     sequences under that wiring gives the loop's rounds."""
     draft = _draft(block_bed.draft, block_bed.target)
     out = tmp_path / "live"
-    report = live_accept(
-        draft,
-        block_bed.target,
-        _prompts(),
-        DraftSpec(3),
-        ["train", "L2,L3,L4"],
+    live = LiveSettings(
+        spec=DraftSpec(3),
         max_new=MAX_NEW,
+        wirings=["train", "L2,L3,L4"],
         out=out,
         limit=LIMIT,
         target_dtype="float32",
         layers="1,4,6,2,3",
     )
+    report = live_accept(draft, block_bed.target, _prompts(), live)
     trained, wrong = report.wirings
     assert wrong.to_dict()["label"] == "[L2, L3, L4]"
     t, w = trained.to_dict(), wrong.to_dict()
@@ -255,15 +241,20 @@ def test_an_eos_stops_the_request_and_the_replay_counts_past_it(
 
     monkeypatch.setattr(live_module, "run_block_sequence", recorded)
     draft = _draft(block_bed.draft, block_bed.target)
-    kw = dict(max_new=40, limit=3, engine=engine, target_dtype="float32")
-    live_accept(draft, block_bed.target, _prompts(), DraftSpec(3), ["train"], **kw)
+    live = LiveSettings(
+        spec=DraftSpec(3),
+        max_new=40,
+        wirings=["train"],
+        limit=3,
+        engine=engine,
+        target_dtype="float32",
+    )
+    live_accept(draft, block_bed.target, _prompts(), live)
     free = list(seqs)
     extra = (free[0].ids[free[0].prompt_len + 12],)
     seqs.clear()
     out = tmp_path / "live"
-    report = live_accept(
-        draft, block_bed.target, _prompts(), DraftSpec(3), ["train"], out=out, **kw
-    )
+    report = live_accept(draft, block_bed.target, _prompts(), replace(live, out=out))
     assert seqs[0].finish == "stop" and seqs[0].ids[-1] == extra[0]
     assert seqs[0].rounds[-1].after_stop == (engine is Engine.SGLANG)
     _assert_replay_equals_live(
@@ -318,16 +309,10 @@ def test_a_dflash2_round_drafts_its_selector_path(qwen3_target, monkeypatch, tmp
 
     monkeypatch.setattr(live_block.BlockDecoding, "_draft", spy)
     out = tmp_path / "live"
-    report = live_accept(
-        draft,
-        target,
-        qwen3_target / "prompts.jsonl",
-        DraftSpec(3),
-        ["train"],
-        max_new=40,
-        out=out,
-        target_dtype="float32",
+    live = LiveSettings(
+        spec=DraftSpec(3), max_new=40, wirings=["train"], out=out, target_dtype="float32"
     )
+    report = live_accept(draft, target, qwen3_target / "prompts.jsonl", live)
     (wa,) = report.wirings
     assert wa.to_dict()["label"] == "train [L2, L5, L7]"
     samples = _samples(draft_dir, out / "train", target)

@@ -42,15 +42,16 @@ def _accept(capsys, samples, *extra) -> dict:
 
 def test_the_replays_odds_are_the_live_loops(capsys, tmp_path):
     from inspector.formats import load_draft
-    from inspector.serving.live import live_accept
+    from inspector.serving.live import LiveSettings, live_accept
     from inspector.serving.spec import DraftSpec
 
     draft = load_draft(DRAFT, target=TARGET, dtype=torch.float32, device="cpu")
     out = tmp_path / "live"
-    live = live_accept(
-        draft, TARGET, DEMO / "prompts.jsonl", DraftSpec(3), ["train"], max_new=40,
-        temperature=0.7, top_k=20, seed=4, out=out, limit=3,
-    ).wirings[0]  # fmt: skip
+    settings = LiveSettings(
+        spec=DraftSpec(3), max_new=40, wirings=["train"], temperature=0.7, top_k=20, seed=4,
+        out=out, limit=3,
+    )  # fmt: skip
+    live = live_accept(draft, TARGET, DEMO / "prompts.jsonl", settings).wirings[0]
     rep = _accept(capsys, out / "train", "--wiring", "train", "--temperature", "0.7", "--top-k", 20)
     w = rep["wirings"][0]
     assert rep["config"]["sampling"]["temperature"] == 0.7

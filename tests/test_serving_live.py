@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 
 from inspector.engines import Engine  # noqa: E402
 from inspector.model import fc_project  # noqa: E402
-from inspector.serving.live import live_accept  # noqa: E402
+from inspector.serving.live import LiveSettings, live_accept  # noqa: E402
 from inspector.serving.live_draft import LiveDraft  # noqa: E402
 from inspector.serving.sampling import sample_verify, target_probs, torch_draws  # noqa: E402
 from inspector.serving.sampling_settings import Sampling, Verification, VerifyRule  # noqa: E402
@@ -85,9 +85,10 @@ ENGINE_CASES = [
 @pytest.mark.parametrize(("spec", "engine"), ENGINE_CASES, ids=["chain", "tree", "chain-sglang"])
 def test_greedy_live_loop_equals_the_replay_of_its_sequences_round_by_round(spec, engine, tmp_path):
     out = tmp_path / "live"
-    report = live_accept(
-        _draft(), TARGET, PROMPTS, spec, list(WIRINGS), max_new=48, out=out, limit=3, engine=engine
+    live = LiveSettings(
+        spec=spec, max_new=48, wirings=list(WIRINGS), out=out, limit=3, engine=engine
     )
+    report = live_accept(_draft(), TARGET, PROMPTS, live)
     d = report.to_dict()
     overlap = {"overlap_scheduler": True} if engine.overlap_round else {}
     assert d["config"] == {**spec.to_dict(), "mode": "live", "engine": engine.value, **overlap}
@@ -141,7 +142,8 @@ def test_greedy_live_loop_emits_the_targets_own_greedy_continuation(tmp_path):
     from inspector.formats import SampleSet
 
     out = tmp_path / "live"
-    live_accept(_draft(), TARGET, PROMPTS, DraftSpec(3, 4, 8), ["serve"], max_new=40, out=out)
+    live = LiveSettings(spec=DraftSpec(3, 4, 8), max_new=40, wirings=["serve"], out=out)
+    live_accept(_draft(), TARGET, PROMPTS, live)
     model = TargetModel(TARGET, device="cpu")
     records, _ = read_input(PROMPTS, TARGET, vocab_size=512, max_length=512)
     samples = SampleSet([str(out / "serve")])
@@ -173,9 +175,10 @@ def test_sampled_live_loop_equals_its_replay_and_the_replay_of_the_targets_sampl
     # 1. On its own sequences, round by round: target-only verification stops exactly where the
     #    realised sequence leaves the tree (the bonus is never a child tried at its node).
     out = tmp_path / "live"
-    report = live_accept(
-        draft, TARGET, PROMPTS, spec, ["train"], max_new=64, temperature=1.0, seed=1, out=out
+    sampled = LiveSettings(
+        spec=spec, max_new=64, wirings=["train"], temperature=1.0, seed=1, out=out
     )
+    report = live_accept(draft, TARGET, PROMPTS, sampled)
     ev, rep = _replayer(out / "train", spec)
     live = report.wirings[0].per_sample
     for s in live:
@@ -188,7 +191,7 @@ def test_sampled_live_loop_equals_its_replay_and_the_replay_of_the_targets_sampl
     #    difference must lie within 4 standard deviations (a false failure ~6e-5 under the
     #    normal approximation).
     more = (
-        live_accept(draft, TARGET, PROMPTS, spec, ["train"], max_new=64, temperature=1.0, seed=2)
+        live_accept(draft, TARGET, PROMPTS, replace(sampled, seed=2, out=None))
         .wirings[0]
         .per_sample
     )
@@ -278,16 +281,16 @@ def test_live_output_folders_are_per_wiring_and_refuse_foreign_ones(tmp_path):
     out = tmp_path / "live"
     (out / "serve").mkdir(parents=True)
     (out / "serve" / "notes.txt").write_text("someone else's")
+    live = LiveSettings(spec=DraftSpec(2), max_new=4, wirings=["serve"], out=out)
     with pytest.raises(InputError, match="not empty"):
-        live_accept(_draft(), TARGET, PROMPTS, DraftSpec(2), ["serve"], max_new=4, out=out)
-    report = live_accept(
-        _draft(), TARGET, PROMPTS, DraftSpec(2), ["train", "1,2,3"], max_new=4, out=out, limit=1
-    )
+        live_accept(_draft(), TARGET, PROMPTS, live)
+    live = replace(live, wirings=["train", "1,2,3"], limit=1)
+    report = live_accept(_draft(), TARGET, PROMPTS, live)
     assert sorted(p.name for p in out.iterdir()) == ["serve", "train", "wiring-1-2-3"]
     assert report.wirings[1].wiring.slots == (1, 2, 3)
     assert (out / "wiring-1-2-3" / "data_0.pt").is_file()
     # the same settings again: the folder is this loop's own, so it is overwritten
-    live_accept(_draft(), TARGET, PROMPTS, DraftSpec(2), ["train"], max_new=4, out=out, limit=1)
+    live_accept(_draft(), TARGET, PROMPTS, replace(live, wirings=["train"]))
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=["chain", "tree"])
@@ -306,7 +309,8 @@ def test_replay_of_capture_generate_equals_the_live_loop_round_by_round(spec, tm
     cap = tmp_path / "cap"
     argv = ["capture", str(TARGET), str(prompts), "--out", str(cap), "--draft", str(DRAFT)]
     assert main([*argv, "--generate", "48", "--device", "cpu", "--save-dtype", "float32"]) == 0
-    live = live_accept(_draft(torch.float32), TARGET, prompts, spec, list(WIRINGS), max_new=48)
+    settings = LiveSettings(spec=spec, max_new=48, wirings=list(WIRINGS))
+    live = live_accept(_draft(torch.float32), TARGET, prompts, settings)
     ev, rep = _replayer(cap, spec, torch.float32)
     for text, wa in zip(WIRINGS, live.wirings, strict=True):
         assert [rep.replay(s.index, ev.wiring(text)).accepted.tolist() for s in wa.per_sample] == [
@@ -334,15 +338,14 @@ def test_an_eos_stops_the_request_where_the_target_emits_it(engine, tmp_path, mo
 
     monkeypatch.setattr(live_module, "run_sequence", recorded)
     spec = DraftSpec(3)
-    live_accept(_draft(), TARGET, PROMPTS, spec, ["train"], max_new=40, limit=3, engine=engine)
+    live = LiveSettings(spec=spec, max_new=40, wirings=["train"], limit=3, engine=engine)
+    live_accept(_draft(), TARGET, PROMPTS, live)
     free = list(seqs)
     p0 = free[0].prompt_len
     extra_eos = (free[0].ids[p0 + 12],)  # a token the first request emits 12 tokens in
     seqs.clear()
     out = tmp_path / "live"
-    report = live_accept(
-        _draft(), TARGET, PROMPTS, spec, ["train"], max_new=40, limit=3, engine=engine, out=out
-    )
+    report = live_accept(_draft(), TARGET, PROMPTS, replace(live, out=out))
     stopped = 0
     for a, b, s in zip(free, seqs, report.wirings[0].per_sample, strict=True):
         gen = a.ids[a.prompt_len :]
@@ -381,7 +384,8 @@ def test_the_features_fed_are_the_targets_own_at_every_position(monkeypatch):
         return seq
 
     monkeypatch.setattr(live_module, "run_sequence", recorded)
-    live_accept(_draft(), TARGET, PROMPTS, DraftSpec(3), ["train"], max_new=24, limit=2)
+    live = LiveSettings(spec=DraftSpec(3), max_new=24, wirings=["train"], limit=2)
+    live_accept(_draft(), TARGET, PROMPTS, live)
     assert len(calls) == 2
     for target, plan_slots, seq in calls:
         full = seq.ids + seq.tail

@@ -11,6 +11,7 @@ many units: the test of that is the greedy-verification mutant below.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ pytest.importorskip("transformers")
 
 from inspector.engines import Engine  # noqa: E402
 from inspector.errors import InputError  # noqa: E402
-from inspector.serving.live import live_accept  # noqa: E402
+from inspector.serving.live import LiveSettings, live_accept  # noqa: E402
 from inspector.serving.live_draft import LiveDraft  # noqa: E402
 from inspector.serving.sampling_settings import Verification, VerifyRule  # noqa: E402
 from inspector.serving.spec import DraftSpec  # noqa: E402
@@ -59,13 +60,10 @@ IDS = ["onehot", "onehot-topk-topp", "sglang-tree-thresholds", "probabilistic", 
 
 @pytest.mark.parametrize(("spec", "engine", "rule", "t", "top_k", "top_p"), CASES, ids=IDS)
 def test_the_loop_realises_the_expectation_of_its_rule(draft, spec, engine, rule, t, top_k, top_p):
-    report = live_accept(
-        draft,
-        TARGET,
-        PROMPTS,
-        spec,
-        ["train"],
+    live = LiveSettings(
+        spec=spec,
         max_new=40,
+        wirings=["train"],
         temperature=t,
         top_k=top_k,
         top_p=top_p,
@@ -74,6 +72,7 @@ def test_the_loop_realises_the_expectation_of_its_rule(draft, spec, engine, rule
         limit=4,
         engine=engine,
     )
+    report = live_accept(draft, TARGET, PROMPTS, live)
     d = report.to_dict()
     assert d["config"]["sampling"] == {
         "temperature": t,
@@ -111,9 +110,8 @@ def test_a_wrong_rule_is_caught_by_z(draft, monkeypatch):
             cur = nxt
 
     monkeypatch.setattr(seq, "sample_verify", greedy)
-    report = live_accept(
-        draft, TARGET, PROMPTS, DraftSpec(3), ["train"], max_new=40, temperature=1.0, limit=4
-    )
+    live = LiveSettings(spec=DraftSpec(3), max_new=40, wirings=["train"], temperature=1.0, limit=4)
+    report = live_accept(draft, TARGET, PROMPTS, live)
     z = report.wirings[0].expectation.z
     assert z is not None and abs(z) > 4, z
 
@@ -149,25 +147,18 @@ def test_a_sampled_chain_at_a_tiny_temperature_is_the_greedy_chain(draft):
 
 
 def test_rules_the_engine_does_not_have_are_refused(draft):
+    tree = LiveSettings(spec=DraftSpec(3, 2, 5), max_new=8, wirings=["train"], temperature=1.0)
     with pytest.raises(InputError, match="not SGLang's rule"):
         live_accept(
             draft,
             TARGET,
             PROMPTS,
-            DraftSpec(3, 2, 5),
-            ["train"],
-            max_new=8,
-            temperature=1.0,
-            verification=Verification(VerifyRule.VLLM_ONEHOT),
+            replace(tree, verification=Verification(VerifyRule.VLLM_ONEHOT)),
         )
     with pytest.raises(InputError, match="verifies chains"):
         live_accept(
             draft,
             TARGET,
             PROMPTS,
-            DraftSpec(3, 2, 5),
-            ["train"],
-            max_new=8,
-            temperature=1.0,
-            verification=Verification(VerifyRule.SGLANG_REJECTION),
+            replace(tree, verification=Verification(VerifyRule.SGLANG_REJECTION)),
         )

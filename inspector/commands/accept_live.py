@@ -57,8 +57,8 @@ def load_live_draft(args: argparse.Namespace) -> tuple[Path, Path, Path, Draft]:
 
 
 def sampling_options(args: argparse.Namespace, engine: Engine) -> dict[str, Any]:
-    """The live loop's sampling keywords from --temperature/--top-k/--top-p/--seed and the
-    verification rule (the flags', else `engine`'s default)."""
+    """The live loop's sampling fields (`LiveSettings`'s) from --temperature/--top-k/--top-p/--seed
+    and the verification rule (the flags', else `engine`'s default)."""
     from inspector.commands.arguments import verification_from_args
 
     return dict(
@@ -70,20 +70,14 @@ def sampling_options(args: argparse.Namespace, engine: Engine) -> dict[str, Any]
     )
 
 
-def run_loop(err: Console, draft, target: Path, prompts: Path, spec, wirings, **kw):
-    """`serving.live.live_accept` under a progress bar on stderr (`kw`: its keyword options)."""
-    from inspector.serving.live import live_accept
+def run_loop(err: Console, draft, target: Path, prompts: Path, spec, wirings, *, model=None, **kw):
+    """`serving.live.live_accept` under a progress bar on stderr, its `LiveSettings` made of
+    `spec`, `wirings` and `kw` (the other fields); `model`: the target already loaded, or None."""
+    from inspector.serving.live import LiveSettings, live_accept
 
+    live = LiveSettings(spec=spec, wirings=wirings, **kw)
     with progress_bar("speculative decoding", err) as advance:
-        return live_accept(
-            draft,
-            target,
-            prompts,
-            spec,
-            wirings,
-            progress=advance,
-            **kw,
-        )
+        return live_accept(draft, target, prompts, live, progress=advance, model=model)
 
 
 def run_live(args: argparse.Namespace, spec, err: Console, engine=None):

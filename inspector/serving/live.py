@@ -68,8 +68,32 @@ def live_folder(out: str | Path, wiring_text: str | Sequence[int], wiring: Wirin
 
 @dataclass(frozen=True)
 class LiveSettings:
-    """What a live run is asked for: `live_accept`'s keywords as one value, so each step reads
-    the few it needs instead of passing nineteen along (each field as `live_accept` says)."""
+    """What a live run (`live_accept`) is asked for, as one value: each step reads the few fields
+    it needs.
+
+    spec: what the draft proposes each round (`DraftSpec`: a chain or a tree, its steps).
+    max_new: tokens generated per prompt, the prefill's x_P included; stops early after EOS.
+    wirings: presets or explicit forms (`parse_wiring`) over the slots capture's plan gives this
+      draft (its configured ids + the target's last pre-norm state).
+    temperature, top_k, top_p: the requests' sampling (`sampling.Sampling`); temperature 0 is
+      greedy. Sampled, a CPU generator per prompt is seeded from `seed` and the prompt's index as
+      capture --generate seeds it, and every round records its acceptance odds under the rule.
+    verification: the engine's rule at a temperature (None: the engine's default, target-only;
+      the sampled-draft rules draw the chain from the draft's q).
+    seed: what the sampled run's generators are seeded from (above).
+    out: a folder per wiring (`live_folder`) receives the realised sequences as capture-format
+      samples (same slots, loss mask from x_P on, the features the loop fed its draft), each with
+      the target's continuation past its stop that the last round's count read (None: nothing
+      written).
+    target_dtype: the dtype the target loads in (capture's --dtype), on the draft's device.
+    names: each wiring's name in the report (None: a preset's own name, else none).
+    limit: only the first `limit` prompts run (None: all of them).
+    engine: whose counting (None: vLLM for a chain, SGLang for a tree); SGLang runs one more
+      round after each request's stop.
+    layers: the slots to capture (capture's --layers; None: the draft's configured ids and the
+      target's last state). Wider than the wiring needs when the realised sequences under `out`
+      are to be searched for the trained wiring (`reconcile --prompts`).
+    """
 
     spec: DraftSpec
     max_new: int
@@ -117,83 +141,27 @@ def live_accept(
     draft: Draft,
     target: str | Path,
     input: str | Path,
-    spec: DraftSpec,
-    wirings: Sequence[str | Sequence[int]] = ("train",),
-    *,
-    max_new: int,
-    temperature: float = 0.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    verification: Verification | None = None,
-    seed: int = 0,
-    out: str | Path | None = None,
-    target_dtype: str = "auto",
-    names: Sequence[str | None] | None = None,
-    limit: int | None = None,
-    engine: Engine | None = None,
-    progress: Progress | None = None,
-    layers: str | None = None,
-    model: TargetModel | None = None,
-) -> AcceptReport:
-    """Run speculative decoding of `draft` against `target` over INPUT's prompts (capture's forms:
-    a record's prompt is what precedes its first loss-masked token; an `{"input_ids"}` line
-    without a mask is all prompt) and report its rounds per wiring, mode "live".
-
-    draft: loaded with the target (its embedding), on the device and dtype to run; the target
-      loads in `target_dtype` (capture's --dtype) on the draft's device.
-    wirings: presets or explicit forms (`parse_wiring`) over the slots capture's plan gives this
-      draft (its configured ids + the target's last pre-norm state).
-    names: each wiring's name in the report (None: a preset's own name, else none).
-    max_new: tokens generated per prompt, the prefill's x_P included; stops early after EOS.
-    temperature, top_k, top_p: the requests' sampling (`sampling.Sampling`); temperature 0 is
-      greedy. Sampled, a CPU generator per prompt is seeded from `seed` and the prompt's index as
-      capture --generate seeds it, and every round records its acceptance odds under the rule.
-    verification: the engine's rule at a temperature (None: the engine's default, target-only;
-      the sampled-draft rules draw the chain from the draft's q).
-    out: a folder per wiring (`live_folder`) receives the realised sequences as capture-format
-      samples (same slots, loss mask from x_P on, the features the loop fed its draft), each with
-      the target's continuation past its stop that the last round's count read.
-    engine: whose counting (None: vLLM for a chain, SGLang for a tree); SGLang runs one more
-      round after each request's stop.
-    layers: the slots to capture (capture's --layers; None: the draft's configured ids and the
-      target's last state). Wider than the wiring needs when the realised sequences under `out`
-      are to be searched for the trained wiring (`reconcile --prompts`).
-    model: the target, already loaded in `target_dtype` on the draft's device (a caller running
-      the loop more than once loads it once); None: loaded here.
-
-    The keywords are one `LiveSettings` to `run_live`, which does the work.
-    """
-    live = LiveSettings(
-        spec=spec,
-        max_new=max_new,
-        wirings=wirings,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        verification=verification,
-        seed=seed,
-        out=out,
-        target_dtype=target_dtype,
-        names=names,
-        limit=limit,
-        engine=engine,
-        layers=layers,
-    )
-    return run_live(draft, target, input, live, progress=progress, model=model)
-
-
-def run_live(
-    draft: Draft,
-    target: str | Path,
-    input: str | Path,
     live: LiveSettings,
     *,
     progress: Progress | None = None,
     model: TargetModel | None = None,
 ) -> AcceptReport:
-    """`live_accept` over its settings as one value: the rules and the wirings' folders are
-    settled before any weights load (a wrong flag or folder fails at once), then every prompt
-    runs under every wiring."""
+    """Run speculative decoding of `draft` against `target` over INPUT's prompts (capture's forms:
+    a record's prompt is what precedes its first loss-masked token; an `{"input_ids"}` line
+    without a mask is all prompt) and report its rounds per wiring, mode "live", as `live` asks
+    (`LiveSettings`: each field there).
+
+    The engine's rule and the wirings' folders are settled before any weights load, so a wrong
+    flag or folder fails at once; then every prompt (the first `live.limit`) runs under every
+    wiring, each wiring's realised sequences written under `live.out` as they come. A prompt the
+    loop cannot run is reported skipped, once.
+
+    draft: loaded with the target (its embedding), on the device and dtype to run; the target
+      loads in `live.target_dtype` (capture's --dtype) on the draft's device.
+    progress: called with (prompt runs done, of how many) after each prompt under each wiring.
+    model: the target, already loaded in `live.target_dtype` on the draft's device (a caller
+      running the loop more than once loads it once); None: loaded here.
+    """
     from inspector.capture.transformers_target import TargetModel
 
     engine, rules = _rules(draft, live)

@@ -1,4 +1,4 @@
-"""What the live loop gives back of one prompt's rounds (`live.run_live`): the record the replay
+"""What the live loop gives back of one prompt's rounds (`live.live_accept`): the record the replay
 reports a sample by, so every view and `reconcile` read both alike, and the realised sequence as a
 capture-format sample under its wiring's folder, marked with the key of the run's settings."""
 

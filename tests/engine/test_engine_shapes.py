@@ -81,7 +81,7 @@ def _live(runs, name: str, engine: str, *, as_served: bool = True, flip: str = "
 
     from inspector.engines import Engine
     from inspector.formats import load_draft
-    from inspector.serving.live import live_accept
+    from inspector.serving.live import LiveSettings, live_accept
     from inspector.serving.spec import DraftSpec
 
     if as_served:
@@ -94,16 +94,14 @@ def _live(runs, name: str, engine: str, *, as_served: bool = True, flip: str = "
         cfg = draft.config
         draft = replace(draft, config=replace(cfg, **{flip: not getattr(cfg, flip)}))
     torch.set_num_threads(1)
-    report = live_accept(
-        draft,
-        DEMO / "target",
-        DEMO / "prompts.jsonl",
-        DraftSpec(3),
-        ["train"],
+    live = LiveSettings(
+        spec=DraftSpec(3),
         max_new=128,
+        wirings=["train"],
         target_dtype="float32",
         engine={"vllm": Engine.VLLM, "sglang": Engine.SGLANG, "llama.cpp": Engine.LLAMACPP}[engine],
     )
+    report = live_accept(draft, DEMO / "target", DEMO / "prompts.jsonl", live)
     if engine == "sglang":
         report = report.without_overlap_rounds()
     return report.wirings[0].per_sample

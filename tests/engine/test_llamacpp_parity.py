@@ -162,21 +162,19 @@ def test_zeros_replay_llama_server_at_k5_but_for_bytes_it_never_wrote(generated)
 def test_the_live_loop_gives_llamacpps_counts_and_tokens(tmp_path):
     from inspector.engines import Engine
     from inspector.formats import load_draft
-    from inspector.serving.live import live_accept
+    from inspector.serving.live import LiveSettings, live_accept
     from inspector.serving.spec import DraftSpec
 
     draft = load_draft(DEMO / "draft", target=DEMO / "target", dtype="float32", device="cpu")
-    report = live_accept(
-        draft,
-        DEMO / "target",
-        DEMO / "prompts.jsonl",
-        DraftSpec(3),
-        [[0, 1, 2]],
+    live = LiveSettings(
+        spec=DraftSpec(3),
         max_new=MAX_TOKENS,
+        wirings=[[0, 1, 2]],
         target_dtype="float32",
         engine=Engine.LLAMACPP,
         out=tmp_path / "live",
     )
+    report = live_accept(draft, DEMO / "target", DEMO / "prompts.jsonl", live)
     _assertllamacpp_counts(
         report.wirings[0].per_sample, "demo-k3", tmp_path / "live" / "wiring-0-1-2"
     )

@@ -132,20 +132,20 @@ def test_the_tree_replay_gives_sglangs_counts_exactly(generated):
 def test_the_live_loop_gives_sglangs_counts_and_tokens(tmp_path):
     from inspector.engines import Engine
     from inspector.formats import load_draft
-    from inspector.serving.live import live_accept
+    from inspector.serving.live import LiveSettings, live_accept
     from inspector.serving.spec import DraftSpec
 
     draft = load_draft(DEMO / "draft", target=DEMO / "target", dtype="float32", device="cpu")
-    report = live_accept(
-        draft,
-        DEMO / "target",
-        DEMO / "prompts.jsonl",
-        DraftSpec(3),
-        [list(TRAIN)],
+    live = LiveSettings(
+        spec=DraftSpec(3),
         max_new=MAX_TOKENS,
+        wirings=[list(TRAIN)],
         target_dtype="float32",
         engine=Engine.SGLANG,
         out=tmp_path / "live",
+    )
+    report = live_accept(
+        draft, DEMO / "target", DEMO / "prompts.jsonl", live
     ).without_overlap_rounds()
     _assert_counts(
         report.wirings[0].per_sample, "demo-k3-batch", tmp_path / "live" / "wiring-0-1-2"

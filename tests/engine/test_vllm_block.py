@@ -193,7 +193,7 @@ def _live(variant: str, tmp_path: Path) -> tuple[dict, Path]:
     import torch
 
     from inspector.formats import load_block_draft
-    from inspector.serving.live import live_accept
+    from inspector.serving.live import LiveSettings, live_accept
     from inspector.serving.spec import DraftSpec
 
     served = json.loads((Path(RUNS or "") / "prompts.json").read_text())["prompts"]
@@ -205,16 +205,10 @@ def _live(variant: str, tmp_path: Path) -> tuple[dict, Path]:
     )
     torch.set_num_threads(1)
     out = tmp_path / f"live-{variant}"
-    report = live_accept(
-        draft,
-        DEMO / "target",
-        prompts,
-        DraftSpec(K),
-        ["train"],
-        max_new=128,
-        target_dtype="float32",
-        out=out,
+    live = LiveSettings(
+        spec=DraftSpec(K), max_new=128, wirings=["train"], target_dtype="float32", out=out
     )
+    report = live_accept(draft, DEMO / "target", prompts, live)
     (wa,) = report.wirings
     ours = wa.to_dict()
     assert ours["label"] == "train [L1, L4, L6]"

@@ -121,21 +121,19 @@ def test_the_live_loop_gives_vllms_counts_and_tokens(k, tmp_path):
     import torch
 
     from inspector.formats import load_draft
-    from inspector.serving.live import live_accept
+    from inspector.serving.live import LiveSettings, live_accept
     from inspector.serving.spec import DraftSpec
 
     draft = load_draft(DEMO / "draft", target=DEMO / "target", dtype="float32", device="cpu")
     torch.set_num_threads(1)
-    report = live_accept(
-        draft,
-        DEMO / "target",
-        DEMO / "prompts.jsonl",
-        DraftSpec(k),
-        [list(w) for w in WIRINGS.values()],
+    live = LiveSettings(
+        spec=DraftSpec(k),
         max_new=MAX_TOKENS,
+        wirings=[list(w) for w in WIRINGS.values()],
         target_dtype="float32",
         out=tmp_path / "live",
     )
+    report = live_accept(draft, DEMO / "target", DEMO / "prompts.jsonl", live)
     for variant, wa in zip(WIRINGS, report.wirings, strict=True):
         vllm = _run(variant, k, "one")
         folder = tmp_path / "live" / ("wiring-" + "-".join(map(str, WIRINGS[variant])))
@@ -173,7 +171,7 @@ def test_bfloat16_reports_its_difference_without_failing(tmp_path, capsys):
     one forward is not bit-equal to one-token decoding): the figures are reported, side by side,
     and only a missing or unreadable run fails."""
     from inspector.formats import load_draft
-    from inspector.serving.live import live_accept
+    from inspector.serving.live import LiveSettings, live_accept
     from inspector.serving.spec import DraftSpec
 
     folder = Path(RUNS or "") / "bf16" / "train-k3-one"
@@ -181,20 +179,14 @@ def test_bfloat16_reports_its_difference_without_failing(tmp_path, capsys):
         pytest.fail(f"{folder}: no figures.json (the vLLM stage's bfloat16 run is missing)")
     vllm = json.loads((folder / "figures.json").read_text())
     draft = load_draft(DEMO / "draft", target=DEMO / "target", dtype="bfloat16", device="cpu")
-    ours = (
-        live_accept(
-            draft,
-            DEMO / "target",
-            DEMO / "prompts.jsonl",
-            DraftSpec(3),
-            [list(WIRINGS["train"])],
-            max_new=MAX_TOKENS,
-            target_dtype="bfloat16",
-            out=tmp_path / "live",
-        )
-        .wirings[0]
-        .to_dict()
+    live = LiveSettings(
+        spec=DraftSpec(3),
+        max_new=MAX_TOKENS,
+        wirings=[list(WIRINGS["train"])],
+        target_dtype="bfloat16",
+        out=tmp_path / "live",
     )
+    ours = live_accept(draft, DEMO / "target", DEMO / "prompts.jsonl", live).wirings[0].to_dict()
     import torch
 
     differ = []
