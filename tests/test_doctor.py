@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from inspector.cli import main
 from inspector.doctor import (
+    DiagnoseSettings,
     VocabRepair,
     diagnose,
     search_wirings,
@@ -121,7 +122,7 @@ def test_absolute_d2t_is_a_finding(syn, tmp_path):
     draft = load_draft(bad, strict=False)
     assert any("absolute" in n for n in draft.notes)
     assert torch.equal(draft.vocab.d2t, w["d2t"])
-    report = diagnose(Evaluator(draft, SampleSet(syn[1])), 2)
+    report = diagnose(Evaluator(draft, SampleSet(syn[1])), DiagnoseSettings(2))
     f = report.finding("vocab_map")
     assert f.severity == "error" and "absolute" in f.summary and "offsets" in f.fix
     assert f.evidence["d2t"] == "absolute"
@@ -137,7 +138,7 @@ def test_t2d_disagreeing_is_a_finding(syn, tmp_path):
     bad = _rewrite(syn[0], tmp_path / "t2d", {"t2d": t2d})
     with pytest.raises(InputError):
         load_draft(bad)
-    report = diagnose(_ev(bad, syn[1], strict=False), 1)
+    report = diagnose(_ev(bad, syn[1], strict=False), DiagnoseSettings(1))
     f = report.finding("vocab_map")
     assert f.severity == "error" and "t2d disagrees" in f.summary
     assert f.vocab_repair == VocabRepair.T2D_FROM_D2T
@@ -152,7 +153,7 @@ def test_missing_head_dim_is_a_finding(tmp_path):
         load_draft(d)
     ev = _ev(d, s, strict=False)
     assert ev.draft.config.head_dim == 32
-    report = diagnose(ev, 2)
+    report = diagnose(ev, DiagnoseSettings(2))
     f = report.finding("head_dim")
     assert f.severity == "error"
     assert "no head_dim" in f.summary and '"head_dim": 32' in f.fix
@@ -220,7 +221,7 @@ def test_findings_sorted_by_severity():
 # --- --write-fixed -----------------------------------------------------------------------------
 def test_write_fixed_permutes_and_verifies(syn, tmp_path):
     ev = _ev(*syn)
-    report = diagnose(ev, 2)
+    report = diagnose(ev, DiagnoseSettings(2))
     report.recommended_wiring = (2, 0, 1)  # force a non-ascending wiring: [L4, embed, L2]
     before = _digest(syn[0])
     res = write_fixed(ev, report, tmp_path / "out")
@@ -248,7 +249,11 @@ def test_write_fixed_permutes_and_verifies(syn, tmp_path):
 def test_report_contract(syn):
     ev = _ev(*syn)
     calls = []
-    report = diagnose(ev, 2, progress=lambda stage, done, total: calls.append((stage, done, total)))
+    report = diagnose(
+        ev,
+        DiagnoseSettings(2),
+        progress=lambda stage, done, total: calls.append((stage, done, total)),
+    )
     d = json.loads(json.dumps(report.to_dict()))
     assert set(d) >= {"best_wiring", "wirings", "findings", "serving_config"}
     assert len(d["wirings"]) == 24 and d["best_wiring"] == d["wirings"][0]["wiring"]

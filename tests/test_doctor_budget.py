@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from inspector.cli import main
-from inspector.doctor import diagnose
+from inspector.doctor import DiagnoseSettings, diagnose
 from inspector.doctor.budget import (
     ACCEPT_SHARE,
     READ_FORWARDS,
@@ -132,8 +132,8 @@ def test_cut_view_shares_the_set(demo):
 
 def test_doctor_on_a_prefix_scores_exactly_its_positions(demo):
     ev = Evaluator(load_draft(demo.draft), SampleSet(demo.train_samples))
-    whole = diagnose(ev, 2, max_tokens=0)
-    cut = diagnose(ev, 2, max_tokens=40)
+    whole = diagnose(ev, DiagnoseSettings(2, max_tokens=0))
+    cut = diagnose(ev, DiagnoseSettings(2, max_tokens=40))
     assert cut.plan is not None and cut.plan.cuts == {0: 40, 1: 40}
     train = (0, 1, 2)
     per_whole = whole.wiring_result(train)
@@ -181,7 +181,7 @@ def test_write_fixed_verifies_on_what_the_doctor_read(demo, tmp_path):
 
     bad = edited_copy(demo.draft, tmp_path / "permuted", tensors=permute)
     ev = Evaluator(load_draft(bad, strict=False), SampleSet(demo.train_samples))
-    report = diagnose(ev, 2, max_tokens=60)
+    report = diagnose(ev, DiagnoseSettings(2, max_tokens=60))
     res = write_fixed(ev, report, tmp_path / "fixed")
     want = sum(int(ev.samples[i].loss_mask.numpy().astype(bool)[1:59].sum()) for i in (0, 1))
     assert res.verified and res.verification.expected.total == want

@@ -16,7 +16,7 @@ import pytest
 import torch
 from support import edited_copy, error_lines
 
-from inspector.doctor import ConfigFix, diagnose, write_fixed
+from inspector.doctor import ConfigFix, DiagnoseSettings, diagnose, write_fixed
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
 
@@ -40,7 +40,7 @@ def _variant(demo, tmp: Path, name: str, *, tensors=None, config=None) -> Path:
 
 def _run(draft_dir: Path, samples: Path, n: int = N):
     ev = Evaluator(load_draft(draft_dir, strict=False), SampleSet(samples))
-    return ev, diagnose(ev, n)
+    return ev, diagnose(ev, DiagnoseSettings(n))
 
 
 @pytest.fixture(scope="module")
@@ -249,7 +249,7 @@ def test_slot_layers_override_restores_the_demo(demo, unstated):
         load_draft(demo.draft, strict=False), SampleSet(unstated), slot_layers=[0, 2, 4, 6]
     )
     assert [s.label for s in ev.slot_info] == ["embed", "L2", "L4", "L6"]
-    report = diagnose(ev, N)
+    report = diagnose(ev, DiagnoseSettings(N))
     assert report.configured_wiring == TRAIN
     f = report.finding("wiring")
     assert f.severity == "info" and "configured wiring [embed, L2, L4]" in f.summary

@@ -8,7 +8,7 @@ import pytest
 import torch
 from test_doctor_identity import _prose, _samples
 
-from inspector.doctor import diagnose
+from inspector.doctor import DiagnoseSettings, diagnose
 from inspector.doctor.checks import target_slots as target_slots_module
 from inspector.doctor.checks.final_state import (
     FinalState,
@@ -34,7 +34,7 @@ def _run(demo, samples, target=None, n=2):
     draft = load_draft(demo.draft, strict=False)
     head = read_target_head(demo.target)
     ev = Evaluator(draft, SampleSet(samples), target_head=head)
-    return diagnose(ev, n, target=target)
+    return diagnose(ev, DiagnoseSettings(n, target=target))
 
 
 def test_the_named_final_slot_predicts_most(demo, too_big):
@@ -65,7 +65,7 @@ def test_a_last_slot_copied_from_an_earlier_layer(demo, tmp_path, too_big):
 
 def test_no_head_no_finding(demo):
     ev = Evaluator(load_draft(demo.draft), SampleSet(demo.train_samples))
-    assert diagnose(ev, 1, max_tokens=64).finding("final_state") is None
+    assert diagnose(ev, DiagnoseSettings(1, max_tokens=64)).finding("final_state") is None
 
 
 def test_the_whole_target_makes_the_head_check_unneeded(demo):

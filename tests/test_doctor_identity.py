@@ -13,7 +13,7 @@ import pytest
 import torch
 from support import edited_copy
 
-from inspector.doctor import diagnose
+from inspector.doctor import DiagnoseSettings, diagnose
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
 
@@ -72,7 +72,7 @@ def no_ids(demo, tmp_path_factory) -> Path:
 
 def _run(draft: Path, samples: Path, **kw):
     ev = Evaluator(load_draft(draft, strict=False), SampleSet(samples))
-    return diagnose(ev, N, **kw)
+    return diagnose(ev, DiagnoseSettings(N, **kw))
 
 
 def _ids(report) -> tuple[list[int] | None, list[int] | None]:

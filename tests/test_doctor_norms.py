@@ -10,7 +10,7 @@ import torch
 from support import edited_copy
 
 from inspector.cli import main
-from inspector.doctor import diagnose
+from inspector.doctor import DiagnoseSettings, diagnose
 from inspector.doctor.checks.norm_flags import NormFacts, missing_norm_findings, tensors_of
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
@@ -27,7 +27,7 @@ def _run(draft):
     from inspector.demo_paths import demo_paths
 
     ev = Evaluator(load_draft(draft, strict=False), SampleSet(demo_paths().train_samples))
-    return diagnose(ev, N)
+    return diagnose(ev, DiagnoseSettings(N))
 
 
 def test_the_demo_has_no_norm_findings(demo):

@@ -12,7 +12,7 @@ import pytest
 import trained_shapes as ts
 
 from inspector.commands.exit_codes import for_verdict
-from inspector.doctor import diagnose
+from inspector.doctor import DiagnoseSettings, diagnose
 from inspector.doctor.finding import Severity
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
@@ -36,7 +36,7 @@ def trained(demo, tmp_path_factory):
 
 def _doctor(folder, samples, engines=None):
     ev = Evaluator(load_draft(folder, strict=False), SampleSet(samples))
-    return diagnose(ev, N, engines=engines)
+    return diagnose(ev, DiagnoseSettings(N, engines=engines))
 
 
 @pytest.fixture(scope="module")

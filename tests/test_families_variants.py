@@ -322,7 +322,7 @@ def test_multi_layer_draft_layers_after_the_first_take_hidden_size(tiny_syntheti
 def test_target_hidden_size_narrower_than_the_draft(tiny_synthetic, tmp_path):
     """fc takes slots x target_hidden_size columns (a target narrower than the draft): eval and
     the doctor run on samples of the target's width."""
-    from inspector.doctor import diagnose
+    from inspector.doctor import DiagnoseSettings, diagnose
     from inspector.evaluate import Evaluator
     from inspector.synthetic import SyntheticSpec, write_samples
 
@@ -344,7 +344,7 @@ def test_target_hidden_size_narrower_than_the_draft(tiny_synthetic, tmp_path):
     ev = Evaluator(d, SampleSet(samples), ttt_steps=3)
     report = ev.run([ev.wiring("train")])
     assert report.samples == 2 and len(report.wirings[0].steps) == 3
-    _assert_best_is_evals_best(ev, diagnose(ev, 2))
+    _assert_best_is_evals_best(ev, diagnose(ev, DiagnoseSettings(2)))
 
 
 def _assert_best_is_evals_best(ev, doc) -> None:
@@ -360,12 +360,12 @@ def _assert_best_is_evals_best(ev, doc) -> None:
 
 
 def test_doctor_runs_on_a_sliding_window_draft(tiny_synthetic, tmp_path):
-    from inspector.doctor import diagnose
+    from inspector.doctor import DiagnoseSettings, diagnose
     from inspector.evaluate import Evaluator
 
     d = load_draft(edited_copy(tiny_synthetic[0], tmp_path / "a", config=_window_cfg(6)))
     ev = Evaluator(d, SampleSet(tiny_synthetic[1]), ttt_steps=2)
-    doc = diagnose(ev, 2)
+    doc = diagnose(ev, DiagnoseSettings(2))
     _assert_best_is_evals_best(ev, doc)
     assert all(math.isfinite(w.all_tok.acc) for w in doc.wirings)
 

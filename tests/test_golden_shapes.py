@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 from support import accumulation_tolerance
 
-from inspector.doctor import diagnose
+from inspector.doctor import DiagnoseSettings, diagnose
 from inspector.evaluate import Evaluator
 from inspector.formats import SampleSet, load_draft
 from inspector.model import fc_input, fc_project, forward_steps
@@ -158,7 +158,7 @@ def test_doctor_searches_the_shapes_own_wiring_space(golden, name):
     root = golden / name
     draft = load_draft(root / "checkpoint", strict=False)
     ev = Evaluator(draft, SampleSet(root / "samples"))
-    report = diagnose(ev, 2, prune=False)
+    report = diagnose(ev, DiagnoseSettings(2, prune=False))
     n, s = draft.config.num_fc_blocks, len(ev.samples[0].slots)
     scored = {tuple(r.wiring) for r in report.wirings}
     assert len(scored) == math.perm(s, n)

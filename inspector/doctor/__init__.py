@@ -16,8 +16,8 @@ fixed checkpoint. `finding` and `phrasing` are leaves every check imports; nothi
 check's words back. The engine modules here never import textual.
 """
 
-from inspector.doctor.context import DoctorContext
-from inspector.doctor.diagnose import DEFAULT_SAMPLES, diagnose
+from inspector.doctor.context import DEFAULT_SAMPLES, DiagnoseSettings, DoctorContext
+from inspector.doctor.diagnose import diagnose
 from inspector.doctor.finding import Kind, Severity
 from inspector.doctor.fix import plan_fix, verify_fixed, write_fixed
 from inspector.doctor.pipeline import DoctorRequest, run, run_loaded
@@ -36,6 +36,7 @@ from inspector.doctor.wiring.search import search_wirings
 __all__ = [
     "DEFAULT_SAMPLES",
     "ConfigFix",
+    "DiagnoseSettings",
     "DoctorContext",
     "DoctorReport",
     "DoctorRequest",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,7 +36,7 @@ from inspector.doctor.checks.target_slots import measure_slots
 from inspector.doctor.checks.vocab import vocab_check
 from inspector.doctor.checks.vocab_contract import target_vocabulary, vocab_contract_finding
 from inspector.doctor.checks.wiring_check import wiring_finding
-from inspector.doctor.context import DoctorContext, Searched
+from inspector.doctor.context import DiagnoseSettings, DoctorContext, Searched
 from inspector.doctor.finding import Finding, Severity, sort_findings
 from inspector.doctor.report import DoctorReport
 from inspector.doctor.serving import ServingConfig, serving_config, serving_finding
@@ -56,12 +56,9 @@ from inspector.formats.target_class import data_config_target, read_target_class
 from inspector.formats.tensorfiles import read_json
 from inspector.progress import StageProgress
 from inspector.sample import SlotInfo, with_layer_ids
-from inspector.serving.sampling_settings import SamplingSettings
 
 if TYPE_CHECKING:
     from inspector.capture.transformers_target import TargetModel
-
-DEFAULT_SAMPLES = 8
 
 
 def search(ctx: DoctorContext, *, shift: int = 0, draft: Draft | None = None) -> Searched:
@@ -168,35 +165,30 @@ def _target_class(
 def build_context(
     ev: Evaluator,
     sample_indices: Sequence[int],
+    settings: DiagnoseSettings | None = None,
     *,
-    slot_layers: Sequence[int] | None = None,
-    target: str | Path | None = None,
-    prune: bool = True,
-    max_tokens: int | None = None,
     progress: StageProgress | None = None,
-    sampling: SamplingSettings | None = None,
-    target_dtype: str = "auto",
     target_model: TargetModel | None = None,
-    target_config: str | Path | None = None,
 ) -> DoctorContext:
     """The samples within the compute budget, the slots' identity (running the target when
     given; `target_model`: loaded once, for both stages that run it) and the named wirings."""
-    reading = plan(ev.draft.config, _shapes(ev, sample_indices), max_tokens=max_tokens)
+    s = settings if settings is not None else DiagnoseSettings()
+    reading = plan(ev.draft.config, _shapes(ev, sample_indices), max_tokens=s.max_tokens)
     if reading.cuts:
         ev = ev.with_samples(ev.samples.cut(reading.cuts))
     # Samples over the budget are left out (the report lists them); unreadable ones stay, for
     # the search's samples finding to name.
     over = set(reading.dropped_samples)
     samples = [i for i in sample_indices if i not in over]
-    infos = _infos(ev, slot_layers)
-    identity = _identity(ev, infos, samples, slot_layers, target, progress, target_model)
+    infos = _infos(ev, s.slot_layers)
+    identity = _identity(ev, infos, samples, s.slot_layers, s.target, progress, target_model)
     infos = relabel(infos, identity.hf)
     names = named_wirings(
         ev,
         infos,
-        override=slot_layers,
+        override=s.slot_layers,
         identity=identity,
-        target=_target_class(ev, target, target_config),
+        target=_target_class(ev, s.target, s.target_config),
     )
     return DoctorContext(
         ev,
@@ -205,11 +197,11 @@ def build_context(
         identity,
         names,
         reading,
-        prune,
+        s.prune,
         progress,
-        target=target,
-        target_dtype=target_dtype,
-        sampling=sampling,
+        target=s.target,
+        target_dtype=s.target_dtype,
+        sampling=s.sampling,
         target_model=target_model,
     )
 
@@ -320,128 +312,62 @@ def _final_findings(
 
 def diagnose(
     ev: Evaluator,
-    n_samples: int = DEFAULT_SAMPLES,
+    settings: DiagnoseSettings | None = None,
     *,
-    sample_indices: Sequence[int] | None = None,
-    slot_layers: Sequence[int] | None = None,
-    target_config: str | Path | None = None,
-    target: str | Path | None = None,
-    head_borrowed: bool = False,
-    prune: bool = True,
-    max_tokens: int | None = None,
     progress: StageProgress | None = None,
-    sampling: SamplingSettings | None = None,
-    target_dtype: str = "auto",
     target_model: TargetModel | None = None,
-    engines: Sequence[str] | None = None,
 ) -> DoctorReport:
     """Find the wiring the draft was trained for and every train/serve mismatch.
 
     ev: an Evaluator over the draft and samples (load the draft with `strict=False` so a faulty
       d2t or a missing head_dim become findings instead of load errors; `pipeline.run` does).
-    n_samples: how many samples (the first ones) every check runs on; sample_indices overrides.
-    slot_layers: HF index of every slot, overriding data_config.json (and `ev.slot_layers`).
-    target_config: the target's config.json (or folder), for its rope settings; defaults to the
-      evaluator's target head folder.
-    target: the target model's folder: when given, it runs over two samples and every slot is
-      matched to the hidden state it equals (`slot_identity`); needs transformers. With the
-      evaluator's target head too, the draft's own lm_head is scored against the target's.
-    head_borrowed: the draft's lm_head is the target's, borrowed for a draft that ships none
-      (the pipeline's `lm_head` finding says so): no comparison of the two.
-    prune: drop clearly worse wirings after the first samples (False: evaluate all on all).
-    max_tokens: read each sample up to this many tokens; None: as many as the compute budget
-      allows (`budget.plan`: whole samples for small drafts), 0: whole samples.
+    settings: what to run and on which samples (`DiagnoseSettings`; None: its defaults).
     progress: called as progress(stage, done, total) per step of each stage; an exception raised
       there aborts the run.
-    sampling / target_dtype: the wiring finding's accept length is the expectation at this
-      temperature, the target (run in target_dtype; `target_model`: loaded already, on the
-      evaluator's device) verifying the drafts; the target is then loaded once for both stages
-      that run it (the slots' identity and the expectation).
-    engines: the engines whose reading of the config the engine_feeds finding shows ("vllm",
-      "sglang", "llama.cpp"; None: all).
+    target_model: the target, loaded already on the evaluator's device in the settings' dtype;
+      at a temperature it is otherwise loaded here, once for both stages that run it (the
+      slots' identity and the expectation).
+
+    The stages, in order: the data's checks; the wiring search, rerun under a clear pairing
+    shift and a clearly better config alternative; the draft's own checks for the recommended
+    wiring; the wiring, serving and long-context findings; the report.
     """
     clock = Stopwatch()
-    if sampling is not None and sampling.sampling.greedy:
-        sampling = None
-    if sampling is not None and target is None:
-        raise InputError(
-            None,
-            setting_field("temperature"),
-            "the accept length at a temperature is the target's verification of the drafts: "
-            "pass --target DIR",
-        )
-    if sampling is not None and target_model is None:
-        from inspector.capture.transformers_target import TargetModel
-
-        assert target is not None
-        target_model = TargetModel(target, dtype=target_dtype, device=str(ev.device))
-    if sample_indices is None:
-        sample_indices = range(min(max(1, n_samples), len(ev.samples)))
+    settings = settings if settings is not None else DiagnoseSettings()
+    settings, target_model = _verifier(ev, settings, target_model)
     ctx = build_context(
         ev,
-        sample_indices,
-        slot_layers=slot_layers,
-        target=target,
-        prune=prune,
-        max_tokens=max_tokens,
+        settings.indices(len(ev.samples)),
+        settings,
         progress=progress,
-        sampling=sampling,
-        target_dtype=target_dtype,
         target_model=target_model,
-        target_config=target_config,
     )
     findings = _data_findings(ctx)
     clock.lap("identity")
-    run = search(ctx)
+    ctx, run, searched = _scored_search(ctx)
+    findings.extend(searched)
     clock.lap("search")
-    if run.ws.skipped:
-        findings.append(skipped_finding(run.ws.skipped, len(ctx.samples)))
-        ctx = ctx.scored(run.ws.skipped)
-    if not ctx.samples:
-        raise InputError(None, "samples", "no sample could be scored")
-
-    # Alignment: the best, configured and train wirings re-paired one position off; a clear
-    # shift reruns the search under it.
-    named = ctx.names.named
-    check = [run.results[0].wiring, *[named[n] for n in ("configured", "train") if n in named]]
-    align, shift = alignment_check(ctx.ev, ctx.samples, check[:3], ctx.infos, progress=progress)
+    run, align = _aligned(ctx, run)
     findings.append(align)
-    if shift:
-        run = search(ctx, shift=shift)
     clock.lap("alignment")
-
     # A clearly better config alternative reruns the search under the corrected config.
-    config = _config_stage(ctx, run, target_config)
+    config = _config_stage(ctx, run, settings.target_config)
     findings.extend(config.findings)
     if config.corrected is not None:
         run = search(ctx, shift=run.shift, draft=config.corrected)
     clock.lap("config")
-
     rec = recommend(run.ws, run.results, ctx.infos, ctx.names.configured)
-    findings.extend(norm_flag_checks(ctx.ev, ctx.samples, rec, shift=run.shift, draft=run.draft))
-    shape = draft_shape_finding(run.draft or ctx.ev.draft, engines)
-    if shape is not None:
-        findings.append(shape)
-    head = ctx.ev.target_head
-    if target is not None and head is not None and not head_borrowed:
-        # The draft's own head against the target's (with a head borrowed for a draft that
-        # ships none, the pipeline adds the lm_head finding instead).
-        heads = compare_heads(
-            ctx.ev, ctx.samples, rec, head.lm_head, str(target), shift=run.shift, draft=run.draft
-        )
-        if heads is not None:
-            findings.append(heads)
+    findings.extend(_draft_findings(ctx, run, rec, settings))
     clock.lap("norm flags")
     identity = ctx.identity
-    readings = identity.readings if not identity.decided else None
     serving_cfg = serving_config(
         rec,
         ctx.infos,
         n_tokens=ACCEPT_STEPS,
-        readings=readings,
-        target=_target_class(ctx.ev, target, target_config),
+        readings=identity.readings if not identity.decided else None,
+        target=_target_class(ctx.ev, settings.target, settings.target_config),
     )
-    findings.extend(_final_findings(ctx, run, rec, serving_cfg, clock, engines))
+    findings.extend(_final_findings(ctx, run, rec, serving_cfg, clock, settings.engines))
     clock.lap("fingerprint")
     return DoctorReport(
         best_wiring=run.results[0].wiring,
@@ -460,3 +386,78 @@ def diagnose(
         warnings=ctx.ev.warnings(list(ctx.samples)),
         plan=ctx.plan,
     )
+
+
+def _verifier(
+    ev: Evaluator, settings: DiagnoseSettings, target_model: TargetModel | None
+) -> tuple[DiagnoseSettings, TargetModel | None]:
+    """The settings with greedy sampling as None (replayed), and the target that verifies the
+    drafts at a temperature (loaded here unless given); refused at a temperature without one."""
+    sampling = settings.sampling
+    if sampling is not None and sampling.sampling.greedy:
+        return replace(settings, sampling=None), target_model
+    if sampling is None:
+        return settings, target_model
+    if settings.target is None:
+        raise InputError(
+            None,
+            setting_field("temperature"),
+            "the accept length at a temperature is the target's verification of the drafts: "
+            "pass --target DIR",
+        )
+    if target_model is None:
+        from inspector.capture.transformers_target import TargetModel
+
+        target_model = TargetModel(
+            settings.target, dtype=settings.target_dtype, device=str(ev.device)
+        )
+    return settings, target_model
+
+
+def _scored_search(ctx: DoctorContext) -> tuple[DoctorContext, Searched, list[Finding]]:
+    """The wiring search, and the context narrowed to the samples it could score (their finding
+    when some could not); refused when none could."""
+    run = search(ctx)
+    findings = []
+    if run.ws.skipped:
+        findings.append(skipped_finding(run.ws.skipped, len(ctx.samples)))
+        ctx = ctx.scored(run.ws.skipped)
+    if not ctx.samples:
+        raise InputError(None, "samples", "no sample could be scored")
+    return ctx, run, findings
+
+
+def _aligned(ctx: DoctorContext, run: Searched) -> tuple[Searched, Finding]:
+    """The alignment finding: the best, configured and train wirings re-paired one position off;
+    a clear shift reruns the search under it."""
+    named = ctx.names.named
+    check = [run.results[0].wiring, *[named[n] for n in ("configured", "train") if n in named]]
+    align, shift = alignment_check(ctx.ev, ctx.samples, check[:3], ctx.infos, progress=ctx.progress)
+    return (search(ctx, shift=shift) if shift else run), align
+
+
+def _draft_findings(
+    ctx: DoctorContext, run: Searched, rec: tuple[int, ...], settings: DiagnoseSettings
+) -> list[Finding]:
+    """The draft's own checks for the recommended wiring: its norm flags, its shape against the
+    engines, and (the target given) its lm_head against the target's."""
+    findings = norm_flag_checks(ctx.ev, ctx.samples, rec, shift=run.shift, draft=run.draft)
+    shape = draft_shape_finding(run.draft or ctx.ev.draft, settings.engines)
+    if shape is not None:
+        findings.append(shape)
+    head = ctx.ev.target_head
+    if settings.target is not None and head is not None and not settings.head_borrowed:
+        # The draft's own head against the target's (with a head borrowed for a draft that
+        # ships none, the pipeline adds the lm_head finding instead).
+        heads = compare_heads(
+            ctx.ev,
+            ctx.samples,
+            rec,
+            head.lm_head,
+            str(settings.target),
+            shift=run.shift,
+            draft=run.draft,
+        )
+        if heads is not None:
+            findings.append(heads)
+    return findings

@@ -32,7 +32,8 @@ from inspector.doctor.checks.lm_head import (
     head_status,
 )
 from inspector.doctor.checks.norm_flags import missing_norm_findings
-from inspector.doctor.diagnose import DEFAULT_SAMPLES, diagnose
+from inspector.doctor.context import DEFAULT_SAMPLES, DiagnoseSettings
+from inspector.doctor.diagnose import diagnose
 from inspector.doctor.finding import Finding, Severity, sort_findings
 from inspector.doctor.fix import write_fixed
 from inspector.doctor.report import DoctorReport
@@ -159,19 +160,17 @@ def run(
             checkpoint = borrow_target_head(head, request.target, Path(tmp) / "draft")
         ev = load(checkpoint)
         # With the target at hand, the doctor also runs it to tell what every slot is.
-        report = diagnose(
-            ev,
-            request.n_samples,
+        settings = DiagnoseSettings(
+            n_samples=request.n_samples,
             target_config=request.target,
             target=request.target,
             head_borrowed=borrowed,
             max_tokens=request.max_tokens,
-            progress=progress,
             sampling=request.sampling,
             target_dtype=request.target_dtype,
-            target_model=target_model,
             engines=request.engines,
         )
+        report = diagnose(ev, settings, progress=progress, target_model=target_model)
         numerics = draft_numerics_findings(
             ev, report.sample_indices, report.best_wiring, request.target, request.engines
         )
