@@ -16,6 +16,12 @@ from inspector.draft import BlockConfig, DraftConfig
 from inspector.engines.vllm import LABEL as VLLM
 from inspector.errors import InputError
 from inspector.formats.block_dspark import DSPARK_FORWARD_MISSING, SPECFORGE, read_dspark_head
+from inspector.formats.block_fields import (
+    DecoderFields,
+    block_draft_config,
+    read_block_size,
+    read_mask_token_id,
+)
 from inspector.formats.block_speculators import (
     parse_speculators_block_config,
     speculators_block_family,
@@ -305,19 +311,10 @@ def parse_block_config(
     num_layers = top.positive_int("num_hidden_layers")
     vocab = top.positive_int("vocab_size")
     ids, source, n_target = _layer_ids(values, num_layers, notes)
-    mask_at = values.reader("mask_token_id")
-    mask = mask_at.get("mask_token_id")
-    if mask is None:
-        raise top.error(
-            "dflash_config.mask_token_id", "missing: every block row but the first is fed it"
-        )
-    if isinstance(mask, bool) or not isinstance(mask, int) or not 0 <= mask < vocab:
-        raise mask_at.error("mask_token_id", f"expected a token id in [0, {vocab}), got {mask!r}")
-    block_size = values.reader("block_size").positive_int("block_size", DEFAULT_BLOCK_SIZE)
-    if block_size < 2:
-        raise values.reader("block_size").error(
-            "block_size", f"{block_size}: a block drafts block_size - 1 tokens, at least one"
-        )
+    mask = read_mask_token_id(
+        values.reader("mask_token_id"), vocab, top, "dflash_config.mask_token_id"
+    )
+    block_size = read_block_size(values.reader("block_size"), DEFAULT_BLOCK_SIZE)
     cap_at = values.reader("final_logit_softcapping")
     cap_at.number("final_logit_softcapping")
     cap = cap_at.get("final_logit_softcapping")
@@ -349,7 +346,7 @@ def parse_block_config(
         layer_ids_source=source,
         num_target_layers=n_target,
         block_size=block_size,
-        mask_token_id=int(mask),
+        mask_token_id=mask,
         causal=causal,
         input_embedding_scale=values.reader("input_embedding_scale").positive_number(
             "input_embedding_scale", 1.0
@@ -362,27 +359,21 @@ def parse_block_config(
         **conv,  # type: ignore[arg-type]
         **dspark,  # type: ignore[arg-type]
     )
-    cfg = DraftConfig(
+    decoder = DecoderFields(
         hidden_size=h,
         # vLLM 0.32 sizes fc by target_hidden_size when set; the reference by hidden_size
         target_hidden_size=top.positive_int("target_hidden_size", h),
         num_heads=nh,
         num_kv_heads=nkv,
         head_dim=hd,
+        head_dim_explicit=top.has("head_dim"),
         intermediate_size=top.positive_int("intermediate_size"),
         rms_norm_eps=top.positive_number("rms_norm_eps", DEFAULT_RMS_NORM_EPS),
         rope=read_rope(top, top),
         vocab_size=vocab,
-        draft_vocab_size=vocab,
         num_layers=num_layers,
-        num_fc_blocks=len(ids),
-        aux_layer_ids=block.hf_layer_ids,
-        aux_layer_convention="hf",
-        source_format="dflash",
-        head_dim_explicit=top.has("head_dim"),
-        sliding_windows=windows if any(w is not None for w in windows) else (),
-        block=block,
     )
+    cfg = block_draft_config(decoder, block, windows)
     if top.flag("attention_bias"):
         notes.append("attention_bias: the q/k/v/o biases are read from the weights")
     return cfg, notes

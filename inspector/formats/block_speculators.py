@@ -28,6 +28,12 @@ from pathlib import Path
 
 from inspector.draft import BlockConfig, DraftConfig
 from inspector.formats.block_dspark import SPECULATORS, read_dspark_head
+from inspector.formats.block_fields import (
+    DecoderFields,
+    block_draft_config,
+    read_block_size,
+    read_mask_token_id,
+)
 from inspector.formats.config import LAYER_TYPES, ConfigReader, read_rope
 
 # speculators_model_type -> the block family the forward runs
@@ -155,16 +161,8 @@ def parse_speculators_block_config(
             "aux_hidden_state_layer_ids",
             "missing or empty: the draft's fc reads one target layer per id",
         )
-    mask = top.get("mask_token_id")
-    if mask is None:
-        raise top.error("mask_token_id", "missing: every block row but the first is fed it")
-    if isinstance(mask, bool) or not isinstance(mask, int) or not 0 <= mask < vocab:
-        raise top.error("mask_token_id", f"expected a token id in [0, {vocab}), got {mask!r}")
-    block_size = top.positive_int("block_size", DEFAULT_BLOCK_SIZE)
-    if block_size < 2:
-        raise top.error(
-            "block_size", f"{block_size}: a block drafts block_size - 1 tokens, at least one"
-        )
+    mask = read_mask_token_id(top, vocab, top, "mask_token_id")
+    block_size = read_block_size(top, DEFAULT_BLOCK_SIZE)
     causal, windows = _attention(top, layer, num_layers)
     block = BlockConfig(
         family=family,
@@ -173,7 +171,7 @@ def parse_speculators_block_config(
         layer_ids_source="config",
         num_target_layers=None,
         block_size=block_size,
-        mask_token_id=int(mask),
+        mask_token_id=mask,
         causal=causal,
         window_from_anchor=True,
         ids_key="aux_hidden_state_layer_ids",
@@ -186,26 +184,20 @@ def parse_speculators_block_config(
             else {"anchor_drafts": top.flag("sample_from_anchor")}
         ),  # type: ignore[arg-type]
     )
-    cfg = DraftConfig(
+    decoder = DecoderFields(
         hidden_size=h,
         target_hidden_size=top.positive_int("target_hidden_size", h),
         num_heads=nh,
         num_kv_heads=nkv,
         head_dim=hd,
+        head_dim_explicit=r.has("head_dim"),
         intermediate_size=_int(layer, "intermediate_size"),
         rms_norm_eps=r.positive_number("rms_norm_eps", float(QWEN3_DEFAULTS["rms_norm_eps"])),  # type: ignore[arg-type]
         rope=read_rope(r, r),
         vocab_size=vocab,
-        draft_vocab_size=vocab,
         num_layers=num_layers,
-        num_fc_blocks=len(aux),
-        aux_layer_ids=block.hf_layer_ids,
-        aux_layer_convention="hf",
-        source_format="dflash",
-        head_dim_explicit=r.has("head_dim"),
-        sliding_windows=windows if any(w is not None for w in windows) else (),
-        block=block,
     )
+    cfg = block_draft_config(decoder, block, windows)
     return cfg, notes
 
 
