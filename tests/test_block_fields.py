@@ -56,10 +56,10 @@ def _decoder() -> DecoderFields:
         num_heads=4,
         num_kv_heads=2,
         head_dim=16,
-        head_dim_explicit=True,
+        head_dim_explicit=False,
         intermediate_size=128,
         rms_norm_eps=1e-6,
-        rope=RopeConfig(),
+        rope=RopeConfig(theta=5e5),
         vocab_size=256,
         num_layers=2,
     )
@@ -78,13 +78,14 @@ def _block(ids=(0, 3, 5)) -> BlockConfig:
 
 
 def test_the_block_draft_config_reads_one_fc_block_per_target_layer_in_hf_numbering():
-    cfg = block_draft_config(_decoder(), _block(), (None, None))
-    assert (cfg.num_fc_blocks, cfg.aux_layer_ids, cfg.aux_layer_convention) == (3, (1, 4, 6), "hf")
+    cfg = block_draft_config(_decoder(), _block((2, 5)), (None, None))
+    assert (cfg.num_fc_blocks, cfg.aux_layer_ids, cfg.aux_layer_convention) == (2, (3, 6), "hf")
     assert (cfg.vocab_size, cfg.draft_vocab_size, cfg.source_format) == (256, 256, "dflash")
     assert (cfg.hidden_size, cfg.target_hidden_size, cfg.num_kv_heads) == (64, 96, 2)
-    assert (cfg.head_dim, cfg.head_dim_explicit, cfg.intermediate_size) == (16, True, 128)
+    assert (cfg.head_dim, cfg.head_dim_explicit, cfg.intermediate_size) == (16, False, 128)
     assert (cfg.num_layers, cfg.num_heads, cfg.rms_norm_eps) == (2, 4, 1e-6)
-    assert cfg.block == _block() and cfg.sliding_windows == ()
+    assert cfg.rope == RopeConfig(theta=5e5)
+    assert cfg.block == _block((2, 5)) and cfg.sliding_windows == ()
 
 
 def test_a_window_on_any_layer_keeps_every_layers_window():
