@@ -11,15 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from inspector.doctor.trace.compare import (
-    IDS,
-    PathTrace,
-    StageDiff,
-    stage_depth,
-    stage_diff,
-    trace,
-    unit_roundoff,
-)
 from inspector.doctor.trace.paths import (
     ANY_STAGE,
     DTYPE,
@@ -32,6 +23,15 @@ from inspector.doctor.trace.paths import (
     with_dtype,
     with_shift,
     with_vocab_map,
+)
+from inspector.doctor.trace.stage_compare import (
+    IDS,
+    PathTrace,
+    StageDiff,
+    stage_depth,
+    stage_diff,
+    trace,
+    unit_roundoff,
 )
 from inspector.engines import Engine
 
@@ -297,8 +297,8 @@ def test_the_rows_traced_keep_the_logits_within_their_bytes(demo):
 
 
 def test_a_parting_the_dtype_alone_explains_is_a_lead_not_an_error():
-    from inspector.doctor.trace.compare import Trace
     from inspector.doctor.trace.finding import trace_finding
+    from inspector.doctor.trace.stage_compare import Trace
 
     dtype = Difference(DTYPE, "computes in bfloat16", ANY_STAGE)
     flag = Difference(NORM_FLAG, "runs norm_before_residual = false", "layer0.residual")

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from inspector.serving.spec import DraftSpec
 from inspector.tui import messages as msg
 from inspector.tui.events import Reports
-from inspector.tui.serving import Serving
+from inspector.tui.tau_settings import Serving
 
 TRAIN, SERVE = (0, 1, 2), (1, 2, 3)
 

@@ -26,7 +26,7 @@ from inspector.serving.sampling_settings import (
     VerifyRule,
 )
 from inspector.serving.spec import DraftSpec
-from inspector.tui.serving import Serving
+from inspector.tui.tau_settings import Serving
 
 needs_demo = pytest.mark.skipif(not demo_available(), reason="assets/demo not built")
 AT_07 = SamplingSettings(Sampling(0.7), Verification(VerifyRule.VLLM_ONEHOT))

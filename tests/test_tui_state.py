@@ -102,7 +102,7 @@ def accept(i: int, w, rounds: list[tuple[int, int, int]], spec=None):
     from inspector.metrics.rounds import AcceptStats, Round
     from inspector.serving.spec import DraftSpec
     from inspector.tui.events import SampleAccept
-    from inspector.tui.serving import Serving
+    from inspector.tui.tau_settings import Serving
 
     spec = spec or DraftSpec(3)
     arr = np.array(rounds, dtype=np.int64).reshape(-1, 3)
@@ -161,7 +161,7 @@ def test_the_bar_shows_tau_for_the_sample_and_the_set():
         "accuracy · τ: accept len of a chain of 2 steps"
     )
     from inspector.serving.spec import DraftSpec
-    from inspector.tui.serving import Serving
+    from inspector.tui.tau_settings import Serving
 
     title = accuracy_title("ours", Serving(DraftSpec(5, 4, 8)))
     assert "τ: accept len of a tree of 5 steps, topk 4, 8 tokens" in title
@@ -241,7 +241,7 @@ def test_tree_panel_shows_the_path_and_where_it_falls_off():
 
 def test_steps_keys_keep_the_settings_valid():
     from inspector.serving.spec import DraftSpec
-    from inspector.tui.serving import Serving
+    from inspector.tui.tau_settings import Serving
 
     st = loaded(ttt=2)
     assert st.spec == DraftSpec(2) and st.stepped_serving(1) == Serving(DraftSpec(3))

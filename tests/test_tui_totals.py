@@ -96,7 +96,7 @@ def test_serving_is_one_key_per_setting_and_names_itself():
         Verification,
         VerifyRule,
     )
-    from inspector.tui.serving import Serving, spec_label
+    from inspector.tui.tau_settings import Serving, spec_label
 
     hot = SamplingSettings(Sampling(0.6, 20, 0.95), Verification(VerifyRule.VLLM_ONEHOT))
     cold = SamplingSettings(Sampling(0.0), Verification(VerifyRule.VLLM_ONEHOT))

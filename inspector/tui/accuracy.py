@@ -14,7 +14,7 @@ verifier's norm + lm_head (`--target`), and the bar says so when it is absent.
 Ours also shows τ, the accept length an engine would log (1 + accepted / rounds, as vLLM counts it,
 its bonus token included, pooled over rounds) under the current engine settings (`a`): the
 serving replay (`inspector.serving`) of this sample and of the set's samples replayed so far; at
-a temperature, its expectation under the engine's verification rule (`tui.serving`).
+a temperature, its expectation under the engine's verification rule (`tui.tau_settings`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from inspector.tui.view import cell, wiring_name
 
 if TYPE_CHECKING:
     from inspector.metrics import Counts, StepMetrics
-    from inspector.tui.serving import Serving
     from inspector.tui.state import AcceptTotals, SetTotals, ViewModel
     from inspector.tui.summary import Summary
+    from inspector.tui.tau_settings import Serving
     from inspector.tui.totals import AcceptFigure
     from inspector.tui.view import ViewState
     from inspector.wiring import WiringKey

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from inspector.serving.sampling_settings import SamplingSettings
     from inspector.serving.spec import DraftSpec
     from inspector.tui.events import SampleAccept, SampleComparison, SampleTrees
-    from inspector.tui.serving import Serving
     from inspector.tui.summary import LoggedFigure, SampleData, Summary
+    from inspector.tui.tau_settings import Serving
     from inspector.wiring import WiringKey
 
 

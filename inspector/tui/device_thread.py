@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from inspector.serving.spec import DraftSpec
     from inspector.tui.backend import Backend
     from inspector.tui.events import Reports
-    from inspector.tui.serving import Serving
     from inspector.tui.summary import Summary
+    from inspector.tui.tau_settings import Serving
     from inspector.wiring import WiringKey
 
 Task = Callable[["Backend"], Any]  # a submitted task: run with the backend, its result back
@@ -149,7 +149,7 @@ class DeviceThread:
     def request_trees(self, sample: int, wiring: WiringKey, spec: DraftSpec) -> None:
         """The draft tree of every row of a sample (`Reports.trees_ready`, or `trees_failed`);
         replaces any trees request not yet started."""
-        from inspector.tui.serving import Serving
+        from inspector.tui.tau_settings import Serving
 
         with self._cond:
             self._trees = ReplayRequest(sample, (tuple(wiring),), Serving(spec))
@@ -158,7 +158,7 @@ class DeviceThread:
     def request_compare(self, sample: int, wiring: WiringKey, spec: DraftSpec) -> None:
         """A sample under the first draft (`wiring`) and the second (`open --compare`)
         (`Reports.compared`, or `compare_failed`); replaces one not yet started."""
-        from inspector.tui.serving import Serving
+        from inspector.tui.tau_settings import Serving
 
         with self._cond:
             self._compare = ReplayRequest(sample, (tuple(wiring),), Serving(spec))

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from inspector.serving.spec import DraftSpec
     from inspector.tui.events import SampleComparison
     from inspector.tui.second_draft import SecondDraft
-    from inspector.tui.serving import Serving
+    from inspector.tui.tau_settings import Serving
     from inspector.wiring import Wiring, WiringKey
 
 
@@ -84,7 +84,7 @@ class EvaluatorBackend:
         sampling: SamplingSettings | None = None,
     ) -> Summary:
         from inspector.serving.spec import DraftSpec
-        from inspector.tui.serving import Serving
+        from inspector.tui.tau_settings import Serving
 
         ev = self._ev
         draft = ev.draft

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from inspector.metrics.rounds import AcceptStats
     from inspector.serving.expectation import OddsTotals
     from inspector.serving.spec import DraftSpec
-    from inspector.tui.serving import Serving
     from inspector.tui.summary import SampleData, Summary
+    from inspector.tui.tau_settings import Serving
     from inspector.tui.totals import AcceptFigure
     from inspector.wiring import WiringKey
 

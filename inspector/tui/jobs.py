@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from inspector.serving.spec import DraftSpec
     from inspector.tui.backend import Backend
     from inspector.tui.events import Reports, SampleAccept, SampleTrees
-    from inspector.tui.serving import Serving
     from inspector.tui.summary import SampleData, Summary
+    from inspector.tui.tau_settings import Serving
     from inspector.wiring import WiringKey
 
 # Without a memory budget (test loaders): the sizes of the engine-side caches.

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
     from inspector.evaluate import SamplePredictions
     from inspector.tui.events import SampleAccept, SampleComparison, SampleTrees, Scored
-    from inspector.tui.serving import Serving
     from inspector.tui.summary import SampleData, Summary
+    from inspector.tui.tau_settings import Serving
     from inspector.wiring import WiringKey
 
 # Fields as a dataclass (toolong's habit), identity as Textual's own messages (no field equality).

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from inspector.metrics import StepMetrics
     from inspector.serving.spec import DraftSpec
     from inspector.tui.events import SampleAccept, SampleComparison, SampleTrees
-    from inspector.tui.serving import Serving
     from inspector.tui.summary import SampleData, Summary
+    from inspector.tui.tau_settings import Serving
     from inspector.tui.totals import AcceptFigure
     from inspector.tui.view import ViewState
     from inspector.wiring import WiringKey
@@ -105,7 +105,7 @@ class ViewModel:
         # Sized by the budget once loaded; what is on screen is held by `view` in any case.
         self.preds: ByteLRU[tuple[int, WiringKey], SamplePredictions] = ByteLRU(0)
         self.samples: ByteLRU[int, SampleData] = ByteLRU(0)
-        # The serving replays: the settings τ replays under (`tui.serving`) and each sample's
+        # The serving replays: the settings τ replays under (`tui.tau_settings`) and each sample's
         # rounds (the arrays the engine's Replayer cache holds too; pooled in `replays`).
         self.serving: Serving | None = None
         self.accepts: ByteLRU[tuple[int, WiringKey, Serving], SampleAccept] = ByteLRU(0)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # numpy/torch types only; never imported at module load
     from inspector.sample import SlotInfo
     from inspector.serving.spec import DraftSpec
     from inspector.tui.first_look import FirstLook
-    from inspector.tui.serving import Serving
+    from inspector.tui.tau_settings import Serving
     from inspector.wiring import WiringKey
 
 
@@ -98,7 +98,7 @@ class Summary:
     first_look: FirstLook | None = None
 
     def serving_default(self) -> Serving:
-        from inspector.tui.serving import Serving
+        from inspector.tui.tau_settings import Serving
 
         return self.serving or Serving(default_serving(self.ttt_steps))
 

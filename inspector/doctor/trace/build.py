@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 import torch
 
 from inspector.doctor.checks.block_checks import REFERENCE
-from inspector.doctor.trace.compare import Trace, trace
 from inspector.doctor.trace.paths import (
     TracePath,
     block_engine_paths,
@@ -23,6 +22,7 @@ from inspector.doctor.trace.paths import (
     trained_path,
     with_dtype,
 )
+from inspector.doctor.trace.stage_compare import Trace, trace
 from inspector.draft import Draft
 from inspector.engines import SERVING, Engine
 from inspector.errors import InputError, setting_field

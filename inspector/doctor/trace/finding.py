@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inspector.doctor.finding import Finding, Kind, Severity
-from inspector.doctor.trace.compare import PathTrace, Trace
+from inspector.doctor.trace.stage_compare import PathTrace, Trace
 from inspector.formatting import pct
 
 AGREE = 0.95

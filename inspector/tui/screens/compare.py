@@ -24,7 +24,7 @@ from textual.widgets.option_list import Option
 from inspector.formatting import fmt_float, pct, printable
 from inspector.tui.drafts import second_key
 from inspector.tui.screens.dialogs import Dialog
-from inspector.tui.serving import spec_label
+from inspector.tui.tau_settings import spec_label
 from inspector.tui.view import cell, short
 
 if TYPE_CHECKING:

@@ -19,8 +19,8 @@ BATCH_QUIET_S = 0.15  # the fill's repaints wait for this long a pause in the in
 BATCH_CHECK_S = 0.05  # ... checked this often
 
 if TYPE_CHECKING:
-    from inspector.tui.serving import Serving
     from inspector.tui.state import ViewModel
+    from inspector.tui.tau_settings import Serving
     from inspector.tui.widgets.sample_view import SampleView
     from inspector.tui.widgets.samples import SampleList
 
@@ -199,7 +199,7 @@ class DeviceMessages(Screen):
 
     def on_serving_failed(self, e: msg.ServingFailed) -> None:
         """τ cannot run under these settings: greedy again, and why."""
-        from inspector.tui.serving import Serving
+        from inspector.tui.tau_settings import Serving
 
         self.say(f"τ stays greedy: {e.error}", severity="error", timeout=15)
         if self.state.serving == e.serving:

@@ -15,7 +15,7 @@ from inspector.formatting import printable
 
 if TYPE_CHECKING:
     from inspector.serving.spec import DraftSpec
-    from inspector.tui.serving import Serving
+    from inspector.tui.tau_settings import Serving
 
 from inspector.engines import Engine
 
@@ -182,7 +182,7 @@ class ServingScreen(Dialog["Serving | None"]):
             default_rule,
         )
         from inspector.serving.spec import DraftSpec
-        from inspector.tui.serving import Serving
+        from inspector.tui.tau_settings import Serving
 
         if not self._field("steps"):
             raise InputError(None, "steps", "required")

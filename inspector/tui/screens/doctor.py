@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from inspector.doctor import DoctorReport, Finding
     from inspector.serving.sampling_settings import SamplingSettings
     from inspector.tui.device_thread import DeviceThread
-    from inspector.tui.serving import Serving
     from inspector.tui.summary import Summary
+    from inspector.tui.tau_settings import Serving
 
 N_SAMPLES = 4
 

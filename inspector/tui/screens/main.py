@@ -33,7 +33,7 @@ from inspector.tui.widgets.strip import TokenStrip
 
 if TYPE_CHECKING:
     from inspector.tui.device_thread import DeviceThread
-    from inspector.tui.serving import Serving
+    from inspector.tui.tau_settings import Serving
     from inspector.wiring import WiringKey
 
 T = TypeVar("T")
