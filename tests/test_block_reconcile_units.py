@@ -1,6 +1,7 @@
 """`doctor.reconcile.block`'s verdicts on hand-made block replays and logs (no draft, no
 training): which wiring a log equals, round for round or pooled, and what is said where none
-does. The CLI over a trained draft is tests/test_block_reconcile.py."""
+does (what the verdict quotes, `Reconciliation.said`; its words are
+tests/test_reconcile_words.py's). The CLI over a trained draft is tests/test_block_reconcile.py."""
 
 from __future__ import annotations
 
@@ -16,7 +17,16 @@ from inspector.doctor.reconcile.block import (
     reconcile_block,
     replays_of,
 )
-from inspector.doctor.reconcile.result import Verdict
+from inspector.doctor.reconcile.result import Gap, Verdict
+from inspector.doctor.reconcile.words import (
+    BlockAsConfigured,
+    BlockNoneEqual,
+    BlockOtherLayers,
+    Departure,
+    OtherLength,
+    RoundForRound,
+    logged_text,
+)
 from inspector.doctor.wiring.block_feeds import AcceptRow
 from inspector.engines import Engine
 from inspector.formats.engine_log import EngineLog, RequestFigures
@@ -63,9 +73,9 @@ def test_a_log_equal_round_for_round_to_the_configured_replay_is_as_is():
     assert [c.equal for c in r.checks] == [True, False]
     assert (r.checks[0].stats.rounds, r.checks[0].stats.accepted) == (7, 11)
     assert (r.checks[1].stats.rounds, r.checks[1].stats.accepted) == (10, 3)
-    assert "(2 of 2 requests round for round)" in r.summary
-    assert "served as configured" in r.summary and r.fix is None
-    assert r.notes == []
+    figure = logged_text(r.log)
+    assert r.said == BlockAsConfigured(figure, (1, 4, 6), RoundForRound(2, 2))
+    assert r.fix is None and r.notes == []
 
 
 def test_a_log_equal_to_another_wirings_replay_names_it_its_readers_and_the_fix():
@@ -73,8 +83,14 @@ def test_a_log_equal_to_another_wirings_replay_names_it_its_readers_and_the_fix(
     assert r.verdict is Verdict.WRONG_WIRING
     assert r.matched == "SGLang 0.5.23 HF [2, 3, 4]"
     assert r.best == "configured HF [1, 4, 6]"
-    assert "equals the replay of SGLang 0.5.23 HF [2, 3, 4], what SGLang 0.5.23 feeds" in r.summary
-    assert "not the configured HF [1, 4, 6]" in r.summary
+    assert r.said == BlockOtherLayers(
+        logged_text(r.log),
+        "SGLang 0.5.23",
+        (2, 3, 4),
+        ("SGLang 0.5.23",),
+        (1, 4, 6),
+        RoundForRound(2, 2),
+    )
     assert r.fix.startswith("feed the trained layers HF [1, 4, 6]: set dflash_config.")
     assert "target_layer_ids to [0, 3, 5] (dflash_config names them already" in r.fix
     assert "fed HF [2, 3, 4]" in r.fix
@@ -83,10 +99,10 @@ def test_a_log_equal_to_another_wirings_replay_names_it_its_readers_and_the_fix(
 def test_readers_are_counted_in_words():
     two = AcceptRow("stale", (2, 3, 4), ("vLLM 0.32", "SGLang 0.5.23"))
     r = reconcile_block(_log(BAD), [_replay(CONF, GOOD), _replay(two, BAD)], _requests(BAD), [])
-    assert "what vLLM 0.32, SGLang 0.5.23 feed (" in r.summary
+    assert (r.said.name, r.said.fed_by) == ("stale", ("vLLM 0.32", "SGLang 0.5.23"))
     bare = AcceptRow("searched", (2, 3, 4))
     r = reconcile_block(_log(BAD), [_replay(CONF, GOOD), _replay(bare, BAD)], _requests(BAD), [])
-    assert "HF [2, 3, 4] (2 of 2" in r.summary and "feed" not in r.summary
+    assert (r.said.name, r.said.fed_by, r.said.per_request) == ("searched", (), RoundForRound(2, 2))
 
 
 def test_weights_trained_elsewhere_are_noted_and_the_fix_feeds_them():
@@ -108,7 +124,7 @@ def test_pooled_counts_without_requests_decide_by_counts():
     r = reconcile_block(_pooled(7, 11), REPLAYS, {}, [])
     assert r.verdict is Verdict.AS_IS and r.requests_matched == 0
     assert [c.requests_equal for c in r.checks] == [None, None]
-    assert "round for round" not in r.summary
+    assert r.said == BlockAsConfigured(logged_text(r.log), (1, 4, 6), per_request=None)
     r = reconcile_block(_pooled(10, 3), REPLAYS, {}, [])
     assert r.verdict is Verdict.WRONG_WIRING
     assert reconcile_block(_pooled(7, 12), REPLAYS, {}, []).verdict is Verdict.OTHER_DATA
@@ -149,12 +165,8 @@ def test_below_every_replay_is_an_engine_fault_with_the_first_gap_and_known_faul
     assert r.verdict is Verdict.ENGINE_FAULT
     assert (r.gap.sample, r.gap.round, r.gap.engine, r.gap.replay) == (0, 3, 1, 2)
     assert r.gap.request == "r.jsonl:1" and r.gap.position == -1
-    assert "below every wiring's replay" in r.summary
-    assert (
-        "request r.jsonl:1 (sample 0) departs at round 3: the engine accepted 1, the replay 2"
-        in r.summary
-    )
-    assert "1 known fault of vLLM in computing block drafts, in the notes" in r.summary
+    # below every replay, departing at the gap, one known fault of vLLM's named in the notes
+    assert r.said == BlockNoneEqual(logged_text(r.log), True, Departure(r.gap), 1, "vLLM")
     assert len(notes) == 1 and notes[0].startswith("known: vLLM's CPU build normalises")
     assert r.best == "configured HF [1, 4, 6]" and r.matched is None
 
@@ -163,8 +175,7 @@ def test_above_a_replay_is_other_data_and_an_engine_without_known_faults_names_n
     high = {0: [3, 3, 3, 3], 1: [1, 1, 3]}
     r = reconcile_block(_log(high, engine="sglang"), REPLAYS, _requests(high), [])
     assert r.verdict is Verdict.OTHER_DATA
-    assert "equal to no wiring's replay" in r.summary
-    assert "known fault" not in r.summary and r.notes == []
+    assert (r.said.below, r.said.known) == (False, 0) and r.notes == []
     # below one replay but not the other: still other data
     mid = {0: [1, 0, 0], 1: [0, 1]}
     r = reconcile_block(_log(mid), REPLAYS, _requests(mid), [])
@@ -177,7 +188,7 @@ def test_the_first_departure_in_sample_order_and_a_run_of_other_length():
     assert (gap.sample, gap.round) == (0, 3)
     gap, line = first_departure(replay, _requests({0: [3, 1, 0, 2, 1], 1: [1, 1, 3]}))
     assert gap is None
-    assert line == "request r.jsonl:1 (sample 0) runs 5 rounds, the replay 4"
+    assert line == OtherLength("r.jsonl:1", 0, 5, 4)
     assert first_departure(replay, _requests(GOOD)) == (None, None)
     assert first_departure(replay, {0: RequestFigures("r:1")}) == (None, None)
     assert first_departure(replay, _requests({7: [1]})) == (None, None)
@@ -221,27 +232,22 @@ def test_pooling_skips_unpaired_samples_wherever_they_fall_and_keeps_the_slots()
     assert (gap.sample, gap.round) == (1, 1)
 
 
-def test_the_verdicts_in_words():
+def test_what_the_verdicts_quote():
     r = reconcile_block(_pooled(7, 11), REPLAYS, {}, ["a note"])
-    assert r.summary == (
-        "the engine's figure 2.57 (11 accepted in 7 rounds, "
-        f"{r.log.description}) equals the replay of the configured wiring HF [1, 4, 6]: the draft "
-        "is served as configured"
-    )
+    figure = f"2.57 (11 accepted in 7 rounds, {r.log.description})"
+    assert r.said == BlockAsConfigured(figure, (1, 4, 6), per_request=None)
+    assert r.summary == str(r.said)
     assert r.log.path == Path("vllm.log") and r.notes == ["a note"]
     low = {0: [3, 1, 0, 1], 1: [1, 1, 3]}
     r = reconcile_block(_log(low, engine="sglang"), [_replay(CONF, GOOD)], _requests(low), [])
-    assert r.summary == (
-        "the engine's figure 2.43 over 2 requests is below every wiring's replay: the engine "
-        "accepts less than this draft does on these requests (an engine-side fault); against "
-        "the configured wiring, request r.jsonl:1 (sample 0) departs at round 3: the engine "
-        "accepted 1, the replay 2"
-    )
+    gap = Gap("r.jsonl:1", 0, 3, 1, 2, -1)
+    # SGLang knows no fault in computing block drafts
+    said = BlockNoneEqual("2.43 over 2 requests", True, Departure(gap), 0, "SGLang")
+    assert r.said == said and r.summary == str(said)
     high = {0: [3, 3, 3, 3], 1: [1, 1, 3]}
     r = reconcile_block(_log(high, engine="sglang"), REPLAYS, _requests(high), [])
-    assert r.summary.startswith(
-        "the engine's figure 3.43 over 2 requests is equal to no wiring's replay: not the "
-        "requests the samples hold, or a draft the engine computes otherwise; against"
+    assert r.said == BlockNoneEqual(
+        "3.43 over 2 requests", False, Departure(Gap("r.jsonl:1", 0, 1, 3, 1, -1)), 0, "SGLang"
     )
 
 
@@ -271,5 +277,5 @@ def test_only_the_engines_known_faults_in_block_drafts_are_named(monkeypatch):
     notes: list[str] = []
     r = reconcile_block(_log(low), [_replay(CONF, GOOD)], _requests(low), notes)
     assert asked == [(None, "dflash", "numerics")]
-    assert r.summary.endswith("; 2 known faults of Stub in computing block drafts, in the notes")
+    assert (r.said.known, r.said.engine) == (2, "Stub")
     assert notes == ["known: one (PR 1)", "known: two (PR 2)"]

@@ -12,6 +12,15 @@ import pytest
 
 from inspector.doctor.reconcile.pipeline import Verdict, reconcile
 from inspector.doctor.reconcile.synthetic import SyntheticSetting, synthetic_check
+from inspector.doctor.reconcile.words import (
+    Adapts,
+    BestOfTried,
+    Bounded,
+    Fed,
+    Logged,
+    MatchesNone,
+    Synthetic,
+)
 from inspector.errors import InputError
 from inspector.formats.engine_log import EngineLog, RequestFigures, read_engine_log
 from inspector.formats.samples import v1_slot_info
@@ -158,16 +167,16 @@ def test_adaptive_makes_the_fixed_k_replay_an_upper_bound():
     r = reconcile(below, rep, adaptive="--adaptive")
     assert r.verdict is Verdict.AS_IS and r.bound == "--adaptive"
     assert [c.equal for c in r.checks] == [True, False]  # at most the first, above the second
-    assert r.summary.startswith("vLLM logged 2.50 (21 accepted in 14 rounds")
-    assert "an upper bound of what the engine drafts and accepts" in r.summary
+    # the best of those tried (GOOD's replay), its words closed by the bound the replay is
+    said = BestOfTried(Logged.of(below), Fed("[embed, L2, L4]", 1 + 17 / 7))
+    assert r.said == Bounded(said, Adapts("--adaptive", 3))
     assert any("upper bound" in n for n in r.notes)
     d = r.to_dict()
     assert d["replay_is_upper_bound"] is True and d["adaptive"] == "--adaptive"
     # above every replay, even a bound does not hold it
     above = reconcile(_log(3.6, 10, 26), rep, adaptive="--adaptive")
-    assert above.verdict is Verdict.OTHER_DATA and "leaves its rounds without a draft" in (
-        above.summary
-    )
+    assert above.verdict is Verdict.OTHER_DATA and isinstance(above.said, Bounded)
+    assert isinstance(above.said.said, MatchesNone) and above.said.said.adaptive
     # a log that says so needs no flag; a rounded figure is a bound within its rounding
     r = reconcile(_log(1 + 17 / 7 + 0.004, rounded=True, adaptive="SGLang's x"), rep)
     assert r.bound == "SGLang's x" and r.checks[0].equal
@@ -216,8 +225,11 @@ def test_vllms_synthetic_rates_name_the_figure_not_the_draft():
     r = reconcile(log, rep, synthetic=setting)
     assert r.verdict is Verdict.SYNTHETIC and r.matched is None and r.fix is None
     assert r.serving_config is None and r.best is None
-    assert "synthetic acceptance" in r.summary and "says nothing about the draft" in r.summary
-    assert "rejection_sample_method 'standard'" in r.summary
+    assert isinstance(r.said, Synthetic) and r.said.logged == Logged.of(log)
+    assert (r.said.setting, r.said.draws) == (setting.text, 2000)
+    quoted = (r.said.expected, r.said.tolerance)
+    assert quoted == (r.synthetic["expected_accept_length"], r.synthetic["tolerance"])
+    assert "rejection_sample_method 'standard'" in r.said.off  # how to serve without it
     assert r.to_dict()["verdict"] == "synthetic"
     check = r.to_dict()["synthetic"]
     assert check["expected_accept_length"] == pytest.approx(2.8) and check["draws"] == 2000
@@ -244,8 +256,8 @@ def test_sglangs_simulated_accept_length_names_the_figure_not_the_draft():
     assert setting.draw(3) == pytest.approx((1.5, 0.25))
     lines = _log(2.52, engine="sglang", rounded=True, lines=5, decode_log_interval=40)
     r = reconcile(lines, rep, synthetic=setting)
-    assert r.verdict is Verdict.SYNTHETIC and "SGLANG_SIMULATE_ACC_LEN=2.5" in r.summary
-    assert "SGLANG_SIMULATE_ACC_LEN unset" in r.summary
+    assert r.verdict is Verdict.SYNTHETIC and r.said.setting == "SGLANG_SIMULATE_ACC_LEN=2.5"
+    assert "SGLANG_SIMULATE_ACC_LEN unset" in r.said.off
     assert r.synthetic["draws"] == 200
     assert r.synthetic["tolerance"] == pytest.approx(4 * (0.25 / 200) ** 0.5 + 0.005 + 1e-9)
     # 200 iterations cannot wander to 2.70; an X past steps + 1 is clamped there

@@ -1,5 +1,6 @@
 """reconcile at a temperature (`doctor/reconcile/sampled.py`) on hand-built live reports: each
-round's odds are given, so every expected share, z and verdict is known by hand."""
+round's odds are given, so every expected share, z and verdict is known by hand, and what each
+verdict quotes (`Reconciliation.said`; its words are tests/test_reconcile_words.py's)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,20 @@ from inspector.doctor.reconcile.sampled import (
     Z_LIMIT,
     below,
     consistent,
-    expected_text,
     position_checks,
     reconcile_sampled,
-    shortfall_text,
+    shortfall,
+)
+from inspector.doctor.reconcile.words import (
+    AtTemperature,
+    BelowExpected,
+    ExpectedBest,
+    ExpectedOther,
+    Fed,
+    FitsNone,
+    KnownBuild,
+    Logged,
+    Shortfall,
 )
 from inspector.engines.vllm import CPU_EXPAND as VLLM_CPU_EXPAND
 from inspector.formats.engine_log import EngineLog, EngineStart
@@ -104,6 +115,13 @@ TRAIN = (0.4, 0.2, 0.1)  # E[a] = 0.7: expected accept length 1.7
 SERVE = (0.15, 0.03, 0.01)
 
 
+def _fed(report: AcceptReport, i: int) -> Fed:
+    """The report's i-th wiring as a verdict at a temperature names it: short label, expectation."""
+    label = {0: "[embed, L2, L4]", 1: "[L2, L4, L6]", 2: "[embed, L4, L6]"}[i]
+    assert report.wirings[i].label.endswith(label)
+    return Fed(label, expected=report.wirings[i].expectation)
+
+
 def test_z_per_position_is_the_two_sided_binomial_error() -> None:
     wa = _wiring((0, 1, 2), TRAIN, rounds=400)
     log = _log(1000, [380, 210, 20])
@@ -120,11 +138,12 @@ def test_z_per_position_is_the_two_sided_binomial_error() -> None:
 
 def test_an_engine_consistent_with_the_best_wiring_is_the_draft_as_it_is() -> None:
     report = _report(_wiring((0, 1, 2), TRAIN), _wiring((1, 2, 3), SERVE))
-    r = reconcile(_log(1000, [400, 195, 105]), report)
+    log = _log(1000, [400, 195, 105])
+    r = reconcile(log, report)
     assert r.verdict is Verdict.AS_IS
     assert r.matched == "configured [embed, L2, L4]" == r.best
-    assert "expected 1.70" in r.summary and "the draft is what it is" in r.summary
-    assert "at temperature 0.6" in r.summary and not r.faults
+    assert r.said == AtTemperature(Logged.of(log), SETTINGS.label(), ExpectedBest(_fed(report, 0)))
+    assert not r.faults
     d = r.to_dict()
     assert d["wirings"][0]["expected"]["accept_length"] == pytest.approx(1.7)
     assert [p["depth"] for p in d["wirings"][0]["positions"]] == [1, 2, 3]
@@ -136,7 +155,7 @@ def test_an_engine_consistent_with_another_wiring_feeds_the_wrong_layers() -> No
     r = reconcile(_log(1000, [148, 31, 5]), report)
     assert r.verdict is Verdict.WRONG_WIRING
     assert r.matched == "serve [L2, L4, L6]" and r.best == "configured [embed, L2, L4]"
-    assert "feeds the wrong layers" in r.summary
+    assert r.said.finding == ExpectedOther(_fed(report, 1), _fed(report, 0), configured=True)
     assert r.fix is not None and "eagle_aux_hidden_state_layer_ids" in r.fix
 
 
@@ -146,28 +165,28 @@ def test_nothing_past_a_position_is_an_engine_side_fault_in_verification() -> No
     r = reconcile(_log(1000, [58, 0, 0]), report)
     assert r.verdict is Verdict.ENGINE_FAULT
     assert r.faults == [SAMPLING_FAULT]
-    assert (
-        "the engine accepted no draft past position 0 (0 of 1,000 rounds at depth 2) where this "
-        "draft is expected to accept 20.0% of rounds at depth 2 under temperature 0.6, "
-        "vllm-onehot verification: an engine-side fault in verification"
-    ) in r.summary
-    none = reconcile(_log(1000, [0, 0, 0]), report)
-    assert "accepted no draft at all (0 of 1,000 rounds at depth 1)" in none.summary
+    # nothing from depth 2 on, where a fifth of the rounds are expected to accept
+    short = r.said.finding.shortfall
+    assert (short.at.depth, short.at.engine_accepted, short.at.engine_rounds) == (2, 0, 1000)
+    assert short.dead and short.at.expected_share == pytest.approx(0.2)
+    assert short.settings == SETTINGS.label()
+    none = reconcile(_log(1000, [0, 0, 0]), report).said.finding.shortfall
+    assert (none.at.depth, none.at.engine_accepted, none.dead) == (1, 0, True)
 
 
 def test_a_shortfall_that_still_accepts_names_its_first_position() -> None:
     wa = _wiring((0, 1, 2), TRAIN)
     log = _log(1000, [250, 100, 50])
-    text = shortfall_text(position_checks(log, wa.expectation), SETTINGS.label())
-    assert text.startswith("the engine accepted 250 of 1,000 rounds at depth 1 (25.0%)")
-    assert "expected to accept 40.0%" in text and "z -" in text
+    short = shortfall(position_checks(log, wa.expectation), SETTINGS.label())
+    assert (short.at.depth, short.at.engine_accepted, short.at.engine_rounds) == (1, 250, 1000)
+    assert not short.dead and short.at.expected_share == pytest.approx(0.4) and short.at.z < 0
 
 
 def test_above_every_expectation_is_other_data() -> None:
     report = _report(_wiring((0, 1, 2), TRAIN), _wiring((1, 2, 3), SERVE))
     r = reconcile(_log(1000, [700, 500, 300]), report)
     assert r.verdict is Verdict.OTHER_DATA
-    assert "--temperature" in r.summary and "fits no wiring's expectation" in r.summary
+    assert r.said.finding == FitsNone((_fed(report, 0), _fed(report, 1)))
 
 
 def test_without_per_position_counts_the_interval_decides() -> None:
@@ -178,27 +197,28 @@ def test_without_per_position_counts_the_interval_decides() -> None:
     assert reconcile(_log(1000, None, al=1.70), report).verdict is Verdict.AS_IS
     assert reconcile(_log(1000, None, al=1.05), report).verdict is Verdict.ENGINE_FAULT
     faulty = reconcile(_log(1000, None, al=1.05), report)
-    assert faulty.summary.endswith("an engine-side fault in verification")
+    assert faulty.said.finding == BelowExpected(_fed(report, 0), shortfall=None)  # no positions
 
 
-def test_every_verdict_in_its_whole_words() -> None:
+def test_every_verdict_and_what_it_quotes() -> None:
     report = _report(_wiring((0, 1, 2), TRAIN), _wiring((1, 2, 3), SERVE))
-    head = "vLLM logged {} at temperature 0.6, vllm-onehot verification"
-    as_is = reconcile(_log(1000, [400, 195, 105]), report)
-    assert as_is.summary == (
-        head.format("1.70 (700 accepted in 1000 rounds, vLLM 1 log line)")
-        + "; this draft is expected 1.70 [1.70, 1.70] when fed [embed, L2, L4], the wiring it "
-        "fits best of those tried, and the engine's acceptance at every position is within the "
-        "noise of it: the draft is what it is"
+    train, serve = _fed(report, 0), _fed(report, 1)
+    assert (train.figure, serve.figure) == (
+        "expected 1.70 [1.70, 1.70]",
+        "expected 1.19 [1.19, 1.19]",
     )
+
+    def said(figure: str, finding) -> AtTemperature:
+        return AtTemperature(Logged("vLLM", figure), SETTINGS.label(), finding)
+
+    as_is = reconcile(_log(1000, [400, 195, 105]), report)
+    figure = "1.70 (700 accepted in 1000 rounds, vLLM 1 log line)"
+    assert as_is.said == said(figure, ExpectedBest(train))
+    assert as_is.summary == str(as_is.said)
     assert as_is.fix is None and as_is.serving_config["hf_indices"] == [0, 2, 4]
     wrong = reconcile(_log(1000, [148, 31, 5]), report)
-    assert wrong.summary == (
-        head.format("1.18 (184 accepted in 1000 rounds, vLLM 1 log line)")
-        + "; that is what this draft is expected to give fed [L2, L4, L6] (expected 1.19 "
-        "[1.19, 1.19]), while fed [embed, L2, L4] it is expected 1.70 [1.70, 1.70], what its "
-        "config names: your engine feeds the wrong layers"
-    )
+    figure = "1.18 (184 accepted in 1000 rounds, vLLM 1 log line)"
+    assert wrong.said == said(figure, ExpectedOther(serve, train, configured=True))
     assert wrong.fix == (
         "serve it fed [embed, L2, L4]: eagle_aux_hidden_state_layer_ids [0, 2, 4] for vLLM, "
         "eagle_config ids for SGLang 0.5.23 by the target's model file (target class unknown): "
@@ -206,22 +226,14 @@ def test_every_verdict_in_its_whole_words() -> None:
         "only when the first id is 1 (DeepSeek-V2/V3)"
     )
     fault = reconcile(_log(1000, [58, 0, 0]), report)
-    assert fault.summary == (
-        head.format("1.06 (58 accepted in 1000 rounds, vLLM 1 log line)")
-        + ", below what every wiring is expected to give on these requests (expected 1.70 "
-        "[1.70, 1.70] fed [embed, L2, L4]); the engine accepted no draft past position 0 (0 of "
-        "1,000 rounds at depth 2) where this draft is expected to accept 20.0% of rounds at "
-        "depth 2 under temperature 0.6, vllm-onehot verification: an engine-side fault in "
-        "verification"
-    )
+    figure = "1.06 (58 accepted in 1000 rounds, vLLM 1 log line)"
+    depth_2 = fault.checks[0].positions[1]  # the configured wiring's: nothing from depth 2 on
+    assert (depth_2.depth, depth_2.engine_accepted) == (2, 0)
+    short = Shortfall(depth_2, True, SETTINGS.label())
+    assert fault.said == said(figure, BelowExpected(train, short))
     other = reconcile(_log(1000, [700, 500, 300]), report)
-    assert other.summary == (
-        head.format("2.50 (1500 accepted in 1000 rounds, vLLM 1 log line)")
-        + ", which fits no wiring's expectation (expected 1.70 [1.70, 1.70] fed [embed, L2, "
-        "L4], expected 1.19 [1.19, 1.19] fed [L2, L4, L6]): the requests, the sampling "
-        "settings or the verification rule are not the engine's (--temperature, --top-k, "
-        "--top-p, --verify)"
-    )
+    figure = "2.50 (1500 accepted in 1000 rounds, vLLM 1 log line)"
+    assert other.said == said(figure, FitsNone((train, serve)))
     assert [c.equal for c in as_is.checks] == [True, False]
     assert [c.equal for c in wrong.checks] == [False, True]
     assert as_is.to_dict()["verdict"] == "as_is" and as_is.best == as_is.matched
@@ -248,14 +260,13 @@ def test_a_build_known_to_verify_wrong_is_the_engines_fault_whatever_its_figure(
     assert r.verdict is Verdict.ENGINE_FAULT and r.matched is None and r.fix is None
     assert r.faults == [VLLM_CPU_EXPAND.detail]
     assert "expanded temperatures" in r.faults[0]
-    assert r.summary == (
-        "vLLM 0.32.0 on cpu (vllm.log:16) logged 1.18 (184 accepted in 1000 rounds, vLLM 1 "
-        "log line) at temperature 0.6, vllm-onehot verification: this build is known to "
-        f"verify wrong at a temperature, as {VLLM_CPU_EXPAND.what}, so the figure says "
-        "nothing about the draft; by chance it lies within the noise of what this draft is "
-        "expected to give fed [L2, L4, L6] (expected 1.19 [1.19, 1.19]), which alone would "
-        "read as the wrong layers fed (fed [embed, L2, L4] it is expected 1.70 [1.70, 1.70])"
+    train, serve = _fed(report, 0), _fed(report, 1)
+    # named by its build, the build's fault decides; what the statistics say follows
+    build = Logged(
+        "vLLM 0.32.0 on cpu (vllm.log:16)", "1.18 (184 accepted in 1000 rounds, vLLM 1 log line)"
     )
+    settings, what = SETTINGS.label(), VLLM_CPU_EXPAND.what
+    assert r.said == KnownBuild(build, settings, what, ExpectedOther(serve, train, True))
     assert r.to_dict()["engine_log"]["build"] == {
         "version": "0.32.0",
         "device": "cpu",
@@ -268,26 +279,15 @@ def test_a_build_known_to_verify_wrong_is_the_engines_fault_whatever_its_figure(
     }
     # the statistics agree: the shortfall's sentence follows the build's fault
     short = reconcile(_started(_log(1000, [58, 0, 0]), CPU_0320), report)
-    assert short.verdict is Verdict.ENGINE_FAULT
-    assert short.summary.endswith(
-        "so the figure says nothing about the draft; it is below what every wiring is "
-        "expected to give on these requests (expected 1.70 [1.70, 1.70] fed [embed, L2, L4]); "
-        "the engine accepted no draft past position 0 (0 of 1,000 rounds at depth 2) where "
-        "this draft is expected to accept 20.0% of rounds at depth 2 under temperature 0.6, "
-        "vllm-onehot verification: an engine-side fault in verification"
-    )
+    assert short.verdict is Verdict.ENGINE_FAULT and isinstance(short.said, KnownBuild)
+    depth_2 = Shortfall(short.checks[0].positions[1], True, settings)
+    assert short.said.finding == BelowExpected(train, depth_2)
     best = reconcile(_started(_log(1000, [400, 195, 105]), CPU_0320), report)
-    assert best.verdict is Verdict.ENGINE_FAULT
-    assert best.summary.endswith(
-        "by chance it lies within the noise of what this draft is expected to give fed "
-        "[embed, L2, L4] (expected 1.70 [1.70, 1.70])"
-    )
+    assert best.verdict is Verdict.ENGINE_FAULT and isinstance(best.said, KnownBuild)
+    assert best.said.finding == ExpectedBest(train)
     above = reconcile(_started(_log(1000, [700, 500, 300]), CPU_0320), report)
-    assert above.verdict is Verdict.ENGINE_FAULT
-    assert above.summary.endswith(
-        "so the figure says nothing about the draft; it fits no wiring's expectation (expected "
-        "1.70 [1.70, 1.70] fed [embed, L2, L4], expected 1.19 [1.19, 1.19] fed [L2, L4, L6])"
-    )
+    assert above.verdict is Verdict.ENGINE_FAULT and isinstance(above.said, KnownBuild)
+    assert above.said.finding == FitsNone((train, serve))
 
 
 def test_only_the_builds_measured_to_verify_wrong_are_named() -> None:
@@ -319,10 +319,10 @@ def test_only_the_builds_measured_to_verify_wrong_are_named() -> None:
 def test_the_configured_wiring_is_the_reference_of_a_fault() -> None:
     report = _report(_wiring((0, 1, 2), SERVE), _wiring((1, 2, 3), TRAIN))
     fault = reconcile(_log(1000, [0, 0, 0]), report, configured=0)
-    assert "(expected 1.19 [1.19, 1.19] fed [embed, L2, L4])" in fault.summary
+    assert fault.said.finding.reference == _fed(report, 0)  # SERVE's odds, configured
     assert fault.best == "serve [L2, L4, L6]"  # by expectation, not by name
     no_conf = reconcile(_log(1000, [0, 0, 0]), report, configured=None)
-    assert "(expected 1.70 [1.70, 1.70] fed [L2, L4, L6])" in no_conf.summary
+    assert no_conf.said.finding.reference == _fed(report, 1)  # TRAIN's odds, the best
 
 
 def test_boundaries_of_consistent_and_below() -> None:
@@ -437,44 +437,31 @@ def _pc(depth: int, accepted: int, z: float, share: float = 0.2) -> PositionChec
 
 def test_the_shortfall_names_the_first_position_past_the_noise():
     settings = SETTINGS.label()
-    tail = " under temperature 0.6, vllm-onehot verification"
-    # depth 1 is within the noise, depth 2 is short: depth 2 is named, in whole words
-    text = shortfall_text([_pc(1, 300, -1.0), _pc(2, 50, -6.0, 0.2)], settings)
-    assert text == (
-        "the engine accepted 50 of 1,000 rounds at depth 2 (5.0%) where this draft is expected "
-        f"to accept 20.0%{tail} (z -6.0): an engine-side fault in verification"
-    )
+    # depth 1 is within the noise, depth 2 is short: depth 2 is named
+    at = [_pc(1, 300, -1.0), _pc(2, 50, -6.0, 0.2)]
+    assert shortfall(at, settings) == Shortfall(at[1], False, settings)
     # a z of exactly -4 is the noise's edge, not past it
-    assert "at depth 2" in shortfall_text([_pc(1, 300, -4.0), _pc(2, 50, -6.0)], settings)
+    assert shortfall([_pc(1, 300, -4.0), _pc(2, 50, -6.0)], settings).at.depth == 2
 
 
 def test_nothing_accepted_is_dead_only_where_it_is_also_short():
     settings = SETTINGS.label()
     # depth 1 short but accepting; nothing past it, yet within the noise there: not dead
     within = [_pc(1, 100, -6.0, 0.4), _pc(2, 0, -1.0, 0.01), _pc(3, 0, -0.5, 0.005)]
-    assert shortfall_text(within, settings).startswith(
-        "the engine accepted 100 of 1,000 rounds at depth 1 (10.0%)"
-    )
+    assert shortfall(within, settings) == Shortfall(within[0], False, settings)
     edge = [_pc(1, 100, -6.0, 0.4), _pc(2, 0, -4.0, 0.05), _pc(3, 0, -0.5, 0.005)]
-    assert shortfall_text(edge, settings).startswith("the engine accepted 100 of 1,000")
+    assert shortfall(edge, settings) == Shortfall(edge[0], False, settings)
     dead = [_pc(1, 100, -6.0, 0.4), _pc(2, 0, -4.5, 0.05), _pc(3, 0, -0.5, 0.005)]
-    assert shortfall_text(dead, settings).startswith(
-        "the engine accepted no draft past position 0 (0 of 1,000 rounds at depth 2)"
-    )
-
-
-def test_an_expectation_without_rounds_or_interval_reads_as_such():
-    empty = Expectation(0, 0, 0.0, 0.0, (0.0, 0.0, 0.0), None, None, 0.95)
-    assert expected_text(empty) == "expected -"
-    point = Expectation(10, 7, 7.0, 1.0, (5.0, 2.0, 0.0), None, None, 0.95)
-    assert expected_text(point) == "expected 1.70"
+    assert shortfall(dead, settings) == Shortfall(dead[1], True, settings)
 
 
 def test_sglangs_figure_is_named_sglang():
     report = _report(_wiring((0, 1, 2), TRAIN), _wiring((1, 2, 3), SERVE))
     log = EngineLog(Path("sglang.log"), "sglang", "log", accept_length=1.7, lines=3)
     r = reconcile(log, report)
-    assert r.verdict is Verdict.AS_IS and r.summary.startswith("SGLang logged 1.70")
+    assert r.verdict is Verdict.AS_IS and r.said.logged == Logged(
+        "SGLang", "1.70 (SGLang 3 log lines)"
+    )
 
 
 def test_what_cannot_be_reconciled_is_refused_in_words():
@@ -537,10 +524,7 @@ def test_a_best_wiring_the_config_does_not_name_is_not_called_configured():
     report = _report(_wiring((0, 1, 2), TRAIN), _wiring((1, 2, 3), SERVE))
     r = reconcile(_log(1000, [148, 31, 5]), report, configured=1)
     assert r.verdict is Verdict.WRONG_WIRING
-    assert "what its config names" not in r.summary
-    assert r.summary.endswith(
-        "it is expected 1.70 [1.70, 1.70]: your engine feeds the wrong layers"
-    )
+    assert r.said.finding == ExpectedOther(_fed(report, 1), _fed(report, 0), configured=False)
     assert r.serving_config is not None and r.serving_config["hf_indices"] == [0, 2, 4]
     # a fault against a configured wiring that is not the best still gives the best's config
     fault = reconcile(_log(1000, [0, 0, 0]), report, configured=1)

@@ -1,5 +1,7 @@
 """reconcile's rules on hand-built replays and logs: equality by counts and by rounding, each
-verdict and its words, the first shortfall, which fault classes fit, pairing requests."""
+verdict and what its words quote (`Reconciliation.said`; the words themselves are
+tests/test_reconcile_words.py's), the first shortfall, which fault classes fit, pairing
+requests."""
 
 from __future__ import annotations
 
@@ -11,6 +13,14 @@ import pytest
 from inspector.doctor.reconcile.matching import ROUNDING, WINDOW_TOLERANCE
 from inspector.doctor.reconcile.pipeline import Verdict, pair_requests, reconcile, token_key
 from inspector.doctor.reconcile.shortfall import ENGINE_FAULTS
+from inspector.doctor.reconcile.words import (
+    BelowEvery,
+    BestOfTried,
+    Fed,
+    Logged,
+    MatchesNone,
+    WorseOfTried,
+)
 from inspector.formats.engine_log import EngineLog, RequestFigures
 from inspector.formats.samples import v1_slot_info
 from inspector.serving.replay import AcceptReport, SampleReplay, WiringAccept
@@ -19,6 +29,10 @@ from inspector.wiring import Wiring
 
 SLOTS = v1_slot_info([0, 2, 4, 6])
 FAULT = dict(ENGINE_FAULTS)
+# the wirings as a verdict names them, with the replays' accept lengths
+TRAIN_GOOD, TRAIN_BAD = Fed("[embed, L2, L4]", 1 + 13 / 7), Fed("[embed, L2, L4]", 1 + 2 / 7)
+SERVE_GOOD, SERVE_BAD = Fed("[L2, L4, L6]", 1 + 13 / 7), Fed("[L2, L4, L6]", 1 + 2 / 7)
+SERVE_MID = Fed("[L2, L4, L6]", 1 + 6 / 7)
 
 
 def _sample(index: int, accepted: list[int], starts: list[int] | None = None) -> SampleReplay:
@@ -78,13 +92,13 @@ def _log(rounds=None, accepted=None, al=None, **kw) -> EngineLog:
 
 def test_counts_decide_exactly_and_a_mean_within_its_rounding():
     rep = _report({(0, 1, 2): GOOD, (1, 2, 3): BAD})
-    r = reconcile(_log(7, 13), rep)
+    log = _log(7, 13)
+    r = reconcile(log, rep)
     assert r.verdict is Verdict.AS_IS and r.matched == r.best == "configured [embed, L2, L4]"
     assert [c.equal for c in r.checks] == [True, False]
     assert r.fix is None and r.gap is None and r.faults == []
-    assert "vLLM logged 2.86 (13 accepted in 7 rounds, vLLM 1 log line)" in r.summary
-    assert "gives 2.86 when fed [embed, L2, L4], the wiring it fits best" in r.summary
-    assert "the draft is what it is" in r.summary and "note the draft's config" not in r.summary
+    assert r.said == BestOfTried(Logged.of(log), TRAIN_GOOD)  # and no config's wiring to note
+    assert r.said.logged == Logged("vLLM", "2.86 (13 accepted in 7 rounds, vLLM 1 log line)")
     # one accepted token off is no longer equal, though the mean rounds the same
     assert not reconcile(_log(7, 12, al=1 + 13 / 7), rep).checks[0].equal
     # a rounded mean: equal within half its last digit, not beyond
@@ -97,19 +111,17 @@ def test_counts_decide_exactly_and_a_mean_within_its_rounding():
     assert reconcile(sg, rep).checks[0].equal
     sg = _log(al=at + WINDOW_TOLERANCE + 1e-3, engine="sglang", rounded=True)
     assert not reconcile(sg, rep).checks[0].equal
-    assert reconcile(sg, rep).summary.startswith("SGLang logged")
+    assert reconcile(sg, rep).said.logged.by == "SGLang"
 
 
 def test_another_wirings_figure_names_the_wrong_layers_and_the_fix(tmp_path):
     rep = _report({(0, 1, 2): GOOD, (1, 2, 3): BAD})
-    r = reconcile(_log(7, 2), rep)
+    log = _log(7, 2)
+    r = reconcile(log, rep)
     assert r.verdict is Verdict.WRONG_WIRING
     assert r.matched == "serve [L2, L4, L6]" and r.best == "configured [embed, L2, L4]"
-    assert r.summary == (
-        "vLLM logged 1.29 (2 accepted in 7 rounds, vLLM 1 log line); this draft gives 1.29 when "
-        "fed [L2, L4, L6] and 2.86 when fed [embed, L2, L4], what its config names: your engine "
-        "feeds the wrong layers"
-    )
+    # the best is the wiring the config names
+    assert r.said == WorseOfTried(Logged.of(log), SERVE_BAD, TRAIN_GOOD, configured=True)
     # no target read: SGLang's ids depend on the target's model file, both readings given
     assert r.fix == (
         "serve it fed [embed, L2, L4]: eagle_aux_hidden_state_layer_ids [0, 2, 4] for vLLM, "
@@ -144,11 +156,12 @@ def test_another_wirings_figure_names_the_wrong_layers_and_the_fix(tmp_path):
     # the best wiring is not the configured one: the summary says which is which
     rep2 = _report({(0, 1, 2): BAD, (1, 2, 3): GOOD})
     r2 = reconcile(_log(7, 2), rep2)
-    assert r2.verdict is Verdict.WRONG_WIRING and "what its config names" not in r2.summary
+    assert r2.verdict is Verdict.WRONG_WIRING
+    assert r2.said == WorseOfTried(r2.said.logged, TRAIN_BAD, SERVE_GOOD, configured=False)
     assert "[L2, L4, L6]" in r2.fix
     r3 = reconcile(_log(7, 13), rep2)
     assert r3.verdict is Verdict.AS_IS
-    assert "note the draft's config names [embed, L2, L4] (1.29)" in r3.summary
+    assert r3.said == BestOfTried(r3.said.logged, SERVE_GOOD, configured=TRAIN_BAD)
     assert r3.serving_config is not None and r3.fix is None
 
 
@@ -165,14 +178,9 @@ def test_below_every_wiring_is_an_engine_fault_with_its_first_shortfall():
     g = r.gap
     assert (g.sample, g.round, g.engine, g.replay, g.position) == (0, 1, 0, 3, 8)
     assert g.request == "requests.jsonl:1"
-    assert (
-        "vLLM logged 1.29 over 2 requests, below every wiring's replay of these requests "
-        "(lowest 1.86 fed [L2, L4, L6], 2.86 fed [embed, L2, L4]): an engine-side fault"
-    ) in r.summary
-    assert (
-        "the first shortfall is request requests.jsonl:1 (sample 0), round 1 at position 8: the "
-        "engine accepted 0 where this draft accepts 3" in r.summary
-    )
+    # lowest the serve wiring's, the shortfall measured against the configured one's
+    assert r.said == BelowEvery(Logged.of(log), SERVE_MID, TRAIN_GOOD, g)
+    assert r.said.logged == Logged("vLLM", "1.29 over 2 requests")
     # the median shortfall lies before 1K tokens, the first not in round 0: batching first
     assert r.faults == [FAULT["batch"], FAULT["early"], FAULT["late"]]
     assert r.to_dict()["first_gap"]["engine_accepted"] == 0
@@ -206,9 +214,7 @@ def test_a_figure_matching_no_replay_is_other_data():
     rep = _report({(0, 1, 2): GOOD, (1, 2, 3): BAD})
     between = reconcile(_log(7, 6), rep)
     assert between.verdict is Verdict.OTHER_DATA
-    assert "which matches no wiring's replay (2.86 fed [embed, L2, L4], 1.29 fed [L2, L4, L6])" in (
-        between.summary
-    )
+    assert between.said == MatchesNone(between.said.logged, (TRAIN_GOOD, SERVE_BAD))
     assert reconcile(_log(7, 20), rep).verdict is Verdict.OTHER_DATA  # above every replay
     with pytest.raises(ValueError):
         reconcile(_log(), rep)
@@ -279,7 +285,7 @@ def test_sglangs_per_request_counts_leave_the_round_after_the_stop_out():
     log.requests = reqs
     r = reconcile(log, rep, pairs={0: reqs[0], 1: reqs[1]})
     assert r.checks[0].stats.rounds == 5 and r.checks[0].stats.accepted == 11
-    assert r.verdict is Verdict.AS_IS and r.summary.startswith("SGLang logged")
+    assert r.verdict is Verdict.AS_IS and r.said.logged.by == "SGLang"
     # the pooled log line counts the overlap rounds: the replay as it is
     line = _log(al=1 + 13 / 7, engine="sglang", rounded=True)
     assert reconcile(line, rep).checks[0].equal
@@ -293,7 +299,7 @@ def test_sglangs_per_request_counts_leave_the_round_after_the_stop_out():
     log.requests = reqs
     r = reconcile(log, rep, pairs={0: reqs[0], 1: reqs[1]})
     assert r.checks[0].equal and r.verdict is Verdict.AS_IS
-    assert "SGLang logged spec_accept_length 3.60 over 2 requests" in r.summary
+    assert r.said.logged == Logged("SGLang", "spec_accept_length 3.60 over 2 requests")
 
 
 def test_the_json_holds_every_figure():
@@ -304,7 +310,8 @@ def test_the_json_holds_every_figure():
     ]
     log = _log(7, 2, source="requests", accepted_per_pos=[1, 1, 0])
     log.requests = reqs
-    d = reconcile(log, rep, pairs={0: reqs[0], 1: reqs[1]}, notes=["a note"]).to_dict()
+    r = reconcile(log, rep, pairs={0: reqs[0], 1: reqs[1]}, notes=["a note"])
+    d = r.to_dict()
     assert d["engine_log"] == {
         "path": "vllm.log",
         "engine": "vllm",
@@ -340,7 +347,8 @@ def test_the_json_holds_every_figure():
     assert d["wirings"][1]["wiring"] == [1, 2, 3] and d["wirings"][1]["accepted"] == 6
     assert d["engine_fault_classes"] == [FAULT["batch"], FAULT["early"], FAULT["late"]]
     assert d["notes"] == ["a note"] and d["fix"] is None and d["serving_config"] is None
-    assert d["summary"].startswith("vLLM logged 1.29 over 2 requests, below every wiring's")
+    assert d["summary"] == str(r.said) == r.summary
+    assert r.said == BelowEvery(Logged.of(log), SERVE_MID, TRAIN_GOOD, r.gap)
 
 
 def test_fix_text_names_sglangs_ids_once_when_both_readings_agree():
@@ -456,14 +464,18 @@ def test_fault_classes_at_1k_tokens():
 def test_without_a_configured_wiring_the_best_is_the_reference():
     rep = _report({(0, 1, 2): GOOD, (1, 2, 3): BAD})
     r = reconcile(_log(7, 2), rep, configured=None)
-    assert r.verdict is Verdict.WRONG_WIRING and "what its config names" not in r.summary
+    assert r.verdict is Verdict.WRONG_WIRING
+    assert r.said == WorseOfTried(r.said.logged, SERVE_BAD, TRAIN_GOOD, configured=False)
     r = reconcile(_log(7, 13), rep, configured=None)
-    assert r.verdict is Verdict.AS_IS and "note the draft's config" not in r.summary
+    assert r.verdict is Verdict.AS_IS
+    assert r.said == BestOfTried(r.said.logged, TRAIN_GOOD, configured=None)
     rep = _report({(0, 1, 2): GOOD, (1, 2, 3): MID}, starts=[[5, 8, 12, 13], [3, 7, 1500]])
     reqs = {0: RequestFigures("r:1", line=1, per_step_accepted=[0, 0, 0, 0])}
     r = reconcile(_log(4, 0, source="requests"), rep, configured=None, pairs=reqs)
     assert r.verdict is Verdict.ENGINE_FAULT and r.gap.replay == 2
-    assert "(lowest 1.75 fed [L2, L4, L6], 2.50 fed [embed, L2, L4])" in r.summary
+    # sample 0's replays alone: serve 3 accepted in 4 rounds, the best (the reference) 6 in 4
+    lowest, best = Fed("[L2, L4, L6]", 1 + 3 / 4), Fed("[embed, L2, L4]", 1 + 6 / 4)
+    assert r.said == BelowEvery(r.said.logged, lowest, best, r.gap)
 
 
 def test_a_first_shortfall_at_1k_tokens_fits_the_late_class_whatever_the_median():
@@ -497,28 +509,26 @@ def test_of_two_equal_replays_the_best_is_the_verdict():
     r = reconcile(_log(al=2.005, rounded=True), rep)
     assert [c.equal for c in r.checks] == [True, True]
     assert r.verdict is Verdict.AS_IS and r.matched == r.best == "serve [L2, L4, L6]"
-    assert r.summary == (
-        "vLLM logged 2.00 (vLLM 1 log line); this draft gives 2.01 when fed [L2, L4, L6], the "
-        "wiring it fits best of those tried: the draft is what it is. More draft steps, a tree "
-        "(SGLang's topk > 1) or training data closer to the served traffic raise it; note the "
-        "draft's config names [embed, L2, L4] (2.00), which this engine does not feed"
+    # the config's wiring, equal too, is named as the one this engine does not feed
+    assert r.said == BestOfTried(
+        Logged("vLLM", "2.00 (vLLM 1 log line)"),
+        Fed("[L2, L4, L6]", b),
+        configured=Fed("[embed, L2, L4]", a),
     )
 
 
-def test_the_words_of_each_verdict():
+def test_what_each_verdict_quotes():
     rep = _report({(0, 1, 2): BAD, (1, 2, 3): GOOD})
-    r = reconcile(_log(7, 2), rep)
-    assert r.summary == (
-        "vLLM logged 1.29 (2 accepted in 7 rounds, vLLM 1 log line); this draft gives 1.29 when "
-        "fed [embed, L2, L4] and 2.86 when fed [L2, L4, L6]: your engine feeds the wrong layers"
-    )
-    r = reconcile(_log(7, 6), rep)
-    assert r.summary == (
-        "vLLM logged 1.86 (6 accepted in 7 rounds, vLLM 1 log line), which matches no wiring's "
-        "replay (1.29 fed [embed, L2, L4], 2.86 fed [L2, L4, L6]): the samples are not the "
-        "requests the engine served (other prompts, sampling or max tokens), or the engine "
-        "drafts otherwise than --steps/--topk say"
-    )
+    log = _log(7, 2)
+    r = reconcile(log, rep)
+    assert r.said == WorseOfTried(Logged.of(log), TRAIN_BAD, SERVE_GOOD, configured=False)
+    assert r.summary == str(r.said)
+    log = _log(7, 6)
+    r = reconcile(log, rep)
+    # every replay, in the report's order, none adaptive
+    assert r.said == MatchesNone(Logged.of(log), (TRAIN_BAD, SERVE_GOOD), adaptive=False)
+    assert r.said.logged == Logged("vLLM", "1.86 (6 accepted in 7 rounds, vLLM 1 log line)")
+    assert r.summary == str(r.said)
     assert r.notes == []
     rep.wirings[0].per_sample[0].bounded[-1] = True
     assert reconcile(_log(7, 6), rep).notes == [

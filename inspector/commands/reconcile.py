@@ -384,7 +384,7 @@ def _prompt_pairs(samples, log):
 
 
 def render(result, report) -> Group:
-    from inspector.doctor.reconcile.sampled import expected_text
+    from inspector.doctor.reconcile.words import expected_text
 
     verdict = result.verdict.value
     body = Text(result.summary)

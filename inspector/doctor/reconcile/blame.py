@@ -28,15 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from inspector.doctor.reconcile.result import (
-    Blame,
-    GateOff,
-    Reconciliation,
-    SlotCheck,
-    Verdict,
-    fmt_figure,
-    logged_text,
-)
+from inspector.doctor.reconcile import words
+from inspector.doctor.reconcile.result import Blame, GateOff, Reconciliation, SlotCheck, Verdict
 from inspector.doctor.reconcile.rounds import counted, request_rounds
 from inspector.engines import Engine, engine, engine_words
 from inspector.formats.engine_figures import EngineLog, RequestFigures
@@ -118,12 +111,11 @@ def blamed(
         blame = gate_off(result.log, paired, how) or departing_slot(result.log, paired, how)
     if blame is None:
         return result
-    head = f"{engine_words(result.log.engine)} logged {logged_text(result.log)}"
     verdict = Verdict.ENGINE_GATE if blame.kind == "gate" else Verdict.ENGINE_SLOT
     return replace(
         result,
         verdict=verdict,
-        summary=f"{head}; {blame.words}",
+        said=words.Blamed(words.Logged.of(result.log), blame.words),
         faults=[GATE_CLASS if blame.kind == "gate" else SLOT_CLASS],
         blame=blame,
         notes=[*result.notes, f"pooled over every request: {result.summary}"],
@@ -224,24 +216,8 @@ def gate_off(log: EngineLog, paired: list[Paired], how: str) -> Blame | None:
         al_r,
         _al(y, len(post_ours)),
     )
-    engine = engine_words(log.engine)
-    at = f"round {round_} at position {position} of " if round_ is not None else ""
-    if rounds_after == 0:
-        what = f"drafted nothing ({len(after)} requests without a drafted round)"
-    else:
-        n = f"{rounds_after} rounds, " if rounds_after else ""
-        what = f"accepted nothing ({n}accept length exactly 1.00, over {len(after)} requests)"
-    words = (
-        f"from {at}request {first.req.where} (sample {first.sample}) on, {engine} {what}, "
-        f"where this draft's replay of those rounds accepts {y} tokens in {len(post_ours)} "
-        f"rounds (accept length {fmt_figure(gate.replay_accept_length_after)}); before it the "
-        "engine's accept length "
-        f"was {fmt_figure(al_e)}, the replay's {fmt_figure(al_r)}: speculation was switched off "
-        "part-way on the engine's side (a gate such as TensorRT-LLM's SpeculationGate, which "
-        "turns it off for good once the rolling accept length falls below its threshold), "
-        f"not the draft's wiring or weights (requests paired by {how})"
-    )
-    return Blame("gate", words, how, gate=gate)
+    said = words.GateWords(gate, engine_words(log.engine), how)
+    return Blame("gate", said, how, gate=gate)
 
 
 def windows_gate(log: EngineLog, per_sample: dict[int, SampleReplay]) -> Blame | None:
@@ -287,20 +263,8 @@ def windows_gate(log: EngineLog, per_sample: dict[int, SampleReplay]) -> Blame |
         al_r,
         windows_after=len(after),
     )
-    engine_name = engine_words(log.engine)
-    interval = log.decode_log_interval
-    span = f"{interval} decode iterations each" if interval else "decode_log_interval not stated"
-    words = (
-        f"from the window logged at {first.where} on, {engine_name} printed accept len 1.00 in "
-        f"every line ({len(after)} lines, {span}), where this draft's replay of these requests "
-        f"gives {fmt_figure(al_r)} (about {round(y)} tokens over the {covered} rounds those "
-        f"lines cover at the least); before it the lines pool to {fmt_figure(al_e)}, the "
-        f"replay's {fmt_figure(al_r)}: speculation was switched off part-way on the engine's "
-        "side (a gate such as TensorRT-LLM's SpeculationGate, which turns it off for good once "
-        "the rolling accept length falls below its threshold), not the draft's wiring or "
-        "weights (windowed lines: held against the replay of every sample)"
-    )
-    return Blame("gate", words, "windows", gate=gate)
+    said = words.WindowsGateWords(gate, engine_words(log.engine), log.decode_log_interval)
+    return Blame("gate", said, "windows", gate=gate)
 
 
 def slot_checks(paired: list[Paired]) -> list[SlotCheck]:
@@ -347,29 +311,6 @@ def departing_slot(log: EngineLog, paired: list[Paired], how: str) -> Blame | No
     if not bad or not good:
         return None
     worst = min(bad, key=lambda c: c.engine_accepted / max(c.replay_accepted, 1))
-    drafted = f" of {worst.engine_drafted} drafted" if worst.engine_drafted is not None else ""
-
-    def al(c: SlotCheck) -> str:
-        x = c.engine_accept_length
-        return f"accept length {fmt_figure(x)}, " if x is not None else ""
-
-    words = (
-        f"slot {worst.slot}: {worst.engine_accepted}{drafted} tokens accepted over "
-        f"{worst.requests} requests ({al(worst)}the replay's "
-        f"{fmt_figure(worst.replay_accept_length)}), where the replay of those requests accepts "
-        f"{worst.replay_accepted}; "
-        + "; ".join(
-            f"slot {c.slot} equals the replay ({al(c)}the replay's "
-            f"{fmt_figure(c.replay_accept_length)}, {c.requests} requests)"
-            for c in good
-        )
-    )
-    others = [c.slot for c in bad if c is not worst]
-    if others:
-        words += f"; slot{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} depart too"
-    words += (
-        f": one server slot of {engine_words(log.engine)} departs from the rest, an engine-side "
-        "fault, not the draft's wiring or weights (the same draft serves the other slot as "
-        f"replayed; requests paired by {how})"
-    )
-    return Blame("slot", words, how, slot=worst.slot, slots=tuple(checks))
+    others = tuple(c.slot for c in bad if c is not worst)
+    said = words.SlotWords(worst, tuple(good), others, engine_words(log.engine), how)
+    return Blame("slot", said, how, slot=worst.slot, slots=tuple(checks))

@@ -24,14 +24,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from inspector.doctor.reconcile import words
 from inspector.doctor.reconcile.matching import figure_equals
-from inspector.doctor.reconcile.result import (
-    Gap,
-    Reconciliation,
-    Verdict,
-    WiringCheck,
-    logged_text,
-)
+from inspector.doctor.reconcile.result import Gap, Reconciliation, Verdict, WiringCheck
 from inspector.doctor.wiring.block_feeds import AcceptRow
 from inspector.engines import Engine, engine
 from inspector.formats.engine_log import EngineLog, RequestFigures
@@ -106,9 +101,9 @@ def _ids(layers: Sequence[int]) -> list[int]:
 
 def first_departure(
     replay: BlockReplay, pairs: dict[int, RequestFigures]
-) -> tuple[Gap | None, str | None]:
+) -> tuple[Gap | None, words.Departure | words.OtherLength | None]:
     """The first paired request (in sample order) and round where the engine's count departs
-    from `replay`'s, and a line naming it (None: no request gives its rounds, or none departs)."""
+    from `replay`'s, and its words (None: no request gives its rounds, or none departs)."""
     for i in sorted(pairs):
         req, ours = pairs[i], replay.rounds.get(i)
         theirs = req.counted_accepted
@@ -117,15 +112,9 @@ def first_departure(
         for k, (a, b) in enumerate(zip(theirs, ours, strict=False)):
             if a != b:
                 gap = Gap(req.where, i, k, a, b, -1)
-                return gap, (
-                    f"request {req.where} (sample {i}) departs at round {k}: the engine accepted "
-                    f"{a}, the replay {b}"
-                )
+                return gap, words.Departure(gap)
         if len(theirs) != len(ours):
-            return None, (
-                f"request {req.where} (sample {i}) runs {len(theirs)} rounds, the replay "
-                f"{len(ours)}"
-            )
+            return None, words.OtherLength(req.where, i, len(theirs), len(ours))
     return None, None
 
 
@@ -144,10 +133,10 @@ def reconcile_block(
     conf, conf_check = replays[0], checks[0]
     trained = tuple(trained or conf.row.layers)
     n = len(pairs)
-    per_request = (
-        f" ({matches[0].requests_equal} of {n} requests round for round)" if full and n else ""
-    )
-    figure = logged_text(log)
+    per_request = None
+    if full and n:
+        per_request = words.RoundForRound(matches[0].requests_equal or 0, n)
+    figure = words.logged_text(log)
     base = dict(
         log=log,
         checks=checks,
@@ -163,8 +152,7 @@ def reconcile_block(
     if any(c is conf_check for c in matches):
         return Reconciliation(
             verdict=Verdict.AS_IS,
-            summary=f"the engine's figure {figure} equals the replay of the configured wiring "
-            f"HF {list(conf.row.layers)}{per_request}: the draft is served as configured",
+            said=words.BlockAsConfigured(figure, tuple(conf.row.layers), per_request),
             matched=conf_check.label,
             best=conf_check.label,
             **base,
@@ -172,7 +160,6 @@ def reconcile_block(
     if matches:
         m = matches[0]
         r = replays[checks.index(m)]
-        by = f", what {', '.join(r.row.fed_by)} feed{'s' if len(r.row.fed_by) == 1 else ''}"
         fix = (
             f"feed the trained layers HF {list(trained)}: set dflash_config.target_layer_ids to "
             f"{_ids(trained)}"
@@ -185,9 +172,14 @@ def reconcile_block(
         )
         return Reconciliation(
             verdict=Verdict.WRONG_WIRING,
-            summary=f"the engine's figure {figure} equals the replay of {r.row.name} "
-            f"HF {list(r.row.layers)}{by if r.row.fed_by else ''}{per_request}, not the "
-            f"configured HF {list(conf.row.layers)}: the engine fed the draft other layers",
+            said=words.BlockOtherLayers(
+                figure,
+                r.row.name,
+                tuple(r.row.layers),
+                tuple(r.row.fed_by),
+                tuple(conf.row.layers),
+                per_request,
+            ),
             fix=fix,
             matched=m.label,
             best=conf_check.label,
@@ -198,21 +190,8 @@ def reconcile_block(
     replayed = [c.stats.accept_length for c in checks if c.stats.accept_length is not None]
     below = al is not None and replayed and al < min(replayed)
     verdict = Verdict.ENGINE_FAULT if below else Verdict.OTHER_DATA
-    what = (
-        "below every wiring's replay: the engine accepts less than this draft does on these "
-        "requests (an engine-side fault)"
-        if below
-        else "equal to no wiring's replay: not the requests the samples hold, or a draft the "
-        "engine computes otherwise"
-    )
-    summary = f"the engine's figure {figure} is {what}"
-    if where:
-        summary += f"; against the configured wiring, {where}"
-    known = engine(log.engine).facts_for(None, drafts="dflash", topic="numerics")
-    if known:
-        summary += (
-            f"; {len(known)} known fault{'s' if len(known) > 1 else ''} of "
-            f"{engine(log.engine).display} in computing block drafts, in the notes"
-        )
-        notes.extend(f"known: {f.words} ({f.since})" for f in known)
-    return Reconciliation(verdict=verdict, summary=summary, gap=gap, best=conf_check.label, **base)
+    serving = engine(log.engine)
+    known = serving.facts_for(None, drafts="dflash", topic="numerics")
+    notes.extend(f"known: {f.words} ({f.since})" for f in known)
+    said = words.BlockNoneEqual(figure, bool(below), where, len(known), serving.display)
+    return Reconciliation(verdict=verdict, said=said, gap=gap, best=conf_check.label, **base)

@@ -17,15 +17,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from inspector.doctor.reconcile import words
 from inspector.doctor.reconcile.blame import DRIFT, MIN_SHORT, OPEN, paired_words
-from inspector.doctor.reconcile.result import (
-    Blame,
-    Reconciliation,
-    Verdict,
-    fmt_figure,
-    logged_text,
-    short_label,
-)
+from inspector.doctor.reconcile.result import Blame, Reconciliation, Verdict, short_label
 from inspector.engines import engine, engine_words
 from inspector.formats.target_class import HyperConnections
 
@@ -55,23 +49,15 @@ def hidden_state_blame(result: Reconciliation, hc: HyperConnections | None) -> R
     if al_e > 1 + DRIFT or al_e >= al_r * (1 - DRIFT) or short < MIN_SHORT:
         return result
     name = engine_words(result.log.engine)
-    words = (
-        f"about 1.0 (at most {DRIFT:.0%} above it), where this draft's replay of the same "
-        f"requests fed {short_label(ref.label)} gives {fmt_figure(al_r)} (about {short:.0f} "
-        f"accepted tokens more over {ref.stats.rounds} rounds): the target declares "
-        f"hyper-connections, {hc.text}, and the state the engine hands the draft from such a "
-        "target is not the one it was trained on (its streams flattened or reduced otherwise), "
-        "so the shortfall is the target's hidden state as the engine feeds it, not the draft's "
-        "wiring or weights"
-    )
+    said = words.HiddenWords(short_label(ref.label), al_r, short, ref.stats.rounds, hc.text, DRIFT)
     facts = engine(result.log.engine).facts_for(None, None, topic="hidden_state")
     faults = [HIDDEN_CLASS, *(f"{name} {f.since}: {f.words}" for f in facts)]
     paired = paired_words(result)
     return replace(
         result,
         verdict=Verdict.TARGET_HIDDEN_STATE,
-        summary=f"{name} logged {logged_text(result.log)}, {words}",
+        said=words.TargetState(words.Logged.of(result.log), said),
         faults=faults,
-        blame=Blame("hidden_state", words, paired, wiring=ref.label, hc_mult=hc.hc_mult),
+        blame=Blame("hidden_state", said, paired, wiring=ref.label, hc_mult=hc.hc_mult),
         notes=[*result.notes, f"held against every wiring alone: {result.summary}"],
     )

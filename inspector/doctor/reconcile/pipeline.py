@@ -38,6 +38,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from inspector.doctor.reconcile import words
 from inspector.doctor.reconcile.blame import blamed
 from inspector.doctor.reconcile.evidence import (
     ambiguous_fix,
@@ -54,12 +55,9 @@ from inspector.doctor.reconcile.result import (
     Verdict,
     WiringCheck,
     config_fix,
-    fmt_figure,
-    logged_text,
     reference,
     serving_fix,
     short_label,
-    trained_clause,
 )
 from inspector.doctor.reconcile.rounds import bound_reason, under_schedules
 from inspector.doctor.reconcile.sampled import reconcile_sampled
@@ -72,16 +70,8 @@ from inspector.doctor.reconcile.synthetic import (
     synthetic_reconciliation,
 )
 from inspector.doctor.wiring.trained import TrainedWiring
-from inspector.engines import Engine, engine_words
 from inspector.formats.engine_log import EngineLog, RequestFigures
 from inspector.serving.replay import AcceptReport, SampleReplay
-
-# the engines' names from the registry (a rename is one edit in inspector/engines/)
-_LLAMACPP, _SGLANG, _VLLM = (
-    Engine.LLAMACPP.display,
-    Engine.SGLANG.display,
-    Engine.VLLM.display,
-)
 
 
 def token_key(ids: Sequence[int]) -> bytes:
@@ -168,12 +158,12 @@ def reconcile(
     matches = matching_checks(log, held.checks, held.scored, pairs, engine_dtype, notes)
     outcome = _outcome(held, matches)
     serving_config, fix = _fix(held, outcome.verdict)
-    summary = _close(held, outcome.verdict, outcome.summary, notes)
+    said = _close(held, outcome.verdict, outcome.said, notes)
     result = Reconciliation(
         log,
         held.checks,
         outcome.verdict,
-        summary,
+        said,
         fix=fix,
         matched=outcome.served,
         best=held.best.label,
@@ -218,13 +208,12 @@ class _Held:
     bound: str | None  # why the replay is an upper bound (None: held count for count)
     scheduled: int  # paired requests replayed under the engine's own schedule
     per_request: dict[int, SampleReplay]  # the reference wiring's replay per sample
-    engine_name: str
-    figure: str  # the engine's figure as written in the summary
+    logged: words.Logged  # the engine and its figure as the verdict quotes them
     label: dict[str, str]  # a check's label -> its short form
 
-    @property
-    def exactly(self) -> str:
-        return "exactly what" if self.bound is None else "at most what"
+    def fed(self, c: WiringCheck) -> words.Fed:
+        """A check as the verdict names it: its short label and its replay's accept length."""
+        return words.Fed(self.label[c.label], c.stats.accept_length)
 
 
 @dataclass(frozen=True)
@@ -233,7 +222,7 @@ class _Outcome:
     the engine's first shortfall and the fault classes that fit it."""
 
     verdict: Verdict
-    summary: str
+    said: words.Greedy
     served: str | None = None
     gap: Gap | None = None
     faults: list[str] = field(default_factory=list)
@@ -253,8 +242,6 @@ def _hold(
     wirings, scheduled, refused = under_schedules(report.wirings, pairs, notes)
     bound = bound_reason(log, adaptive, scheduled, refused, report.spec.steps, notes)
     checks = wiring_checks(wirings, pairs, log, bound is not None)
-    engine_name = engine_words(log.engine)
-    figure = logged_text(log)
     scored = [c for c in checks if c.stats.accept_length is not None]
     if not scored or log.accept_length is None:
         raise ValueError("nothing to reconcile: no rounds replayed or no figure logged")
@@ -282,8 +269,7 @@ def _hold(
         bound=bound,
         scheduled=scheduled,
         per_request={s.index: s for s in wirings[ref].per_sample},
-        engine_name=engine_name,
-        figure=figure,
+        logged=words.Logged.of(log),
         label={c.label: short_label(c.label) for c in checks},
     )
 
@@ -298,25 +284,17 @@ def _outcome(held: _Held, matches: list[WiringCheck]) -> _Outcome:
     return _other_data(held)
 
 
-# what raises the figure of a draft served as it was trained
-_AS_IS = (
-    f"the draft is what it is. More draft steps, a tree ({_SGLANG}'s topk > 1) or training data "
-    "closer to the served traffic raise it"
-)
-
-
 def _matched(held: _Held, matches: list[WiringCheck]) -> _Outcome:
     """The figure is a wiring's replay: the verdict turns on whether that wiring is the trained
     one as the evidence settles it (without a search, the best of those tried)."""
     m = held.best if held.best in matches else matches[0]
     s = held.settlement
     if s is not None and s.wiring is None:
-        summary = (
-            f"{held.engine_name} logged {held.figure}, {held.exactly} this draft gives fed "
-            f"{held.label[m.label]}; which wiring the weights were trained on is undecided: "
-            f"{s.undecided}"
+        assert s.undecided is not None  # a settlement names a wiring or says why it cannot
+        said = words.Undecided(
+            held.logged, held.bound is not None, held.label[m.label], s.undecided
         )
-        return _Outcome(Verdict.UNDECIDED, summary, m.label)
+        return _Outcome(Verdict.UNDECIDED, said, m.label)
     if held.trained is not None and s is not None:
         return _against_trained(held, m, s, held.trained)
     if m is held.best:
@@ -329,111 +307,68 @@ def _against_trained(held: _Held, m: WiringCheck, s: Settlement, t: TrainedWirin
     is where `m` is that wiring or within noise of it, else the engine feeds the wrong layers."""
     worse = clearly_worse(m, held.best, held.counts)
     if worse:
-        conclusion = ": your engine feeds the wrong layers" + (
-            ", the ones its config names" if m is held.conf else ""
+        conclusion = (
+            words.Conclusion.WRONG_CONFIGURED if m is held.conf else words.Conclusion.WRONG_LAYERS
         )
     elif m is held.conf and s.configured_stands:
-        conclusion = ": served as configured, and " + _AS_IS
+        conclusion = words.Conclusion.AS_CONFIGURED
     else:
-        conclusion = ": " + _AS_IS
-    summary = (
-        f"{held.engine_name} logged {held.figure}, {held.exactly} this draft gives fed "
-        f"{held.label[m.label]}" + _trained_words(held, m, s, t, worse) + conclusion
+        conclusion = words.Conclusion.AS_IS
+    said = words.Matched(
+        held.logged,
+        held.bound is not None,
+        held.label[m.label],
+        _trained_words(held, m, s, t, worse),
+        conclusion,
     )
-    return _Outcome(Verdict.WRONG_WIRING if worse else Verdict.AS_IS, summary, m.label)
+    return _Outcome(Verdict.WRONG_WIRING if worse else Verdict.AS_IS, said, m.label)
 
 
 def _trained_words(
     held: _Held, m: WiringCheck, s: Settlement, t: TrainedWiring, worse: bool
-) -> str:
+) -> words.Trained | words.CannotTell:
     """The clause that names the trained wiring beside the one fed (with the neighbours the
     samples cannot tell from it), or says these requests cannot tell the fed one from it."""
     label, best = held.label, held.best
     if m is best or worse:
-        clause = trained_clause(t, m, best, held.conf, label)
+        others = None
         if s.ambiguous:
-            others = [c.label for c in held.checks if c.wiring in s.indistinct]
-            clause += (
-                f" (or {', '.join(label[o] for o in others)}: these samples cannot tell them apart)"
-            )
-        return clause
-    return (
-        f", which these requests cannot tell from {label[best.label]} "
-        f"({fmt_figure(best.stats.accept_length)}), the wiring the evidence names"
-    )
+            others = [label[c.label] for c in held.checks if c.wiring in s.indistinct]
+        return words.Trained.of(t, m, best, held.conf, held.fed, others)
+    return words.CannotTell(held.fed(best))
 
 
-def _best_of_tried(held: _Held, m: WiringCheck) -> str:
+def _best_of_tried(held: _Held, m: WiringCheck) -> words.BestOfTried:
     """No search ran and the figure is the best replay of those tried: the draft as it is (and
     the config's wiring, where the engine fed another)."""
     conf = held.conf
-    summary = (
-        f"{held.engine_name} logged {held.figure}; this draft gives "
-        f"{fmt_figure(m.stats.accept_length)} when fed {held.label[m.label]}, the wiring it fits "
-        "best of those tried: " + _AS_IS
-    )
-    if conf is not None and m is not conf:
-        summary += (
-            f"; note the draft's config names {held.label[conf.label]} "
-            f"({fmt_figure(conf.stats.accept_length)}), which this engine does not feed"
-        )
-    return summary
+    other = held.fed(conf) if conf is not None and m is not conf else None
+    return words.BestOfTried(held.logged, held.fed(m), other)
 
 
-def _worse_than_tried(held: _Held, m: WiringCheck) -> str:
+def _worse_than_tried(held: _Held, m: WiringCheck) -> words.WorseOfTried:
     """No search ran and the figure is a replay below the best of those tried: the wrong
     layers."""
     best = held.best
-    return (
-        f"{held.engine_name} logged {held.figure}; this draft gives "
-        f"{fmt_figure(m.stats.accept_length)} when fed {held.label[m.label]} and "
-        f"{fmt_figure(best.stats.accept_length)} when fed {held.label[best.label]}"
-        + (", what its config names" if best is held.conf else "")
-        + ": your engine feeds the wrong layers"
-    )
+    return words.WorseOfTried(held.logged, held.fed(m), held.fed(best), best is held.conf)
 
 
 def _engine_fault(held: _Held) -> _Outcome:
     """The figure lies below every replay: the engine accepted less than this draft does on these
     requests; where the requests were paired, its first shortfall and the classes that fit."""
-    label, ref = held.label, held.checks[held.ref]
+    ref = held.checks[held.ref]
     low = min(held.scored, key=lambda c: c.stats.accept_length or 0.0)
-    summary = (
-        f"{held.engine_name} logged {held.figure}, below every wiring's replay of these requests "
-        f"(lowest {fmt_figure(low.stats.accept_length)} fed {label[low.label]}, "
-        f"{fmt_figure(ref.stats.accept_length)} fed {label[ref.label]}): an engine-side fault"
-    )
     gap, short = first_gap(held.pairs, held.per_request)
-    if gap is not None:
-        summary += (
-            f"; the first shortfall is request {gap.request} (sample {gap.sample}), round "
-            f"{gap.round} at position {gap.position}: the engine accepted {gap.engine} where "
-            f"this draft accepts {gap.replay}"
-        )
-    return _Outcome(Verdict.ENGINE_FAULT, summary, gap=gap, faults=fault_classes(short, gap))
+    said = words.BelowEvery(held.logged, held.fed(low), held.fed(ref), gap)
+    return _Outcome(Verdict.ENGINE_FAULT, said, gap=gap, faults=fault_classes(short, gap))
 
 
 def _other_data(held: _Held) -> _Outcome:
     """The figure matches no replay and is not below them all: the samples are not the requests
     the engine served (or, for an adaptive engine, it leaves its draftless rounds uncounted)."""
-    summary = (
-        f"{held.engine_name} logged {held.figure}, which matches no wiring's replay ("
-        + ", ".join(
-            f"{fmt_figure(c.stats.accept_length)} fed {held.label[c.label]}" for c in held.scored
-        )
-        + "): the samples are not the requests the engine served (other prompts, sampling "
-        "or max tokens), or the engine drafts otherwise than --steps/--topk say"
-    )
-    if held.bound is not None:
-        # rounds without a draft are no draft to vLLM or llama.cpp (scheduler.py,
-        # common/speculative.cpp): counted over the rounds it drafted in, an engine
-        # that skips the unsure ones can log more than a fixed-K replay
-        summary += (
-            "; or, above every replay, an adaptive engine that leaves its rounds without a "
-            f"draft out of its counts ({_LLAMACPP}'s p-min): only its per-step drafted counts "
-            f"({_VLLM}'s per_step_drafted) hold that figure"
-        )
-    return _Outcome(Verdict.OTHER_DATA, summary)
+    replays = tuple(held.fed(c) for c in held.scored)
+    said = words.MatchesNone(held.logged, replays, adaptive=held.bound is not None)
+    return _Outcome(Verdict.OTHER_DATA, said)
 
 
 def _fix(held: _Held, verdict: Verdict) -> tuple[dict | None, str | None]:
@@ -457,9 +392,11 @@ def _fix(held: _Held, verdict: Verdict) -> tuple[dict | None, str | None]:
     return serving_config, fix
 
 
-def _close(held: _Held, verdict: Verdict, summary: str, notes: list[str]) -> str:
+def _close(
+    held: _Held, verdict: Verdict, said: words.Greedy, notes: list[str]
+) -> words.Greedy | words.Bounded:
     """The notes that qualify any verdict (the witnesses where they bear on it, replays that are
-    lower bounds, an adaptive engine's bound) appended to `notes`; the summary with the bound."""
+    lower bounds, an adaptive engine's bound) appended to `notes`; the words with the bound."""
     s = held.settlement
     if s is not None and (
         s.wiring is None or s.ambiguous or verdict is Verdict.WRONG_WIRING and s.indistinct
@@ -472,15 +409,10 @@ def _close(held: _Held, verdict: Verdict, summary: str, notes: list[str]) -> str
             "target's continuation: those accept lengths are lower bounds"
         )
     if held.bound is not None:
-        sentence = (
-            f"The engine's draft length adapts ({held.bound}): the replay drafts "
-            f"{held.report.spec.steps} tokens every round, an upper bound of what the engine "
-            "drafts and accepts, so its figure is held to be at most a wiring's replay, not equal "
-            "to it"
-        )
-        summary += ". " + sentence
-        notes.append(sentence)
-    return summary
+        adapts = words.Adapts(held.bound, held.report.spec.steps)
+        notes.append(str(adapts))
+        return words.Bounded(said, adapts)
+    return said
 
 
 def label_of(c: WiringCheck) -> str:

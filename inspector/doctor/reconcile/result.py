@@ -1,24 +1,24 @@
 """The reconciliation's result, shared by the greedy comparison (`reconcile`) and the one at a
-temperature (`reconcile_sampled`): the verdict, each wiring's figures, and the words that name a
-wiring and its serving config."""
+temperature (`reconcile_sampled`): the verdict with its words as a typed value (`said`, one of
+`words`' sentences), each wiring's figures, and the words of a wiring's serving config (the fix)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Protocol
 
 from inspector.doctor.phrasing import CONVERT_TO_GGUF
 from inspector.doctor.reconcile.run_check import RunCheck
 from inspector.doctor.reconcile.settle import Settlement
 from inspector.doctor.serving import engine_configs, hf_indices, sglang_ids_text
-from inspector.doctor.wiring.trained import TrainedWiring, pct_of
+from inspector.doctor.wiring.trained import TrainedWiring
 from inspector.engines import Engine
 from inspector.engines import engine as serving_engine
 from inspector.engines.target_class import TargetClass
 from inspector.formats.engine_log import EngineLog
 from inspector.formats.target_class import read_target_class
-from inspector.formatting import fmt_float
 from inspector.metrics.rounds import AcceptStats
 from inspector.sample import SlotInfo
 from inspector.serving.expectation import Expectation
@@ -55,6 +55,13 @@ class Verdict(str, Enum):
     # about 1.0 where the replay accepts more: the hidden state the draft is fed is not the one
     # it was trained on (`reconcile_hidden_state`)
     TARGET_HIDDEN_STATE = "target_hidden_state"
+
+
+class Sentence(Protocol):
+    """A verdict's words as a typed value (one of `words`' sentences): its fields are what the
+    sentence quotes, its str() the sentence."""
+
+    def __str__(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -171,7 +178,7 @@ class Blame:
     (`reconcile_hidden_state`) "hidden_state" (`hc_mult`)."""
 
     kind: str  # "gate" | "slot" | "backend" | "hidden_state"
-    words: str
+    words: Sentence  # the sentence naming the side (one of `words`' values)
     paired_by: str  # how the engine's requests were paired with samples
     gate: GateOff | None = None
     slot: int | None = None
@@ -191,7 +198,7 @@ class Blame:
         return {
             "side": self.side,
             "kind": self.kind,
-            "words": self.words,
+            "words": str(self.words),
             "paired_by": self.paired_by,
             "gate": self.gate.to_dict() if self.gate is not None else None,
             "slot": self.slot,
@@ -263,7 +270,7 @@ class Reconciliation:
     log: EngineLog
     checks: list[WiringCheck]
     verdict: Verdict
-    summary: str
+    said: Sentence  # the verdict's words as a typed value (`words`): its fields what it quotes
     fix: str | None = None
     matched: str | None = None  # the label of the wiring the engine's figure equals
     best: str | None = None
@@ -284,6 +291,11 @@ class Reconciliation:
     settlement: Settlement | None = None
     # the engine's side named from its per-request figures (`reconcile_blame`; None: not found)
     blame: Blame | None = None
+
+    @property
+    def summary(self) -> str:
+        """The verdict in words (`said`'s sentence)."""
+        return str(self.said)
 
     def to_dict(self) -> dict:
         log = self.log
@@ -326,21 +338,6 @@ class Reconciliation:
             "blame": self.blame.to_dict() if self.blame is not None else None,
             "notes": self.notes,
         }
-
-
-def fmt_figure(x: float | None) -> str:
-    return "-" if x is None else fmt_float(x)
-
-
-def logged_text(log: EngineLog) -> str:
-    al = fmt_figure(log.accept_length)
-    if log.figure == "spec_accept_length":
-        return f"spec_accept_length {al} over {len(log.requests)} requests"
-    if log.rounds is not None and log.accepted is not None and log.source != "requests":
-        return f"{al} ({log.accepted} accepted in {log.rounds} rounds, {log.description})"
-    if log.source == "requests":
-        return f"{al} over {len(log.requests)} requests"
-    return f"{al} ({log.description})"
 
 
 def short_label(label: str) -> str:
@@ -428,47 +425,6 @@ def reference(
         if contenders:
             return max(contenders, key=by)
     return max(scored, key=by)
-
-
-def trained_clause(
-    t: TrainedWiring,
-    fed: WiringCheck,
-    best: WiringCheck,
-    conf: WiringCheck | None,
-    label: dict[str, str],
-    figure=None,
-) -> str:
-    """The words that name the trained wiring (the search's, with its step-0 accuracy) beside
-    the one the engine fed and the one the config names. `figure`: how a check's figure reads
-    (default its replayed accept length)."""
-    fig = figure or (lambda c: fmt_figure(c.stats.accept_length))
-    n = len(t.samples)
-    acc = pct_of(t.all_tok_of(best.wiring))
-    if fed is best:
-        out = (
-            f", the wiring the weights were trained on (the wiring search: {acc} step-0 all-tok "
-            f"on {n} samples)"
-        )
-        if conf is not None and conf is not fed:
-            out += (
-                f"; note the draft's config names {label[conf.label]} ({fig(conf)}, "
-                f"{pct_of(t.all_tok_of(conf.wiring))} step-0), which this engine does not feed "
-                "but an engine that reads the config would"
-            )
-        return out
-    fed_acc = t.all_tok_of(fed.wiring)  # None: the search dropped it early, or never had it
-    against = f" against {pct_of(fed_acc)} fed {label[fed.label]}" if fed_acc else ""
-    out = (
-        f"; the weights were trained on {label[best.label]} (the wiring search: "
-        f"{acc} step-0 all-tok on {n} samples{against}), which gives {fig(best)}"
-    )
-    if conf is best:
-        out += ", what its config names"
-    elif conf is None:
-        out += "; the draft's config names no wiring of these slots"
-    elif conf is not fed:
-        out += f"; the draft's config names {label[conf.label]} ({fig(conf)})"
-    return out
 
 
 def config_fix(best: WiringCheck, conf: WiringCheck, report, label: dict[str, str]) -> str | None:

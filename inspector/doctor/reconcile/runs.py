@@ -21,15 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from inspector.doctor.reconcile import words
 from inspector.doctor.reconcile.blame import DRIFT, MIN_SHORT, OPEN, paired_words
-from inspector.doctor.reconcile.result import (
-    Blame,
-    Reconciliation,
-    Verdict,
-    fmt_figure,
-    logged_text,
-    short_label,
-)
+from inspector.doctor.reconcile.result import Blame, Reconciliation, Verdict, short_label
 from inspector.doctor.reconcile.run_check import RunCheck
 from inspector.engines import engine, engine_words
 from inspector.formats.engine_figures import EngineLog
@@ -160,7 +154,7 @@ def across_runs(
                 "another run of this draft departs from the replay this run equals: "
                 + "; ".join(
                     f"{ok[i].run} ({Path(ok[i].path).name}) logged "
-                    f"{fmt_figure(ok[i].engine_accept_length)}"
+                    f"{words.fmt_figure(ok[i].engine_accept_length)}"
                     for i in gone
                 ),
             ],
@@ -174,25 +168,12 @@ def _blamed(
 ) -> Reconciliation:
     log = res.log
     name = engine_words(log.engine)
-    fed = short_label(wiring)
-    matching = "; ".join(
-        f"{c.run} ({Path(c.path).name}) logged {fmt_figure(c.engine_accept_length)}, the replay "
-        f"of its requests {fmt_figure(c.replay_accept_length)}"
-        for c in good
-    )
-    words = (
-        f"{bad.run} departs from this draft's replay of the same requests fed {fed}: accept "
-        f"length {fmt_figure(bad.engine_accept_length)} against the replay's "
-        f"{fmt_figure(bad.replay_accept_length)} (about {bad.short:.0f} accepted tokens short over "
-        f"{bad.rounds} rounds), while {matching}: the same draft equals its replay served on "
-        f"another backend or build, so the shortfall is {bad.run}'s backend or build, not the "
-        "draft's wiring or weights"
-    )
+    said = words.BackendWords(bad, tuple(good), short_label(wiring))
     facts = engine(log.engine).facts_for(None, None, topic="backend")
     faults = [BACKEND_CLASS, *(f"{name} {f.since}: {f.words}" for f in facts)]
     blame = Blame(
         "backend",
-        words,
+        said,
         paired_words(res),
         run=bad.run,
         runs=tuple(every),
@@ -201,7 +182,7 @@ def _blamed(
     return replace(
         res,
         verdict=Verdict.ENGINE_BACKEND,
-        summary=f"{name} logged {logged_text(log)}; {words}",
+        said=words.Blamed(words.Logged.of(log), said),
         faults=faults,
         blame=blame,
         notes=[*res.notes, f"this run alone: {res.summary}"],

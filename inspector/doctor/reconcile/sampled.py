@@ -30,22 +30,20 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from inspector.doctor.reconcile import words
 from inspector.doctor.reconcile.known_faults import known_faults
 from inspector.doctor.reconcile.result import (
     PositionCheck,
     Reconciliation,
     Verdict,
     WiringCheck,
-    logged_text,
     reference,
     serving_fix,
     short_label,
-    trained_clause,
 )
 from inspector.doctor.wiring.trained import TrainedWiring
-from inspector.engines import Engine, engine_words
+from inspector.engines import Engine
 from inspector.formats.engine_log import EngineLog
-from inspector.formatting import fmt_float, pct
 from inspector.serving.expectation import Expectation
 from inspector.serving.replay import AcceptReport
 
@@ -96,9 +94,9 @@ def below(log: EngineLog, e: Expectation, checks: list[PositionCheck] | None) ->
     return log.accept_length < e.low - ROUNDING
 
 
-def shortfall_text(checks: list[PositionCheck], settings: str) -> str:
-    """The sentence naming where the engine fell short under `settings` (the sampling label):
-    past which position it accepted nothing, or the first position it accepted too little at."""
+def shortfall(checks: list[PositionCheck], settings: str) -> words.Shortfall:
+    """Where the engine fell short under `settings` (the sampling label): past which position it
+    accepted nothing, or the first position it accepted too little at."""
     short = [c for c in checks if c.z < -Z_LIMIT]
     # the first depth from which the engine accepted nothing at all, where drafts were expected
     dead = next(
@@ -112,30 +110,8 @@ def shortfall_text(checks: list[PositionCheck], settings: str) -> str:
         None,
     )
     if dead is not None:
-        where = (
-            "accepted no draft at all"
-            if dead.depth == 1
-            else f"accepted no draft past position {dead.depth - 2}"
-        )
-        return (
-            f"the engine {where} (0 of {dead.engine_rounds:,} rounds at depth {dead.depth}) "
-            f"where this draft is expected to accept {pct(dead.expected_share)} of rounds at "
-            f"depth {dead.depth} under {settings}: an engine-side fault in verification"
-        )
-    c = short[0]
-    return (
-        f"the engine accepted {c.engine_accepted:,} of {c.engine_rounds:,} rounds at depth "
-        f"{c.depth} ({pct(c.engine_share)}) where this draft is expected to accept "
-        f"{pct(c.expected_share)} under {settings} (z {c.z:+.1f}): an engine-side fault in "
-        "verification"
-    )
-
-
-def expected_text(e: Expectation) -> str:
-    al = fmt_float(e.accept_length) if e.accept_length is not None else "-"
-    if e.low is None or e.high is None:
-        return f"expected {al}"
-    return f"expected {al} [{fmt_float(e.low)}, {fmt_float(e.high)}]"
+        return words.Shortfall(dead, True, settings)
+    return words.Shortfall(short[0], False, settings)
 
 
 def reconcile_sampled(
@@ -153,7 +129,6 @@ def reconcile_sampled(
         raise ValueError("a greedy report: reconcile counts it round for round, not by odds")
     settings = report.sampling.label()
     notes = list(notes)
-    engine_name = engine_words(log.engine)
     checks: list[WiringCheck] = []
     for wa in report.wirings:
         e = wa.expectation
@@ -170,87 +145,44 @@ def reconcile_sampled(
     best = _sampled_reference(checks, scored, trained, conf)
     ref = conf if conf is not None else best
     label = {c.label: short_label(c.label) for c in checks}
-    figure = logged_text(log)
+
+    def fed(c: WiringCheck) -> words.Fed:
+        return words.Fed(label[c.label], expected=_expected(c))
+
     matches = [c for c in scored if c.equal]
     served = None
     faults: list[str] = []
-    # what the statistics say: the verdict, its finding (the words after the logged figure),
-    # its conclusion, and `stats`, how the same reads after a build known to verify wrong
+    # what the statistics say: the verdict and its finding (the words after the logged figure,
+    # and how the same reads after a build known to verify wrong)
+    finding: words.Finding
     if matches:
         m = best if best in matches else min(matches, key=_worst_z)
         served = m.label
-        stats = (
-            "by chance it lies within the noise of what this draft is expected to give fed "
-            f"{label[m.label]} ({expected_text(_expected(m))})"
-        )
         if trained is not None:
             worse = _clearly_below(m, best)
             verdict = Verdict.WRONG_WIRING if worse else Verdict.AS_IS
-            finding = (
-                f"; that is what this draft is expected to give fed {label[m.label]} "
-                f"({expected_text(_expected(m))})"
-                + trained_clause(
-                    trained[1],
-                    m,
-                    best,
-                    conf,
-                    label,
-                    figure=lambda c: expected_text(_expected(c)),
-                )
-            )
-            conclusion = (
-                ": your engine feeds the wrong layers" if worse else ": the draft is what it is"
-            )
+            clause = words.Trained.of(trained[1], m, best, conf, fed)
+            finding = words.ExpectedTrained(fed(m), clause, worse)
         elif m is best:
             verdict = Verdict.AS_IS
-            finding = (
-                f"; this draft is {expected_text(_expected(m))} when fed {label[m.label]}, the "
-                "wiring it fits best of those tried, and the engine's acceptance at every "
-                "position is within the noise of it"
-            )
-            conclusion = ": the draft is what it is"
+            finding = words.ExpectedBest(fed(m))
         else:
             verdict = Verdict.WRONG_WIRING
-            finding = (
-                f"; that is what this draft is expected to give fed {label[m.label]} "
-                f"({expected_text(_expected(m))}), while fed {label[best.label]} it is "
-                f"{expected_text(_expected(best))}"
-                + (", what its config names" if best is conf else "")
-            )
-            conclusion = ": your engine feeds the wrong layers"
-            stats += (
-                f", which alone would read as the wrong layers fed (fed {label[best.label]} "
-                f"it is {expected_text(_expected(best))})"
-            )
+            finding = words.ExpectedOther(fed(m), fed(best), best is conf)
     elif all(below(log, _expected(c), c.positions) for c in scored):
         verdict = Verdict.ENGINE_FAULT
-        finding = (
-            f", below what every wiring is expected to give on these requests "
-            f"({expected_text(_expected(ref))} fed {label[ref.label]})"
-        )
-        if ref.positions is not None:
-            conclusion = "; " + shortfall_text(ref.positions, settings)
-        else:
-            conclusion = ": an engine-side fault in verification"
+        short = shortfall(ref.positions, settings) if ref.positions is not None else None
+        finding = words.BelowExpected(fed(ref), short)
         faults = [SAMPLING_FAULT]
-        stats = "it is" + finding.removeprefix(",") + conclusion
     else:
         verdict = Verdict.OTHER_DATA
-        finding = f", which {_fits_none(scored, label)}"
-        conclusion = (
-            ": the requests, the sampling settings or the verification rule are not the "
-            "engine's (--temperature, --top-k, --top-p, --verify)"
-        )
-        stats = f"it {_fits_none(scored, label)}"
-    summary = f"{engine_name} logged {figure} at {settings}{finding}{conclusion}"
+        finding = words.FitsNone(tuple(fed(c) for c in scored))
+    said: words.AtTemperature | words.KnownBuild
+    said = words.AtTemperature(words.Logged.of(log), settings, finding)
     build_faults = known_faults(log.engine, log.start, report.sampling.sampling.temperature)
     if build_faults and log.start is not None:
         # the build's fault decides; what the statistics alone say follows, as what it is
-        summary = (
-            f"{log.start.label} ({log.start.where}) logged {figure} at {settings}: this build "
-            f"is known to verify wrong at a temperature, as {build_faults[0].what}, so the "
-            f"figure says nothing about the draft; {stats}"
-        )
+        said = words.KnownBuild(words.Logged.build(log), settings, build_faults[0].what, finding)
         verdict, served = Verdict.ENGINE_FAULT, None
         faults = [f.detail for f in build_faults]
     serving_config, fix = serving_fix(verdict, best, conf, report, label)
@@ -263,7 +195,7 @@ def reconcile_sampled(
         log,
         checks,
         verdict,
-        summary,
+        said,
         fix=fix,
         matched=served,
         best=best.label,
@@ -314,11 +246,6 @@ def _expected_length(c: WiringCheck) -> float:
     al = _expected(c).accept_length
     assert al is not None
     return al
-
-
-def _fits_none(scored: list[WiringCheck], label: dict[str, str]) -> str:
-    every = ", ".join(f"{expected_text(_expected(c))} fed {label[c.label]}" for c in scored)
-    return f"fits no wiring's expectation ({every})"
 
 
 def _worst_z(c: WiringCheck) -> float:

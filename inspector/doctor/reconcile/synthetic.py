@@ -28,7 +28,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from inspector.doctor.reconcile.result import Reconciliation, Verdict, WiringCheck, logged_text
+from inspector.doctor.reconcile import words
+from inspector.doctor.reconcile.result import Reconciliation, Verdict, WiringCheck
 from inspector.doctor.reconcile.rounds import pooled
 from inspector.engines import Engine, engine, engine_words
 from inspector.errors import InputError, setting_field
@@ -119,15 +120,11 @@ class SyntheticCheck:
             "per_position_matches": self.positions,
         }
 
-    def sentence(self, figure: str, engine_name: str) -> str:
-        n = f" over {self.draws:,} draws" if self.draws else ""
-        return (
-            f"{engine_name} logged {figure}, what its synthetic acceptance gives ({self.setting.text}: "
-            f"expected {self.expected:.3f} +- {self.tolerance:.3f}{n}): the engine ran with "
-            "synthetic acceptance, it accepted drafted tokens by a coin, not by the target, so "
-            "the figure says nothing about the draft and no wiring is blamed. Serve without it "
-            + f"({engine(self.setting.engine).synthetic_off})"
-            + " to measure the draft"
+    def said(self, log: EngineLog) -> words.Synthetic:
+        """The verdict's words for `log`, whose figure this setting gives."""
+        off = engine(self.setting.engine).synthetic_off
+        return words.Synthetic(
+            words.Logged.of(log), self.setting.text, self.expected, self.tolerance, self.draws, off
         )
 
 
@@ -191,12 +188,11 @@ def synthetic_reconciliation(
         WiringCheck(wa.label, wa.wiring.slots, pooled(wa, pairs, log), False)
         for wa in report.wirings
     ]
-    engine_name = engine_words(log.engine)
     return Reconciliation(
         log,
         checks,
         Verdict.SYNTHETIC,
-        check.sentence(logged_text(log), engine_name),
+        check.said(log),
         requests_matched=len(pairs),
         notes=notes,
         synthetic=check.to_dict(),
