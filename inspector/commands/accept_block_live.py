@@ -47,6 +47,7 @@ def run_block_live(args: argparse.Namespace, err: Console):
     from inspector.evaluate import resolve_device
     from inspector.formats import load_block_draft
     from inspector.formats.block_config import block_draft_family, refuse_block_forward
+    from inspector.serving.live import LiveSettings
     from inspector.serving.spec import DraftSpec
 
     refuse_live_flags(args)
@@ -74,21 +75,18 @@ def run_block_live(args: argparse.Namespace, err: Console):
         wirings, names, layers = list(args.wiring), None, None
     else:
         wirings, names, layers = _planned_wirings(draft, target, engine, err)
-    report = run_loop(
-        err,
-        draft,
-        target,
-        prompts,
-        DraftSpec(steps),
-        wirings,
+    live = LiveSettings(
+        spec=DraftSpec(steps),
+        max_new=args.max_new,
+        wirings=wirings,
         names=names,
         out=args.out,
-        max_new=args.max_new,
         target_dtype=args.dtype,
         limit=args.limit,
         engine=engine,
         layers=layers,
     )
+    report = run_loop(err, draft, target, prompts, live)
     if args.out:
         err.print(
             f"wrote the realised sequences per wiring under {safe(args.out)}: "

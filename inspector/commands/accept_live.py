@@ -17,6 +17,8 @@ from inspector.wiring import PRESETS
 if TYPE_CHECKING:
     from inspector.engines import Engine
     from inspector.model import Draft
+    from inspector.serving.live import LiveSettings
+    from inspector.serving.replay import AcceptReport
 
 
 def live_inputs(args: argparse.Namespace) -> tuple[Path, Path, Path]:
@@ -70,12 +72,13 @@ def sampling_options(args: argparse.Namespace, engine: Engine) -> dict[str, Any]
     )
 
 
-def run_loop(err: Console, draft, target: Path, prompts: Path, spec, wirings, *, model=None, **kw):
-    """`serving.live.live_accept` under a progress bar on stderr, its `LiveSettings` made of
-    `spec`, `wirings` and `kw` (the other fields); `model`: the target already loaded, or None."""
-    from inspector.serving.live import LiveSettings, live_accept
+def run_loop(
+    err: Console, draft, target: Path, prompts: Path, live: LiveSettings, *, model=None
+) -> AcceptReport:
+    """`serving.live.live_accept` under a progress bar on stderr; `model`: the target already
+    loaded, or None."""
+    from inspector.serving.live import live_accept
 
-    live = LiveSettings(spec=spec, wirings=wirings, **kw)
     with progress_bar("speculative decoding", err) as advance:
         return live_accept(draft, target, prompts, live, progress=advance, model=model)
 
@@ -83,6 +86,7 @@ def run_loop(err: Console, draft, target: Path, prompts: Path, spec, wirings, *,
 def run_live(args: argparse.Namespace, spec, err: Console, engine=None):
     from inspector.commands.common import as_engine_runs_it
     from inspector.engines import default_engine
+    from inspector.serving.live import LiveSettings
     from inspector.wiring import parse_wiring, preset_name
 
     engine = engine or default_engine(spec.is_chain)
@@ -104,21 +108,22 @@ def run_live(args: argparse.Namespace, spec, err: Console, engine=None):
                 names.append(label)
         else:
             silent = feed
-    opts = dict(
+    live = LiveSettings(
+        spec=spec,
         max_new=args.max_new,
+        wirings=wirings,
+        names=names,
+        out=args.out,
         target_dtype=args.dtype,
         limit=args.limit,
         engine=engine,
         **sampling_options(args, engine),
     )
-    report = run_loop(
-        err, run.draft, target, prompts, spec, wirings, names=names, out=args.out, **opts
-    )
+    report = run_loop(err, run.draft, target, prompts, live)
     if silent is not None:
         wiring, fed_draft, label = silent
-        more = run_loop(
-            err, fed_draft, target, prompts, spec, [list(wiring.slots)], names=[label], **opts
-        )
+        fed = replace(live, wirings=[list(wiring.slots)], names=[label], out=None)
+        more = run_loop(err, fed_draft, target, prompts, fed)
         report.wirings.extend(more.wirings)
     if feed is not None:  # the feed's row labelled as reconcile labels it
         report.wirings = [
@@ -146,7 +151,7 @@ def _live_slots(target: Path, draft) -> tuple[int | None, object, list]:
     configured ids and the target's last state, as `serving.live` plans them)."""
     from inspector.capture.plan import plan_slots
     from inspector.capture.transformers_target import read_target_info
-    from inspector.formats.target_class import read_target_class
+    from inspector.formats.target_config import read_target_class
     from inspector.serving.live import draft_ids
 
     info = read_target_info(target)
