@@ -21,7 +21,7 @@ from inspector.engines.sglang_model_files import (
     sglang_rule,
 )
 from inspector.engines.target_class import TargetClass, target_class
-from inspector.formats.target_class import data_config_target, read_target_class
+from inspector.formats.target_config import data_config_target, read_target_class
 
 
 def test_every_class_has_one_row_and_a_source():

@@ -176,7 +176,7 @@ def as_engine_runs_it(err, draft, engine, *, num_layers=None, target=None):
 def target_facts(inputs, ev) -> tuple[int | None, object]:
     """(the target's layer count, its class) as the inputs tell them: the verifier's pre-norm
     slot's HF index, and the target's config.json or the samples' data_config.json."""
-    from inspector.formats.target_class import data_config_target, read_target_class
+    from inspector.formats.target_config import data_config_target, read_target_class
 
     layers = next((s.hf_index for s in ev.slot_info if s.verifier and not s.post_norm), None)
     target = read_target_class(inputs.target) or data_config_target(ev.samples.data_config)

@@ -197,7 +197,7 @@ def _overlap(args, log) -> bool:
 
 def _replay(args, spec, engine, err):
     from inspector.doctor.reconcile.pipeline import token_key
-    from inspector.formats.target_class import (
+    from inspector.formats.target_config import (
         data_config_hyper_connections,
         data_config_target,
         read_hyper_connections,
@@ -264,7 +264,7 @@ def _live(args, spec, engine, err, log):
         run_loop,
         sampling_options,
     )
-    from inspector.serving.live import draft_ids
+    from inspector.serving.live import LiveSettings, draft_ids
 
     if args.samples:
         raise InputError(None, "--prompts", "replaces SAMPLES: pass one or the other")
@@ -299,21 +299,20 @@ def _live(args, spec, engine, err, log):
 
         wirings, names = [Wiring(tuple(range(n_blocks)))], [None]
     model = TargetModel(target, dtype=args.dtype, device=str(draft.device))
-    opts = dict(
+    live = LiveSettings(
+        spec=spec,
         max_new=max_new,
         target_dtype=args.dtype,
         limit=args.limit,
         engine=engine,
         layers=layers,
-        model=model,
         **sampling_options(args, engine),
     )
     first = [list(wirings[0].slots)]
     with tempfile.TemporaryDirectory(prefix="eagle-reconcile-") as tmp:
         # the first wiring's realised sequences, every searched layer kept: the search's samples
-        report = run_loop(
-            err, served, target, prompts, spec, first, names=names[:1], out=tmp, **opts
-        )
+        kept = replace(live, wirings=first, names=names[:1], out=tmp)
+        report = run_loop(err, served, target, prompts, kept, model=model)
         folder = live_folder(tmp, first[0], wirings[0])
         cfg = draft.config
         samples_set = SampleSet(
@@ -323,7 +322,7 @@ def _live(args, spec, engine, err, log):
             num_layers=info.num_layers,
         )
         trained = _search(Evaluator(draft, samples_set), err)
-    from inspector.formats.target_class import read_target_class
+    from inspector.formats.target_config import read_target_class
 
     fed = engine_fed(draft, info.num_layers, read_target_class(target))
     wirings, names, configured, ti = candidate_wirings(
@@ -332,16 +331,8 @@ def _live(args, spec, engine, err, log):
     done = {report.wirings[0].wiring.slots: report.wirings[0]}
     rest = [(w, n) for w, n in zip(wirings, names, strict=True) if w.slots not in done]
     if rest:
-        more = run_loop(
-            err,
-            served,
-            target,
-            prompts,
-            spec,
-            [list(w.slots) for w, _ in rest],
-            names=[n for _, n in rest],
-            **opts,
-        )
+        others = replace(live, wirings=[list(w.slots) for w, _ in rest], names=[n for _, n in rest])
+        more = run_loop(err, served, target, prompts, others, model=model)
         done.update({wa.wiring.slots: wa for wa in more.wirings})
     report.wirings = [done[w.slots] for w in wirings]
     nothing = engine.spec.feeds_nothing_for_last
@@ -349,9 +340,8 @@ def _live(args, spec, engine, err, log):
     for line in notes:
         err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
     for name, label, w, silent_draft in silent:
-        more = run_loop(
-            err, silent_draft, target, prompts, spec, [list(w.slots)], names=[name], **opts
-        )
+        alone = replace(live, wirings=[list(w.slots)], names=[name])
+        more = run_loop(err, silent_draft, target, prompts, alone, model=model)
         report.wirings.append(replace(more.wirings[0], label=label))
     from inspector.capture.inputs import read_input
 
@@ -361,7 +351,7 @@ def _live(args, spec, engine, err, log):
     for i, r in enumerate(records):
         if i in by_index:
             samples.append((i, list(r.prompt), []))
-    from inspector.formats.target_class import read_hyper_connections
+    from inspector.formats.target_config import read_hyper_connections
 
     # a live request's tokens are its prompt + what the engine emitted: pair by prompt
     hc = read_hyper_connections(target)

@@ -52,7 +52,7 @@ from inspector.engines.target_class import TargetClass
 from inspector.errors import InputError, setting_field
 from inspector.evaluate import Evaluator
 from inspector.formats.layer_convention import read_layer_ids, target_layer_count
-from inspector.formats.target_class import data_config_target, read_target_class
+from inspector.formats.target_config import data_config_target, read_target_class
 from inspector.formats.tensorfiles import read_json
 from inspector.progress import StageProgress
 from inspector.sample import SlotInfo, with_layer_ids

@@ -1,5 +1,5 @@
 """A target model's class as its config.json names it (`architectures`, `model_type`): what an
-engine's per-model-file rules are keyed by. Pure; `formats.target_class` reads it from files."""
+engine's per-model-file rules are keyed by. Pure; `formats.target_config` reads it from files."""
 
 from __future__ import annotations
 

@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from inspector.doctor.reconcile import words
+from inspector.doctor.reconcile.replay_counts import counted, request_rounds
 from inspector.doctor.reconcile.result import Blame, GateOff, Reconciliation, SlotCheck, Verdict
-from inspector.doctor.reconcile.rounds import counted, request_rounds
 from inspector.engines import Engine, engine, engine_words
 from inspector.formats.engine_figures import EngineLog, RequestFigures
 from inspector.formats.llamacpp_log import LlamacppLog

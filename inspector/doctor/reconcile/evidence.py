@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from inspector.doctor.reconcile.replay_counts import request_rounds
 from inspector.doctor.reconcile.result import WiringCheck, config_for, report_target
-from inspector.doctor.reconcile.rounds import request_rounds
 from inspector.doctor.reconcile.settle import Settlement, clearly_below, settle
 
 

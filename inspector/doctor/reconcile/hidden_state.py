@@ -21,7 +21,7 @@ from inspector.doctor.reconcile import words
 from inspector.doctor.reconcile.blame import DRIFT, MIN_SHORT, OPEN, paired_words
 from inspector.doctor.reconcile.result import Blame, Reconciliation, Verdict, short_label
 from inspector.engines import engine, engine_words
-from inspector.formats.target_class import HyperConnections
+from inspector.formats.target_config import HyperConnections
 
 HIDDEN_CLASS = (
     "the target's hidden state as the engine hands it to the draft: a hyper-connection target "

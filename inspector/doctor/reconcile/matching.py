@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from inspector.doctor.reconcile.replay_counts import pooled, request_rounds, windowed
 from inspector.doctor.reconcile.result import WiringCheck, short_label
-from inspector.doctor.reconcile.rounds import pooled, request_rounds, windowed
 from inspector.formats.engine_log import EngineLog, RequestFigures
 from inspector.metrics.rounds import AcceptStats
 from inspector.serving.replay import SampleReplay, WiringAccept

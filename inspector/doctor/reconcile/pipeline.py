@@ -49,6 +49,7 @@ from inspector.doctor.reconcile.evidence import (
     settled,
 )
 from inspector.doctor.reconcile.matching import below, matching_checks, wiring_checks
+from inspector.doctor.reconcile.replay_counts import bound_reason, under_schedules
 from inspector.doctor.reconcile.result import (
     Gap,
     Reconciliation,
@@ -59,7 +60,6 @@ from inspector.doctor.reconcile.result import (
     serving_fix,
     short_label,
 )
-from inspector.doctor.reconcile.rounds import bound_reason, under_schedules
 from inspector.doctor.reconcile.sampled import reconcile_sampled
 from inspector.doctor.reconcile.settle import Settlement
 from inspector.doctor.reconcile.shortfall import fault_classes, first_gap

@@ -18,7 +18,7 @@ from inspector.engines import Engine
 from inspector.engines import engine as serving_engine
 from inspector.engines.target_class import TargetClass
 from inspector.formats.engine_log import EngineLog
-from inspector.formats.target_class import read_target_class
+from inspector.formats.target_config import read_target_class
 from inspector.metrics.rounds import AcceptStats
 from inspector.sample import SlotInfo
 from inspector.serving.expectation import Expectation

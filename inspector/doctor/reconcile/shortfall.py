@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
+from inspector.doctor.reconcile.replay_counts import counted, request_rounds
 from inspector.doctor.reconcile.result import Gap
-from inspector.doctor.reconcile.rounds import counted, request_rounds
 from inspector.formats.engine_log import RequestFigures
 from inspector.serving.replay import SampleReplay
 

@@ -29,8 +29,8 @@ import math
 from dataclasses import dataclass
 
 from inspector.doctor.reconcile import words
+from inspector.doctor.reconcile.replay_counts import pooled
 from inspector.doctor.reconcile.result import Reconciliation, Verdict, WiringCheck
-from inspector.doctor.reconcile.rounds import pooled
 from inspector.engines import Engine, engine, engine_words
 from inspector.errors import InputError, setting_field
 from inspector.formats.engine_log import EngineLog, RequestFigures

@@ -111,7 +111,7 @@ def report_trace_finding(
     from inspector.doctor.trace.finding import trace_finding
     from inspector.engines import engine_id
     from inspector.formats.layer_convention import target_layer_count
-    from inspector.formats.target_class import data_config_target, read_target_class
+    from inspector.formats.target_config import data_config_target, read_target_class
     from inspector.wiring import configured_layers, train_wiring
 
     draft = ev.draft
