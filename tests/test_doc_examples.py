@@ -61,6 +61,16 @@ def test_every_page_with_examples_is_collected():
             assert b.examples, f"{p}:{b.line}: a console block without a `$ ` command"
 
 
+# .ci/run sets this when its docs stage (.ci/docs) will run every page's examples after the suite,
+# with the same runner, in a fresh venv of the README's install alone: the stronger check, so the
+# suite does not run the same examples (about 3 minutes on 2 cores) a second time there.
+DOCS_STAGE_RUNS_THEM = os.environ.get("EAGLE_CI_DOCS_STAGE") == "1"
+
+
+@pytest.mark.skipif(
+    DOCS_STAGE_RUNS_THEM,
+    reason="CI's docs stage runs every page's examples after the suite (EAGLE_CI_DOCS_STAGE=1)",
+)
 @pytest.mark.parametrize("page", WITH_EXAMPLES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_the_examples_print_what_the_page_shows(page: Path, tmp_path: Path):
     cwd = scratch_folder(tmp_path)
