@@ -4,6 +4,7 @@ is asserted (`doctor.reconcile.words`). The verdicts' own tests hold a verdict t
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from inspector.doctor.reconcile import words as w
@@ -84,6 +85,9 @@ def test_the_engines_figure_and_an_expectation_as_quoted():
     assert w.expected_text(POINT) == "expected 1.20"
     assert w.expected_text(SPREAD) == "expected 1.70 [1.50, 1.90]"
     assert w.expected_text(EMPTY) == "expected -"
+    # an interval with one end only is no interval
+    assert w.expected_text(replace(SPREAD, high=None)) == "expected 1.70"
+    assert w.expected_text(replace(SPREAD, low=None)) == "expected 1.70"
     assert str(w.Logged.of(_log(7, 2))) == (
         "vLLM logged 1.29 (2 accepted in 7 rounds, vLLM 1 log line)"
     )
@@ -500,6 +504,11 @@ def test_the_engines_or_the_targets_side_named():
         "equals its replay served on another backend or build, so the shortfall is vLLM 0.32.0 on "
         "cpu's backend or build, not the draft's wiring or weights"
     )
+    # two runs equal their replays: both named, one after the other
+    other = replace(RUN_GOOD, run="vLLM 0.32.0 on rocm", path="/logs/rocm.log")
+    assert "2.50; vLLM 0.32.0 on rocm (rocm.log) logged 2.50" in str(
+        w.BackendWords(RUN_BAD, (RUN_GOOD, other), "[embed, L2, L4]")
+    )
     assert str(
         w.TargetState(VLLM, w.HiddenWords("[embed, L2, L4]", 2.86, 12.4, 7, "hc_mult 4", 0.08))
     ) == (
@@ -596,3 +605,34 @@ def test_a_block_drafts_verdicts():
         "wiring's replay: not the requests the samples hold, or a draft the engine computes "
         "otherwise"
     )
+
+
+def test_the_trained_clause_is_built_from_the_search_and_the_three_wirings():
+    """`Trained.of`: which wiring the config names is read by identity against the search's best
+    and the one fed; each wiring's accuracy is the search's for that wiring."""
+    from types import SimpleNamespace
+
+    acc = {(0, 1, 2): Counts(7, 10), (1, 2, 3): Counts(3, 10), (0, 2, 3): Counts(5, 10)}
+    t = SimpleNamespace(samples=[0, 1, 2, 3], all_tok_of=lambda wiring: acc[wiring])
+    best, fed, third = (SimpleNamespace(wiring=k) for k in acc)
+    as_fed = {id(best): E_TRAIN, id(fed): E_SERVE, id(third): w.Fed("[embed, L4, L6]", 1.5)}
+
+    def name(check):
+        return as_fed[id(check)]
+
+    same = w.Trained.of(t, best, best, best, name)
+    assert same == w.Trained(E_TRAIN, Counts(7, 10), 4, w.Config.TRAINED)
+    other = w.Trained.of(t, fed, best, third, name, indistinct=["[embed, L2, L6]"])
+    assert other == w.Trained(
+        E_TRAIN,
+        Counts(7, 10),
+        4,
+        w.Config.OTHER,
+        fed=E_SERVE,
+        fed_accuracy=Counts(3, 10),
+        configured=w.Fed("[embed, L4, L6]", 1.5),
+        configured_accuracy=Counts(5, 10),
+        indistinct=("[embed, L2, L6]",),
+    )
+    assert w.Trained.of(t, fed, best, fed, name).config is w.Config.FED
+    assert w.Trained.of(t, fed, best, None, name).config is w.Config.NONE
