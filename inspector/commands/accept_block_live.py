@@ -103,10 +103,9 @@ def _planned_wirings(draft, target: Path, engine, err: Console):
     engine's feed where it is another (`accept_rows` over `block_feeds`), a reader that cannot
     serve the config a note."""
     from inspector.capture.plan import plan_slots
-    from inspector.commands.accept_live import plan_infos
     from inspector.doctor.wiring.block_feeds import accept_rows, block_feeds
     from inspector.formats.layer_convention import target_layer_count
-    from inspector.serving.live import draft_ids
+    from inspector.serving.live import draft_ids, plan_infos
     from inspector.wiring import layers_wiring
 
     block = draft.config.block

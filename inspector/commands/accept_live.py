@@ -48,13 +48,10 @@ def live_inputs(args: argparse.Namespace) -> tuple[Path, Path, Path]:
 def load_live_draft(args: argparse.Namespace) -> tuple[Path, Path, Path, Draft]:
     """(draft folder, target, prompts, the loaded draft) of a live run: `live_inputs`, then the
     draft on --device in --dtype with the target's head and embedding where it lacks them."""
-    from inspector.evaluate import resolve_device
-    from inspector.formats import load_draft
+    from inspector.serving.live import open_live_draft
 
     draft_dir, target, prompts = live_inputs(args)
-    draft = load_draft(
-        draft_dir, target=target, dtype=args.dtype, device=resolve_device(args.device)
-    )
+    draft = open_live_draft(draft_dir, target, dtype=args.dtype, device=args.device)
     return draft_dir, target, prompts, draft
 
 
@@ -139,20 +136,13 @@ def run_live(args: argparse.Namespace, spec, err: Console, engine=None):
     return report
 
 
-def plan_infos(plan) -> list:
-    """The slots a capture plan gives, as the live loop and `reconcile --prompts` label them."""
-    from inspector.formats.samples import v1_slot_info
-
-    return v1_slot_info([None if s == "post-norm" else s for s in plan.slots])
-
-
 def _live_slots(target: Path, draft) -> tuple[int | None, object, list]:
     """(the target's layer count, its class, the slots the live loop captures for `draft`: its
     configured ids and the target's last state, as `serving.live` plans them)."""
     from inspector.capture.plan import plan_slots
     from inspector.capture.transformers_target import read_target_info
     from inspector.formats.target_config import read_target_class
-    from inspector.serving.live import draft_ids
+    from inspector.serving.live import draft_ids, plan_infos
 
     info = read_target_info(target)
     infos = plan_infos(plan_slots(info.num_layers, draft=draft_ids(draft)))

@@ -1,19 +1,20 @@
 """`eagle-inspect reconcile CKPT --engine-log FILE [SAMPLES | --prompts INPUT --target T]`: what a
 serving engine logged, held against the replay of the same requests under the draft's configured
-wiring and the alternatives, and what the difference means."""
+wiring and the alternatives, and what the difference means.
+
+The view: the flags make a `ReconcileRequest`, `doctor.reconcile.entry` runs it (the loading through
+this module's loaders, its notes printed on stderr, its passes under progress bars), and the outcome
+is printed as tables or one JSON document; the exit status is the worst verdict's."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
-from dataclasses import replace
 
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.text import Text
 
-from inspector.commands.common import as_engine_runs_it, open_evaluator
 from inspector.commands.exit_codes import for_verdict
 from inspector.commands.output import (
     VERDICT_COLOURS,
@@ -22,33 +23,22 @@ from inspector.commands.output import (
     stdout_console,
     write_json,
 )
-from inspector.commands.reconcile_runs import check_steps, render_runs, same_engine
-from inspector.doctor.reconcile.candidates import (
-    candidate_wirings,
-    engine_fed,
-    silent_feeds,
+from inspector.commands.reconcile_runs import render_runs
+from inspector.doctor.reconcile.request import (
+    LivePaths,
+    LoadedSamples,
+    ReconcileHooks,
+    ReconcileRequest,
+    engine_flags,
 )
-from inspector.errors import InputError
 from inspector.formatting import fmt_float, pct
 from inspector.progress import progress_bar, stage_progress_bar
 
-DEFAULT_MAX_NEW = 128
-
-
-def engine_flags(spec, engine) -> str:
-    """The engine's own flags for these draft settings."""
-    flag = engine.spec.steps_flag
-    return f"{engine.display} {flag} {spec.steps}" if flag else spec.flags()
-
 
 def run_reconcile(args: argparse.Namespace) -> int:
-    from inspector.doctor.reconcile.hidden_state import hidden_state_blame
-    from inspector.doctor.reconcile.pipeline import pair_requests, reconcile
-    from inspector.doctor.reconcile.runs import across_runs, run_labels
-    from inspector.engines import Engine
+    """Parse, run `doctor.reconcile.entry` (a block draft: `reconcile_block`), print."""
+    from inspector.doctor.reconcile.entry import run_reconcile_request
     from inspector.formats.block_config import block_draft_family
-    from inspector.formats.engine_log import read_engine_log
-    from inspector.serving.spec import DEFAULT_STEPS, DraftSpec
 
     family = block_draft_family(args.checkpoint)
     if family is not None:
@@ -56,321 +46,84 @@ def run_reconcile(args: argparse.Namespace) -> int:
 
         return run_block_reconcile(args, family)
     err = Console(stderr=True)
-    paths = args.engine_log if isinstance(args.engine_log, list) else [args.engine_log]
-    logs = [read_engine_log(p, decode_log_interval=args.decode_log_interval) for p in paths]
-    for log in logs:
-        if log.accept_length is None:
-            raise InputError(log.path, None, "holds no accept length (no rounds counted)")
-    same_engine(logs, args)
-    log = logs[0]
-    steps = args.steps or next(
-        (x for lg in logs for x in (lg.steps, lg.most_drafted) if x is not None), DEFAULT_STEPS
+
+    def note(line: str) -> None:
+        err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
+
+    hooks = ReconcileHooks(
+        note=note,
+        bar=lambda label: progress_bar(label, err),
+        stages=lambda: stage_progress_bar(err),
     )
-    for lg in logs:
-        check_steps(lg, args.steps, steps)
-    synthetic = _synthetic_setting(args)
-    spec = DraftSpec(steps, args.topk, args.draft_tokens)
-    engine = Engine(log.engine)
-    if not engine.spec.trees and not spec.is_chain:
-        raise InputError(
-            None, "--topk", f"{engine.display} drafts chains: --topk 1 for a {engine.display} log"
-        )
-    for lg in logs:
-        err.print(
-            f"note: {safe(lg.description)} from {safe(str(lg.path))}: accept length "
-            f"{fmt_float(lg.accept_length)}; replaying " + engine_flags(spec, engine),
-            highlight=False,
-            soft_wrap=True,
-        )
-    if args.prompts:
-        report, samples, configured, trained, hc = _live(args, spec, engine, err, log)
-    elif args.temperature > 0:
-        raise InputError(
-            None,
-            "--temperature",
-            "at a temperature the rounds are random: reconcile runs the live loop for each "
-            "round's odds (--prompts INPUT --target T, the engine's requests)",
-        )
-    else:
-        report, samples, configured, trained, hc = _replay(args, spec, engine, err)
-    if not any(w.stats.rounds for w in report.wirings):
-        raise InputError(
-            None, "SAMPLES", "no round to replay: no sample holds a generated (loss-masked) run"
-        )
-    results, reports = [], []
-    for lg in logs:
-        pairs, notes = pair_requests(lg, samples)
-        run_report = report
-        if engine.overlap_round and not _overlap(args, lg):
-            run_report = report.without_overlap_rounds()
-            notes.append(
-                f"{engine.display} without its overlap scheduler"
-                + (
-                    f" (its decode lines show a CPU, where {engine.display} forces it off)"
-                    if lg.device
-                    else ""
-                )
-                + ": the round it would run after each request's stop is not counted"
-            )
-        if configured is None:
-            notes.append(
-                "the draft's config names no wiring of these slots (no aux ids, or ids the "
-                "samples do not hold): the wirings tried are the presets and --wiring"
-            )
-        result = reconcile(
-            lg,
-            run_report,
-            configured=configured,
-            pairs=pairs,
-            notes=notes,
-            trained=trained,
-            engine_dtype=args.engine_dtype,
-            adaptive="--adaptive" if args.adaptive else None,
-            synthetic=synthetic,
-        )
-        results.append(hidden_state_blame(result, hc))  # a hyper-connection target's state
-        reports.append(run_report)
-    labels = run_labels(logs)
-    results, comparison = across_runs(results, labels)
-    many = len(results) > 1
-    for label, result in zip(labels, results, strict=True):
-        for line in result.notes:
-            head = f"{label}: " if many else ""
-            err.print(f"note: {safe(head + line)}", highlight=False, soft_wrap=True)
-    status = max(for_verdict(r.verdict) for r in results)
-    config = {**spec.to_dict(), "engine": engine.value}
+    outcome = run_reconcile_request(reconcile_request(args), _Load(args, err), hooks=hooks)
+    status = max(for_verdict(r.verdict) for r in outcome.results)
     if args.json:
-        if not many:
-            if engine.overlap_round:
-                config["overlap_scheduler"] = reports[0].overlap
-            write_json({"config": config, **results[0].to_dict()})
-            return status
-        runs = []
-        for label, result, rep in zip(labels, results, reports, strict=True):
-            extra = {"overlap_scheduler": rep.overlap} if engine.overlap_round else {}
-            runs.append({"run": label, **extra, **result.to_dict()})
-        doc = {
-            "config": config,
-            "runs": runs,
-            "across_runs": comparison.to_dict() if comparison is not None else None,
-        }
-        write_json(doc)
+        write_json(outcome.to_dict())
         return status
     out = stdout_console(None if sys.stdout.isatty() else 200)
-    if not many:
-        out.print(render(results[0], reports[0]))
+    if not outcome.many:
+        out.print(render(outcome.results[0], outcome.reports[0]))
         return status
-    for i, (label, result, rep) in enumerate(zip(labels, results, reports, strict=True)):
-        out.print(Text(f"run {i + 1} of {len(results)}: {label} ({result.log.path})", style="bold"))
+    n = len(outcome.results)
+    runs = zip(outcome.labels, outcome.results, outcome.reports, strict=True)
+    for i, (label, result, rep) in enumerate(runs):
+        out.print(Text(f"run {i + 1} of {n}: {label} ({result.log.path})", style="bold"))
         out.print(render(result, rep))
-    out.print(render_runs(comparison, results))
+    out.print(render_runs(outcome.comparison, outcome.results))
     return status
 
 
-def _synthetic_setting(args):
-    """The synthetic-acceptance setting the flags name (None: none)."""
-    from inspector.doctor.reconcile.synthetic import SyntheticSetting
-    from inspector.engines import Engine
-
-    if args.synthetic_rates is not None and args.simulated_accept_len is not None:
-        raise InputError(
-            None,
-            "--synthetic-rates",
-            f"{Engine.VLLM.display}'s; --simulated-accept-len is {Engine.SGLANG.display}'s: one "
-            "of them",
-        )
-    if args.synthetic_rates is not None:
-        return SyntheticSetting.vllm(args.synthetic_rates)
-    if args.simulated_accept_len is not None:
-        return SyntheticSetting.sglang(args.simulated_accept_len)
-    return None
-
-
-def _overlap(args, log) -> bool:
-    """Whether SGLang's overlap scheduler ran: --sglang-overlap, or (auto) off where the log
-    shows SGLang on a CPU (SGLang 0.5.23 srt/arg_groups/speculative_hook.py forces it off
-    for speculative decoding there) and on elsewhere."""
-    if args.sglang_overlap != "auto":
-        return args.sglang_overlap == "on"
-    return log.device != "cpu"
-
-
-def _replay(args, spec, engine, err):
-    from inspector.doctor.reconcile.pipeline import token_key
-    from inspector.formats.target_config import (
-        data_config_hyper_connections,
-        data_config_target,
-        read_hyper_connections,
-        read_target_class,
-    )
-    from inspector.serving.replay import Replayer
-
-    inputs, ev = open_evaluator(args, err, args.device, spec.steps if spec.is_chain else 1)
-    trained = _search(ev, err)
-    infos = ev.slot_info
-    layers = next((s.hf_index for s in infos if s.verifier and not s.post_norm), None)
-    target = read_target_class(inputs.target) or data_config_target(ev.samples.data_config)
-    fed = engine_fed(ev.draft, layers, target)
-    wirings, names, configured, ti = candidate_wirings(
-        args.wiring, infos, ev.n_blocks, ev.draft, trained.contenders, engine_fed=fed
-    )
-    n = len(ev.samples) if args.limit is None else min(args.limit, len(ev.samples))
-    served = ev.with_draft(as_engine_runs_it(err, ev.draft, engine).draft)  # the search keeps ev
-    with progress_bar("replaying", err) as advance:
-        report = Replayer(served, spec, engine).run(
-            wirings,
-            limit=args.limit,
-            names=names,
-            progress=advance,
-        )
-    nothing = engine.spec.feeds_nothing_for_last
-    silent, notes = silent_feeds(fed, infos, served.draft, layers) if nothing else ([], [])
-    for line in notes:
-        err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
-    for name, label, w, silent_draft in silent:
-        with progress_bar("replaying", err) as advance:
-            more = Replayer(served.with_draft(silent_draft), spec, engine).run(
-                [w], limit=args.limit, names=[name], progress=advance
-            )
-        report.wirings.append(replace(more.wirings[0], label=label))
-    samples = []
-    for i in range(n):
-        try:
-            s = ev.samples[i]
-        except InputError:
-            continue
-        samples.append((i, token_key(s.input_ids.tolist())))
-    hc = read_hyper_connections(inputs.target) or data_config_hyper_connections(
-        ev.samples.data_config
-    )
-    return report, samples, configured, (ti, trained), hc
-
-
-def _search(ev, err):
-    """The wiring the weights were trained on (`doctor.wiring.trained`), never the config's."""
-    from inspector.doctor.wiring.trained import find_trained_wiring
-
-    with stage_progress_bar(err) as advance:
-        return find_trained_wiring(ev, progress=advance, fingerprint=True)
-
-
-def _live(args, spec, engine, err, log):
-    """The live loop over the prompts (the engine's requests): real speculative decoding against
-    --target, the same rounds the engine runs at temperature 0, and at a temperature each
-    round's odds under the engine's rule."""
-    from inspector.commands.accept_live import (
-        load_live_draft,
-        plan_infos,
-        run_loop,
-        sampling_options,
-    )
-    from inspector.serving.live import LiveSettings, draft_ids
-
-    if args.samples:
-        raise InputError(None, "--prompts", "replaces SAMPLES: pass one or the other")
-    ns = argparse.Namespace(**{**vars(args), "samples": []})
-    _, target, prompts, draft = load_live_draft(ns)
-    served = as_engine_runs_it(err, draft, engine).draft  # the wiring search keeps the weights
-    max_new = args.max_new
-    if max_new is None:
-        lengths = [len(r.output_ids) for r in log.requests if r.output_ids is not None]
-        max_new = max(lengths) if lengths else DEFAULT_MAX_NEW
-    # every layer the wiring search needs, whatever the config names: the config is where the
-    # wiring bug lives, so the slots it names cannot be the only ones captured
-    from inspector.capture.plan import plan_slots
-    from inspector.capture.transformers_target import TargetModel, read_target_info
-    from inspector.doctor.wiring.trained import search_layers
-    from inspector.evaluate import Evaluator
-    from inspector.formats import SampleSet
-    from inspector.serving.live import live_folder
-
-    info = read_target_info(target)
-    n_blocks = draft.config.num_fc_blocks
-    layers = ",".join(map(str, search_layers(info.num_layers, draft.config.aux_layer_ids)))
-    infos = plan_infos(plan_slots(info.num_layers, layers=layers))
-    # the presets: over the slots capture's plan gives this draft (its configured layers and
-    # the target's last one), as `accept --live` makes them
-    narrow = plan_infos(plan_slots(info.num_layers, draft=draft_ids(draft)))
-    wirings, names, _, _ = candidate_wirings(
-        args.wiring, infos, n_blocks, draft, preset_infos=narrow
-    )
-    if not wirings:  # no configured ids and no preset: any wiring captures every searched layer
-        from inspector.wiring import Wiring
-
-        wirings, names = [Wiring(tuple(range(n_blocks)))], [None]
-    model = TargetModel(target, dtype=args.dtype, device=str(draft.device))
-    live = LiveSettings(
-        spec=spec,
-        max_new=max_new,
-        target_dtype=args.dtype,
+def reconcile_request(args: argparse.Namespace) -> ReconcileRequest:
+    """The request the flags make."""
+    paths = args.engine_log if isinstance(args.engine_log, list) else [args.engine_log]
+    return ReconcileRequest(
+        engine_logs=tuple(paths),
+        samples=tuple(args.samples or ()),
+        prompts=args.prompts,
+        decode_log_interval=args.decode_log_interval,
+        steps=args.steps,
+        topk=args.topk,
+        draft_tokens=args.draft_tokens,
+        wiring=tuple(args.wiring) if args.wiring is not None else None,
         limit=args.limit,
-        engine=engine,
-        layers=layers,
-        **sampling_options(args, engine),
+        device=args.device,
+        engine_dtype=args.engine_dtype,
+        adaptive=args.adaptive,
+        synthetic_rates=args.synthetic_rates,
+        simulated_accept_len=args.simulated_accept_len,
+        overlap=args.sglang_overlap,
+        max_new=args.max_new,
+        dtype=args.dtype,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        verify=args.verify,
+        threshold_single=args.threshold_single,
+        threshold_acc=args.threshold_acc,
     )
-    first = [list(wirings[0].slots)]
-    with tempfile.TemporaryDirectory(prefix="eagle-reconcile-") as tmp:
-        # the first wiring's realised sequences, every searched layer kept: the search's samples
-        kept = replace(live, wirings=first, names=names[:1], out=tmp)
-        report = run_loop(err, served, target, prompts, kept, model=model)
-        folder = live_folder(tmp, first[0], wirings[0])
-        cfg = draft.config
-        samples_set = SampleSet(
-            [str(folder)],
-            vocab_size=cfg.vocab_size,
-            hidden_size=cfg.target_hidden_size,
-            num_layers=info.num_layers,
+
+
+class _Load:
+    """The inputs as the flags name them (`ReconcileLoad`): CKPT and SAMPLES through the session
+    (its notes printed), or the live loop's draft, --target and --prompts."""
+
+    def __init__(self, args: argparse.Namespace, err: Console) -> None:
+        self.args, self.err = args, err
+
+    def samples(self, device: str, ttt_steps: int) -> LoadedSamples:
+        from inspector.commands.common import open_evaluator
+
+        inputs, ev = open_evaluator(self.args, self.err, device, ttt_steps)
+        return LoadedSamples(ev, inputs.target)
+
+    def live(self) -> LivePaths:
+        from inspector.commands.accept_live import live_inputs
+
+        draft, target, prompts = live_inputs(
+            argparse.Namespace(**{**vars(self.args), "samples": []})
         )
-        trained = _search(Evaluator(draft, samples_set), err)
-    from inspector.formats.target_config import read_target_class
-
-    fed = engine_fed(draft, info.num_layers, read_target_class(target))
-    wirings, names, configured, ti = candidate_wirings(
-        args.wiring, infos, n_blocks, draft, trained.contenders, preset_infos=narrow, engine_fed=fed
-    )
-    done = {report.wirings[0].wiring.slots: report.wirings[0]}
-    rest = [(w, n) for w, n in zip(wirings, names, strict=True) if w.slots not in done]
-    if rest:
-        others = replace(live, wirings=[list(w.slots) for w, _ in rest], names=[n for _, n in rest])
-        more = run_loop(err, served, target, prompts, others, model=model)
-        done.update({wa.wiring.slots: wa for wa in more.wirings})
-    report.wirings = [done[w.slots] for w in wirings]
-    nothing = engine.spec.feeds_nothing_for_last
-    silent, notes = silent_feeds(fed, infos, served, info.num_layers) if nothing else ([], [])
-    for line in notes:
-        err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
-    for name, label, w, silent_draft in silent:
-        alone = replace(live, wirings=[list(w.slots)], names=[name])
-        more = run_loop(err, silent_draft, target, prompts, alone, model=model)
-        report.wirings.append(replace(more.wirings[0], label=label))
-    from inspector.capture.inputs import read_input
-
-    records, _ = read_input(prompts, target, vocab_size=info.vocab_size, max_length=10**9)
-    samples = []
-    by_index = {s.index: s for s in report.wirings[0].per_sample}
-    for i, r in enumerate(records):
-        if i in by_index:
-            samples.append((i, list(r.prompt), []))
-    from inspector.formats.target_config import read_hyper_connections
-
-    # a live request's tokens are its prompt + what the engine emitted: pair by prompt
-    hc = read_hyper_connections(target)
-    return report, _prompt_pairs(samples, log), configured, (ti, trained), hc
-
-
-def _prompt_pairs(samples, log):
-    """Pair engine requests by their prompt ids (the output is what both decoded greedily)."""
-    by_prompt = {}
-    for r in log.requests:
-        if r.prompt_ids is not None and r.output_ids is not None:
-            by_prompt.setdefault(tuple(r.prompt_ids), r)
-    from inspector.doctor.reconcile.pipeline import token_key
-
-    out = []
-    for i, prompt, _ in samples:
-        r = by_prompt.get(tuple(prompt))
-        out.append((i, token_key(prompt + (r.output_ids if r is not None else []))))
-    return out
+        return LivePaths(draft, target, prompts)
 
 
 def render(result, report) -> Group:

@@ -1,6 +1,6 @@
-"""reconcile over several runs of one draft (`--engine-log` given more than once): the runs are
-one engine's, replayed from samples, with one draft length; and the table of every run against
-the replay of its own requests (`doctor.reconcile.runs`)."""
+"""reconcile over several runs of one draft (`--engine-log` given more than once): the table of
+every run against the replay of its own requests (`doctor.reconcile.runs`; the runs are checked to
+be one engine's, with one draft length, in `doctor.reconcile.request`)."""
 
 from __future__ import annotations
 
@@ -8,47 +8,7 @@ from rich.console import Group
 from rich.text import Text
 
 from inspector.commands.output import report_table, safe
-from inspector.errors import InputError
 from inspector.formatting import fmt_float
-
-
-def same_engine(logs, args) -> None:
-    """Several runs are one engine's (its replay counts rounds as that engine does), replayed
-    from samples."""
-    if len(logs) < 2:
-        return
-    from inspector.engines import engine_words
-
-    named = list(dict.fromkeys(engine_words(lg.engine) for lg in logs))
-    if len(named) > 1:
-        raise InputError(
-            None,
-            "--engine-log",
-            f"the logs are {' and '.join(named)}'s: several runs are compared under one "
-            "engine's replay (each engine counts its rounds its own way); reconcile each "
-            "engine's runs apart",
-        )
-    if args.prompts:
-        raise InputError(
-            None, "--prompts", "one --engine-log with --prompts (several runs replay from SAMPLES)"
-        )
-
-
-def check_steps(log, given: int | None, steps: int) -> None:
-    """The log's own draft length against --steps (or the first log's)."""
-    if log.steps is not None and steps != log.steps:
-        raise InputError(
-            log.path,
-            "num_spec_tokens" if log.source == "requests" else "Per-position acceptance rate",
-            f"the engine drafted {log.steps} tokens a round, "
-            + (f"--steps says {given}" if given else f"another log's {steps}"),
-        )
-    if log.most_drafted is not None and steps < log.most_drafted:
-        raise InputError(
-            log.path,
-            "per_step_drafted",
-            f"a round drafted {log.most_drafted} tokens, --steps says {steps}",
-        )
 
 
 def render_runs(comparison, results) -> Group | Text:

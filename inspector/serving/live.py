@@ -38,7 +38,7 @@ from inspector.wiring import Wiring, configured_layers, named_label, parse_wirin
 
 if TYPE_CHECKING:  # capture loads transformers; only the loop itself needs it
     from inspector.capture.inputs import Record
-    from inspector.capture.plan import DraftIds
+    from inspector.capture.plan import DraftIds, SlotPlan
     from inspector.capture.run import CaptureSettings, Prepared
     from inspector.capture.transformers_target import TargetModel
 
@@ -55,6 +55,20 @@ def draft_ids(draft: Draft) -> DraftIds:
         draft.config.num_fc_blocks,
         folder / "config.json",
     )
+
+
+def plan_infos(plan: SlotPlan) -> list[SlotInfo]:
+    """The slots a capture plan gives, as the live loop (and `reconcile --prompts`) labels them."""
+    return v1_slot_info([None if s == "post-norm" else s for s in plan.slots])
+
+
+def open_live_draft(folder: str | Path, target: str | Path, *, dtype: str, device: str) -> Draft:
+    """The draft of a live run: loaded from `folder` on `device` (auto, cpu, cuda:N) in `dtype`,
+    with the target's head and embedding where it lacks them."""
+    from inspector.evaluate import resolve_device
+    from inspector.formats import load_draft
+
+    return load_draft(folder, target=target, dtype=dtype, device=resolve_device(device))
 
 
 def live_folder(out: str | Path, wiring_text: str | Sequence[int], wiring: Wiring) -> Path:
@@ -166,7 +180,7 @@ def live_accept(
 
     engine, rules = _rules(draft, live)
     prep, settings = _prepare(draft, target, input, live)
-    infos: list[SlotInfo] = v1_slot_info([None if s == "post-norm" else s for s in prep.plan.slots])
+    infos = plan_infos(prep.plan)
     runs = _plan_wirings(draft, prep, infos, live, engine, rules)
     records = prep.records if live.limit is None else prep.records[: live.limit]
     if model is None:
