@@ -160,16 +160,11 @@ def as_engine_runs_it(err, draft, engine, *, num_layers=None, target=None):
     SGLang's q/k norms or llama.cpp's norm_output; with the target's layer count, the layers it
     feeds), with a note on `err` for each way its draft is another than the weights': the
     figures are the engine's. `.draft` is the draft it runs."""
-    from inspector.doctor.wiring.engine_run import engine_run
+    from inspector.doctor.wiring.engine_run import engine_run, engine_run_notes
 
     run = engine_run(draft, engine.value, num_layers=num_layers, target=target)
-    for line in run.notes():
-        err.print(
-            f"note: {safe(line)}: the figures are that draft's, as the engine logs them "
-            "(eagle-inspect doctor: draft_shape, engine_feeds)",
-            highlight=False,
-            soft_wrap=True,
-        )
+    for line in engine_run_notes(run):
+        err.print(f"note: {safe(line)}", highlight=False, soft_wrap=True)
     return run
 
 

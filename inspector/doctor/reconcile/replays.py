@@ -17,8 +17,8 @@ from inspector.doctor.reconcile.request import (
     ReconcileHooks,
     ReconcileLoad,
     ReconcileRequest,
-    engine_run_notes,
 )
+from inspector.doctor.wiring.engine_run import engine_run_notes
 from inspector.errors import InputError, setting_field
 from inspector.wiring import Wiring
 

@@ -128,16 +128,6 @@ def engine_flags(spec: DraftSpec, engine: Engine) -> str:
     return f"{engine.display} {flag} {spec.steps}" if flag else spec.flags()
 
 
-def engine_run_notes(run) -> list[str]:
-    """One note per way the draft an engine runs (`doctor.wiring.engine_run`) is another than the
-    weights': the figures are that draft's."""
-    return [
-        f"{line}: the figures are that draft's, as the engine logs them "
-        "(eagle-inspect doctor: draft_shape, engine_feeds)"
-        for line in run.notes()
-    ]
-
-
 def same_engine(logs: Sequence[EngineLog], prompts: str | None) -> None:
     """Several runs are one engine's (its replay counts rounds as that engine does), replayed
     from samples."""

@@ -156,3 +156,13 @@ def engine_run(
         read = reads[0] if reads else None  # a reader of other drafts' configs reads nothing
     who = f"{engine.display} {reader.version}" if reader is not None else engine.display
     return EngineRun(engine, served, flags, verdict, read, who)
+
+
+def engine_run_notes(run: EngineRun) -> list[str]:
+    """One note per way the draft an engine runs is another than the weights': the figures are
+    that draft's (what every command that replays an engine's run prints before its figures)."""
+    return [
+        f"{line}: the figures are that draft's, as the engine logs them "
+        "(eagle-inspect doctor: draft_shape, engine_feeds)"
+        for line in run.notes()
+    ]
