@@ -34,22 +34,32 @@ def _target_config(path: str | Path | None) -> tuple[Path, dict] | None:
     return (path, cfg) if isinstance(cfg, dict) else None
 
 
+def _recorded_target(path: str | Path | None) -> tuple[Path, Mapping | Path] | None:
+    """What a data_config.json records in `target`: the target's config itself (a mapping), or
+    the target folder (relative to the file's own); None when it records neither or cannot be
+    read."""
+    if path is None or Path(path).is_dir():  # a data_config.json, never a folder's config.json
+        return None
+    read = _target_config(path)
+    if read is None:
+        return None
+    file, cfg = read
+    target = cfg.get("target")
+    if isinstance(target, Mapping):
+        return file, target
+    if isinstance(target, str) and target.strip():
+        return file, file.parent / target
+    return None
+
+
 def data_config_target(path: str | Path | None) -> TargetClass | None:
     """The target class a data_config.json records in `target`: the target's config itself, or
     the target folder (relative to the file's own)."""
-    if path is None:
+    recorded = _recorded_target(path)
+    if recorded is None:
         return None
-    path = Path(path)
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    target = cfg.get("target") if isinstance(cfg, dict) else None
-    if isinstance(target, Mapping):
-        return target_class(target)
-    if isinstance(target, str) and target.strip():
-        return read_target_class(path.parent / target)
-    return None
+    target = recorded[1]
+    return target_class(target) if isinstance(target, Mapping) else read_target_class(target)
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,8 @@ def hc_mult_of(cfg: object) -> int | None:
 
 def read_hyper_connections(path: str | Path | None) -> HyperConnections | None:
     """The streams a target folder's config.json (or that file) declares, where hc_mult > 1."""
+    if path is None or Path(path).is_dir():  # a data_config.json, never a folder's config.json
+        return None
     read = _target_config(path)
     if read is None:
         return None
@@ -89,17 +101,11 @@ def read_hyper_connections(path: str | Path | None) -> HyperConnections | None:
 def data_config_hyper_connections(path: str | Path | None) -> HyperConnections | None:
     """The streams the target a data_config.json records in `target` declares (its config
     itself, or the target folder relative to the file's own), where hc_mult > 1."""
-    if path is None:
+    recorded = _recorded_target(path)
+    if recorded is None:
         return None
-    path = Path(path)
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    target = cfg.get("target") if isinstance(cfg, dict) else None
-    if isinstance(target, Mapping):
-        n = hc_mult_of(target)
-        return HyperConnections(n, f"{path}: target.hc_mult") if n is not None and n > 1 else None
-    if isinstance(target, str) and target.strip():
-        return read_hyper_connections(path.parent / target)
-    return None
+    file, target = recorded
+    if not isinstance(target, Mapping):
+        return read_hyper_connections(target)
+    n = hc_mult_of(target)
+    return HyperConnections(n, f"{file}: target.hc_mult") if n is not None and n > 1 else None
